@@ -1,0 +1,169 @@
+"""Inputs and outputs of the admission engine: frozen, slotted dataclasses.
+
+This module is the contract between the engine and its callers (the admission cycle, the
+simulator, the benchmarks). Fields may be added with defaults; none is renamed or removed
+without updating every caller. Times are seconds (floats, epoch or virtual); GPU counts are ints.
+A flavor is named by a string (the Flavor's name in the database).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+# A placement: (node name, workers on that node), sorted by node name.
+Placement = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    guarantee: int
+    limit: int
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    id: str
+    quotas: Mapping[str, Quota]  # flavor -> quota; a flavor missing here means no access
+    parent: str | None = None  # a department (also a Team in the snapshot) or None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    capacity: Mapping[str, int]  # flavor -> GPUs this node offers
+    # GPUs held by work gpuqueue did not place (pods it did not create), per flavor.
+    used_externally: Mapping[str, int] = field(default_factory=dict)
+    schedulable: bool = True  # False when cordoned, NotReady or drained
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """An admitted job that holds GPUs (ADMITTED, RUNNING or PREEMPTING)."""
+
+    id: int
+    team: str
+    user: str
+    flavor: str
+    gpus_per_worker: int
+    placement: Placement
+    priority: int
+    preemptible: bool
+    started_at: float  # when it was admitted
+    max_runtime: float | None = None  # seconds
+    expected_runtime: float | None = None  # seconds, a better guess than max_runtime
+    min_runtime_until: float | None = None  # not preemptible before this time
+    preempting_since: float | None = None  # set while a checkpoint is in progress
+
+    @property
+    def workers(self) -> int:
+        return sum(n for _, n in self.placement)
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    id: int
+    team: str
+    user: str
+    flavor: str
+    workers: int
+    gpus_per_worker: int
+    priority: int
+    preemptible: bool
+    submitted_at: float
+    max_runtime: float | None = None
+    expected_runtime: float | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+class PlacementStrategy(str, Enum):
+    BINPACK = "binpack"
+    SPREAD = "spread"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    placement: PlacementStrategy = PlacementStrategy.BINPACK
+    starvation_seconds: float = 3600.0
+    min_runtime_seconds: float = 300.0
+    preemption: bool = True  # within a team, by priority
+    reclaim: bool = True  # across teams, of borrowed capacity
+    max_victim_candidates: int = 256  # bound on the victim search per pending job
+    max_preemptions_per_cycle: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: float
+    nodes: tuple[Node, ...]
+    teams: tuple[Team, ...]
+    running: tuple[RunningJob, ...]
+    pending: tuple[PendingJob, ...]
+
+
+class ReasonCode(str, Enum):
+    OVER_LIMIT = "over_limit"  # the team's limit would be exceeded
+    NO_QUOTA = "no_quota"  # the team has no quota for this flavor
+    NO_CAPACITY = "no_capacity"  # not enough free GPUs for the whole gang
+    OVER_FAIR_SHARE = "over_fair_share"  # non-preemptible beyond guarantee, or beyond share
+    WAITING_FOR_PREEMPTION = "waiting_for_preemption"
+    BEHIND_RESERVATION = "behind_reservation"
+    QUEUED_BEHIND_TEAM = "queued_behind_team"  # earlier jobs of the team go first
+    NEVER_FITS = "never_fits"  # no node of the flavor is big enough for one worker
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why a job is pending, as data with numbers; the web layer turns it into a sentence."""
+
+    code: ReasonCode
+    numbers: Mapping[str, int | float | str] = field(default_factory=dict)
+    job_ids: tuple[int, ...] = ()  # the jobs waited on (victims, a reservation's holder)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    job_id: int
+    placement: Placement
+    borrowed: bool = False  # uses capacity above the team's fair share
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    job_id: int
+    for_job_id: int
+    reason: str  # "priority" (within a team) or "reclaim" (across teams) or "reservation"
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    job_id: int
+    reason: Reason
+    team_position: int  # 1-based position in its team's queue
+    cluster_position: int  # 1-based position cluster-wide
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    job_id: int
+    placement: Placement
+    expected_start: float
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    admissions: tuple[Admission, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    pending: tuple[Pending, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    # Fair share per (team, flavor), for the dashboard and metrics.
+    fair_shares: Mapping[tuple[str, str], int] = field(default_factory=dict)
