@@ -1,0 +1,38 @@
+"""Scheduling policies for replays: the gpuqueue engine and the baselines it is measured against."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpuqueue.scheduler.model import Policy, Team
+from gpuqueue.sim.cluster import Cluster
+from gpuqueue.sim.ledger import Ledger
+from gpuqueue.sim.policies.base import Decision, SchedulingPolicy
+from gpuqueue.sim.policies.fifo import FifoBackfill, StrictFifo
+from gpuqueue.sim.policies.podbypod import PodByPod
+
+POLICIES = ("gpuqueue", "fifo", "backfill", "pod-by-pod")
+
+
+def make_policy(
+    name: str,
+    ledger: Ledger,
+    cluster: Cluster,
+    teams: Sequence[Team],
+    engine_policy: Policy | None = None,
+    window: int | None = None,
+) -> SchedulingPolicy:
+    if name == "gpuqueue":
+        from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
+
+        return GpuqueueEngine(ledger, cluster, teams, engine_policy, window)
+    if name == "fifo":
+        return StrictFifo(ledger)
+    if name == "backfill":
+        return FifoBackfill(ledger)
+    if name == "pod-by-pod":
+        return PodByPod(ledger)
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+
+
+__all__ = ["POLICIES", "Decision", "SchedulingPolicy", "make_policy"]
