@@ -1,7 +1,20 @@
-"""plan(): a first, simple engine (priority then submission order, whole gangs, bin-pack)."""
+"""plan(): one admission cycle over a snapshot.
+
+Phases (each a method below):
+1. fair shares per team and flavor (fairshare.py);
+2. the ledger: every running job's GPUs counted on its nodes and against its team;
+3. the order: starving jobs, then teams furthest below their share, then inside each team by
+   priority, user usage, submission (ordering.py);
+4. each job in that order: admit it whole, let it backfill, wait for GPUs already coming back,
+   preempt for it, reserve nodes for it, or leave it pending with a reason (`_consider`);
+5. positions of the jobs left pending, in the order they were considered.
+"""
 
 from __future__ import annotations
 
+from gpuqueue.scheduler import reasons
+from gpuqueue.scheduler.fairshare import capacity_by_flavor, fair_shares
+from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Admission,
     Pending,
@@ -9,79 +22,255 @@ from gpuqueue.scheduler.model import (
     Placement,
     Plan,
     Policy,
+    Preemption,
+    Quota,
     Reason,
-    ReasonCode,
     Snapshot,
 )
+from gpuqueue.scheduler.ordering import Order
+from gpuqueue.scheduler.placement import fit_gang
+from gpuqueue.scheduler.preemption import PRIORITY, VictimIndex, VictimSearch
+from gpuqueue.scheduler.starvation import Reserver
 
 
 def plan(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
-    policy = policy or Policy()
-    free: dict[str, dict[str, int]] = {}
-    for n in snapshot.nodes:
-        if not n.schedulable:
-            continue
-        for flavor, cap in n.capacity.items():
-            free.setdefault(flavor, {})[n.name] = cap - n.used_externally.get(flavor, 0)
-    used: dict[tuple[str, str], int] = {}
-    for r in snapshot.running:
-        key = (r.team, r.flavor)
-        used[key] = used.get(key, 0) + r.gpus
-        by_node = free.get(r.flavor, {})
-        for name, workers in r.placement:
-            if name in by_node:
-                by_node[name] -= workers * r.gpus_per_worker
-    quotas = {(t.id, f): q for t in snapshot.teams for f, q in t.quotas.items()}
+    """Admit, preempt and explain: the same snapshot and policy always give the same plan."""
+    return _Cycle(snapshot, policy or Policy()).run()
 
-    def order(j: PendingJob) -> tuple[int, float, int]:
-        return (-j.priority, j.submitted_at, j.id)
 
-    admissions: list[Admission] = []
-    pending: list[Pending] = []
-    for pos, job in enumerate(sorted(snapshot.pending, key=order), start=1):
-        quota = quotas.get((job.team, job.flavor))
-        reason: Reason | None = None
-        in_use = used.get((job.team, job.flavor), 0)
-        nodes = free.get(job.flavor, {})
-        if quota is None:
-            reason = Reason(ReasonCode.NO_QUOTA)
-        elif in_use + job.gpus > quota.limit:
-            reason = Reason(
-                ReasonCode.OVER_LIMIT,
-                {"limit": quota.limit, "in_use": in_use, "requested": job.gpus},
-            )
-        else:
-            placement = _binpack(nodes, job)
-            if placement is None:
-                fit = sum(f // job.gpus_per_worker for f in nodes.values() if f > 0)
-                reason = Reason(
-                    ReasonCode.NO_CAPACITY,
-                    {
-                        "workers": job.workers,
-                        "gpus_per_worker": job.gpus_per_worker,
-                        "workers_fit": min(fit, job.workers),
-                        "free": sum(f for f in nodes.values() if f > 0),
-                    },
+class _Cycle:
+    def __init__(self, snapshot: Snapshot, policy: Policy) -> None:
+        self.snapshot = snapshot
+        self.policy = policy
+        self.now = snapshot.now
+        teams = {t.id: t for t in snapshot.teams}
+        self.chains: dict[str, tuple[str, ...]] = {
+            t.id: (t.id, t.parent) if t.parent is not None and t.parent in teams else (t.id,)
+            for t in snapshot.teams
+        }
+        self.quotas: dict[tuple[str, str], Quota] = {
+            (t.id, flavor): quota for t in snapshot.teams for flavor, quota in t.quotas.items()
+        }
+        # Phase 1: fair shares.
+        self.fair_share = fair_shares(snapshot)
+        self.capacity = capacity_by_flavor(snapshot)
+        # Phase 2: the ledger.
+        self.ledger = Ledger(snapshot.nodes, self.chains)
+        for job in snapshot.running:
+            self.ledger.hold_running(job)
+        self.search = VictimSearch(
+            self.ledger,
+            VictimIndex(snapshot.running),
+            self.fair_share,
+            self.chains,
+            policy,
+            self.now,
+        )
+        self.reserver = Reserver(self.ledger, snapshot.nodes, snapshot.running, policy, self.now)
+        self.admissions: list[Admission] = []
+        self.preemptions: list[Preemption] = []
+        self.pending: list[tuple[PendingJob, Reason]] = []
+        self.searches_left = policy.max_victim_searches_per_cycle
+        # (team, flavor, gpus per worker, priority) -> fewest workers a victim search failed for:
+        # nothing frees GPUs during a cycle, so a bigger gang of the same kind fails too.
+        self.failed_search: dict[tuple[str, str, int, int, bool], int] = {}
+        self.waiting_in_team: dict[tuple[str, str], int] = {}
+        self.order: Order | None = None
+
+    def run(self) -> Plan:
+        # Phase 3: the order.
+        weights = {key: quota.weight for key, quota in self.quotas.items()}
+        self.order = Order(
+            self.snapshot, self.ledger, self.fair_share, weights, self.policy.starvation_seconds
+        )
+        # Phase 4: each job.
+        for job in self.order:
+            reason = self._consider(job)
+            if reason is not None:
+                self.pending.append((job, reason))
+        # Phase 5: positions among the jobs left pending.
+        team_counts: dict[str, int] = {}
+        pending: list[Pending] = []
+        for position, (job, reason) in enumerate(self.pending, start=1):
+            team_counts[job.team] = team_counts.get(job.team, 0) + 1
+            pending.append(Pending(job.id, reason, team_counts[job.team], position))
+        return Plan(
+            admissions=tuple(self.admissions),
+            preemptions=tuple(self.preemptions),
+            pending=tuple(pending),
+            reservations=tuple(self.reserver.reservations),
+            fair_shares=dict(sorted(self.fair_share.items())),
+        )
+
+    # --- one job --------------------------------------------------------------------------------
+
+    def _consider(self, job: PendingJob) -> Reason | None:
+        """Decide one job; return why it stays pending, or None when it was admitted.
+
+        1. A gang that no node or no flavor could ever hold is refused for good.
+        2. The team (and its department) needs a quota for the flavor.
+        3. Non-preemptible work may only use the guarantee: it can never be taken back.
+        4. The limit (GPUs on their way back do not count); a higher-priority job over the limit
+           may still preempt its own team's lower-priority work.
+        5. Free GPUs: admit (borrowed when it takes the team past its fair share).
+        6. Backfill: GPUs held by a reservation that starts after this job's max runtime ends.
+        7. GPUs held by a reservation block the job when they are all that is missing.
+        8. GPUs of jobs already being preempted: claim them and wait, preempting no more.
+        9. Preempt: reclaim borrowed GPUs from other teams, or lower priority work of its own.
+        10. Starving: reserve the nodes where it fits soonest.
+        11. Otherwise it waits for capacity, possibly behind earlier jobs of its team.
+        """
+        ledger = self.ledger
+        fl = ledger.flavors.get(job.flavor)
+        g = job.gpus_per_worker
+        # 1.
+        if fl is None or fl.max_node < g or self.capacity.get(job.flavor, 0) < job.gpus:
+            largest = fl.max_node if fl is not None else 0
+            return reasons.never_fits(job, largest, self.capacity.get(job.flavor, 0))
+        chain = self.chains.get(job.team, (job.team,))
+        # 2.
+        for group in chain:
+            if (group, job.flavor) not in self.quotas:
+                return reasons.no_quota(job, _scope(job, group))
+        # 3.
+        if not job.preemptible:
+            for group in chain:
+                guarantee = self.quotas[(group, job.flavor)].guarantee
+                used = ledger.nonpreemptible.get((group, job.flavor), 0)
+                if used + job.gpus > guarantee:
+                    return reasons.over_fair_share(job, _scope(job, group), guarantee, used)
+        # 4.
+        for group in chain:
+            limit = self.quotas[(group, job.flavor)].limit
+            in_use = ledger.in_use(group, job.flavor)
+            if in_use + job.gpus > limit:
+                waiting = self._preempt(job, fl, reclaim=False)
+                if waiting is not None:
+                    return waiting
+                return reasons.over_limit(job, _scope(job, group), limit, in_use)
+        # 5.
+        placement = fit_gang(fl, job.workers, g, self.policy.placement)
+        if placement is not None:
+            self._admit(job, placement)
+            return None
+        if fl.held:
+            # 6.
+            room = self.reserver.backfill_room(job)
+            if room:
+                placement = fit_gang(fl, job.workers, g, self.policy.placement, room)
+                if placement is not None:
+                    self._admit(job, placement, use_held=room)
+                    return None
+            # 7.
+            placement = fit_gang(fl, job.workers, g, self.policy.placement, fl.held)
+            if placement is not None:
+                owners = [self.reserver.node_owner.get((job.flavor, n)) for n, _ in placement]
+                holders = [r for r in owners if r is not None]
+                start = min((r.expected_start for r in holders), default=self.now)
+                return reasons.behind_reservation(job, start, tuple(r.job_id for r in holders))
+        # 8.
+        if fl.incoming:
+            placement = fit_gang(fl, job.workers, g, self.policy.placement, fl.incoming)
+            if placement is not None:
+                waited = self._incoming_jobs(job.flavor, placement)
+                ledger.admit(
+                    job.team, job.user, job.flavor, g, job.preemptible, placement, True
                 )
-            else:
-                for name, w in placement:
-                    nodes[name] -= w * job.gpus_per_worker
-                used[(job.team, job.flavor)] = in_use + job.gpus
-                admissions.append(Admission(job.id, placement))
-        if reason is not None:
-            pending.append(Pending(job.id, reason, pos, pos))
-    return Plan(admissions=tuple(admissions), pending=tuple(pending))
+                return reasons.waiting_for_preemption(job, waited)
+        # 9.
+        waiting = self._preempt(job, fl, reclaim=self.search.may_reclaim(job))
+        if waiting is not None:
+            return waiting
+        # 10.
+        if self.now - job.submitted_at > self.policy.starvation_seconds:
+            reservation = self.reserver.reserve(job)
+            if reservation is not None:
+                return reasons.reserved(
+                    job, reservation.expected_start, len(reservation.placement)
+                )
+        # 11.
+        key = (job.team, job.flavor)
+        ahead = self.waiting_in_team.get(key, 0)
+        self.waiting_in_team[key] = ahead + 1
+        return reasons.no_capacity(job, fl.workers_fit(g), fl.total_free, ahead)
+
+    def _admit(
+        self, job: PendingJob, placement: Placement, use_held: dict[str, int] | None = None
+    ) -> None:
+        fair_share = self.fair_share.get((job.team, job.flavor), 0)
+        borrowed = (
+            job.preemptible and self.ledger.in_use(job.team, job.flavor) + job.gpus > fair_share
+        )
+        self.ledger.admit(
+            job.team,
+            job.user,
+            job.flavor,
+            job.gpus_per_worker,
+            job.preemptible,
+            placement,
+            use_held=use_held,
+        )
+        self.admissions.append(Admission(job.id, placement, borrowed))
+
+    def _incoming_jobs(self, flavor: str, placement: Placement) -> tuple[int, ...]:
+        ids: list[int] = []
+        for node, _ in placement:
+            ids.extend(self.ledger.incoming_jobs.get((flavor, node), ()))
+        return tuple(sorted(set(ids)))
+
+    def _preempt(self, job: PendingJob, fl: FlavorLedger, reclaim: bool) -> Reason | None:
+        """Try to free room for `job` by preemption; on success the job has claimed its GPUs
+        and the reason it now carries (waiting for its victims) is returned.
+        """
+        policy = self.policy
+        priority = policy.preemption
+        reclaim = reclaim and policy.reclaim
+        budget = policy.max_preemptions_per_cycle - len(self.preemptions)
+        if not (priority or reclaim) or budget <= 0 or self.searches_left <= 0:
+            return None
+        key = (job.team, job.flavor, job.gpus_per_worker, job.priority, reclaim)
+        if self.failed_search.get(key, job.workers + 1) <= job.workers:
+            return None
+        self.searches_left -= 1
+        ledger = self.ledger
+        chain = self.chains.get(job.team, (job.team,))
+        g = job.gpus_per_worker
+
+        def fits() -> bool:
+            if fl.workers_fit(g, fl.incoming) < job.workers:
+                return False
+            return all(
+                ledger.in_use(group, job.flavor) + job.gpus
+                <= self.quotas[(group, job.flavor)].limit
+                for group in chain
+            )
+
+        mark = ledger.checkpoint()
+        victims = self.search.find(job, fits, reclaim=reclaim, priority=priority, budget=budget)
+        placement = None
+        if victims is not None:
+            placement = fit_gang(fl, job.workers, g, policy.placement, fl.incoming)
+        if victims is None or placement is None:
+            ledger.rollback(mark)
+            if job.workers < self.failed_search.get(key, job.workers + 1):
+                self.failed_search[key] = job.workers
+            return None
+        waited = set(self._incoming_jobs(job.flavor, placement))
+        ledger.admit(job.team, job.user, job.flavor, g, job.preemptible, placement, True)
+        ledger.commit(mark)
+        touched: set[tuple[str, str]] = set()
+        for victim, kind in victims:
+            self.preemptions.append(Preemption(victim.id, job.id, kind))
+            waited.add(victim.id)
+            for node, _ in victim.placement:
+                ledger.incoming_jobs.setdefault((victim.flavor, node), []).append(victim.id)
+            if kind != PRIORITY:
+                touched.add((victim.team, victim.flavor))
+        assert self.order is not None
+        for team, flavor in sorted(touched):
+            self.order.touch(team, flavor)
+        return reasons.waiting_for_preemption(job, tuple(waited))
 
 
-def _binpack(nodes: dict[str, int], job: PendingJob) -> Placement | None:
-    g = job.gpus_per_worker
-    left = job.workers
-    chosen: dict[str, int] = {}
-    for name, f in sorted(nodes.items(), key=lambda kv: (kv[1], kv[0])):
-        take = min(f // g, left) if f >= g else 0
-        if take:
-            chosen[name] = take
-            left -= take
-            if left == 0:
-                return tuple(sorted(chosen.items()))
-    return None
+def _scope(job: PendingJob, group: str) -> str:
+    return "team" if group == job.team else "department"

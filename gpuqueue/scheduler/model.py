@@ -99,6 +99,11 @@ class Policy:
     reclaim: bool = True  # across teams, of borrowed capacity
     max_victim_candidates: int = 256  # bound on the victim search per pending job
     max_preemptions_per_cycle: int = 64
+    # Added with the engine (issue 3); all have defaults so existing callers keep working.
+    max_victim_searches_per_cycle: int = 512  # bound on failed-and-successful victim searches
+    max_reservations: int = 8  # starving jobs that may hold nodes at once
+    # How long a preempted job is expected to keep its GPUs (checkpoint grace); forecast only.
+    preemption_grace_seconds: float = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +124,7 @@ class ReasonCode(str, Enum):
     BEHIND_RESERVATION = "behind_reservation"
     QUEUED_BEHIND_TEAM = "queued_behind_team"  # earlier jobs of the team go first
     NEVER_FITS = "never_fits"  # no node of the flavor is big enough for one worker
+    RESERVED = "reserved"  # starving: holds nodes that are draining for it (see Reservation)
 
 
 @dataclass(frozen=True, slots=True)

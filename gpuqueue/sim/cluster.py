@@ -57,8 +57,18 @@ def parse_cluster_spec(spec: str) -> Cluster:
     for chunk in spec.split(","):
         m = _SPEC.match(chunk)
         if m is None:
-            raise ValueError(f"cluster spec {chunk!r}: expected [FLAVOR=]NODESxGPUS, e.g. h100=32x8")
-        parts.append(
-            uniform_cluster(int(m["nodes"]), int(m["gpus"]), m["flavor"] or "gpu")
-        )
+            raise ValueError(
+                f"cluster spec {chunk!r}: expected [FLAVOR=]NODESxGPUS, e.g. h100=32x8"
+            )
+        parts.append(uniform_cluster(int(m["nodes"]), int(m["gpus"]), m["flavor"] or "gpu"))
     return combine(parts)
+
+
+def offered_load(gpu_seconds: float, span_seconds: float, gpus: int) -> float:
+    """Work asked for, as a fraction of what the cluster can do over the submission span."""
+    return gpu_seconds / (span_seconds * gpus) if span_seconds > 0 and gpus > 0 else 0.0
+
+
+def nodes_for_load(gpu_seconds: float, span_seconds: float, gpus_per_node: int, load: float) -> int:
+    """How many nodes make `gpu_seconds` of work over `span_seconds` an offered load of `load`."""
+    return max(1, round(gpu_seconds / (span_seconds * gpus_per_node * load)))

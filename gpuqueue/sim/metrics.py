@@ -121,9 +121,7 @@ class Recorder:
         """
         for flavor, capacity in self.capacity.items():
             quotas = self.quotas[flavor]
-            demand = {
-                t: self.held_by[(t, flavor)] + self.pending_by[(t, flavor)] for t in quotas
-            }
+            demand = {t: self.held_by[(t, flavor)] + self.pending_by[(t, flavor)] for t in quotas}
             borrowing = {t for t in quotas if self.held_by[(t, flavor)] > quotas[t].guarantee}
             for t, q in quotas.items():
                 key = (t, flavor)
@@ -197,7 +195,9 @@ def team_table(runs: Sequence[JobRun], recorder: Recorder) -> list[dict[str, obj
     rows = []
     for team in sorted(by_team):
         team_runs = by_team[team]
-        delays = [r.first_start - r.job.submitted_at for r in team_runs if r.first_start is not None]
+        delays = [
+            r.first_start - r.job.submitted_at for r in team_runs if r.first_start is not None
+        ]
         entitled = recorder.entitled_gs.get(team, 0.0)
         rows.append(
             {

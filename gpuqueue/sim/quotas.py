@@ -111,7 +111,9 @@ def helios_quotas(
     shares = gpu_time_shares(jobs)
     for flavor in cluster.flavors:
         capacity = cluster.capacity(flavor)
-        ranked = sorted((t for (t, f) in shares if f == flavor), key=lambda t: (-shares[(t, flavor)], t))
+        ranked = sorted(
+            (t for (t, f) in shares if f == flavor), key=lambda t: (-shares[(t, flavor)], t)
+        )
         vc_share = {team: g / vc_total for team, (g, _) in zip(ranked, vcs, strict=False)}
         for team, guarantee in _floor_shares(vc_share, capacity).items():
             quotas[team][flavor] = Quota(guarantee=guarantee, limit=capacity)

@@ -167,7 +167,9 @@ class _Replay:
         last_report = wall_start
         inf = math.inf
         while True:
-            t_arrival = self.jobs[next_arrival].submitted_at if next_arrival < len(self.jobs) else inf
+            t_arrival = (
+                self.jobs[next_arrival].submitted_at if next_arrival < len(self.jobs) else inf
+            )
             t_event = min(t_arrival, self.events[0][0] if self.events else inf)
             t_cycle = next_cycle
             if (

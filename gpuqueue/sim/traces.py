@@ -163,7 +163,17 @@ def subsample(jobs: list[SimJob], fraction: float, seed: int) -> list[SimJob]:
     rng = random.Random(seed)
     kept = [j for j in jobs if rng.random() < fraction]
     return [
-        SimJob(i, j.team, j.submitted_at, j.duration, j.workers, j.gpus_per_worker, j.flavor,
-               j.priority, j.preemptible, j.user)
+        SimJob(
+            i,
+            j.team,
+            j.submitted_at,
+            j.duration,
+            j.workers,
+            j.gpus_per_worker,
+            j.flavor,
+            j.priority,
+            j.preemptible,
+            j.user,
+        )
         for i, j in enumerate(kept)
     ]

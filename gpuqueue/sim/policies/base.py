@@ -41,14 +41,14 @@ class SchedulingPolicy(ABC):
     def submitted(self, run: JobRun, now: float) -> None:
         """A job became pending: a new submission or a preempted job requeued."""
 
-    def placed(self, run: JobRun, now: float) -> None:
+    def placed(self, run: JobRun, now: float) -> None:  # noqa: B027 (optional hook)
         """Some of a job's workers got GPUs but the gang is not whole yet."""
 
     @abstractmethod
     def started(self, run: JobRun, now: float) -> None:
         """The whole gang holds GPUs and runs."""
 
-    def preempting(self, run: JobRun, now: float) -> None:
+    def preempting(self, run: JobRun, now: float) -> None:  # noqa: B027 (optional hook)
         """A running job was asked to checkpoint; it keeps its GPUs until it stops."""
 
     @abstractmethod

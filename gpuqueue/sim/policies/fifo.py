@@ -42,8 +42,9 @@ class StrictFifo(SchedulingPolicy):
         names = self.ledger.names
         for run in self.queue.values():
             job = run.job
-            nodes = binpack(free, self.ledger.by_flavor.get(job.flavor, ()), job.workers,
-                            job.gpus_per_worker)
+            nodes = binpack(
+                free, self.ledger.by_flavor.get(job.flavor, ()), job.workers, job.gpus_per_worker
+            )
             if nodes is None:
                 break
             for i, w in nodes:
@@ -101,8 +102,9 @@ class FifoBackfill(SchedulingPolicy):
             job = run.job
             if free_by_flavor.get(job.flavor, 0) < job.gpus:
                 continue
-            nodes = binpack(free, self.ledger.by_flavor.get(job.flavor, ()), job.workers,
-                            job.gpus_per_worker)
+            nodes = binpack(
+                free, self.ledger.by_flavor.get(job.flavor, ()), job.workers, job.gpus_per_worker
+            )
             if nodes is None:
                 continue  # drop the bucket: nothing of this shape fits any more this cycle
             for i, w in nodes:

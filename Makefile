@@ -1,0 +1,44 @@
+# Two commands on a fresh machine: `make run` and `make test` (see README).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: run test install install-dev browser lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Reinstall whenever pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	$(BIN)/python -m gpuqueue.launcher
+
+# Browser tests drive Debian's chromium; install it when missing (needs root or sudo).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || ./scripts/install-chromium.sh
+
+test: install-dev browser
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy gpuqueue/scheduler
+
+bench: install-dev
+	$(BIN)/python -m gpuqueue.scheduler.bench
+
+clean:
+	rm -rf $(VENV) data

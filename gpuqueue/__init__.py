@@ -1,0 +1,5 @@
+"""gpuqueue: GPU job queueing and admission in front of Kubernetes.
+
+Nothing is imported here, so that `gpuqueue.scheduler` and `gpuqueue.sim` stay free of Django and
+Celery; the Celery app is loaded by the app config (web) or by `celery -A gpuqueue.celery`.
+"""

@@ -1,0 +1,100 @@
+"""The small interface every cluster backend implements (simulated, Kubernetes).
+
+The admission cycle and the cluster sync speak only this interface. Every call is idempotent:
+launching a job twice, stopping a stopped job or signalling twice is harmless, so a crash between
+the database commit and the call is repaired by calling again.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    capacity: Mapping[str, int]  # allocatable GPUs by resource name
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: Sequence[Mapping[str, str]] = ()
+    ready: bool = True
+    cordoned: bool = False
+    used_externally: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """Everything a backend needs to start one attempt of an admitted job."""
+
+    job_id: int
+    attempt: int
+    team: str
+    namespace: str
+    name: str
+    image: str
+    command: Sequence[str]
+    env: Mapping[str, str]
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    workers: int
+    gpus_per_worker: int
+    resource_name: str
+    placement: Mapping[str, int]  # node -> workers
+    checkpoint_grace_seconds: int
+    max_runtime_seconds: int | None
+    checkpoint_location: str = ""  # where the previous attempt saved, for resuming
+
+
+class Phase(enum.StrEnum):
+    STARTING = "STARTING"  # created, not every worker runs yet
+    RUNNING = "RUNNING"  # the whole gang runs
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    LOST = "LOST"  # the gang broke (a node died, pods evicted): requeue
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadStatus:
+    job_id: int
+    attempt: int
+    phase: Phase
+    since: datetime | None = None  # when it entered this phase (STARTING: when created)
+    exit_code: int | None = None
+    message: str = ""
+    # Set when the workload acknowledged a checkpoint request (the simulated cluster does this
+    # itself; on Kubernetes the workload calls the API instead).
+    checkpoint_location: str | None = None
+
+
+class ClusterError(Exception):
+    """A backend call failed; `transient` says whether retrying may help."""
+
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class ClusterBackend(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    def list_nodes(self) -> list[NodeInfo]: ...
+
+    @abc.abstractmethod
+    def launch(self, spec: LaunchSpec) -> None:
+        """Start the job's gang on its planned nodes; already started is success."""
+
+    @abc.abstractmethod
+    def request_checkpoint(self, job_id: int, attempt: int, deadline: datetime) -> None:
+        """Ask the running workload to save its state before `deadline`."""
+
+    @abc.abstractmethod
+    def stop(self, job_id: int, attempt: int) -> None:
+        """Stop and remove the workload; already gone is success."""
+
+    @abc.abstractmethod
+    def observe(self) -> list[WorkloadStatus]:
+        """The status of every gpuqueue workload that exists on the cluster."""

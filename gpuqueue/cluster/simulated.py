@@ -1,0 +1,188 @@
+"""A virtual cluster for the embedded mode, demos and end-to-end tests.
+
+Nodes come from a YAML file (re-read when it changes, so a test or a demo can take a node down by
+editing it). A launched job runs in real time for the seconds in its annotation
+`gpuqueue.dev/sim-duration-seconds` (default 60, never past its max runtime), then succeeds, or
+fails with the exit code in `gpuqueue.dev/sim-exit-code`. A checkpoint request is acknowledged
+after GPUQUEUE_SIM_CHECKPOINT_SECONDS with a location that records the progress made, and a
+resumed attempt only runs what was left.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import yaml
+from django.conf import settings
+from django.utils import timezone
+
+from gpuqueue.cluster.base import (
+    ClusterBackend,
+    LaunchSpec,
+    NodeInfo,
+    Phase,
+    WorkloadStatus,
+)
+
+DURATION_ANNOTATION = "gpuqueue.dev/sim-duration-seconds"
+EXIT_CODE_ANNOTATION = "gpuqueue.dev/sim-exit-code"
+DEFAULT_DURATION_SECONDS = 60.0
+
+
+def load_cluster_file(path: Path) -> list[NodeInfo]:
+    """Parse the cluster YAML: entries with `name` (may hold `{i}`), `count`, `labels`,
+    `capacity` and optional `ready` / `cordoned`."""
+    data = yaml.safe_load(path.read_text()) or {}
+    nodes: list[NodeInfo] = []
+    for entry in data.get("nodes", []):
+        count = int(entry.get("count", 1))
+        for i in range(count):
+            name = str(entry["name"]).format(i=i)
+            nodes.append(
+                NodeInfo(
+                    name=name,
+                    capacity={str(k): int(v) for k, v in (entry.get("capacity") or {}).items()},
+                    labels={str(k): str(v) for k, v in (entry.get("labels") or {}).items()},
+                    ready=bool(entry.get("ready", True)),
+                    cordoned=bool(entry.get("cordoned", False)),
+                )
+            )
+    return nodes
+
+
+def _progress_of(location: str) -> float:
+    """The seconds of work a simulated checkpoint location records (0 when none)."""
+    if not location:
+        return 0.0
+    values = parse_qs(urlparse(location).query).get("progress", ["0"])
+    try:
+        return float(values[0])
+    except ValueError:
+        return 0.0
+
+
+class SimulatedBackend(ClusterBackend):
+    name = "simulated"
+
+    def __init__(
+        self,
+        cluster_file: Path,
+        *,
+        startup_seconds: float = 1.0,
+        checkpoint_seconds: float = 2.0,
+        clock: Callable[[], datetime] = timezone.now,
+    ) -> None:
+        self.cluster_file = cluster_file
+        self.startup = timedelta(seconds=startup_seconds)
+        self.checkpoint_delay = timedelta(seconds=checkpoint_seconds)
+        self.clock = clock
+        self._nodes_cache: tuple[float, list[NodeInfo]] | None = None
+
+    @classmethod
+    def from_settings(cls) -> SimulatedBackend:
+        return cls(
+            Path(settings.GPUQUEUE_SIM_CLUSTER),
+            startup_seconds=settings.GPUQUEUE_SIM_STARTUP_SECONDS,
+            checkpoint_seconds=settings.GPUQUEUE_SIM_CHECKPOINT_SECONDS,
+        )
+
+    def list_nodes(self) -> list[NodeInfo]:
+        mtime = self.cluster_file.stat().st_mtime
+        if self._nodes_cache is None or self._nodes_cache[0] != mtime:
+            self._nodes_cache = (mtime, load_cluster_file(self.cluster_file))
+        return list(self._nodes_cache[1])
+
+    def launch(self, spec: LaunchSpec) -> None:
+        from gpuqueue.models import SimulatedWorkload
+
+        now = self.clock()
+        duration = _annotation_float(spec.annotations, DURATION_ANNOTATION, DEFAULT_DURATION_SECONDS)
+        # A resumed attempt only runs the work its checkpoint did not cover.
+        remaining = max(0.0, duration - _progress_of(spec.checkpoint_location))
+        exit_code = int(_annotation_float(spec.annotations, EXIT_CODE_ANNOTATION, 0))
+        if spec.max_runtime_seconds is not None and remaining > spec.max_runtime_seconds:
+            remaining = float(spec.max_runtime_seconds)
+            exit_code = exit_code or 124  # killed at its deadline, like activeDeadlineSeconds
+        ready_at = now + self.startup
+        SimulatedWorkload.objects.get_or_create(
+            job_id=spec.job_id,
+            attempt=spec.attempt,
+            defaults={
+                "placement": dict(spec.placement),
+                "created_at": now,
+                "ready_at": ready_at,
+                "ends_at": ready_at + timedelta(seconds=remaining),
+                "exit_code": exit_code,
+                "env": {"prior_progress": duration - remaining, **dict(spec.env)},
+            },
+        )
+
+    def request_checkpoint(self, job_id: int, attempt: int, deadline: datetime) -> None:
+        from gpuqueue.models import SimulatedWorkload
+
+        SimulatedWorkload.objects.filter(
+            job_id=job_id, attempt=attempt, checkpoint_requested_at__isnull=True
+        ).update(checkpoint_requested_at=self.clock(), checkpoint_deadline=deadline)
+
+    def stop(self, job_id: int, attempt: int) -> None:
+        from gpuqueue.models import SimulatedWorkload
+
+        SimulatedWorkload.objects.filter(job_id=job_id, attempt=attempt).delete()
+
+    def observe(self) -> list[WorkloadStatus]:
+        from gpuqueue.models import SimulatedWorkload
+
+        now = self.clock()
+        down = {node.name for node in self.list_nodes() if not node.ready}
+        statuses = []
+        for workload in SimulatedWorkload.objects.order_by("job_id", "attempt"):
+            statuses.append(self._status(workload, now, down))
+        return statuses
+
+    def _status(self, workload: Any, now: datetime, down: set[str]) -> WorkloadStatus:
+        location = None
+        if workload.checkpoint_requested_at is not None:
+            if workload.checkpoint_location:
+                location = workload.checkpoint_location
+            elif now >= workload.checkpoint_requested_at + self.checkpoint_delay:
+                progress = workload.env.get("prior_progress", 0) + max(
+                    0.0, (workload.checkpoint_requested_at - workload.ready_at).total_seconds()
+                )
+                location = (
+                    f"sim://checkpoints/job-{workload.job_id}/attempt-{workload.attempt}"
+                    f"?progress={progress:.0f}"
+                )
+                type(workload).objects.filter(pk=workload.pk).update(checkpoint_location=location)
+        lost = sorted(set(workload.placement) & down)
+        if lost:
+            return WorkloadStatus(
+                workload.job_id, workload.attempt, Phase.LOST, now,
+                message=f"node {', '.join(lost)} is not ready", checkpoint_location=location,
+            )
+        if now < workload.ready_at:
+            phase, since = Phase.STARTING, workload.created_at
+        elif now < workload.ends_at:
+            phase, since = Phase.RUNNING, workload.ready_at
+        elif workload.exit_code == 0:
+            phase, since = Phase.SUCCEEDED, workload.ends_at
+        else:
+            phase, since = Phase.FAILED, workload.ends_at
+        message = f"exit code {workload.exit_code}" if phase is Phase.FAILED else ""
+        return WorkloadStatus(
+            workload.job_id, workload.attempt, phase, since,
+            exit_code=workload.exit_code if phase in (Phase.SUCCEEDED, Phase.FAILED) else None,
+            message=message, checkpoint_location=location,
+        )
+
+
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+
+
+def _annotation_float(annotations: Any, key: str, default: float) -> float:
+    value = str(annotations.get(key, "")).strip()
+    return float(value) if _NUMBER.match(value) else default

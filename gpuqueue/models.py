@@ -1,0 +1,252 @@
+"""Flavors, quotas, nodes, jobs and their events: the state the admission cycle works on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from gpuqueue.states import ACTIVE, FINAL, HOLDING, JobState
+from teams.models import Team
+
+
+class Flavor(models.Model):
+    """A kind of schedulable GPU: a Kubernetes resource name plus a node label selector."""
+
+    name = models.SlugField(max_length=63, unique=True)
+    resource_name = models.CharField(
+        max_length=253, help_text="e.g. nvidia.com/gpu or nvidia.com/mig-1g.10gb"
+    )
+    node_selector = models.JSONField(
+        default=dict, blank=True, help_text='labels a node must carry, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}'
+    )
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.node_selector.items())
+
+
+class Quota(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="quotas")
+    guarantee = models.PositiveIntegerField(default=0, help_text="GPUs the team always gets")
+    limit = models.PositiveIntegerField(default=0, help_text="GPUs the team never exceeds")
+    weight = models.FloatField(default=1.0, help_text="share of idle capacity above guarantees")
+
+    class Meta:
+        ordering = ["team__slug", "flavor__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "flavor"], name="one_quota_per_team_flavor"),
+            models.CheckConstraint(condition=Q(guarantee__gte=0), name="quota_guarantee_nonneg"),
+            models.CheckConstraint(
+                condition=Q(limit__gte=F("guarantee")), name="quota_guarantee_within_limit"
+            ),
+            models.CheckConstraint(condition=Q(weight__gte=0), name="quota_weight_nonneg"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team}/{self.flavor}: {self.guarantee}..{self.limit} w{self.weight:g}"
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=253, unique=True)
+    # Allocatable GPUs by Kubernetes resource name: {"nvidia.com/gpu": 8}.
+    capacity = models.JSONField(default=dict)
+    # GPUs held by pods gpuqueue did not create, by resource name.
+    used_externally = models.JSONField(default=dict, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    ready = models.BooleanField(default=True)
+    cordoned = models.BooleanField(default=False, help_text="unschedulable in Kubernetes")
+    drained = models.BooleanField(default=False, help_text="closed to new work by a gpuqueue admin")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def schedulable(self) -> bool:
+        return self.ready and not self.cordoned and not self.drained
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def visible_to(self, user: Any) -> JobQuerySet:
+        """The one read filter for jobs: site admins see all, others their teams' jobs."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_superuser:
+            return self.all()
+        return self.filter(team__memberships__user=user)
+
+    def active(self) -> JobQuerySet:
+        return self.filter(state__in=ACTIVE)
+
+    def holding(self) -> JobQuerySet:
+        return self.filter(state__in=HOLDING)
+
+
+class Job(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=63)
+    image = models.CharField(max_length=512)
+    command = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    annotations = models.JSONField(default=dict, blank=True)
+    workers = models.PositiveIntegerField(default=1)
+    gpus_per_worker = models.PositiveIntegerField(default=1)
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
+    priority = models.IntegerField(default=0)
+    preemptible = models.BooleanField(default=True)
+    checkpoint_grace_seconds = models.PositiveIntegerField(default=120)
+    max_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
+    expected_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    submitted_at = models.DateTimeField(auto_now_add=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # {node name: workers on it}, set at admission and kept for history.
+    placement = models.JSONField(default=dict, blank=True)
+    # The engine's reason as data: {"code": "no_capacity", "numbers": {...}, "job_ids": [...]}.
+    pending_reason = models.JSONField(null=True, blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    cluster_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0, help_text="launches so far")
+    exit_code = models.IntegerField(null=True, blank=True)
+    message = models.TextField(blank=True, help_text="why it failed or was requeued")
+
+    # Preemption with a checkpoint signal.
+    checkpoint_requested_at = models.DateTimeField(null=True, blank=True)
+    checkpoint_deadline = models.DateTimeField(null=True, blank=True)
+    checkpoint_location = models.CharField(max_length=1024, blank=True)
+    checkpoint_acked_at = models.DateTimeField(null=True, blank=True)
+    checkpoint_token_hash = models.CharField(max_length=64, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(workers__gte=1), name="job_workers_positive"),
+            models.CheckConstraint(
+                condition=Q(gpus_per_worker__gte=1), name="job_gpus_per_worker_positive"
+            ),
+            models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in FINAL]) | Q(finished_at__isnull=True),
+                name="job_finished_only_when_final",
+            ),
+            # A retried submission with the same key from the same user is the same job.
+            models.UniqueConstraint(
+                fields=["user", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="job_idempotency_key_per_user",
+            ),
+        ]
+        indexes = [
+            # The admission cycle's snapshot: WHERE state IN (PENDING, ADMITTED, RUNNING,
+            # PREEMPTING); a partial index stays small however many finished jobs pile up.
+            models.Index(
+                fields=["state", "flavor"],
+                condition=Q(state__in=[s.value for s in ACTIVE]),
+                name="job_active_by_state",
+            ),
+            # The dashboard's team job list: WHERE team_id IN (...) ORDER BY submitted_at DESC.
+            models.Index(fields=["team", "-submitted_at"], name="job_team_recent"),
+            # "My jobs": WHERE user_id = ? ORDER BY submitted_at DESC.
+            models.Index(fields=["user", "-submitted_at"], name="job_user_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name} ({self.state})"
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL
+
+
+class JobEvent(models.Model):
+    """One state transition of a job: the job's timeline and the audit trail of the queue."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True)
+    from_state = models.CharField(max_length=16, choices=JobState.choices, blank=True)
+    to_state = models.CharField(max_length=16, choices=JobState.choices)
+    reason = models.TextField(blank=True)
+    actor = models.CharField(max_length=150, help_text="user:<name>, cycle or cluster")
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [
+            # A job's timeline: WHERE job_id = ? ORDER BY at.
+            models.Index(fields=["job", "at"], name="jobevent_job_timeline"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.from_state or '∅'} → {self.to_state}"
+
+
+class UtilizationSample(models.Model):
+    """GPUs allocated against capacity, per flavor (team NULL = whole cluster), every minute."""
+
+    at = models.DateTimeField()
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="samples")
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.CASCADE, related_name="samples"
+    )
+    capacity = models.PositiveIntegerField()
+    allocated = models.PositiveIntegerField()
+    pending = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["at"]
+        indexes = [
+            # Utilization history charts: WHERE flavor_id = ? AND at >= ? ORDER BY at.
+            models.Index(fields=["flavor", "team", "at"], name="sample_flavor_team_time"),
+        ]
+
+
+class SimulatedWorkload(models.Model):
+    """A job running on the simulated cluster: the embedded mode's stand-in for a Kubernetes Job.
+
+    It lives in the database so that the simulated cluster, like a real one, outlives restarts of
+    gpuqueue's processes.
+    """
+
+    job_id = models.BigIntegerField()
+    attempt = models.PositiveIntegerField()
+    placement = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+    ready_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    exit_code = models.IntegerField(default=0)
+    checkpoint_requested_at = models.DateTimeField(null=True, blank=True)
+    checkpoint_deadline = models.DateTimeField(null=True, blank=True)
+    checkpoint_location = models.CharField(max_length=1024, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job_id", "attempt"], name="one_workload_per_attempt"),
+        ]

@@ -1,0 +1,138 @@
+"""Fair share per team and flavor, computed once per cycle by water-filling.
+
+Each team first gets min(guarantee, demand); what is left of the flavor goes to teams with unmet
+demand in proportion to their weights, each capped by min(limit, demand). With departments the
+same filling runs twice: among departments (and teams without one) over the flavor's capacity,
+then among the teams of each department over the department's share.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpuqueue.scheduler.model import Quota, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One party to a filling: who, its guarantee, the most it can take, its weight."""
+
+    id: str
+    guarantee: int
+    cap: int
+    weight: float
+
+
+def water_fill(total: int, claims: list[Claim]) -> dict[str, int]:
+    """Integer shares that sum to at most `total`, deterministic for equal inputs.
+
+    1. Guarantees (bounded by cap) first; if they alone exceed `total`, scale them down.
+    2. The rest by weight, fixing every party that reaches its cap, until none does.
+    3. Round down, then hand out the leftover GPUs by largest fraction (then id).
+    """
+    total = max(total, 0)
+    base = {c.id: max(min(c.guarantee, c.cap), 0) for c in claims}
+    if sum(base.values()) >= total:
+        return _round({k: v * total / max(sum(base.values()), 1) for k, v in base.items()},
+                      total, {c.id: base[c.id] for c in claims})
+    share: dict[str, float] = {k: float(v) for k, v in base.items()}
+    remaining = float(total - sum(base.values()))
+    active = [c for c in claims if c.cap > base[c.id] and c.weight > 0]
+    while active and remaining > 1e-9:
+        weights = sum(c.weight for c in active)
+        per_weight = remaining / weights
+        saturated = [c for c in active if share[c.id] + c.weight * per_weight >= c.cap]
+        if not saturated:
+            for c in active:
+                share[c.id] += c.weight * per_weight
+            remaining = 0.0
+            break
+        for c in saturated:
+            remaining -= c.cap - share[c.id]
+            share[c.id] = float(c.cap)
+        active = [c for c in active if share[c.id] < c.cap]
+    caps = {c.id: c.cap for c in claims}
+    return _round(share, min(total, sum(max(c.cap, 0) for c in claims)), caps)
+
+
+def _round(share: Mapping[str, float], total: int, caps: Mapping[str, int]) -> dict[str, int]:
+    result = {k: min(math.floor(v + 1e-9), caps[k]) for k, v in share.items()}
+    leftover = total - sum(result.values())
+    order = sorted(share, key=lambda k: (-(share[k] - math.floor(share[k] + 1e-9)), k))
+    for k in order:
+        if leftover <= 0:
+            break
+        if result[k] < caps[k] and share[k] - result[k] > 1e-9:
+            result[k] += 1
+            leftover -= 1
+    return result
+
+
+def capacity_by_flavor(snapshot: Snapshot) -> dict[str, int]:
+    """GPUs of each flavor on schedulable nodes, less what others use there."""
+    capacity: dict[str, int] = {}
+    for node in snapshot.nodes:
+        if node.schedulable:
+            for flavor, gpus in node.capacity.items():
+                free = max(gpus - node.used_externally.get(flavor, 0), 0)
+                capacity[flavor] = capacity.get(flavor, 0) + free
+    return capacity
+
+
+def demand_by_team(snapshot: Snapshot) -> dict[tuple[str, str], int]:
+    """GPUs each team holds or asks for, per flavor (preempting jobs will ask again)."""
+    demand: dict[tuple[str, str], int] = {}
+    for r in snapshot.running:
+        demand[(r.team, r.flavor)] = demand.get((r.team, r.flavor), 0) + r.gpus
+    for p in snapshot.pending:
+        demand[(p.team, p.flavor)] = demand.get((p.team, p.flavor), 0) + p.gpus
+    return demand
+
+
+def fair_shares(snapshot: Snapshot) -> dict[tuple[str, str], int]:
+    """Fair share per (team or department, flavor); only parties with a quota appear."""
+    teams = {t.id: t for t in snapshot.teams}
+    departments = {t.parent for t in snapshot.teams if t.parent in teams}
+    members: dict[str, list[str]] = {}
+    for t in sorted(teams.values(), key=lambda t: t.id):
+        if t.parent in teams:
+            members.setdefault(t.parent, []).append(t.id)
+    top = sorted(t.id for t in teams.values() if t.parent not in teams)
+    demand = demand_by_team(snapshot)
+    result: dict[tuple[str, str], int] = {}
+    for flavor, capacity in sorted(capacity_by_flavor(snapshot).items()):
+
+        def claim(team_id: str, wants: int, quota: Quota) -> Claim:
+            return Claim(team_id, quota.guarantee, min(quota.limit, wants), quota.weight)
+
+        def wants(team_id: str) -> int:
+            own = demand.get((team_id, flavor), 0)
+            if team_id in departments:
+                own += sum(demand.get((m, flavor), 0) for m in members[team_id])
+            return own
+
+        claims = [
+            claim(tid, wants(tid), teams[tid].quotas[flavor])
+            for tid in top
+            if flavor in teams[tid].quotas
+        ]
+        for tid, share in water_fill(capacity, claims).items():
+            result[(tid, flavor)] = share
+        for dept in sorted(departments):
+            if (dept, flavor) not in result:
+                continue
+            inner = [
+                claim(m, demand.get((m, flavor), 0), teams[m].quotas[flavor])
+                for m in members[dept]
+                if flavor in teams[m].quotas
+            ]
+            own = demand.get((dept, flavor), 0)
+            if own:
+                # A department's own jobs share its quota as one more member with no guarantee.
+                inner.append(Claim(dept + "/", 0, own, 1.0))
+            for tid, share in water_fill(result[(dept, flavor)], inner).items():
+                if tid != dept + "/":
+                    result[(tid, flavor)] = share
+    return result

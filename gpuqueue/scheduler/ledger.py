@@ -1,0 +1,266 @@
+"""The tentative ledger: who holds which GPUs, with checkpoint and rollback.
+
+Every decision of a cycle (admit, preempt, reserve) is written here first. A what-if (does this
+gang fit if these jobs leave?) takes a checkpoint, changes the ledger, and rolls back if the answer
+is no, so that a gang is placed whole or not at all and a failed victim search leaves no trace
+(the idea of KAI's `Statement`).
+
+Per flavor the ledger keeps, for each schedulable node:
+- `free`: GPUs nobody holds and no reservation holds, indexed by count in `buckets` so that
+  placement finds "the fullest node with at least k free" without scanning every node;
+- `incoming`: GPUs of jobs being preempted that nobody has claimed yet (capacity on its way back);
+- `held`: GPUs a reservation keeps for a starving job (only backfill may use them).
+
+Per group (a team, or a department) and flavor it keeps `used` (GPUs held or promised),
+`leaving` (the part of `used` that is being preempted) and `nonpreemptible` usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from gpuqueue.scheduler.model import Node, Placement, RunningJob
+
+Undo = Callable[[], None]
+
+
+class FlavorLedger:
+    """The GPUs of one flavor, node by node."""
+
+    __slots__ = ("buckets", "free", "held", "incoming", "max_node", "name", "total_free")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.free: dict[str, int] = {}
+        # free count -> nodes with exactly that many free GPUs; dicts keep a deterministic order.
+        self.buckets: dict[int, dict[str, None]] = {}
+        self.incoming: dict[str, int] = {}
+        self.held: dict[str, int] = {}
+        self.total_free = 0
+        self.max_node = 0  # the largest capacity of one schedulable node
+
+    def move(self, node: str, new: int) -> None:
+        """Set a node's free GPUs, keeping buckets and totals in step (no undo record)."""
+        old = self.free[node]
+        if old == new:
+            return
+        bucket = self.buckets[old]
+        del bucket[node]
+        if not bucket:
+            del self.buckets[old]
+        self.buckets.setdefault(new, {})[node] = None
+        self.free[node] = new
+        self.total_free += max(new, 0) - max(old, 0)
+
+    def workers_fit(self, gpus_per_worker: int, extra: Mapping[str, int] | None = None) -> int:
+        """How many workers of this size fit now on free GPUs (plus `extra` per node)."""
+        fit = 0
+        for count, nodes in self.buckets.items():
+            if count >= gpus_per_worker:
+                fit += (count // gpus_per_worker) * len(nodes)
+        if extra:
+            for node, more in extra.items():
+                base = max(self.free.get(node, 0), 0)
+                fit += (base + more) // gpus_per_worker - base // gpus_per_worker
+        return fit
+
+    def nodes_from(self, minimum: int, descending: bool = False) -> Iterator[tuple[str, int]]:
+        """Nodes with at least `minimum` free GPUs, fullest first (or emptiest first)."""
+        for count in sorted(self.buckets, reverse=descending):
+            if count >= minimum:
+                for node in self.buckets[count]:
+                    yield node, count
+
+
+class Ledger:
+    """All flavors, all groups, with an undo log for checkpoints."""
+
+    def __init__(self, nodes: tuple[Node, ...], chains: Mapping[str, tuple[str, ...]]) -> None:
+        # chains: team -> (team, its department) or (team,): usage is counted at every level.
+        self.chains = chains
+        self.flavors: dict[str, FlavorLedger] = {}
+        self.used: dict[tuple[str, str], int] = {}
+        self.leaving: dict[tuple[str, str], int] = {}
+        self.nonpreemptible: dict[tuple[str, str], int] = {}
+        self.user_used: dict[tuple[str, str, str], int] = {}
+        self.victims: set[int] = set()
+        # Who sits on the incoming GPUs of a node (job ids), to name them in reasons.
+        self.incoming_jobs: dict[tuple[str, str], list[int]] = {}
+        self._undo: list[Undo] = []
+        self._depth = 0
+        for node in sorted(nodes, key=lambda n: n.name):
+            if not node.schedulable:
+                continue
+            for flavor in sorted(node.capacity):
+                fl = self.flavors.get(flavor)
+                if fl is None:
+                    fl = self.flavors[flavor] = FlavorLedger(flavor)
+                free = node.capacity[flavor] - node.used_externally.get(flavor, 0)
+                fl.free[node.name] = free
+                fl.buckets.setdefault(free, {})[node.name] = None
+                fl.total_free += max(free, 0)
+                fl.max_node = max(fl.max_node, free)
+
+    # --- checkpoints -------------------------------------------------------------------------
+
+    def checkpoint(self) -> int:
+        self._depth += 1
+        return len(self._undo)
+
+    def rollback(self, mark: int) -> None:
+        undo = self._undo
+        while len(undo) > mark:
+            undo.pop()()
+        self._depth -= 1
+
+    def commit(self, mark: int) -> None:
+        del mark  # the changes stay; only the nesting ends
+        self._depth -= 1
+        if self._depth == 0:
+            self._undo.clear()
+
+    def _add(self, table: dict[tuple[str, str], int], key: tuple[str, str], delta: int) -> None:
+        old = table.get(key, 0)
+        table[key] = old + delta
+        if self._depth:
+            self._undo.append(lambda: table.__setitem__(key, old))
+
+    def _set_free(self, fl: FlavorLedger, node: str, new: int) -> None:
+        old = fl.free[node]
+        fl.move(node, new)
+        if self._depth:
+            self._undo.append(lambda: fl.move(node, old))
+
+    def _set_map(self, table: dict[str, int], node: str, new: int) -> None:
+        old = table.get(node, 0)
+        if new:
+            table[node] = new
+        else:
+            table.pop(node, None)
+        if self._depth:
+            self._undo.append(lambda: self._restore_map(table, node, old))
+
+    @staticmethod
+    def _restore_map(table: dict[str, int], node: str, old: int) -> None:
+        if old:
+            table[node] = old
+        else:
+            table.pop(node, None)
+
+    # --- queries -----------------------------------------------------------------------------
+
+    def in_use(self, group: str, flavor: str) -> int:
+        """GPUs a group is entitled to count as its own: held or promised, minus those leaving."""
+        key = (group, flavor)
+        return self.used.get(key, 0) - self.leaving.get(key, 0)
+
+    def flavor(self, name: str) -> FlavorLedger:
+        fl = self.flavors.get(name)
+        if fl is None:
+            fl = self.flavors[name] = FlavorLedger(name)
+        return fl
+
+    # --- changes -----------------------------------------------------------------------------
+
+    def _count(self, team: str, user: str, flavor: str, gpus: int, preemptible: bool) -> None:
+        for group in self.chains.get(team, (team,)):
+            self._add(self.used, (group, flavor), gpus)
+            if not preemptible:
+                self._add(self.nonpreemptible, (group, flavor), gpus)
+        key = (team, user, flavor)
+        old = self.user_used.get(key, 0)
+        self.user_used[key] = old + gpus
+        if self._depth:
+            self._undo.append(lambda: self.user_used.__setitem__(key, old))
+
+    def hold_running(self, job: RunningJob) -> None:
+        """Count a running job from the snapshot (setup only, never rolled back)."""
+        self._count(job.team, job.user, job.flavor, job.gpus, job.preemptible)
+        fl = self.flavors.get(job.flavor)
+        leaving = job.preempting_since is not None
+        if leaving:
+            for group in self.chains.get(job.team, (job.team,)):
+                self._add(self.leaving, (group, job.flavor), job.gpus)
+        if fl is None:
+            return
+        for node, workers in job.placement:
+            if node not in fl.free:
+                continue  # an unschedulable node: its GPUs never come back to the pool
+            gpus = workers * job.gpus_per_worker
+            if leaving:
+                fl.incoming[node] = fl.incoming.get(node, 0) + gpus
+                self.incoming_jobs.setdefault((job.flavor, node), []).append(job.id)
+            else:
+                fl.move(node, fl.free[node] - gpus)
+
+    def admit(
+        self,
+        team: str,
+        user: str,
+        flavor: str,
+        gpus_per_worker: int,
+        preemptible: bool,
+        placement: Placement,
+        use_incoming: bool = False,
+        use_held: Mapping[str, int] | None = None,
+    ) -> None:
+        """Take GPUs for a gang: from incoming first (if allowed), then held (backfill), then free.
+
+        A job that takes incoming GPUs is promised them: it waits for the preemptions to finish.
+        """
+        fl = self.flavors[flavor]
+        total = 0
+        for node, workers in placement:
+            need = workers * gpus_per_worker
+            total += need
+            if use_incoming:
+                take = min(need, fl.incoming.get(node, 0))
+                if take:
+                    self._set_map(fl.incoming, node, fl.incoming[node] - take)
+                    need -= take
+            if use_held and need:
+                take = min(need, use_held.get(node, 0), fl.held.get(node, 0))
+                if take:
+                    self._set_map(fl.held, node, fl.held[node] - take)
+                    need -= take
+            if need:
+                self._set_free(fl, node, fl.free[node] - need)
+        self._count(team, user, flavor, total, preemptible)
+
+    def release(self, job: RunningJob) -> None:
+        """Mark a running job as a victim: its GPUs become incoming, its team's share leaves."""
+        self.victims.add(job.id)
+        if self._depth:
+            self._undo.append(lambda: self.victims.discard(job.id))
+        for group in self.chains.get(job.team, (job.team,)):
+            self._add(self.leaving, (group, job.flavor), job.gpus)
+        fl = self.flavors.get(job.flavor)
+        if fl is None:
+            return
+        for node, workers in job.placement:
+            if node in fl.free:
+                gpus = workers * job.gpus_per_worker
+                self._set_map(fl.incoming, node, fl.incoming.get(node, 0) + gpus)
+
+    def unrelease(self, job: RunningJob) -> None:
+        """Undo `release` for one job in the middle of a what-if (used to drop needless victims)."""
+        self.victims.discard(job.id)
+        if self._depth:
+            self._undo.append(lambda: self.victims.add(job.id))
+        for group in self.chains.get(job.team, (job.team,)):
+            self._add(self.leaving, (group, job.flavor), -job.gpus)
+        fl = self.flavors.get(job.flavor)
+        if fl is None:
+            return
+        for node, workers in job.placement:
+            if node in fl.free:
+                gpus = workers * job.gpus_per_worker
+                self._set_map(fl.incoming, node, fl.incoming.get(node, 0) - gpus)
+
+    def hold(self, flavor: str, node: str, gpus: int) -> None:
+        """Keep free GPUs of a node for a reservation."""
+        fl = self.flavors[flavor]
+        gpus = min(gpus, max(fl.free[node], 0))
+        if gpus:
+            self._set_free(fl, node, fl.free[node] - gpus)
+            self._set_map(fl.held, node, fl.held.get(node, 0) + gpus)

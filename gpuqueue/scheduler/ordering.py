@@ -1,0 +1,128 @@
+"""The order in which pending jobs are considered in a cycle.
+
+The order is dynamic: admitting a job raises its team's usage and its user's usage, which moves
+the team back in line. Each rule is a key function below, numbered in the order it applies.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterator, Mapping
+
+from gpuqueue.scheduler.ledger import Ledger
+from gpuqueue.scheduler.model import PendingJob, Snapshot
+
+TeamKey = tuple[float, float, int, str, str]
+JobKey = tuple[int, int, float, int]
+
+
+# Rule 1. A job that has waited past the starvation threshold goes before everything else,
+# oldest first: without this a big gang can wait forever behind small jobs that always fit.
+def starving_key(job: PendingJob) -> tuple[float, int]:
+    return (job.submitted_at, job.id)
+
+
+# Rule 2. Between teams, the team furthest below its fair share goes next (GPUs in use divided by
+# fair share; a team with no fair share goes last), then the larger weight, then fewer GPUs in
+# use (which only separates teams with no fair share), then the team id.
+def team_key(in_use: int, fair_share: int, weight: float, team: str, flavor: str) -> TeamKey:
+    ratio = in_use / fair_share if fair_share > 0 else math.inf
+    return (ratio, -weight, in_use, team, flavor)
+
+
+# Rule 3. Inside a team, higher priority first.
+# Rule 4. Then the user with the fewest GPUs of the flavor in use, so that one user cannot take
+#         the team's whole share by submitting first.
+# Rule 5. Then the earlier submission.
+# Rule 6. Then the smaller job id, so that the order is total.
+def job_key(job: PendingJob, user_in_use: int) -> JobKey:
+    return (-job.priority, user_in_use, job.submitted_at, job.id)
+
+
+class _Queue:
+    """The pending jobs of one team for one flavor: one sorted list per user."""
+
+    __slots__ = ("flavor", "heads", "jobs", "team", "version")
+
+    def __init__(self, team: str, flavor: str) -> None:
+        self.team = team
+        self.flavor = flavor
+        self.jobs: dict[str, list[PendingJob]] = {}  # user -> jobs, best last (popped cheaply)
+        self.heads: list[tuple[JobKey, str]] = []  # one entry per user with jobs left
+        self.version = 0
+
+
+class Order:
+    """Yields pending jobs one by one in the order of the rules above.
+
+    The caller processes each job (admitting it or not) before asking for the next one, so the
+    keys are read from the ledger at that moment. `touch` re-reads a team whose usage changed
+    behind the order's back (a victim team losing GPUs to a preemption).
+    """
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        ledger: Ledger,
+        fair_share: Mapping[tuple[str, str], int],
+        weights: Mapping[tuple[str, str], float],
+        starving_after: float,
+    ) -> None:
+        self._ledger = ledger
+        self._fair_share = fair_share
+        self._weights = weights
+        self._queues: dict[tuple[str, str], _Queue] = {}
+        self._heap: list[tuple[TeamKey, int, tuple[str, str]]] = []
+        self.starving: list[PendingJob] = []
+        for job in snapshot.pending:
+            if snapshot.now - job.submitted_at > starving_after:
+                self.starving.append(job)
+                continue
+            key = (job.team, job.flavor)
+            queue = self._queues.get(key)
+            if queue is None:
+                queue = self._queues[key] = _Queue(job.team, job.flavor)
+            queue.jobs.setdefault(job.user, []).append(job)
+        self.starving.sort(key=starving_key)
+        for key in sorted(self._queues):
+            queue = self._queues[key]
+            for user in sorted(queue.jobs):
+                jobs = queue.jobs[user]
+                jobs.sort(key=lambda j: job_key(j, 0), reverse=True)
+                used = ledger.user_used.get((queue.team, user, queue.flavor), 0)
+                queue.heads.append((job_key(jobs[-1], used), user))
+            heapq.heapify(queue.heads)
+            self.touch(*key)
+
+    def touch(self, team: str, flavor: str) -> None:
+        queue = self._queues.get((team, flavor))
+        if queue is None or not queue.heads:
+            return
+        queue.version += 1
+        key = team_key(
+            self._ledger.in_use(team, flavor),
+            self._fair_share.get((team, flavor), 0),
+            self._weights.get((team, flavor), 0.0),
+            team,
+            flavor,
+        )
+        heapq.heappush(self._heap, (key, queue.version, (team, flavor)))
+
+    def __iter__(self) -> Iterator[PendingJob]:
+        yield from self.starving
+        heap = self._heap
+        while heap:
+            _, version, qkey = heapq.heappop(heap)
+            queue = self._queues[qkey]
+            if version != queue.version or not queue.heads:
+                continue  # a stale entry: the queue was re-keyed since
+            _, user = heapq.heappop(queue.heads)
+            jobs = queue.jobs[user]
+            job = jobs.pop()
+            yield job
+            # The caller has now admitted the job or not; re-key its user and its team.
+            if jobs:
+                used = self._ledger.user_used.get((queue.team, user, queue.flavor), 0)
+                heapq.heappush(queue.heads, (job_key(jobs[-1], used), user))
+            self.touch(queue.team, queue.flavor)

@@ -1,0 +1,119 @@
+"""Placement: which nodes a whole gang goes to, bin-pack (the default) or spread.
+
+Placement reads the free-GPU buckets of a flavor, so that finding room costs a walk over a
+handful of distinct free counts instead of every node. `extra` adds GPUs on some nodes (incoming
+capacity of jobs being preempted, or GPUs a reservation holds that a backfill job may borrow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from gpuqueue.scheduler.ledger import FlavorLedger
+from gpuqueue.scheduler.model import Placement, PlacementStrategy
+
+
+def fit_gang(
+    fl: FlavorLedger,
+    workers: int,
+    gpus_per_worker: int,
+    strategy: PlacementStrategy,
+    extra: Mapping[str, int] | None = None,
+) -> Placement | None:
+    """Nodes for all `workers` at once, or None: a gang is never placed in part."""
+    if workers <= 0 or gpus_per_worker <= 0:
+        return None
+    if not extra and fl.total_free < workers * gpus_per_worker:
+        return None  # early exit: the flavor is too full for this gang whatever the layout
+    if strategy is PlacementStrategy.SPREAD:
+        return _spread(fl, workers, gpus_per_worker, extra or {})
+    return _binpack(fl, workers, gpus_per_worker, extra or {})
+
+
+def fit_on(
+    avail: Mapping[str, int], workers: int, gpus_per_worker: int, strategy: PlacementStrategy
+) -> Placement | None:
+    """The same placement over a plain node -> free GPUs mapping (used for reservations)."""
+    fl = FlavorLedger("")
+    for node in sorted(avail):
+        fl.free[node] = avail[node]
+        fl.buckets.setdefault(avail[node], {})[node] = None
+        fl.total_free += max(avail[node], 0)
+    return fit_gang(fl, workers, gpus_per_worker, strategy)
+
+
+def _by_count(fl: FlavorLedger, extra: Mapping[str, int], descending: bool) -> list[int]:
+    counts = set(fl.buckets)
+    counts.update(max(fl.free.get(n, 0), 0) + more for n, more in extra.items())
+    return sorted(counts, reverse=descending)
+
+
+def _nodes_with(fl: FlavorLedger, extra: Mapping[str, int], count: int) -> Iterator[str]:
+    """Nodes with exactly `count` GPUs available: plain bucket nodes, then boosted ones."""
+    for node in fl.buckets.get(count, ()):
+        if node not in extra:
+            yield node
+    for node in sorted(extra):
+        if max(fl.free.get(node, 0), 0) + extra[node] == count:
+            yield node
+
+
+def _binpack(
+    fl: FlavorLedger, workers: int, gpus_per_worker: int, extra: Mapping[str, int]
+) -> Placement | None:
+    """1. The fullest single node that holds the whole gang (no cross-node traffic, no waste).
+    2. Otherwise the fullest nodes that still hold a worker, filled in turn: small leftovers get
+       used and empty nodes stay empty for the next big gang.
+    """
+    need = workers * gpus_per_worker
+    counts = _by_count(fl, extra, descending=False)
+    for count in counts:
+        if count >= need:
+            for node in _nodes_with(fl, extra, count):
+                return ((node, workers),)
+    chosen: dict[str, int] = {}
+    left = workers
+    for count in counts:
+        per_node = count // gpus_per_worker
+        if per_node <= 0:
+            continue
+        for node in _nodes_with(fl, extra, count):
+            take = min(per_node, left)
+            chosen[node] = take
+            left -= take
+            if left == 0:
+                return tuple(sorted(chosen.items()))
+    return None
+
+
+def _spread(
+    fl: FlavorLedger, workers: int, gpus_per_worker: int, extra: Mapping[str, int]
+) -> Placement | None:
+    """1. Take the emptiest nodes until they can hold the gang.
+    2. Deal workers to them one at a time, round after round, so load is spread evenly.
+    """
+    room: list[tuple[str, int]] = []
+    capacity = 0
+    for count in _by_count(fl, extra, descending=True):
+        per_node = count // gpus_per_worker
+        if per_node <= 0:
+            break
+        for node in _nodes_with(fl, extra, count):
+            room.append((node, per_node))
+            capacity += per_node
+            if capacity >= workers:
+                break
+        if capacity >= workers:
+            break
+    if capacity < workers:
+        return None
+    chosen: dict[str, int] = {}
+    left = workers
+    while left:
+        for node, per_node in room:
+            if chosen.get(node, 0) < per_node:
+                chosen[node] = chosen.get(node, 0) + 1
+                left -= 1
+                if left == 0:
+                    break
+    return tuple(sorted(chosen.items()))

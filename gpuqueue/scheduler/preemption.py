@@ -1,0 +1,167 @@
+"""Victim search: which running jobs to preempt so that a whole gang fits.
+
+Two kinds of preemption, each switchable in the Policy:
+- priority: a job may preempt lower-priority preemptible jobs of its own team;
+- reclaim: a team that stays within its fair share after admitting the job may preempt preemptible
+  work of teams above their fair share, but only as far as each victim team (and department, when
+  the victim is in another department) stays at or above its own fair share. That last condition
+  is what prevents ping-pong: a victim never ends below its share, so it never has a claim to
+  reclaim the GPUs back.
+
+The search runs on the ledger: each candidate is released (its GPUs become incoming), the gang is
+tried on free plus incoming GPUs, and the whole attempt is rolled back if it does not fit.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator, Mapping
+from itertools import islice
+
+from gpuqueue.scheduler.ledger import Ledger
+from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob
+
+PRIORITY = "priority"
+RECLAIM = "reclaim"
+
+VictimKey = tuple[int, float, int]
+
+
+# Rule 1. Reclaim candidates (borrowed work of other teams) come before the team's own
+#         lower-priority work: borrowed capacity is the first thing meant to go back.
+# Rule 2. Among candidates, the lowest priority first.
+# Rule 3. Then the most recently started (least work lost).
+# Rule 4. Then the larger job id, so that the order is total.
+def victim_key(job: RunningJob) -> VictimKey:
+    return (job.priority, -job.started_at, -job.id)
+
+
+class VictimIndex:
+    """Preemptible running jobs per (team, flavor), sorted by `victim_key` once per cycle."""
+
+    def __init__(self, running: tuple[RunningJob, ...]) -> None:
+        self._raw: dict[tuple[str, str], list[RunningJob]] = {}
+        for job in running:
+            if job.preemptible and job.preempting_since is None:
+                self._raw.setdefault((job.team, job.flavor), []).append(job)
+        self._sorted: dict[tuple[str, str], list[RunningJob]] = {}
+        self.teams_by_flavor: dict[str, list[str]] = {}
+        for team, flavor in sorted(self._raw):
+            self.teams_by_flavor.setdefault(flavor, []).append(team)
+
+    def of(self, team: str, flavor: str) -> list[RunningJob]:
+        key = (team, flavor)
+        jobs = self._sorted.get(key)
+        if jobs is None:
+            jobs = self._sorted[key] = sorted(self._raw.get(key, ()), key=victim_key)
+        return jobs
+
+
+class VictimSearch:
+    """One cycle's victim searches, sharing the index, the ledger and the fair shares."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        index: VictimIndex,
+        fair_share: Mapping[tuple[str, str], int],
+        chains: Mapping[str, tuple[str, ...]],
+        policy: Policy,
+        now: float,
+    ) -> None:
+        self.ledger = ledger
+        self.index = index
+        self.fair_share = fair_share
+        self.chains = chains
+        self.policy = policy
+        self.now = now
+
+    def may_reclaim(self, job: PendingJob) -> bool:
+        """A team (and its department) must stay within its fair share after admitting `job`."""
+        return all(
+            self.ledger.in_use(group, job.flavor) + job.gpus
+            <= self.fair_share.get((group, job.flavor), 0)
+            for group in self.chains.get(job.team, (job.team,))
+        )
+
+    def _victim_ok(self, job: PendingJob, victim: RunningJob) -> bool:
+        """A victim team (and its department, if not the job's) stays at or above its share."""
+        mine = self.chains.get(job.team, (job.team,))
+        for group in self.chains.get(victim.team, (victim.team,)):
+            if group in mine:
+                continue  # inside a shared department only the teams' shares matter
+            share = self.fair_share.get((group, victim.flavor), 0)
+            if self.ledger.in_use(group, victim.flavor) - victim.gpus < share:
+                return False
+        return True
+
+    def _out_of_minimum_runtime(self, victim: RunningJob) -> bool:
+        until = victim.min_runtime_until
+        if until is None:
+            until = victim.started_at + self.policy.min_runtime_seconds
+        return self.now >= until
+
+    def _candidates(
+        self, job: PendingJob, reclaim: bool, priority: bool
+    ) -> Iterator[tuple[RunningJob, str]]:
+        if reclaim:
+            lists = []
+            for team in self.index.teams_by_flavor.get(job.flavor, ()):
+                if team == job.team:
+                    continue
+                share = self.fair_share.get((team, job.flavor), 0)
+                if self.ledger.in_use(team, job.flavor) > share:
+                    lists.append(self.index.of(team, job.flavor))
+            for victim in heapq.merge(*lists, key=victim_key):
+                yield victim, RECLAIM
+        if priority:
+            for victim in self.index.of(job.team, job.flavor):
+                if victim.priority >= job.priority:
+                    break  # sorted by priority: nothing further is lower
+                yield victim, PRIORITY
+
+    def find(
+        self,
+        job: PendingJob,
+        fits: Callable[[], bool],
+        reclaim: bool,
+        priority: bool,
+        budget: int,
+    ) -> list[tuple[RunningJob, str]] | None:
+        """Victims that let `job` fit, leaving them released in the ledger; or None, untouched.
+
+        1. Walk the candidates in rule order (bounded by policy.max_victim_candidates), skipping
+           jobs already chosen, inside their minimum runtime, or whose team cannot give them up.
+        2. Release each into the ledger until `fits()` says the gang fits.
+        3. Give back every victim that turns out not to be needed, most valuable first, so that
+           the fewest jobs are preempted.
+        4. Refuse (and roll back) when more victims than `budget` would be needed.
+        """
+        ledger = self.ledger
+        mark = ledger.checkpoint()
+        chosen: list[tuple[RunningJob, str]] = []
+        found = False
+        bound = self.policy.max_victim_candidates
+        for victim, kind in islice(self._candidates(job, reclaim, priority), bound):
+            if victim.id in ledger.victims or not self._out_of_minimum_runtime(victim):
+                continue
+            if kind == RECLAIM and not self._victim_ok(job, victim):
+                continue
+            ledger.release(victim)
+            chosen.append((victim, kind))
+            if len(chosen) > budget:
+                break
+            if fits():
+                found = True
+                break
+        if not found:
+            ledger.rollback(mark)
+            return None
+        for pair in reversed(chosen[:-1]):
+            ledger.unrelease(pair[0])
+            if fits():
+                chosen.remove(pair)
+            else:
+                ledger.release(pair[0])
+        ledger.commit(mark)
+        return chosen

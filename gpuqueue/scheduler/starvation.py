@@ -1,0 +1,138 @@
+"""The starvation guard: reservations for jobs that have waited too long, and backfill.
+
+A starving job that does not fit gets the nodes where it will fit soonest, found by replaying the
+expected ends of the running jobs of its flavor. The free GPUs of those nodes are held for it;
+only backfill jobs, whose max runtime ends before the reservation is expected to start, may use
+them. Reservations are recomputed every cycle (starving jobs are considered first), so a node
+drains for the starving job instead of being refilled by the stream of small jobs.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
+from gpuqueue.scheduler.model import (
+    Node,
+    PendingJob,
+    Policy,
+    Reservation,
+    RunningJob,
+)
+from gpuqueue.scheduler.placement import fit_on
+
+
+def expected_end(job: RunningJob, policy: Policy) -> float:
+    """When a running job should give its GPUs back; math.inf when nobody can tell."""
+    runtime = job.expected_runtime if job.expected_runtime is not None else job.max_runtime
+    end = job.started_at + runtime if runtime is not None else math.inf
+    if job.preempting_since is not None:
+        end = min(end, job.preempting_since + policy.preemption_grace_seconds)
+    return end
+
+
+class Reserver:
+    """Finds and holds reservations for one cycle."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        nodes: tuple[Node, ...],
+        running: tuple[RunningJob, ...],
+        policy: Policy,
+        now: float,
+    ) -> None:
+        self.ledger = ledger
+        self.policy = policy
+        self.now = now
+        self._nodes = nodes
+        self._running = running
+        self._events: dict[str, list[tuple[float, str, int]]] = {}
+        self.reservations: list[Reservation] = []
+        self.node_owner: dict[tuple[str, str], Reservation] = {}  # (flavor, node) -> reservation
+
+    def _release_events(self, fl: FlavorLedger) -> list[tuple[float, str, int]]:
+        """(time, node, GPUs) at which running jobs of the flavor are expected to end, sorted."""
+        events = self._events.get(fl.name)
+        if events is None:
+            events = []
+            for job in self._running:
+                if job.flavor != fl.name or job.preempting_since is not None:
+                    continue  # leaving jobs are counted through the incoming GPUs below
+                if job.id in self.ledger.victims:
+                    continue
+                end = expected_end(job, self.policy)
+                if end == math.inf:
+                    continue
+                for node, workers in job.placement:
+                    if node in fl.free:
+                        events.append((max(end, self.now), node, workers * job.gpus_per_worker))
+            events.sort()
+            self._events[fl.name] = events
+        return events
+
+    def reserve(self, job: PendingJob) -> Reservation | None:
+        """1. Start from the free GPUs of nodes no other reservation holds.
+        2. Add GPUs coming back from preempted jobs after the grace, then the expected ends of
+           running jobs in time order, until the whole gang fits: that time is the expected start.
+        3. If it never fits on known ends, fall back to whole capacity with an unknown start.
+        4. Place the gang there and hold the free GPUs of the chosen nodes.
+        """
+        if len(self.reservations) >= self.policy.max_reservations:
+            return None
+        ledger = self.ledger
+        fl = ledger.flavors.get(job.flavor)
+        if fl is None:
+            return None
+        g = job.gpus_per_worker
+        owned = self.node_owner
+        avail = {n: max(f, 0) for n, f in fl.free.items() if (fl.name, n) not in owned}
+        fit = sum(v // g for v in avail.values())
+        start = self.now
+        events = self._release_events(fl)
+        if fl.incoming:
+            back = self.now + self.policy.preemption_grace_seconds
+            coming = [(back, n, gpus) for n, gpus in fl.incoming.items() if n in avail]
+            events = sorted(events + coming)
+        if fit < job.workers:
+            start = math.inf
+            for time, node, gpus in events:
+                old = avail.get(node)
+                if old is None:
+                    continue
+                avail[node] = old + gpus
+                fit += (old + gpus) // g - old // g
+                if fit >= job.workers:
+                    start = time
+                    break
+        placement = fit_on(avail, job.workers, g, self.policy.placement)
+        if placement is None:
+            capacity = {
+                n.name: n.capacity.get(job.flavor, 0) - n.used_externally.get(job.flavor, 0)
+                for n in self._nodes
+                if n.schedulable and n.name in avail
+            }
+            placement = fit_on(capacity, job.workers, g, self.policy.placement)
+            start = math.inf
+        if placement is None:
+            return None
+        for node, workers in placement:
+            ledger.hold(job.flavor, node, workers * g)
+        reservation = Reservation(job.id, placement, start)
+        self.reservations.append(reservation)
+        for node, _ in placement:
+            self.node_owner[(job.flavor, node)] = reservation
+        return reservation
+
+    def backfill_room(self, job: PendingJob) -> dict[str, int]:
+        """Held GPUs `job` may borrow: only where its max runtime ends before the reservation."""
+        if job.max_runtime is None or not self.reservations:
+            return {}
+        ends = self.now + job.max_runtime
+        fl = self.ledger.flavors[job.flavor]
+        room: dict[str, int] = {}
+        for node, gpus in fl.held.items():
+            owner = self.node_owner.get((job.flavor, node))
+            if owner is not None and ends <= owner.expected_start:
+                room[node] = gpus
+        return room

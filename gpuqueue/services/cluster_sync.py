@@ -1,0 +1,148 @@
+"""Follow the cluster: node inventory in, workload phases turned into job transitions.
+
+The same code serves every backend; `watch_cluster` calls it in a loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from gpuqueue.cluster.base import ClusterBackend, ClusterError, NodeInfo, Phase, WorkloadStatus
+from gpuqueue.launching import launch_admitted
+from gpuqueue.locks import try_xact_lock
+from gpuqueue.models import Job, Node
+from gpuqueue.services.checkpoint import acknowledge_checkpoint, requeue
+from gpuqueue.services.transitions import transition
+from gpuqueue.states import JobState
+
+log = logging.getLogger(__name__)
+ACTOR = "cluster"
+
+
+@dataclass
+class SyncResult:
+    ran: bool = True
+    transitions: int = 0
+    relaunched: list[int] = field(default_factory=list)
+    orphans_stopped: int = 0
+
+
+def sync_nodes(nodes: list[NodeInfo]) -> None:
+    """Upsert the inventory; a node the cluster no longer lists holds no new work."""
+    seen = set()
+    for info in nodes:
+        seen.add(info.name)
+        Node.objects.update_or_create(
+            name=info.name,
+            defaults={
+                "capacity": dict(info.capacity),
+                "labels": dict(info.labels),
+                "taints": [dict(t) for t in info.taints],
+                "ready": info.ready,
+                "cordoned": info.cordoned,
+                "used_externally": dict(info.used_externally),
+            },
+        )
+    Node.objects.exclude(name__in=seen).filter(ready=True).update(ready=False)
+
+
+def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncResult:
+    """One pass over the cluster.
+
+    1. Under the cluster-sync advisory lock (one pass at a time), refresh the node inventory.
+    2. Read the phase of every gpuqueue workload.
+    3. Move each job that holds GPUs along: running, finished, lost, checkpointed.
+    4. After commit: stop what must stop, relaunch admitted jobs that have no workload (a
+       crash between admission and launch), stop workloads that belong to no live job.
+    """
+    now = now or timezone.now()
+    result = SyncResult()
+    to_stop: list[tuple[int, int]] = []
+    to_launch: list[int] = []
+    with transaction.atomic():
+        if not try_xact_lock("cluster_sync"):
+            return SyncResult(ran=False)
+        sync_nodes(backend.list_nodes())
+        statuses = {(s.job_id, s.attempt): s for s in backend.observe()}
+        live: set[tuple[int, int]] = set()
+        for job in Job.objects.holding().order_by("id"):
+            key = (job.pk, job.attempts)
+            live.add(key)
+            status = statuses.get(key)
+            moved, stop = _follow(job, status, now)
+            result.transitions += moved
+            if stop:
+                to_stop.append(key)
+            elif status is None and job.state == JobState.ADMITTED:
+                to_launch.append(job.pk)
+        orphans = [key for key in statuses if key not in live]
+    for job_id, attempt in to_stop + orphans:
+        try:
+            backend.stop(job_id, attempt)
+        except ClusterError as exc:
+            log.warning("stop of job %s deferred: %s", job_id, exc)
+    if to_launch:
+        launch_admitted(to_launch, backend)
+    result.relaunched = to_launch
+    result.orphans_stopped = len(orphans)
+    return result
+
+
+def _follow(job: Job, status: WorkloadStatus | None, now: datetime) -> tuple[int, bool]:
+    """Apply one workload's status to its job; returns (transitions made, stop the workload)."""
+    if status is None:
+        if job.state == JobState.ADMITTED:
+            return 0, False  # not launched yet (or lost before launch): relaunched after commit
+        # A running gang whose workload vanished: requeue rather than lose it.
+        return int(requeue(job, "the workload disappeared from the cluster")), False
+    if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
+        return _finish(job, status), False
+    if job.state == JobState.PREEMPTING:
+        if status.checkpoint_location and job.checkpoint_acked_at is None:
+            acknowledge_checkpoint(job, status.checkpoint_location, ACTOR)
+        if job.checkpoint_acked_at is not None:
+            return _requeue_after_stop(job, "preempted; checkpoint acknowledged, requeued")
+        if job.checkpoint_deadline is not None and now >= job.checkpoint_deadline:
+            return _requeue_after_stop(job, "preempted; checkpoint deadline passed, requeued")
+        return 0, False
+    if status.phase is Phase.LOST:
+        return _requeue_after_stop(job, f"gang broken: {status.message}; requeued")
+    if status.phase is Phase.RUNNING and job.state == JobState.ADMITTED:
+        moved = transition(
+            job, JobState.RUNNING, reason="every worker is running", actor=ACTOR,
+            started_at=status.since or now,
+        )
+        return int(moved), False
+    if status.phase is Phase.STARTING and job.state == JobState.ADMITTED:
+        timeout = timedelta(seconds=settings.GPUQUEUE_GANG_READY_TIMEOUT_SECONDS)
+        if job.admitted_at and now - job.admitted_at > timeout:
+            return _requeue_after_stop(
+                job, f"gang not ready within {timeout.total_seconds():.0f} s"
+                f"{': ' + status.message if status.message else ''}; requeued",
+            )
+    return 0, False
+
+
+def _requeue_after_stop(job: Job, reason: str) -> tuple[int, bool]:
+    # The workload is stopped after commit; requeue keeps the checkpoint location.
+    return int(requeue(job, reason)), True
+
+
+def _finish(job: Job, status: WorkloadStatus) -> int:
+    to = JobState.SUCCEEDED if status.phase is Phase.SUCCEEDED else JobState.FAILED
+    reason = "finished" if to is JobState.SUCCEEDED else f"failed: {status.message or 'error'}"
+    changes = {"finished_at": status.since or timezone.now(), "exit_code": status.exit_code}
+    if job.started_at is None:
+        changes["started_at"] = job.admitted_at
+    if to is JobState.FAILED:
+        changes["message"] = status.message
+    return int(transition(job, to, reason=reason, actor=ACTOR, **changes))
+
+
+

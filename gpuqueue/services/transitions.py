@@ -1,0 +1,35 @@
+"""Move a job through the state machine, recording every move as a JobEvent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from gpuqueue.models import Job, JobEvent
+from gpuqueue.states import JobState, check_transition
+
+
+def transition(
+    job: Job, to: JobState, *, reason: str, actor: str, details: dict[str, Any] | None = None,
+    **changes: Any,
+) -> bool:
+    """Move `job` from the state it was read in to `to`, with `changes` to its fields.
+
+    Raises InvalidTransition when the state machine forbids the move. Returns False, changing
+    nothing, when another process moved the job first (the update is filtered on the state the
+    caller saw, so two racing cycles cannot both admit, requeue or finish one job).
+    """
+    check_transition(job.pk, job.state, to)
+    with transaction.atomic():
+        updated = Job.objects.filter(pk=job.pk, state=job.state).update(state=to, **changes)
+        if not updated:
+            return False
+        JobEvent.objects.create(
+            job_id=job.pk, from_state=job.state, to_state=to, reason=reason, actor=actor,
+            details=details or {},
+        )
+    job.state = to
+    for field, value in changes.items():
+        setattr(job, field, value)
+    return True

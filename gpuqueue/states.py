@@ -1,0 +1,49 @@
+"""The job state machine of DESIGN.md, in one place."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class JobState(models.TextChoices):
+    PENDING = "PENDING"
+    ADMITTED = "ADMITTED"
+    RUNNING = "RUNNING"
+    PREEMPTING = "PREEMPTING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+S = JobState
+FINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
+# States that hold GPUs on the cluster (the engine sees them as running jobs).
+HOLDING = frozenset({S.ADMITTED, S.RUNNING, S.PREEMPTING})
+ACTIVE = frozenset({S.PENDING}) | HOLDING
+
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED}),
+    # ADMITTED -> PENDING: the gang never became ready (stuck pods, lost node) and is requeued.
+    # ADMITTED -> SUCCEEDED/FAILED: a short job can finish before it is seen running.
+    S.ADMITTED: frozenset({S.RUNNING, S.PREEMPTING, S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    # RUNNING -> PENDING: a node died under the gang; it is torn down and requeued.
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTING, S.PENDING, S.CANCELLED}),
+    # PREEMPTING -> SUCCEEDED/FAILED: the job ended on its own during its checkpoint grace.
+    S.PREEMPTING: frozenset({S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+
+class InvalidTransition(Exception):
+    def __init__(self, job_id: int | None, from_state: str, to_state: str) -> None:
+        self.job_id = job_id
+        self.from_state = from_state
+        self.to_state = to_state
+        super().__init__(f"job {job_id} cannot go from {from_state} to {to_state}")
+
+
+def check_transition(job_id: int | None, from_state: str, to_state: str) -> None:
+    if JobState(to_state) not in TRANSITIONS[JobState(from_state)]:
+        raise InvalidTransition(job_id, from_state, to_state)

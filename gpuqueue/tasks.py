@@ -1,0 +1,39 @@
+"""Celery entry points: short, named, primitive arguments, retried only on transient errors."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db import OperationalError
+
+from gpuqueue.cluster import get_backend
+from gpuqueue.cycle import run_cycle
+from gpuqueue.services.cluster_sync import sync_cluster
+
+
+@shared_task(
+    name="gpuqueue.run_admission_cycle", acks_late=True, ignore_result=True,
+    autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3,
+)
+def run_admission_cycle() -> dict[str, object]:
+    result = run_cycle()
+    return {"ran": result.ran, "admitted": result.admitted, "preempted": result.preempted}
+
+
+@shared_task(
+    name="gpuqueue.sync_cluster", acks_late=True, ignore_result=True,
+    autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3,
+)
+def sync_cluster_task() -> dict[str, object]:
+    result = sync_cluster(get_backend())
+    return {"ran": result.ran, "transitions": result.transitions}
+
+
+@shared_task(name="gpuqueue.submit_demo_jobs", ignore_result=True)
+def submit_demo_jobs() -> int:
+    from django.conf import settings
+
+    from gpuqueue.demo import submit_demo_traffic
+
+    if not settings.GPUQUEUE_DEMO:
+        return 0
+    return submit_demo_traffic()
