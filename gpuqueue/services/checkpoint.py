@@ -39,3 +39,33 @@ def requeue(job: Job, reason: str, actor: str = "cluster") -> bool:
             placement={}, admitted_at=None, started_at=None, checkpoint_requested_at=None,
             checkpoint_deadline=None, checkpoint_acked_at=None, message=reason,
         )
+
+
+def issue_job_token(job: Job) -> str:
+    """A secret valid for this job alone, for the workload to acknowledge its checkpoint with
+    (`GPUQUEUE_JOB_TOKEN`); only its hash is kept. A new attempt gets a new token."""
+    import secrets
+
+    from teams.services import hash_secret
+
+    secret = f"gqj_{job.pk}_{secrets.token_urlsafe(32)}"
+    Job.objects.filter(pk=job.pk).update(checkpoint_token_hash=hash_secret(secret))
+    job.checkpoint_token_hash = hash_secret(secret)
+    return secret
+
+
+def job_for_token(secret: str) -> Job | None:
+    """The job a per-job token belongs to, or None."""
+    import hmac
+
+    from teams.services import hash_secret
+
+    parts = secret.split("_", 2)
+    if len(parts) != 3 or parts[0] != "gqj" or not parts[1].isdigit():
+        return None
+    job = Job.objects.filter(pk=int(parts[1])).first()
+    if job is None or not job.checkpoint_token_hash:
+        return None
+    if not hmac.compare_digest(job.checkpoint_token_hash, hash_secret(secret)):
+        return None
+    return job
