@@ -173,21 +173,17 @@ class _Cycle:
             placement = fit_gang(fl, job.workers, g, self.policy.placement, fl.incoming)
             if placement is not None:
                 waited = self._incoming_jobs(job.flavor, placement)
-                ledger.admit(
-                    job.team, job.user, job.flavor, g, job.preemptible, placement, True
-                )
+                ledger.admit(job.team, job.user, job.flavor, g, job.preemptible, placement, True)
                 return reasons.waiting_for_preemption(job, waited)
         # 9.
         waiting = self._preempt(job, fl, reclaim=self.search.may_reclaim(job))
         if waiting is not None:
             return waiting
         # 10.
-        if self.now - job.submitted_at > self.policy.starvation_seconds:
+        if self.now - job.submitted_at >= self.policy.starvation_seconds:
             reservation = self.reserver.reserve(job)
             if reservation is not None:
-                return reasons.reserved(
-                    job, reservation.expected_start, len(reservation.placement)
-                )
+                return reasons.reserved(job, reservation.expected_start, len(reservation.placement))
         # 11.
         key = (job.team, job.flavor)
         ahead = self.waiting_in_team.get(key, 0)

@@ -35,8 +35,11 @@ def water_fill(total: int, claims: list[Claim]) -> dict[str, int]:
     total = max(total, 0)
     base = {c.id: max(min(c.guarantee, c.cap), 0) for c in claims}
     if sum(base.values()) >= total:
-        return _round({k: v * total / max(sum(base.values()), 1) for k, v in base.items()},
-                      total, {c.id: base[c.id] for c in claims})
+        return _round(
+            {k: v * total / max(sum(base.values()), 1) for k, v in base.items()},
+            total,
+            {c.id: base[c.id] for c in claims},
+        )
     share: dict[str, float] = {k: float(v) for k, v in base.items()}
     remaining = float(total - sum(base.values()))
     active = [c for c in claims if c.cap > base[c.id] and c.weight > 0]
@@ -91,6 +94,10 @@ def demand_by_team(snapshot: Snapshot) -> dict[tuple[str, str], int]:
     return demand
 
 
+def _claim(team_id: str, wants: int, quota: Quota) -> Claim:
+    return Claim(team_id, quota.guarantee, min(quota.limit, wants), quota.weight)
+
+
 def fair_shares(snapshot: Snapshot) -> dict[tuple[str, str], int]:
     """Fair share per (team or department, flavor); only parties with a quota appear."""
     teams = {t.id: t for t in snapshot.teams}
@@ -103,18 +110,11 @@ def fair_shares(snapshot: Snapshot) -> dict[tuple[str, str], int]:
     demand = demand_by_team(snapshot)
     result: dict[tuple[str, str], int] = {}
     for flavor, capacity in sorted(capacity_by_flavor(snapshot).items()):
-
-        def claim(team_id: str, wants: int, quota: Quota) -> Claim:
-            return Claim(team_id, quota.guarantee, min(quota.limit, wants), quota.weight)
-
-        def wants(team_id: str) -> int:
-            own = demand.get((team_id, flavor), 0)
-            if team_id in departments:
-                own += sum(demand.get((m, flavor), 0) for m in members[team_id])
-            return own
-
+        wants = {t: demand.get((t, flavor), 0) for t in teams}
+        for dept in departments:
+            wants[dept] += sum(wants[m] for m in members[dept])
         claims = [
-            claim(tid, wants(tid), teams[tid].quotas[flavor])
+            _claim(tid, wants[tid], teams[tid].quotas[flavor])
             for tid in top
             if flavor in teams[tid].quotas
         ]
@@ -124,7 +124,7 @@ def fair_shares(snapshot: Snapshot) -> dict[tuple[str, str], int]:
             if (dept, flavor) not in result:
                 continue
             inner = [
-                claim(m, demand.get((m, flavor), 0), teams[m].quotas[flavor])
+                _claim(m, demand.get((m, flavor), 0), teams[m].quotas[flavor])
                 for m in members[dept]
                 if flavor in teams[m].quotas
             ]

@@ -1,14 +1,113 @@
-"""forecast(): estimated start times (first version: now if admitted this cycle)."""
+"""forecast(): when each pending job is expected to start.
+
+The engine is run forward in virtual time on the snapshot: running jobs end at their start plus
+their expected runtime (or max runtime), preempted jobs give their GPUs back after the grace and
+queue again, nothing new arrives. A job's forecast is the virtual time of the cycle that admits
+it. Jobs whose start depends on a job with no known runtime, or that lie beyond `max_steps`
+cycles, get None: an honest "cannot tell" beats a made-up date.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from gpuqueue.scheduler.engine import plan
-from gpuqueue.scheduler.model import Policy, Snapshot
+from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot
+from gpuqueue.scheduler.starvation import expected_end
 
 
-def forecast(snapshot: Snapshot, policy: Policy | None = None) -> Mapping[int, float | None]:
-    result = plan(snapshot, policy)
-    admitted = {a.job_id for a in result.admissions}
-    return {j.id: (snapshot.now if j.id in admitted else None) for j in snapshot.pending}
+def forecast(
+    snapshot: Snapshot, policy: Policy | None = None, *, max_steps: int = 200
+) -> Mapping[int, float | None]:
+    """Estimated start per pending job id (None when it cannot be estimated).
+
+    1. Plan at the current virtual time.
+    2. Apply the plan: admitted jobs start now, victims start leaving.
+    3. Move to the next time something can change: a job ends, a preempted job's GPUs come
+       back, a job starts to starve, or a minimum runtime runs out.
+    4. Stop when every job has a start, nothing is left to happen, or after `max_steps` cycles.
+    """
+    policy = policy or Policy()
+    starts: dict[int, float | None] = {job.id: None for job in snapshot.pending}
+    now = snapshot.now
+    running = {job.id: job for job in snapshot.running}
+    pending = {job.id: job for job in snapshot.pending}
+    originals = dict(pending)
+    for _ in range(max_steps):
+        state = replace(
+            snapshot,
+            now=now,
+            running=tuple(running[i] for i in sorted(running)),
+            pending=tuple(pending[i] for i in sorted(pending)),
+        )
+        result = plan(state, policy)
+        for admission in result.admissions:
+            job = pending.pop(admission.job_id)
+            if admission.job_id in starts and starts[admission.job_id] is None:
+                starts[admission.job_id] = now
+            running[job.id] = _started(job, admission.placement, now)
+        for preemption in result.preemptions:
+            victim = running[preemption.job_id]
+            running[victim.id] = replace(victim, preempting_since=now)
+        if all(start is not None for start in starts.values()):
+            break
+        later = _next_event(now, running.values(), pending.values(), policy)
+        if later == math.inf:
+            break
+        now = later
+        for done in list(running.values()):
+            if expected_end(done, policy) <= now:
+                del running[done.id]
+                if done.preempting_since is not None:
+                    pending[done.id] = _requeued(done, originals)
+    return starts
+
+
+def _started(job: PendingJob, placement: tuple[tuple[str, int], ...], now: float) -> RunningJob:
+    return RunningJob(
+        id=job.id,
+        team=job.team,
+        user=job.user,
+        flavor=job.flavor,
+        gpus_per_worker=job.gpus_per_worker,
+        placement=placement,
+        priority=job.priority,
+        preemptible=job.preemptible,
+        started_at=now,
+        max_runtime=job.max_runtime,
+        expected_runtime=job.expected_runtime,
+    )
+
+
+def _requeued(job: RunningJob, original: Mapping[int, PendingJob]) -> PendingJob:
+    """A preempted job queues again; it keeps its submission time when the snapshot knows it."""
+    known = original.get(job.id)
+    submitted = known.submitted_at if known is not None else job.started_at
+    return PendingJob(
+        id=job.id,
+        team=job.team,
+        user=job.user,
+        flavor=job.flavor,
+        workers=job.workers,
+        gpus_per_worker=job.gpus_per_worker,
+        priority=job.priority,
+        preemptible=job.preemptible,
+        submitted_at=submitted,
+        max_runtime=job.max_runtime,
+        expected_runtime=job.expected_runtime,
+    )
+
+
+def _next_event(
+    now: float, running: Iterable[RunningJob], pending: Iterable[PendingJob], policy: Policy
+) -> float:
+    times: list[float] = []
+    for job in running:
+        times.append(expected_end(job, policy))
+        until = job.min_runtime_until
+        times.append(until if until is not None else job.started_at + policy.min_runtime_seconds)
+    for waiting in pending:
+        times.append(waiting.submitted_at + policy.starvation_seconds)
+    return min((t for t in times if t > now), default=math.inf)

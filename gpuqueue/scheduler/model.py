@@ -85,7 +85,7 @@ class PendingJob:
         return self.workers * self.gpus_per_worker
 
 
-class PlacementStrategy(str, Enum):
+class PlacementStrategy(str, Enum):  # noqa: UP042 -- callers compare and str() these as is
     BINPACK = "binpack"
     SPREAD = "spread"
 
@@ -115,7 +115,7 @@ class Snapshot:
     pending: tuple[PendingJob, ...]
 
 
-class ReasonCode(str, Enum):
+class ReasonCode(str, Enum):  # noqa: UP042 -- callers compare and str() these as is
     OVER_LIMIT = "over_limit"  # the team's limit would be exceeded
     NO_QUOTA = "no_quota"  # the team has no quota for this flavor
     NO_CAPACITY = "no_capacity"  # not enough free GPUs for the whole gang

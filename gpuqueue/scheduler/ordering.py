@@ -76,7 +76,7 @@ class Order:
         self._heap: list[tuple[TeamKey, int, tuple[str, str]]] = []
         self.starving: list[PendingJob] = []
         for job in snapshot.pending:
-            if snapshot.now - job.submitted_at > starving_after:
+            if snapshot.now - job.submitted_at >= starving_after:
                 self.starving.append(job)
                 continue
             key = (job.team, job.flavor)

@@ -86,9 +86,7 @@ def waiting_for_preemption(job: PendingJob, job_ids: tuple[int, ...]) -> Reason:
     )
 
 
-def behind_reservation(
-    job: PendingJob, expected_start: float, job_ids: tuple[int, ...]
-) -> Reason:
+def behind_reservation(job: PendingJob, expected_start: float, job_ids: tuple[int, ...]) -> Reason:
     return Reason(
         ReasonCode.BEHIND_RESERVATION,
         {"flavor": job.flavor, "expected_start": expected_start},
