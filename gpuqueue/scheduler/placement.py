@@ -89,7 +89,7 @@ def _binpack(
 def _spread(
     fl: FlavorLedger, workers: int, gpus_per_worker: int, extra: Mapping[str, int]
 ) -> Placement | None:
-    """1. Take the emptiest nodes until they can hold the gang.
+    """1. Take the emptiest nodes, one per worker where there are enough of them.
     2. Deal workers to them one at a time, round after round, so load is spread evenly.
     """
     room: list[tuple[str, int]] = []
@@ -101,9 +101,9 @@ def _spread(
         for node in _nodes_with(fl, extra, count):
             room.append((node, per_node))
             capacity += per_node
-            if capacity >= workers:
+            if len(room) >= workers:
                 break
-        if capacity >= workers:
+        if len(room) >= workers:
             break
     if capacity < workers:
         return None

@@ -1,0 +1,20 @@
+"""The engine is pure: importing it must not pull in Django (or anything else of the service)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_the_engine_imports_without_django_in_a_fresh_interpreter() -> None:
+    code = (
+        "import sys, gpuqueue.scheduler, gpuqueue.scheduler.bench; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'django', 'celery', 'redis', 'kubernetes', 'rest_framework', 'psycopg', 'teams'} "
+        "or m in {'gpuqueue.models', 'gpuqueue.cycle'}); "
+        "print(','.join(bad))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == ""
