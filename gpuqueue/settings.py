@@ -205,3 +205,33 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 10.0},
     },
 }
+
+# --- Kubernetes backend (GPUQUEUE_CLUSTER_BACKEND=kubernetes; docs/kubernetes.md) -------------
+# Read only by gpuqueue.cluster.kubernetes; the simulated backend ignores them.
+# A kubeconfig path; unset means in-cluster configuration (the ServiceAccount of deploy/).
+GPUQUEUE_K8S_KUBECONFIG = env_str("GPUQUEUE_K8S_KUBECONFIG", env_str("KUBECONFIG"))
+GPUQUEUE_K8S_CONTEXT = env_str("GPUQUEUE_K8S_CONTEXT")
+# The taint key on GPU nodes that gpuqueue's pods tolerate (the GPU Operator's default).
+GPUQUEUE_K8S_GPU_TAINT = env_str("GPUQUEUE_K8S_GPU_TAINT", "nvidia.com/gpu")
+# Every API call gives up after this long (then counts as a transient error and is retried).
+GPUQUEUE_K8S_API_TIMEOUT_SECONDS = env_float("GPUQUEUE_K8S_API_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+# Attempts per API call on 429, 5xx and timeouts, with exponential backoff from the base delay.
+GPUQUEUE_K8S_API_RETRIES = env_int("GPUQUEUE_K8S_API_RETRIES", 3, minimum=1)
+GPUQUEUE_K8S_API_BACKOFF_SECONDS = env_float("GPUQUEUE_K8S_API_BACKOFF_SECONDS", 0.5, minimum=0)
+# A worker still pulling its image (ErrImagePull/ImagePullBackOff) after this long fails the job.
+GPUQUEUE_K8S_IMAGE_PULL_TIMEOUT_SECONDS = env_float(
+    "GPUQUEUE_K8S_IMAGE_PULL_TIMEOUT_SECONDS", 300.0, minimum=0
+)
+# How long one watch request stays open before it is renewed from its last resourceVersion,
+# and how often the watcher re-lists everything and reconciles even when nothing was seen.
+GPUQUEUE_K8S_WATCH_SECONDS = env_float("GPUQUEUE_K8S_WATCH_SECONDS", 240.0, minimum=0.1)
+GPUQUEUE_K8S_RESYNC_SECONDS = env_float("GPUQUEUE_K8S_RESYNC_SECONDS", 60.0, minimum=0.1)
+# The port workers use to rendezvous (MASTER_PORT) through the headless Service.
+GPUQUEUE_K8S_MASTER_PORT = env_int("GPUQUEUE_K8S_MASTER_PORT", 29500, minimum=1)
+# Where workloads reach gpuqueue's API to acknowledge a checkpoint (GPUQUEUE_URL in the pod).
+GPUQUEUE_PUBLIC_URL = env_str("GPUQUEUE_PUBLIC_URL", "http://gpuqueue-web.gpuqueue.svc:8000")
+# The cluster-health flag (written by the Kubernetes backend, read by /healthz) counts as stale,
+# and so "unknown", after this long without a write.
+GPUQUEUE_CLUSTER_HEALTH_TTL_SECONDS = env_float(
+    "GPUQUEUE_CLUSTER_HEALTH_TTL_SECONDS", 300.0, minimum=1
+)
