@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from gpuqueue.config import env_bool
 from gpuqueue.embedded import EmbeddedPostgres, EmbeddedRedis, start_postgres, start_redis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     data_dir = Path(os.environ.get("GPUQUEUE_DATA_DIR", ROOT / "data")).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "staticfiles").mkdir(exist_ok=True)  # whitenoise serves from the finders
     env = dict(os.environ, GPUQUEUE_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
     postgres: EmbeddedPostgres | None = None
     redis: EmbeddedRedis | None = None
@@ -59,10 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         # 2. Schema and demo data
         manage = [sys.executable, str(ROOT / "manage.py")]
         subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], env=env, check=True)
-        seeded = subprocess.run(
-            [*manage, "shell", "-c", "from django.conf import settings; print(int(settings.GPUQUEUE_DEMO))"],
-            env=env, check=True, capture_output=True, text=True,
-        ).stdout.strip() == "1"
+        seeded = env_bool("GPUQUEUE_DEMO", postgres is not None)
         if seeded:
             subprocess.run([*manage, "seed_demo"], env=env, check=True)
         # 3. Processes

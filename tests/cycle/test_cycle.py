@@ -1,0 +1,194 @@
+"""The admission cycle and the cluster sync on the simulated cluster, against real PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from gpuqueue.cycle import run_cycle
+from gpuqueue.models import Job, JobEvent, Node, SimulatedWorkload
+from gpuqueue.services.cancel import cancel_job
+from gpuqueue.services.cluster_sync import sync_cluster
+from gpuqueue.states import JobState
+
+SIM_DURATION = "gpuqueue.dev/sim-duration-seconds"
+
+
+def states(job: Job) -> list[str]:
+    return list(JobEvent.objects.filter(job=job).order_by("at", "id").values_list("to_state", flat=True))
+
+
+def test_a_two_worker_job_goes_from_pending_to_succeeded_with_an_event_per_step(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    sync_cluster(backend)  # the inventory first: nodes come from the cluster
+    job = submit(workers=2, gpus_per_worker=8, annotations={SIM_DURATION: "30"})
+
+    result = run_cycle(backend=backend)
+    job.refresh_from_db()
+    assert result.admitted == [job.pk]
+    assert job.state == JobState.ADMITTED and job.attempts == 1
+    assert sum(job.placement.values()) == 2 and all(n.startswith("h100-") for n in job.placement)
+
+    sync_cluster(backend)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.started_at is not None
+
+    sync_cluster(backend, now=timezone.now() + timedelta(seconds=31))
+    SimulatedWorkload.objects.filter(job_id=job.pk).update(ends_at=timezone.now())
+    sync_cluster(backend)
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED and job.exit_code == 0 and job.finished_at
+    assert states(job) == ["PENDING", "ADMITTED", "RUNNING", "SUCCEEDED"]
+
+
+def test_a_failing_workload_fails_the_job_with_its_exit_code(world: Any, submit: Any, backend: Any) -> None:
+    sync_cluster(backend)
+    job = submit(annotations={SIM_DURATION: "0", "gpuqueue.dev/sim-exit-code": "3"})
+    run_cycle(backend=backend)
+    sync_cluster(backend)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and job.exit_code == 3
+    assert "exit code 3" in job.message
+
+
+def test_a_gang_that_does_not_fit_whole_creates_nothing(world: Any, submit: Any, backend: Any) -> None:
+    sync_cluster(backend)
+    blocker = submit(workers=3, gpus_per_worker=8, annotations={SIM_DURATION: "600"})
+    gang = submit(user=world.carol, team=world.team_b, workers=2, gpus_per_worker=8)
+    result = run_cycle(backend=backend)
+    assert result.admitted == [blocker.pk]
+    gang.refresh_from_db()
+    assert gang.state == JobState.PENDING and gang.placement == {}
+    assert gang.pending_reason is not None and gang.queue_position == 1
+    assert not SimulatedWorkload.objects.filter(job_id=gang.pk).exists()
+
+
+def test_no_node_of_the_flavor_is_used_when_the_inventory_says_it_is_down(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    sync_cluster(backend)
+    Node.objects.filter(name__startswith="h100-").update(ready=False)
+    job = submit()
+    assert run_cycle(backend=backend).admitted == []
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+
+
+def test_cancel_stops_a_running_job_on_the_cluster(world: Any, submit: Any, backend: Any, settings: Any) -> None:
+    sync_cluster(backend)
+    job = submit(annotations={SIM_DURATION: "600"})
+    run_cycle(backend=backend)
+    sync_cluster(backend)
+    with pytest.raises(Exception):  # carol is in another team
+        cancel_job(world.carol, job)
+    cancel_job(world.alice, job)
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED and job.finished_at
+    assert states(job)[-1] == "CANCELLED"
+    # The after-commit stop used the configured backend; the sweep removes anything left.
+    sync_cluster(backend)
+    assert not SimulatedWorkload.objects.filter(job_id=job.pk).exists()
+
+
+def test_an_admitted_job_lost_before_launch_is_launched_by_the_next_sync(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    """A crash between the admission commit and the launch call loses nothing."""
+    sync_cluster(backend)
+    job = submit()
+
+    class CrashingBackend(type(backend)):  # type: ignore[misc]
+        def launch(self, spec: Any) -> None:
+            raise SystemExit("worker killed")
+
+    crashing = CrashingBackend(backend.cluster_file, startup_seconds=0, checkpoint_seconds=0)
+    with pytest.raises(SystemExit):
+        run_cycle(backend=crashing)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+    assert not SimulatedWorkload.objects.filter(job_id=job.pk).exists()
+
+    result = sync_cluster(backend)
+    assert result.relaunched == [job.pk]
+    sync_cluster(backend)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.attempts == 1
+
+
+def test_a_crash_inside_the_cycle_transaction_leaves_the_queue_untouched(
+    world: Any, submit: Any, backend: Any, monkeypatch: Any
+) -> None:
+    sync_cluster(backend)
+    job = submit()
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        raise SystemExit("worker killed mid-cycle")
+
+    monkeypatch.setattr("gpuqueue.cycle._persist_pending", boom)
+    with pytest.raises(SystemExit):
+        run_cycle(backend=backend)
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING and job.attempts == 0
+    assert states(job) == ["PENDING"]
+    monkeypatch.undo()
+    assert run_cycle(backend=backend).admitted == [job.pk]
+
+
+def test_a_dead_node_breaks_the_gang_and_requeues_it(
+    world: Any, submit: Any, backend: Any, cluster_file: Any
+) -> None:
+    sync_cluster(backend)
+    job = submit(workers=2, gpus_per_worker=8, annotations={SIM_DURATION: "600"})
+    run_cycle(backend=backend)
+    sync_cluster(backend)
+    job.refresh_from_db()
+    dead = sorted(job.placement)[0]
+    text = cluster_file.read_text() + f"  - name: {dead}-marker\n    count: 0\n"
+    # Take the node down by rewriting the cluster file: the sim re-reads it on change.
+    lines = [line for line in cluster_file.read_text().splitlines()]
+    cluster_file.write_text(
+        "\n".join(lines)
+        + f"\n  - name: {dead}\n    count: 1\n    ready: false\n    labels: {{}}\n    capacity: {{}}\n"
+    )
+    del text
+    import os
+    os.utime(cluster_file, (1, 1))  # a new mtime even within the same second
+    sync_cluster(backend)
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING and job.placement == {}
+    assert "gang broken" in job.message
+    assert states(job) == ["PENDING", "ADMITTED", "RUNNING", "PENDING"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_cycles_never_admit_a_job_twice(world: Any, submit: Any, backend: Any) -> None:
+    sync_cluster(backend)
+    jobs = [submit(annotations={SIM_DURATION: "600"}) for _ in range(12)]
+    barrier = threading.Barrier(4)
+    results: list[Any] = []
+
+    def cycle() -> None:
+        try:
+            barrier.wait()
+            results.append(run_cycle(backend=backend))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=cycle) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    admitted = [job_id for r in results for job_id in r.admitted]
+    assert len(admitted) == len(set(admitted))
+    assert sorted(admitted) == sorted(j.pk for j in jobs[: len(admitted)])
+    for job in jobs:
+        job.refresh_from_db()
+        assert JobEvent.objects.filter(job=job, to_state=JobState.ADMITTED).count() <= 1
+        assert job.attempts <= 1
