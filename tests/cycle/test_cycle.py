@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from gpuqueue.cycle import run_cycle
@@ -149,21 +150,45 @@ def test_a_dead_node_breaks_the_gang_and_requeues_it(
     sync_cluster(backend)
     job.refresh_from_db()
     dead = sorted(job.placement)[0]
-    text = cluster_file.read_text() + f"  - name: {dead}-marker\n    count: 0\n"
-    # Take the node down by rewriting the cluster file: the sim re-reads it on change.
-    lines = [line for line in cluster_file.read_text().splitlines()]
+    # Take the node down: the simulated cluster re-reads its file when it changes.
     cluster_file.write_text(
-        "\n".join(lines)
-        + f"\n  - name: {dead}\n    count: 1\n    ready: false\n    labels: {{}}\n    capacity: {{}}\n"
+        cluster_file.read_text()
+        + f"  - name: {dead}\n    ready: false\n    capacity: {{nvidia.com/gpu: 8}}\n"
     )
-    del text
-    import os
     os.utime(cluster_file, (1, 1))  # a new mtime even within the same second
     sync_cluster(backend)
     job.refresh_from_db()
     assert job.state == JobState.PENDING and job.placement == {}
     assert "gang broken" in job.message
     assert states(job) == ["PENDING", "ADMITTED", "RUNNING", "PENDING"]
+    # The dead node's GPUs are never counted as free: the requeued gang avoids it.
+    run_cycle(backend=backend)
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED and dead not in job.placement
+
+
+def test_a_cycle_that_finds_another_running_does_nothing(world: Any, submit: Any, backend: Any) -> None:
+    from gpuqueue.locks import try_xact_lock
+
+    sync_cluster(backend)
+    job = submit()
+    with transaction.atomic():
+        assert try_xact_lock("admission_cycle")
+        # This test's connection holds the lock; a cycle on another connection must skip.
+        result: list[Any] = []
+
+        def other() -> None:
+            try:
+                result.append(run_cycle(backend=backend))
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+    assert result[0].ran is False
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
 
 
 @pytest.mark.django_db(transaction=True)
