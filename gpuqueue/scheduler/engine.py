@@ -148,29 +148,31 @@ class _Cycle:
                 if waiting is not None:
                     return waiting
                 return reasons.over_limit(job, _scope(job, group), limit, in_use)
-        # 5.
-        placement = fit_gang(fl, job.workers, g, self.policy.placement)
-        if placement is not None:
-            self._admit(job, placement)
-            return None
+        # 5. (Counting first is cheap and cached; placement only runs when it will succeed.)
+        workers = job.workers
+        strategy = self.policy.placement
+        if fl.total_free >= job.gpus and fl.fit_count(g, "", None) >= workers:
+            placement = fit_gang(fl, workers, g, strategy)
+            if placement is not None:
+                self._admit(job, placement)
+                return None
         if fl.held:
             # 6.
-            room = self.reserver.backfill_room(job)
-            if room:
-                placement = fit_gang(fl, job.workers, g, self.policy.placement, room)
+            kind, room = self.reserver.backfill_room(job)
+            if room and fl.fit_count(g, kind, room) >= workers:
+                placement = fit_gang(fl, workers, g, strategy, room)
                 if placement is not None:
                     self._admit(job, placement, use_held=room)
                     return None
-            # 7.
-            placement = fit_gang(fl, job.workers, g, self.policy.placement, fl.held)
-            if placement is not None:
-                owners = [self.reserver.node_owner.get((job.flavor, n)) for n, _ in placement]
-                holders = [r for r in owners if r is not None]
+            # 7. Naming every reservation of the flavor is enough for the reason; finding the
+            #    exact nodes would cost a placement per blocked job.
+            if fl.fit_count(g, "held", fl.held) >= workers:
+                holders = self.reserver.holders(job.flavor)
                 start = min((r.expected_start for r in holders), default=self.now)
                 return reasons.behind_reservation(job, start, tuple(r.job_id for r in holders))
         # 8.
-        if fl.incoming:
-            placement = fit_gang(fl, job.workers, g, self.policy.placement, fl.incoming)
+        if fl.incoming and fl.fit_count(g, "incoming", fl.incoming) >= workers:
+            placement = fit_gang(fl, workers, g, strategy, fl.incoming)
             if placement is not None:
                 waited = self._incoming_jobs(job.flavor, placement)
                 ledger.admit(job.team, job.user, job.flavor, g, job.preemptible, placement, True)
@@ -188,7 +190,7 @@ class _Cycle:
         key = (job.team, job.flavor)
         ahead = self.waiting_in_team.get(key, 0)
         self.waiting_in_team[key] = ahead + 1
-        return reasons.no_capacity(job, fl.workers_fit(g), fl.total_free, ahead)
+        return reasons.no_capacity(job, fl.fit_count(g, "", None), fl.total_free, ahead)
 
     def _admit(
         self, job: PendingJob, placement: Placement, use_held: dict[str, int] | None = None
@@ -232,9 +234,7 @@ class _Cycle:
         chain = self.chains.get(job.team, (job.team,))
         g = job.gpus_per_worker
 
-        def fits() -> bool:
-            if fl.workers_fit(g, fl.incoming) < job.workers:
-                return False
+        def limit_ok() -> bool:
             return all(
                 ledger.in_use(group, job.flavor) + job.gpus
                 <= self.quotas[(group, job.flavor)].limit
@@ -242,7 +242,7 @@ class _Cycle:
             )
 
         mark = ledger.checkpoint()
-        victims = self.search.find(job, fits, reclaim=reclaim, priority=priority, budget=budget)
+        victims = self.search.find(job, fl, limit_ok, reclaim, priority, budget)
         placement = None
         if victims is not None:
             placement = fit_gang(fl, job.workers, g, policy.placement, fl.incoming)

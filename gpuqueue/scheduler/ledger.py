@@ -27,7 +27,17 @@ Undo = Callable[[], None]
 class FlavorLedger:
     """The GPUs of one flavor, node by node."""
 
-    __slots__ = ("buckets", "free", "held", "incoming", "max_node", "name", "total_free")
+    __slots__ = (
+        "_fit_cache",
+        "buckets",
+        "free",
+        "held",
+        "incoming",
+        "max_node",
+        "name",
+        "total_free",
+        "version",
+    )
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -38,12 +48,17 @@ class FlavorLedger:
         self.held: dict[str, int] = {}
         self.total_free = 0
         self.max_node = 0  # the largest capacity of one schedulable node
+        # Bumped by every change, so that counts computed for one state are reused until the
+        # next change: most jobs of a busy cycle do not fit and change nothing.
+        self.version = 0
+        self._fit_cache: dict[tuple[int, str], tuple[int, int]] = {}
 
     def move(self, node: str, new: int) -> None:
         """Set a node's free GPUs, keeping buckets and totals in step (no undo record)."""
         old = self.free[node]
         if old == new:
             return
+        self.version += 1
         bucket = self.buckets[old]
         del bucket[node]
         if not bucket:
@@ -63,6 +78,16 @@ class FlavorLedger:
                 base = max(self.free.get(node, 0), 0)
                 fit += (base + more) // gpus_per_worker - base // gpus_per_worker
         return fit
+
+    def fit_count(self, gpus_per_worker: int, kind: str, extra: Mapping[str, int] | None) -> int:
+        """`workers_fit`, cached per state; `kind` names what `extra` is ("", "held", ...)."""
+        key = (gpus_per_worker, kind)
+        hit = self._fit_cache.get(key)
+        if hit is not None and hit[0] == self.version:
+            return hit[1]
+        count = self.workers_fit(gpus_per_worker, extra)
+        self._fit_cache[key] = (self.version, count)
+        return count
 
     def nodes_from(self, minimum: int, descending: bool = False) -> Iterator[tuple[str, int]]:
         """Nodes with at least `minimum` free GPUs, fullest first (or emptiest first)."""
@@ -131,17 +156,15 @@ class Ledger:
         if self._depth:
             self._undo.append(lambda: fl.move(node, old))
 
-    def _set_map(self, table: dict[str, int], node: str, new: int) -> None:
+    def _set_map(self, fl: FlavorLedger, table: dict[str, int], node: str, new: int) -> None:
         old = table.get(node, 0)
-        if new:
-            table[node] = new
-        else:
-            table.pop(node, None)
+        self._restore_map(fl, table, node, new)
         if self._depth:
-            self._undo.append(lambda: self._restore_map(table, node, old))
+            self._undo.append(lambda: self._restore_map(fl, table, node, old))
 
     @staticmethod
-    def _restore_map(table: dict[str, int], node: str, old: int) -> None:
+    def _restore_map(fl: FlavorLedger, table: dict[str, int], node: str, old: int) -> None:
+        fl.version += 1
         if old:
             table[node] = old
         else:
@@ -216,12 +239,12 @@ class Ledger:
             if use_incoming:
                 take = min(need, fl.incoming.get(node, 0))
                 if take:
-                    self._set_map(fl.incoming, node, fl.incoming[node] - take)
+                    self._set_map(fl, fl.incoming, node, fl.incoming[node] - take)
                     need -= take
             if use_held and need:
                 take = min(need, use_held.get(node, 0), fl.held.get(node, 0))
                 if take:
-                    self._set_map(fl.held, node, fl.held[node] - take)
+                    self._set_map(fl, fl.held, node, fl.held[node] - take)
                     need -= take
             if need:
                 self._set_free(fl, node, fl.free[node] - need)
@@ -240,7 +263,7 @@ class Ledger:
         for node, workers in job.placement:
             if node in fl.free:
                 gpus = workers * job.gpus_per_worker
-                self._set_map(fl.incoming, node, fl.incoming.get(node, 0) + gpus)
+                self._set_map(fl, fl.incoming, node, fl.incoming.get(node, 0) + gpus)
 
     def unrelease(self, job: RunningJob) -> None:
         """Undo `release` for one job in the middle of a what-if (used to drop needless victims)."""
@@ -255,7 +278,7 @@ class Ledger:
         for node, workers in job.placement:
             if node in fl.free:
                 gpus = workers * job.gpus_per_worker
-                self._set_map(fl.incoming, node, fl.incoming.get(node, 0) - gpus)
+                self._set_map(fl, fl.incoming, node, fl.incoming.get(node, 0) - gpus)
 
     def hold(self, flavor: str, node: str, gpus: int) -> None:
         """Keep free GPUs of a node for a reservation."""
@@ -263,4 +286,4 @@ class Ledger:
         gpus = min(gpus, max(fl.free[node], 0))
         if gpus:
             self._set_free(fl, node, fl.free[node] - gpus)
-            self._set_map(fl.held, node, fl.held.get(node, 0) + gpus)
+            self._set_map(fl, fl.held, node, fl.held.get(node, 0) + gpus)

@@ -42,20 +42,27 @@ def fit_on(
     return fit_gang(fl, workers, gpus_per_worker, strategy)
 
 
-def _by_count(fl: FlavorLedger, extra: Mapping[str, int], descending: bool) -> list[int]:
-    counts = set(fl.buckets)
-    counts.update(max(fl.free.get(n, 0), 0) + more for n, more in extra.items())
-    return sorted(counts, reverse=descending)
+class _View:
+    """Free GPUs per node as one count index: the flavor's buckets, with `extra` added."""
 
+    __slots__ = ("boosted", "counts", "extra", "fl")
 
-def _nodes_with(fl: FlavorLedger, extra: Mapping[str, int], count: int) -> Iterator[str]:
-    """Nodes with exactly `count` GPUs available: plain bucket nodes, then boosted ones."""
-    for node in fl.buckets.get(count, ()):
-        if node not in extra:
-            yield node
-    for node in sorted(extra):
-        if max(fl.free.get(node, 0), 0) + extra[node] == count:
-            yield node
+    def __init__(self, fl: FlavorLedger, extra: Mapping[str, int]) -> None:
+        self.fl = fl
+        self.extra = extra
+        self.boosted: dict[int, list[str]] = {}
+        for node in sorted(extra):
+            count = max(fl.free.get(node, 0), 0) + extra[node]
+            self.boosted.setdefault(count, []).append(node)
+        self.counts = sorted(set(fl.buckets) | set(self.boosted))
+
+    def nodes_with(self, count: int) -> Iterator[str]:
+        """Nodes with exactly `count` GPUs available: plain bucket nodes, then boosted ones."""
+        extra = self.extra
+        for node in self.fl.buckets.get(count, ()):
+            if node not in extra:
+                yield node
+        yield from self.boosted.get(count, ())
 
 
 def _binpack(
@@ -66,10 +73,11 @@ def _binpack(
        used and empty nodes stay empty for the next big gang.
     """
     need = workers * gpus_per_worker
-    counts = _by_count(fl, extra, descending=False)
+    view = _View(fl, extra)
+    counts = view.counts
     for count in counts:
         if count >= need:
-            for node in _nodes_with(fl, extra, count):
+            for node in view.nodes_with(count):
                 return ((node, workers),)
     chosen: dict[str, int] = {}
     left = workers
@@ -77,7 +85,7 @@ def _binpack(
         per_node = count // gpus_per_worker
         if per_node <= 0:
             continue
-        for node in _nodes_with(fl, extra, count):
+        for node in view.nodes_with(count):
             take = min(per_node, left)
             chosen[node] = take
             left -= take
@@ -94,11 +102,12 @@ def _spread(
     """
     room: list[tuple[str, int]] = []
     capacity = 0
-    for count in _by_count(fl, extra, descending=True):
+    view = _View(fl, extra)
+    for count in reversed(view.counts):
         per_node = count // gpus_per_worker
         if per_node <= 0:
             break
-        for node in _nodes_with(fl, extra, count):
+        for node in view.nodes_with(count):
             room.append((node, per_node))
             capacity += per_node
             if len(room) >= workers:

@@ -18,7 +18,7 @@ import heapq
 from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
 
-from gpuqueue.scheduler.ledger import Ledger
+from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob
 
 PRIORITY = "priority"
@@ -120,10 +120,24 @@ class VictimSearch:
                     break  # sorted by priority: nothing further is lower
                 yield victim, PRIORITY
 
+    def _workers_delta(self, fl: FlavorLedger, victim: RunningJob, g: int, sign: int) -> int:
+        """How many more workers of `g` GPUs fit once `victim` is released (sign=1) or
+        restored (sign=-1): only its own nodes change, so the count is kept incrementally."""
+        delta = 0
+        for node, workers in victim.placement:
+            free = fl.free.get(node)
+            if free is None:
+                continue
+            base = max(free, 0) + fl.incoming.get(node, 0)
+            after = base + sign * workers * victim.gpus_per_worker
+            delta += after // g - base // g
+        return delta
+
     def find(
         self,
         job: PendingJob,
-        fits: Callable[[], bool],
+        fl: FlavorLedger,
+        limit_ok: Callable[[], bool],
         reclaim: bool,
         priority: bool,
         budget: int,
@@ -132,12 +146,16 @@ class VictimSearch:
 
         1. Walk the candidates in rule order (bounded by policy.max_victim_candidates), skipping
            jobs already chosen, inside their minimum runtime, or whose team cannot give them up.
-        2. Release each into the ledger until `fits()` says the gang fits.
+        2. Release each into the ledger until the gang fits on free plus incoming GPUs (counted
+           incrementally) and `limit_ok()` holds.
         3. Give back every victim that turns out not to be needed, most valuable first, so that
            the fewest jobs are preempted.
         4. Refuse (and roll back) when more victims than `budget` would be needed.
         """
         ledger = self.ledger
+        g = job.gpus_per_worker
+        need = job.workers
+        fit = fl.workers_fit(g, fl.incoming)
         mark = ledger.checkpoint()
         chosen: list[tuple[RunningJob, str]] = []
         found = False
@@ -147,20 +165,23 @@ class VictimSearch:
                 continue
             if kind == RECLAIM and not self._victim_ok(job, victim):
                 continue
+            fit += self._workers_delta(fl, victim, g, 1)
             ledger.release(victim)
             chosen.append((victim, kind))
             if len(chosen) > budget:
                 break
-            if fits():
+            if fit >= need and limit_ok():
                 found = True
                 break
         if not found:
             ledger.rollback(mark)
             return None
         for pair in reversed(chosen[:-1]):
+            less = fit + self._workers_delta(fl, pair[0], g, -1)
             ledger.unrelease(pair[0])
-            if fits():
+            if less >= need and limit_ok():
                 chosen.remove(pair)
+                fit = less
             else:
                 ledger.release(pair[0])
         ledger.commit(mark)

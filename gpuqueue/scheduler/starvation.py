@@ -50,6 +50,8 @@ class Reserver:
         self._events: dict[str, list[tuple[float, str, int]]] = {}
         self.reservations: list[Reservation] = []
         self.node_owner: dict[tuple[str, str], Reservation] = {}  # (flavor, node) -> reservation
+        self._holders: dict[str, tuple[int, list[Reservation]]] = {}
+        self._rooms: dict[tuple[str, float], tuple[int, str, dict[str, int]]] = {}
 
     def _release_events(self, fl: FlavorLedger) -> list[tuple[float, str, int]]:
         """(time, node, GPUs) at which running jobs of the flavor are expected to end, sorted."""
@@ -124,15 +126,35 @@ class Reserver:
             self.node_owner[(job.flavor, node)] = reservation
         return reservation
 
-    def backfill_room(self, job: PendingJob) -> dict[str, int]:
-        """Held GPUs `job` may borrow: only where its max runtime ends before the reservation."""
+    def holders(self, flavor: str) -> list[Reservation]:
+        """The reservations that still hold GPUs of a flavor."""
+        fl = self.ledger.flavors[flavor]
+        hit = self._holders.get(flavor)
+        if hit is not None and hit[0] == fl.version:
+            return hit[1]
+        owners = {self.node_owner[(flavor, node)].job_id for node in fl.held}
+        holders = [r for r in self.reservations if r.job_id in owners]
+        self._holders[flavor] = (fl.version, holders)
+        return holders
+
+    def backfill_room(self, job: PendingJob) -> tuple[str, dict[str, int]]:
+        """Held GPUs `job` may borrow: only where its max runtime ends before the reservation.
+
+        Returns a key naming the room (for cached counts) and the room itself.
+        """
         if job.max_runtime is None or not self.reservations:
-            return {}
+            return "", {}
         ends = self.now + job.max_runtime
         fl = self.ledger.flavors[job.flavor]
+        key = (job.flavor, ends)
+        hit = self._rooms.get(key)
+        if hit is not None and hit[0] == fl.version:
+            return hit[1], hit[2]
         room: dict[str, int] = {}
         for node, gpus in fl.held.items():
             owner = self.node_owner.get((job.flavor, node))
             if owner is not None and ends <= owner.expected_start:
                 room[node] = gpus
-        return room
+        kind = f"backfill:{ends!r}"
+        self._rooms[key] = (fl.version, kind, room)
+        return kind, room
