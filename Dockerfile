@@ -1,0 +1,13 @@
+FROM python:3.11-slim
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY gpuqueue gpuqueue
+COPY teams teams
+COPY dashboard dashboard
+RUN pip install .
+COPY . .
+RUN useradd --uid 10001 gpuqueue && chown -R gpuqueue /app
+USER 10001
+EXPOSE 8000
+CMD ["gunicorn", "gpuqueue.wsgi", "--bind", "0.0.0.0:8000"]
