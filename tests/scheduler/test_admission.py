@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuqueue.scheduler.model import PlacementStrategy, Policy, ReasonCode
+from gpuqueue.scheduler.model import PlacementStrategy, Policy, Quota, ReasonCode
 from tests.scheduler.builders import Case, check, node, nodes, pending, running, team
 
 GANGS_AND_PLACEMENT = [
@@ -87,8 +87,9 @@ GANGS_AND_PLACEMENT = [
     ),
     Case(
         "a small job behind a waiting gang still starts when it fits",
-        nodes=(node("n1", h100=4),),
-        teams=(team("a"),),
+        nodes=(node("n1", h100=8),),
+        teams=(team("a"), team("b", guarantee=8)),
+        running=(running(10, "b", {"n1": 4}, preemptible=False),),
         pending=(pending(1, "a", workers=2, gpus=4), pending(2, "a", gpus=2)),
         admitted={2},
         reasons={1: ReasonCode.NO_CAPACITY},
@@ -96,9 +97,9 @@ GANGS_AND_PLACEMENT = [
     Case(
         "jobs of one flavor never land on nodes of another",
         nodes=(node("n1", h100=8), node("n2", l4=4)),
-        teams=(team("a", quotas={}),),
-        pending=(),
-        admitted=set(),
+        teams=(team("a", quotas={"h100": Quota(0, 8), "l4": Quota(0, 4)}),),
+        pending=(pending(1, "a", gpus=4, flavor="l4"), pending(2, "a", gpus=8)),
+        placements={1: {"n2": 1}, 2: {"n1": 1}},
     ),
 ]
 
