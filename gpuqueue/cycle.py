@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -141,11 +142,12 @@ def _persist_preemptions(plan: m.Plan, now: datetime) -> list[tuple[int, int, da
 
 
 def reason_as_data(reason: m.Reason) -> dict[str, Any]:
-    return {
-        "code": reason.code.value,
-        "numbers": dict(reason.numbers),
-        "job_ids": list(reason.job_ids),
+    # JSON has no infinity: an unknown time (math.inf in the engine) is stored as null.
+    numbers = {
+        key: None if isinstance(value, float) and not math.isfinite(value) else value
+        for key, value in reason.numbers.items()
     }
+    return {"code": reason.code.value, "numbers": numbers, "job_ids": list(reason.job_ids)}
 
 
 def _persist_pending(plan: m.Plan, starts: Any) -> None:
@@ -161,7 +163,8 @@ def _persist_pending(plan: m.Plan, starts: Any) -> None:
         job.queue_position = decision.team_position
         job.cluster_position = decision.cluster_position
         start = starts.get(job.pk)
-        job.estimated_start = datetime.fromtimestamp(start, tz=UTC) if start is not None else None
+        known = start is not None and math.isfinite(start)
+        job.estimated_start = datetime.fromtimestamp(start, tz=UTC) if known else None
     Job.objects.bulk_update(
         jobs, ["pending_reason", "queue_position", "cluster_position", "estimated_start"],
         batch_size=1000,

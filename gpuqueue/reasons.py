@@ -1,58 +1,81 @@
 """Pending reasons, stored as data by the cycle, turned into one sentence with numbers.
 
-The API and the dashboard both call `describe_reason`; the engine never writes prose.
+The API and the dashboard both call `describe_reason`; the engine never writes prose. The numbers
+each code carries are listed in gpuqueue/scheduler/reasons.py.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 
-def _n(numbers: dict[str, Any], key: str, default: Any = "?") -> Any:
-    return numbers.get(key, default)
+def _plural(count: Any, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def describe_reason(reason: dict[str, Any] | None, *, team: str = "", flavor: str = "") -> str:
+def _when(timestamp: Any) -> str:
+    if not isinstance(timestamp, int | float):
+        return "an unknown time"
+    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _scope(n: dict[str, Any]) -> str:
+    return "department's" if n.get("scope") == "department" else "team's"
+
+
+def describe_reason(reason: dict[str, Any] | None) -> str:
+    """One sentence with the numbers, e.g. 'Waiting for 8 h100 GPUs as 4 × 2; 3 of 4 workers
+    fit now; 6 GPUs free.'"""
     if not reason:
         return "Waiting for the next admission cycle."
     code = reason.get("code", "")
     n: dict[str, Any] = reason.get("numbers") or {}
     jobs = reason.get("job_ids") or []
-    flavor = str(n.get("flavor", flavor))
+    flavor = n.get("flavor", "")
+    workers, per = n.get("workers", "?"), n.get("gpus_per_worker", "?")
+    gpus = workers * per if isinstance(workers, int) and isinstance(per, int) else "?"
+    shape = f"{gpus} {flavor} GPUs as {workers} × {per}"
     if code == "over_limit":
         return (
-            f"Over the team's limit: {team or 'the team'} uses {_n(n, 'in_use')} of its "
-            f"{_n(n, 'limit')} {flavor} GPUs and this job asks for {_n(n, 'requested')}."
+            f"Over the {_scope(n)} limit: {n.get('in_use')} of {n.get('limit')} {flavor} GPUs "
+            f"in use and this job asks for {n.get('requested')}."
         )
     if code == "no_quota":
-        return f"The team has no quota for {flavor} GPUs."
-    if code == "no_capacity":
-        return (
-            f"Waiting for {_n(n, 'gpus', '?')} {flavor} GPUs as {_n(n, 'workers')} × "
-            f"{_n(n, 'gpus_per_worker')}; {_n(n, 'workers_fit_now')} of {_n(n, 'workers')} "
-            f"workers fit now; {_n(n, 'free')} GPUs free."
-        )
+        return f"The {_scope(n)} quota has no {flavor} GPUs."
     if code == "over_fair_share":
         return (
-            f"Over the team's fair share of {flavor}: {_n(n, 'in_use')} in use, fair share "
-            f"{_n(n, 'fair_share')}, guarantee {_n(n, 'guarantee')}; non-preemptible work may only "
-            "use the guarantee."
+            f"Non-preemptible work may only use the {_scope(n)} guarantee: {n.get('in_use')} of "
+            f"{n.get('guarantee')} {flavor} GPUs in use and this job asks for {n.get('requested')}."
         )
+    if code in ("no_capacity", "queued_behind_team"):
+        sentence = (
+            f"Waiting for {shape}; {n.get('workers_fit', 0)} of {workers} workers fit now; "
+            f"{_plural(n.get('free', 0), 'GPU')} free."
+        )
+        if code == "queued_behind_team":
+            sentence += f" Queued behind {_plural(n.get('ahead'), 'earlier job')} of the team."
+        return sentence
     if code == "waiting_for_preemption":
+        listed = ", ".join(f"#{j}" for j in jobs)
         return (
-            f"Waiting for {len(jobs)} preempted job{'s' if len(jobs) != 1 else ''} "
-            f"({', '.join(f'#{j}' for j in jobs)}) to checkpoint and release their GPUs."
+            f"Waiting for {_plural(len(jobs), 'preempted job')} ({listed}) to checkpoint and "
+            f"release {shape}."
         )
     if code == "behind_reservation":
+        holders = ", ".join(f"#{j}" for j in jobs)
         return (
-            f"Behind a reservation for starving job #{jobs[0] if jobs else '?'}, which holds "
-            f"{_n(n, 'reserved')} {flavor} GPUs until it starts."
+            f"The free {flavor} GPUs are reserved for starving job {holders}, expected to start "
+            f"at {_when(n.get('expected_start'))}."
         )
-    if code == "queued_behind_team":
-        return f"Queued behind {_n(n, 'ahead')} earlier jobs of the team."
+    if code == "reserved":
+        return (
+            f"Waited past the starvation threshold: {_plural(n.get('nodes'), 'node')} are reserved "
+            f"for this job, which should start at {_when(n.get('expected_start'))}."
+        )
     if code == "never_fits":
         return (
-            f"Can never start: a worker needs {_n(n, 'gpus_per_worker')} {flavor} GPUs and the "
-            f"largest node has {_n(n, 'largest_node')}."
+            f"Can never start: a worker needs {per} {flavor} GPUs and the largest node has "
+            f"{n.get('largest_node')}."
         )
     return f"Pending ({code})."
