@@ -1,0 +1,111 @@
+"""Pure parsing of Kubernetes Nodes (and the pods on them) into the backend's NodeInfo.
+
+Input is the API's JSON (dicts, as listed or watched); no I/O here.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpuqueue.cluster.base import NodeInfo
+from gpuqueue.cluster.manifests import attempt_of
+
+# Resource names that are GPUs: whole GPUs, MIG slices (`nvidia.com/mig-1g.10gb`) and time-sliced
+# shares (the GPU Operator's `nvidia.com/gpu.shared` when it renames replicas).
+GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def is_gpu_resource(name: str) -> bool:
+    return name.startswith(GPU_PREFIXES)
+
+
+def _count(quantity: Any) -> int:
+    """GPU quantities are whole numbers ("8"); anything else counts as none."""
+    try:
+        return int(str(quantity))
+    except ValueError:
+        return 0
+
+
+def gpu_capacity(node: Mapping[str, Any]) -> dict[str, int]:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return {
+        name: count
+        for name, quantity in sorted(allocatable.items())
+        if is_gpu_resource(name) and (count := _count(quantity)) > 0
+    }
+
+
+def is_ready(node: Mapping[str, Any]) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False  # a node that never reported Ready is not ready
+
+
+def pod_gpus(pod: Mapping[str, Any]) -> dict[str, int]:
+    """GPUs a pod holds: the larger of its containers' sum and its largest init container, as
+    kube-scheduler counts them (GPUs must be limits; a request without a limit is refused)."""
+    spec = pod.get("spec") or {}
+
+    def limits(container: Mapping[str, Any]) -> dict[str, int]:
+        found = ((container.get("resources") or {}).get("limits")) or {}
+        return {k: _count(v) for k, v in found.items() if is_gpu_resource(k)}
+
+    total: dict[str, int] = defaultdict(int)
+    for container in spec.get("containers") or []:
+        for name, count in limits(container).items():
+            total[name] += count
+    for container in spec.get("initContainers") or []:
+        for name, count in limits(container).items():
+            total[name] = max(total[name], count)
+    return {name: count for name, count in total.items() if count > 0}
+
+
+def external_gpu_use(pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """{node: {resource: GPUs}} held by live pods that gpuqueue did not create."""
+    used: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if not node or phase in FINISHED_POD_PHASES or attempt_of(pod) is not None:
+            continue
+        for name, count in pod_gpus(pod).items():
+            used[node][name] += count
+    return {node: dict(by_name) for node, by_name in used.items()}
+
+
+def node_info(node: Mapping[str, Any], used_externally: Mapping[str, int]) -> NodeInfo:
+    metadata = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    return NodeInfo(
+        name=metadata["name"],
+        capacity=gpu_capacity(node),
+        labels=dict(metadata.get("labels") or {}),
+        taints=[
+            {k: str(v) for k, v in taint.items() if k in ("key", "value", "effect")}
+            for taint in spec.get("taints") or []
+        ],
+        ready=is_ready(node),
+        cordoned=bool(spec.get("unschedulable", False)),
+        used_externally=dict(used_externally),
+    )
+
+
+def inventory(
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> list[NodeInfo]:
+    """Every node, GPU or not (a node without GPUs simply offers none), by name."""
+    used = external_gpu_use(pods)
+    infos = [node_info(n, used.get(n["metadata"]["name"], {})) for n in nodes]
+    return sorted(infos, key=lambda info: info.name)
+
+
+def hostname_of(node: Mapping[str, Any]) -> str:
+    """The `kubernetes.io/hostname` label that node affinity matches; usually the node name,
+    but not on every cloud."""
+    metadata = node.get("metadata") or {}
+    return str((metadata.get("labels") or {}).get("kubernetes.io/hostname", metadata["name"]))

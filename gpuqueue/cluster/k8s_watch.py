@@ -1,0 +1,288 @@
+"""The watcher: a live copy of nodes, pods and gpuqueue Jobs, and the sync loop that uses it.
+
+Each resource is followed by list-then-watch: list once, remember the list's resourceVersion,
+watch from it, keep the resourceVersion of every event (and bookmark) so that a dropped or
+expired watch resumes where it stopped; a 410 Gone (that version is too old for the API
+server) means the copy may have missed deletions, so the resource is listed afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from gpuqueue.cluster.base import ClusterError
+from gpuqueue.cluster.manifests import SELECTOR
+
+if TYPE_CHECKING:
+    from gpuqueue.cluster.kubernetes import KubernetesBackend
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+KINDS = ("nodes", "pods", "jobs")
+
+
+def object_key(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace") or "", meta.get("name") or ""
+
+
+class Store:
+    """Objects by kind and (namespace, name), shared by the watch threads and the sync loop.
+
+    A listing replaces the objects of its kind in its scope (a namespace, or all); `live` says
+    that every kind has been listed and is being watched, so reads may use the copy.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = {kind: {} for kind in KINDS}
+        self.live = False
+
+    def replace(self, kind: str, items: list[Obj], namespace: str | None = None) -> None:
+        with self._lock:
+            kept = {
+                key: obj
+                for key, obj in self._objects[kind].items()
+                if namespace is not None and key[0] != namespace
+            }
+            kept.update({object_key(obj): obj for obj in items})
+            self._objects[kind] = kept
+
+    def apply(self, kind: str, event_type: str, obj: Obj) -> None:
+        with self._lock:
+            if event_type == "DELETED":
+                self._objects[kind].pop(object_key(obj), None)
+            else:  # ADDED, MODIFIED
+                self._objects[kind][object_key(obj)] = obj
+
+    def items(self, kind: str) -> list[Obj]:
+        with self._lock:
+            return [self._objects[kind][key] for key in sorted(self._objects[kind])]
+
+
+class ResourceWatch:
+    """List-then-watch of one resource in one scope, in its own thread."""
+
+    def __init__(
+        self,
+        backend: KubernetesBackend,
+        kind: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        namespace: str | None = None,
+        changed: threading.Event,
+        watch_seconds: float,
+        **kwargs: Any,
+    ) -> None:
+        self.backend, self.kind, self.fn, self.args, self.kwargs = backend, kind, fn, args, kwargs
+        self.namespace = namespace
+        self.changed = changed
+        self.watch_seconds = watch_seconds
+        self.resource_version: str | None = None
+        self.listed = threading.Event()
+        self.lists = 0  # how many times it listed: once, plus once per 410 or resync
+        self.stopping = False
+        self.thread = threading.Thread(
+            target=self._run, name=f"watch-{kind}-{namespace or 'all'}", daemon=True
+        )
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    def relist(self) -> None:
+        """Re-list at the next renewal (a periodic resync against missed events)."""
+        self.resource_version = None
+
+    def _run(self) -> None:
+        failures = 0
+        while not self.stopping:
+            try:
+                if self.resource_version is None:
+                    self._list()
+                self._watch()
+                failures = 0
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("watch of %s: 410 Gone, listing again", self.kind)
+                    self.resource_version = None
+                    continue
+                failures += 1
+                self._pause(failures, f"watch {self.kind}: HTTP {exc.status}")
+            except ClusterError as exc:  # the list failed after its own retries
+                failures += 1
+                self._pause(failures, str(exc))
+            except urllib3.exceptions.ReadTimeoutError:
+                continue  # a quiet stream: renew it from the same resourceVersion
+            except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+                failures += 1
+                self._pause(failures, f"watch {self.kind}: {type(exc).__name__}: {exc}")
+
+    def _pause(self, failures: int, detail: str) -> None:
+        log.warning("%s; retrying", detail)
+        self.backend.call.on_health(False, detail)
+        time.sleep(min(30.0, self.backend.call.backoff * 2 ** min(failures, 6)))
+
+    def _list(self) -> None:
+        listed = self.backend._list(f"list {self.kind}", self.fn, *self.args, **self.kwargs)
+        self.backend.store.replace(self.kind, listed.get("items") or [], self.namespace)
+        self.resource_version = (listed.get("metadata") or {}).get("resourceVersion") or ""
+        self.lists += 1
+        self.listed.set()
+        self.changed.set()
+
+    def _watch(self) -> None:
+        """One watch request, until the server ends it, it times out, or we stop."""
+        response = self.fn(
+            *self.args,
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=self.resource_version or None,
+            timeout_seconds=max(1, int(self.watch_seconds)),
+            _preload_content=False,
+            # The server ends the watch after timeout_seconds; the read timeout covers servers
+            # (and emulators) that do not, so that a quiet stream is renewed and stop is noticed.
+            _request_timeout=(self.backend.timeout, self.watch_seconds + 5),
+            **self.kwargs,
+        )
+        try:
+            for line in iter_resp_lines(response):
+                if self.stopping:
+                    return
+                if not line:
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message", ""))
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if event.get("type") != "BOOKMARK":
+                    self.backend.store.apply(self.kind, event["type"], obj)
+                    self.changed.set()
+                if version:
+                    self.resource_version = version
+        finally:
+            response.close()
+            response.release_conn()
+
+
+def jobs_watch(
+    backend: KubernetesBackend, namespace: str, changed: threading.Event, watch_seconds: float
+) -> ResourceWatch:
+    # Jobs are watched per team namespace: the RBAC grants them there, not cluster-wide.
+    return ResourceWatch(
+        backend,
+        "jobs",
+        backend.batch.list_namespaced_job,
+        namespace,
+        namespace=namespace,
+        changed=changed,
+        watch_seconds=watch_seconds,
+        label_selector=SELECTOR,
+    )
+
+
+def start_watches(
+    backend: KubernetesBackend,
+    changed: threading.Event,
+    namespaces: list[str],
+    watch_seconds: float,
+) -> dict[str, ResourceWatch]:
+    watches = {
+        "nodes": ResourceWatch(
+            backend, "nodes", backend.core.list_node, changed=changed, watch_seconds=watch_seconds
+        ),
+        "pods": ResourceWatch(
+            backend,
+            "pods",
+            backend.core.list_pod_for_all_namespaces,
+            changed=changed,
+            watch_seconds=watch_seconds,
+        ),
+    }
+    for namespace in namespaces:
+        watches[f"jobs/{namespace}"] = jobs_watch(backend, namespace, changed, watch_seconds)
+    for watch in watches.values():
+        watch.start()
+    return watches
+
+
+def run_watcher(
+    backend: KubernetesBackend,
+    should_stop: Callable[[], bool],
+    *,
+    sync_seconds: float | None = None,
+    resync_seconds: float | None = None,
+    watch_seconds: float | None = None,
+    on_pass: Callable[[], None] | None = None,
+) -> None:
+    """Follow the cluster until `should_stop()`.
+
+    1. Start list-then-watch threads for nodes and pods (cluster-wide) and for gpuqueue Jobs in
+       each team namespace; wait until each has listed once, then serve reads from the copy.
+    2. Reconcile at start: one full sync (relaunch admitted jobs without a Kubernetes Job,
+       delete Jobs that belong to no live job, move every job to what the cluster says).
+    3. Then sync again as soon as anything changed, and at least every `sync_seconds` (the
+       checkpoint deadline and the gang-ready timeout pass without any event).
+    4. Every `resync_seconds`: re-list everything (against missed events) and pick up the
+       namespaces of new teams.
+    """
+    from django.conf import settings
+    from django.db import OperationalError, close_old_connections
+
+    from gpuqueue.services.cluster_sync import sync_cluster
+
+    sync_seconds = sync_seconds if sync_seconds is not None else settings.GPUQUEUE_SYNC_SECONDS
+    resync_seconds = (
+        resync_seconds if resync_seconds is not None else settings.GPUQUEUE_K8S_RESYNC_SECONDS
+    )
+    watch_seconds = (
+        watch_seconds if watch_seconds is not None else settings.GPUQUEUE_K8S_WATCH_SECONDS
+    )
+    changed = threading.Event()
+    # 1.
+    namespaces = backend.namespaces()
+    watches = start_watches(backend, changed, namespaces, watch_seconds)
+    try:
+        while not all(w.listed.wait(0.1) for w in watches.values()):
+            if should_stop():
+                return
+        backend.store.live = True
+        last_resync = time.monotonic()
+        # 2. and 3.
+        while not should_stop():
+            changed.clear()
+            try:
+                sync_cluster(backend)
+            except (OperationalError, ClusterError) as exc:
+                log.warning("sync failed, retrying: %s", exc)
+                close_old_connections()
+            if on_pass is not None:
+                on_pass()
+            # 4.
+            if time.monotonic() - last_resync >= resync_seconds:
+                last_resync = time.monotonic()
+                for watch in watches.values():
+                    watch.relist()
+                for namespace in sorted(set(backend.namespaces()) - set(namespaces)):
+                    namespaces.append(namespace)
+                    watches[f"jobs/{namespace}"] = jobs_watch(
+                        backend, namespace, changed, watch_seconds
+                    )
+                    watches[f"jobs/{namespace}"].start()
+            changed.wait(sync_seconds)
+    finally:
+        backend.store.live = False
+        for watch in watches.values():
+            watch.stop()

@@ -1,0 +1,329 @@
+"""The Kubernetes backend: admitted jobs become Indexed Jobs on their planned nodes.
+
+Everything goes through the official `kubernetes` client. Objects are read as plain JSON
+(`_preload_content=False`) and handed to the pure modules next to this one: `inventory` (nodes),
+`status` (workload phases) and `manifests` (what is created). The watcher (`k8s_watch`) keeps a
+live copy of nodes, pods and Jobs; without it every read lists from the API.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import secrets
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+from kubernetes import client
+
+from gpuqueue.cluster import manifests as mf
+from gpuqueue.cluster.base import ClusterBackend, ClusterError, LaunchSpec, NodeInfo, WorkloadStatus
+from gpuqueue.cluster.inventory import inventory
+from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound
+from gpuqueue.cluster.k8s_watch import Store
+from gpuqueue.cluster.status import workload_statuses
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+
+def team_namespaces() -> list[str]:
+    """Where gpuqueue's Jobs live: one namespace per team (the RBAC of deploy/ grants Jobs,
+    Services and Secrets there only)."""
+    from teams.models import Team
+
+    return sorted(set(Team.objects.values_list("namespace", flat=True)))
+
+
+def store_token_hash(job_id: int, token: str) -> None:
+    """Keep the hash of the token in the job's Secret, so the API accepts it for this job."""
+    from gpuqueue.models import Job
+    from teams.services import hash_secret
+
+    Job.objects.filter(pk=job_id).update(checkpoint_token_hash=hash_secret(token))
+
+
+def job_namespace(job_id: int) -> str | None:
+    from gpuqueue.models import Job
+
+    return Job.objects.filter(pk=job_id).values_list("team__namespace", flat=True).first()
+
+
+class KubernetesBackend(ClusterBackend):
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        options: mf.ClusterOptions | None = None,
+        caller: Caller | None = None,
+        timeout_seconds: float = 10.0,
+        image_pull_timeout_seconds: float = 300.0,
+        namespaces: Callable[[], list[str]] = team_namespaces,
+        clock: Callable[[], datetime] = timezone.now,
+    ) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.options = options or mf.ClusterOptions()
+        self.call = caller or Caller()
+        self.timeout = timeout_seconds
+        self.pull_timeout = timedelta(seconds=image_pull_timeout_seconds)
+        self.namespaces = namespaces
+        self.clock = clock
+        # Filled by the watcher; while it is live, reads come from it instead of the API.
+        self.store = Store()
+        self._hostnames: dict[str, str] = {}
+        self._ready: dict[str, bool] | None = None
+        self._pods_seen: list[Obj] | None = None
+        self._namespace_of: dict[tuple[int, int], str] = {}
+        self._first_seen: dict[tuple[int, int], datetime] = {}
+
+    @classmethod
+    def from_settings(cls) -> KubernetesBackend:
+        from django.conf import settings
+        from kubernetes import config
+
+        from gpuqueue.health import record_cluster
+
+        configuration = client.Configuration()
+        if settings.GPUQUEUE_K8S_KUBECONFIG:
+            config.load_kube_config(
+                config_file=settings.GPUQUEUE_K8S_KUBECONFIG,
+                context=settings.GPUQUEUE_K8S_CONTEXT,
+                client_configuration=configuration,
+            )
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+        configuration.retries = 0  # retries are ours (k8s_calls), with backoff and health
+        return cls(
+            client.ApiClient(configuration),
+            options=mf.ClusterOptions(
+                gpu_taint=settings.GPUQUEUE_K8S_GPU_TAINT,
+                master_port=settings.GPUQUEUE_K8S_MASTER_PORT,
+                public_url=settings.GPUQUEUE_PUBLIC_URL,
+            ),
+            caller=Caller(
+                attempts=settings.GPUQUEUE_K8S_API_RETRIES,
+                backoff_seconds=settings.GPUQUEUE_K8S_API_BACKOFF_SECONDS,
+                on_health=record_cluster,
+            ),
+            timeout_seconds=settings.GPUQUEUE_K8S_API_TIMEOUT_SECONDS,
+            image_pull_timeout_seconds=settings.GPUQUEUE_K8S_IMAGE_PULL_TIMEOUT_SECONDS,
+        )
+
+    # Reading -----------------------------------------------------------------------------
+
+    def _list(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+        """One LIST as plain JSON (items and the list's resourceVersion)."""
+        response = self.call(
+            what, fn, *args, _preload_content=False, _request_timeout=self.timeout, **kwargs
+        )
+        return json.loads(response.data or b"{}")
+
+    def list_raw_nodes(self) -> Obj:
+        return self._list("list nodes", self.core.list_node)
+
+    def list_raw_pods(self) -> Obj:
+        """Every pod cluster-wide: gpuqueue's workers and the GPUs others hold."""
+        return self._list("list pods", self.core.list_pod_for_all_namespaces)
+
+    def list_raw_jobs(self, namespace: str) -> Obj:
+        return self._list(
+            f"list jobs in {namespace}",
+            self.batch.list_namespaced_job,
+            namespace,
+            label_selector=mf.SELECTOR,
+        )
+
+    def _current(self) -> tuple[list[Obj], list[Obj], list[Obj] | None]:
+        """Nodes, pods and gpuqueue Jobs (None when only nodes and pods were needed)."""
+        if self.store.live:
+            return self.store.items("nodes"), self.store.items("pods"), self.store.items("jobs")
+        return self.list_raw_nodes()["items"], self.list_raw_pods()["items"], None
+
+    def list_nodes(self) -> list[NodeInfo]:
+        nodes, pods, _ = self._current()
+        self._remember_nodes(nodes)
+        self._pods_seen = pods  # observe() in the same pass needs them too
+        return inventory(nodes, pods)
+
+    def _remember_nodes(self, nodes: list[Obj]) -> None:
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            self._hostnames[meta["name"]] = str(labels.get("kubernetes.io/hostname", meta["name"]))
+        self._ready = {n.name: n.ready for n in inventory(nodes, [])}
+
+    def observe(self) -> list[WorkloadStatus]:
+        if self.store.live:
+            nodes, pods, jobs = self._current()
+            assert jobs is not None
+            self._remember_nodes(nodes)
+        else:
+            # sync_cluster lists nodes (and so pods) just before; otherwise list them now.
+            if self._pods_seen is None or self._ready is None:
+                self.list_nodes()
+            pods, self._pods_seen = self._pods_seen or [], None
+            jobs = [
+                job
+                for namespace in self.namespaces()
+                for job in self.list_raw_jobs(namespace)["items"]
+            ]
+        now = self.clock()
+        for job in jobs:
+            if (key := mf.attempt_of(job)) is not None:
+                self._namespace_of[key] = job["metadata"].get("namespace", "")
+                self._first_seen.setdefault(key, now)
+        return workload_statuses(
+            jobs, pods, self._ready or {}, now, self.pull_timeout, self._first_seen
+        )
+
+    # Writing -----------------------------------------------------------------------------
+
+    def launch(self, spec: LaunchSpec) -> None:
+        """Create the attempt's Secret, Service and Job, in that order (pods need the first two
+        when they start); any of them already there is adopted, so launching twice is harmless.
+
+        1. Name the planned nodes by their hostname label, for the Job's node affinity.
+        2. The token Secret: a new token, or the one an earlier launch already stored there;
+           either way its hash goes on the job row so the API accepts that token.
+        3. The headless Service, then the Indexed Job.
+        """
+        key = (spec.job_id, spec.attempt)
+        self._namespace_of[key] = spec.namespace
+        self._first_seen.setdefault(key, self.clock())
+        # 1.
+        missing = [n for n in spec.placement if n not in self._hostnames]
+        if missing:
+            self._remember_nodes(self.list_raw_nodes()["items"])
+        hostnames = [self._hostnames.get(n, n) for n in sorted(spec.placement)]
+        # 2.
+        token = f"gqj_{spec.job_id}_{secrets.token_urlsafe(32)}"
+        secret = mf.secret_manifest(spec, token)
+        try:
+            self._create("secret", self.core.create_namespaced_secret, spec.namespace, secret)
+        except Conflict:
+            token = self._existing_token(spec) or token
+        store_token_hash(spec.job_id, token)
+        # 3.
+        for kind, fn, body in (
+            ("service", self.core.create_namespaced_service, mf.service_manifest(spec)),
+            (
+                "job",
+                self.batch.create_namespaced_job,
+                mf.job_manifest(spec, self.options, hostnames),
+            ),
+        ):
+            try:
+                self._create(kind, fn, spec.namespace, body)
+            except Conflict:
+                log.info("%s %s/%s exists: adopted", kind, spec.namespace, body["metadata"]["name"])
+
+    def _create(self, kind: str, fn: Callable[..., Any], namespace: str, body: Obj) -> None:
+        name = body["metadata"]["name"]
+        try:
+            self.call(
+                f"create {kind} {namespace}/{name}",
+                fn,
+                namespace,
+                body,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        except NotFound as exc:  # the team's namespace does not exist: no retry helps
+            raise ClusterError(
+                f"create {kind} {namespace}/{name}: {exc.message}", transient=False
+            ) from exc
+
+    def _existing_token(self, spec: LaunchSpec) -> str | None:
+        name = mf.token_secret_name(spec.job_id, spec.attempt)
+        try:
+            response = self.call(
+                f"read secret {spec.namespace}/{name}",
+                self.core.read_namespaced_secret,
+                name,
+                spec.namespace,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        except NotFound:
+            return None
+        secret = json.loads(response.data or b"{}")
+        if value := (secret.get("data") or {}).get(mf.TOKEN_KEY):
+            return base64.b64decode(value).decode()
+        return (secret.get("stringData") or {}).get(mf.TOKEN_KEY)
+
+    def request_checkpoint(self, job_id: int, attempt: int, deadline: datetime) -> None:
+        """Annotate every pod of the attempt with the deadline (the workload reads it from its
+        downward-API file); a pod that already carries it is left alone."""
+        patch = mf.checkpoint_patch(deadline)
+        wanted = patch["metadata"]["annotations"][mf.CHECKPOINT_ANNOTATION]
+        for pod in self._pods_of(job_id, attempt):
+            meta = pod["metadata"]
+            if (meta.get("annotations") or {}).get(mf.CHECKPOINT_ANNOTATION) == wanted:
+                continue
+            try:
+                self.call(
+                    f"annotate pod {meta.get('namespace')}/{meta['name']}",
+                    self.core.patch_namespaced_pod,
+                    meta["name"],
+                    meta["namespace"],
+                    patch,
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                )
+            except NotFound:
+                continue  # the pod went away meanwhile: nothing left to ask
+
+    def _pods_of(self, job_id: int, attempt: int) -> list[Obj]:
+        if self.store.live:
+            pods = self.store.items("pods")
+        else:
+            pods = self._list(
+                "list pods",
+                self.core.list_pod_for_all_namespaces,
+                label_selector=mf.attempt_selector(job_id, attempt),
+            )["items"]
+        return [p for p in pods if mf.attempt_of(p) == (job_id, attempt)]
+
+    def stop(self, job_id: int, attempt: int) -> None:
+        """Delete the Job (its pods get SIGTERM and their grace period), the Service and the
+        Secret; whatever is already gone is fine."""
+        key = (job_id, attempt)
+        namespace = self._namespace_of.get(key) or job_namespace(job_id)
+        if not namespace:
+            log.warning("stop of job %s: its namespace is unknown", job_id)
+            return
+        name = mf.workload_name(job_id, attempt)
+        body = client.V1DeleteOptions(propagation_policy="Background")
+        for kind, fn, obj_name in (
+            ("job", self.batch.delete_namespaced_job, name),
+            ("service", self.core.delete_namespaced_service, name),
+            ("secret", self.core.delete_namespaced_secret, mf.token_secret_name(job_id, attempt)),
+        ):
+            with contextlib.suppress(NotFound):
+                self.call(
+                    f"delete {kind} {namespace}/{obj_name}",
+                    fn,
+                    obj_name,
+                    namespace,
+                    body=body,
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                )
+        self._first_seen.pop(key, None)
+
+    # Watching ----------------------------------------------------------------------------
+
+    def watch(self, should_stop: Callable[[], bool]) -> None:
+        """Follow the cluster until `should_stop()`: see gpuqueue.cluster.k8s_watch."""
+        from gpuqueue.cluster.k8s_watch import run_watcher
+
+        run_watcher(self, should_stop)

@@ -1,0 +1,263 @@
+"""Pure builders of the Kubernetes objects one attempt of a job becomes: a Secret with its token,
+a headless Service for rendezvous, and an Indexed Job pinned to the planned nodes.
+
+Plain dicts in the API's JSON shape (camelCase), so that they can be compared with golden files,
+sent by the official client unchanged and validated through its models. No I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuqueue.cluster.base import LaunchSpec
+
+# Labels that tie Kubernetes objects to gpuqueue jobs; the watcher and reconcile find them by
+# these. Ours are applied over the user's labels so that a user cannot detach a workload.
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "gpuqueue"
+LABEL_JOB_ID = "gpuqueue.dev/job-id"
+LABEL_ATTEMPT = "gpuqueue.dev/attempt"
+LABEL_TEAM = "gpuqueue.dev/team"
+SELECTOR = f"{MANAGED_BY}={MANAGED_BY_VALUE}"
+
+# The checkpoint protocol: the deadline (RFC 3339) is written as a pod annotation and reaches the
+# workload through a downward-API file of the pod's annotations.
+CHECKPOINT_ANNOTATION = "gpuqueue.dev/checkpoint-requested"
+PODINFO_DIR = "/etc/gpuqueue/podinfo"
+ANNOTATIONS_FILE = f"{PODINFO_DIR}/annotations"
+TOKEN_KEY = "token"
+CONTAINER = "worker"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterOptions:
+    """What the manifests need beyond the job itself (from settings)."""
+
+    gpu_taint: str = "nvidia.com/gpu"
+    master_port: int = 29500
+    public_url: str = "http://gpuqueue-web.gpuqueue.svc:8000"
+
+
+def workload_name(job_id: int, attempt: int) -> str:
+    """Deterministic per attempt, so creating twice is a 409 to adopt, and a new attempt never
+    collides with a previous one that Kubernetes is still deleting. A DNS-1035 label."""
+    return f"gq-{job_id}-{attempt}"
+
+
+def token_secret_name(job_id: int, attempt: int) -> str:
+    return f"{workload_name(job_id, attempt)}-token"
+
+
+def owner_labels(spec: LaunchSpec) -> dict[str, str]:
+    return {
+        MANAGED_BY: MANAGED_BY_VALUE,
+        LABEL_JOB_ID: str(spec.job_id),
+        LABEL_ATTEMPT: str(spec.attempt),
+        LABEL_TEAM: spec.team,
+    }
+
+
+def attempt_selector(job_id: int, attempt: int) -> str:
+    return f"{SELECTOR},{LABEL_JOB_ID}={job_id},{LABEL_ATTEMPT}={attempt}"
+
+
+def _metadata(spec: LaunchSpec, name: str) -> dict[str, Any]:
+    return {"name": name, "namespace": spec.namespace, "labels": owner_labels(spec)}
+
+
+def secret_manifest(spec: LaunchSpec, token: str) -> dict[str, Any]:
+    """The per-attempt token the workload acknowledges its checkpoint with."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(spec, token_secret_name(spec.job_id, spec.attempt)),
+        "type": "Opaque",
+        "stringData": {TOKEN_KEY: token},
+    }
+
+
+def service_manifest(spec: LaunchSpec) -> dict[str, Any]:
+    """Headless, so that each worker has a stable DNS name `<job>-<index>.<service>`; it
+    publishes not-ready addresses because workers must find the leader before they are ready."""
+    name = workload_name(spec.job_id, spec.attempt)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec, name),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {
+                LABEL_JOB_ID: str(spec.job_id),
+                LABEL_ATTEMPT: str(spec.attempt),
+            },
+        },
+    }
+
+
+def job_manifest(
+    spec: LaunchSpec, options: ClusterOptions, hostnames: Sequence[str]
+) -> dict[str, Any]:
+    """The Indexed Job: one pod per worker, only on the planned nodes (`hostnames`, the values of
+    their `kubernetes.io/hostname` labels)."""
+    name = workload_name(spec.job_id, spec.attempt)
+    labels = {**{str(k): str(v) for k, v in spec.labels.items()}, **owner_labels(spec)}
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        # SIGTERM comes this long before SIGKILL: the grace of workloads that only handle SIGTERM.
+        "terminationGracePeriodSeconds": spec.checkpoint_grace_seconds,
+        "subdomain": name,
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": sorted(set(hostnames)),
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "tolerations": [{"key": options.gpu_taint, "operator": "Exists"}],
+        "containers": [_container(spec, options, name)],
+        "volumes": [
+            {
+                "name": "podinfo",
+                "downwardAPI": {
+                    "items": [
+                        {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+                    ]
+                },
+            }
+        ],
+    }
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": spec.workers,
+        "parallelism": spec.workers,
+        # A worker that fails fails the job at once (no retry of a gang member on its own).
+        "backoffLimit": 0,
+        "podFailurePolicy": {
+            "rules": [
+                # 1. A pod disrupted by its node (lost, drained, evicted) does not fail the Job;
+                #    gpuqueue sees the broken gang, tears it down and requeues it.
+                {
+                    "action": "Ignore",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                },
+                # 2. Any worker exiting non-zero fails the whole Job.
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {
+                        "containerName": CONTAINER,
+                        "operator": "NotIn",
+                        "values": [0],
+                    },
+                },
+            ]
+        },
+        "template": {
+            "metadata": {
+                "labels": labels,
+                "annotations": {str(k): str(v) for k, v in spec.annotations.items()},
+            },
+            "spec": pod_spec,
+        },
+    }
+    if spec.max_runtime_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = spec.max_runtime_seconds
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": spec.namespace,
+            "labels": labels,
+            "annotations": {"gpuqueue.dev/job-name": spec.name},
+        },
+        "spec": job_spec,
+    }
+
+
+def _container(spec: LaunchSpec, options: ClusterOptions, name: str) -> dict[str, Any]:
+    gpus = str(spec.gpus_per_worker)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "env": _env(spec, options, name),
+        "resources": {
+            "limits": {spec.resource_name: gpus},
+            "requests": {spec.resource_name: gpus},
+        },
+        "volumeMounts": [{"name": "podinfo", "mountPath": PODINFO_DIR, "readOnly": True}],
+    }
+    if spec.command:
+        container["command"] = [str(part) for part in spec.command]
+    return container
+
+
+def _env(spec: LaunchSpec, options: ClusterOptions, name: str) -> list[dict[str, Any]]:
+    """The user's variables first, then gpuqueue's, which win (a user cannot forge RANK)."""
+    ours: dict[str, dict[str, Any]] = {
+        "WORLD_SIZE": {"value": str(spec.workers)},
+        "RANK": {
+            "valueFrom": {
+                "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}
+            }
+        },
+        "MASTER_ADDR": {"value": f"{name}-0.{name}.{spec.namespace}.svc"},
+        "MASTER_PORT": {"value": str(options.master_port)},
+        "GPUQUEUE_JOB_ID": {"value": str(spec.job_id)},
+        "GPUQUEUE_URL": {"value": options.public_url.rstrip("/")},
+        "GPUQUEUE_ANNOTATIONS_FILE": {"value": ANNOTATIONS_FILE},
+        "GPUQUEUE_JOB_TOKEN": {
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": token_secret_name(spec.job_id, spec.attempt),
+                    "key": TOKEN_KEY,
+                }
+            }
+        },
+    }
+    env = [
+        {"name": str(key), "value": str(value)}
+        for key, value in sorted(spec.env.items())
+        if key not in ours
+    ]
+    env += [{"name": key, **value} for key, value in ours.items()]
+    return env
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def checkpoint_patch(deadline: datetime) -> dict[str, Any]:
+    """The merge patch that asks a pod to checkpoint before `deadline`."""
+    return {"metadata": {"annotations": {CHECKPOINT_ANNOTATION: rfc3339(deadline)}}}
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def attempt_of(obj: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(job id, attempt) of a gpuqueue-labelled object, or None for anything else. Checked here
+    too because not every API server (nor the test emulator) honours label selectors."""
+    labels = labels_of(obj)
+    if labels.get(MANAGED_BY) != MANAGED_BY_VALUE:
+        return None
+    job_id, attempt = labels.get(LABEL_JOB_ID, ""), labels.get(LABEL_ATTEMPT, "")
+    if not (job_id.isdigit() and attempt.isdigit()):
+        return None
+    return int(job_id), int(attempt)
