@@ -210,11 +210,10 @@ class Ledger:
             if node not in fl.free:
                 continue  # an unschedulable node: its GPUs never come back to the pool
             gpus = workers * job.gpus_per_worker
+            fl.move(node, fl.free[node] - gpus)  # held until the job is really gone
             if leaving:
                 fl.incoming[node] = fl.incoming.get(node, 0) + gpus
                 self.incoming_jobs.setdefault((job.flavor, node), []).append(job.id)
-            else:
-                fl.move(node, fl.free[node] - gpus)
 
     def admit(
         self,

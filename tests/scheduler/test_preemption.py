@@ -1,0 +1,210 @@
+"""Preemption inside a team by priority, and reclaim of borrowed GPUs across teams."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuqueue.scheduler.model import Policy, ReasonCode
+from tests.scheduler.builders import HOUR, NOW, Case, check, node, nodes, pending, running, team
+
+
+def morning_grab(policy: Policy | None = None, **want: object) -> dict[str, object]:
+    """Team a took all 16 GPUs with single-GPU jobs (later ids started later); team b, with a
+    guarantee of 8, now asks for 8."""
+    grab = tuple(
+        running(100 + i, "a", {"n1" if i < 8 else "n2": 1}, started=NOW - 2 * HOUR + 60 * i)
+        for i in range(16)
+    )
+    return {
+        "nodes": nodes(2, h100=8),
+        "teams": (team("a", guarantee=4, limit=16), team("b", guarantee=8, limit=16)),
+        "running": grab,
+        "pending": (pending(1, "b", workers=8),),
+        "policy": policy or Policy(),
+        **want,
+    }
+
+
+PRIORITY = [
+    Case(
+        "a higher-priority job preempts its team's lower-priority preemptible job",
+        nodes=(node("n1", h100=8),),
+        teams=(team("a"),),
+        running=(running(10, "a", {"n1": 1}, gpus=8),),
+        pending=(pending(1, "a", gpus=8, priority=10),),
+        admitted=set(),
+        preempted={10: "priority"},
+        reasons={1: ReasonCode.WAITING_FOR_PREEMPTION},
+        waits_on={1: (10,)},
+    ),
+    Case(
+        "non-preemptible jobs are never preempted",
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=8),),
+        running=(running(10, "a", {"n1": 1}, gpus=8, preemptible=False),),
+        pending=(pending(1, "a", gpus=8, priority=10),),
+        preempted={},
+        reasons={1: ReasonCode.NO_CAPACITY},
+    ),
+    Case(
+        "a job inside the policy's minimum runtime is not preempted",
+        nodes=(node("n1", h100=8),),
+        teams=(team("a"),),
+        running=(running(10, "a", {"n1": 1}, gpus=8, started=NOW - 60),),
+        pending=(pending(1, "a", gpus=8, priority=10),),
+        preempted={},
+    ),
+    Case(
+        "a job's own minimum-runtime end protects it even when it started long ago",
+        nodes=(node("n1", h100=8),),
+        teams=(team("a"),),
+        running=(running(10, "a", {"n1": 1}, gpus=8, min_runtime_until=NOW + 100),),
+        pending=(pending(1, "a", gpus=8, priority=10),),
+        preempted={},
+    ),
+    Case(
+        "the most recently started of equal victims goes first",
+        nodes=(node("n1", h100=8),),
+        teams=(team("a"),),
+        running=(
+            running(10, "a", {"n1": 1}, gpus=4, started=NOW - 2 * HOUR),
+            running(11, "a", {"n1": 1}, gpus=4, started=NOW - HOUR),
+        ),
+        pending=(pending(1, "a", gpus=4, priority=5),),
+        preempted={11: "priority"},
+    ),
+    Case(
+        "the lowest priority goes first even if it started earlier",
+        nodes=(node("n1", h100=8),),
+        teams=(team("a"),),
+        running=(
+            running(10, "a", {"n1": 1}, gpus=4, priority=1, started=NOW - HOUR),
+            running(11, "a", {"n1": 1}, gpus=4, priority=0, started=NOW - 2 * HOUR),
+        ),
+        pending=(pending(1, "a", gpus=4, priority=5),),
+        preempted={11: "priority"},
+    ),
+    Case(
+        "only as many jobs are preempted as the gang needs",
+        nodes=(node("n1", h100=8),),
+        teams=(team("a"),),
+        running=tuple(
+            running(10 + i, "a", {"n1": 1}, gpus=2, started=NOW - 2 * HOUR + 60 * i)
+            for i in range(4)
+        ),
+        pending=(pending(1, "a", gpus=4, priority=5),),
+        preempted={12: "priority", 13: "priority"},
+    ),
+    Case(
+        "GPUs already on their way back are waited for, not preempted again",
+        nodes=nodes(2, h100=8),
+        teams=(team("a"),),
+        running=(
+            running(10, "a", {"n1": 1}, gpus=8, preempting_since=NOW - 10),
+            running(11, "a", {"n2": 1}, gpus=8),
+        ),
+        pending=(pending(1, "a", gpus=8, priority=10),),
+        preempted={},
+        reasons={1: ReasonCode.WAITING_FOR_PREEMPTION},
+        waits_on={1: (10,)},
+    ),
+    Case(
+        "priority preemption is off when the policy turns it off",
+        nodes=(node("n1", h100=8),),
+        teams=(team("a"),),
+        running=(running(10, "a", {"n1": 1}, gpus=8),),
+        pending=(pending(1, "a", gpus=8, priority=10),),
+        policy=Policy(preemption=False),
+        preempted={},
+    ),
+    Case(
+        "a job at its team's limit may still preempt its team's lower-priority work",
+        nodes=(node("n1", h100=16),),
+        teams=(team("a", limit=8),),
+        running=(running(10, "a", {"n1": 1}, gpus=8),),
+        pending=(pending(1, "a", gpus=8, priority=5),),
+        preempted={10: "priority"},
+        reasons={1: ReasonCode.WAITING_FOR_PREEMPTION},
+    ),
+    Case(
+        "a job at its team's limit with nothing lower to preempt stays over the limit",
+        nodes=(node("n1", h100=16),),
+        teams=(team("a", limit=8),),
+        running=(running(10, "a", {"n1": 1}, gpus=8, priority=5),),
+        pending=(pending(1, "a", gpus=8, priority=5),),
+        preempted={},
+        reasons={1: ReasonCode.OVER_LIMIT},
+    ),
+]
+
+RECLAIM = [
+    Case(
+        "the morning grab: a team under its guarantee reclaims the most recently started jobs",
+        **morning_grab(
+            preempted={100 + i: "reclaim" for i in range(8, 16)},
+            reasons={1: ReasonCode.WAITING_FOR_PREEMPTION},
+            shares={("a", "h100"): 8, ("b", "h100"): 8},
+        ),  # type: ignore[arg-type]
+    ),
+    Case(
+        "reclaim is off when the policy turns it off",
+        **morning_grab(Policy(reclaim=False), preempted={}),  # type: ignore[arg-type]
+    ),
+    Case(
+        "the victim search stops at the policy's bound",
+        **morning_grab(Policy(max_victim_candidates=4), preempted={}),  # type: ignore[arg-type]
+    ),
+    Case(
+        "a cycle never preempts more jobs than its budget",
+        **morning_grab(Policy(max_preemptions_per_cycle=4), preempted={}),  # type: ignore[arg-type]
+    ),
+    Case(
+        "a team does not reclaim what would take it past its own fair share",
+        nodes=nodes(2, h100=8),
+        teams=(team("a", guarantee=8), team("b", guarantee=4)),
+        running=(
+            running(10, "a", {"n1": 1}, gpus=4),
+            running(11, "a", {"n1": 1}, gpus=4),
+            running(12, "a", {"n2": 1}, gpus=8),
+        ),
+        pending=(pending(1, "b", gpus=8),),
+        shares={("a", "h100"): 10, ("b", "h100"): 6},
+        preempted={},
+        reasons={1: ReasonCode.NO_CAPACITY},
+    ),
+    Case(
+        "reclaim never takes a victim team below its own fair share",
+        nodes=nodes(2, h100=8),
+        teams=(team("a"), team("b", guarantee=4), team("c", guarantee=4)),
+        running=(
+            running(10, "a", {"n1": 1}, gpus=8),
+            running(11, "c", {"n2": 1}, gpus=4, preemptible=False),
+        ),
+        pending=(pending(1, "b", gpus=8),),
+        shares={("a", "h100"): 4, ("b", "h100"): 8, ("c", "h100"): 4},
+        preempted={},
+    ),
+    Case(
+        "a department under its share reclaims from a department above its share",
+        nodes=nodes(2, h100=8),
+        teams=(
+            team("x", guarantee=8),
+            team("y", guarantee=8),
+            team("x1", parent="x"),
+            team("y1", guarantee=8, parent="y"),
+        ),
+        running=tuple(
+            running(100 + i, "x1", {"n1" if i < 8 else "n2": 1}, started=NOW - 2 * HOUR + i)
+            for i in range(16)
+        ),
+        pending=(pending(1, "y1", workers=8),),
+        preempted={100 + i: "reclaim" for i in range(8, 16)},
+    ),
+]
+
+CASES = PRIORITY + RECLAIM
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_preemption(case: Case) -> None:
+    check(case)
