@@ -76,6 +76,7 @@ class _Cycle:
         self.failed_search: dict[tuple[str, str, int, int, bool], int] = {}
         self.waiting_in_team: dict[tuple[str, str], int] = {}
         self.order: Order | None = None
+        self.starving: set[PendingJob] = set()
 
     def run(self) -> Plan:
         # Phase 3: the order.
@@ -83,6 +84,7 @@ class _Cycle:
         self.order = Order(
             self.snapshot, self.ledger, self.fair_share, weights, self.policy.starvation_seconds
         )
+        self.starving = set(self.order.starving)
         # Phase 4: each job.
         for job in self.order:
             reason = self._consider(job)
@@ -182,7 +184,7 @@ class _Cycle:
         if waiting is not None:
             return waiting
         # 10.
-        if self.now - job.submitted_at >= self.policy.starvation_seconds:
+        if job in self.starving:
             reservation = self.reserver.reserve(job)
             if reservation is not None:
                 return reasons.reserved(job, reservation.expected_start, len(reservation.placement))

@@ -19,6 +19,9 @@ JobKey = tuple[int, int, float, int]
 
 # Rule 1. A job that has waited past the starvation threshold goes before everything else,
 # oldest first: without this a big gang can wait forever behind small jobs that always fit.
+# Only a job that keeps its team within its fair share counts as starving: borrowed work is
+# opportunistic, and a requeued victim (which keeps its old submission time) must not jump
+# the queue and take back what was just reclaimed from it.
 def starving_key(job: PendingJob) -> tuple[float, int]:
     return (job.submitted_at, job.id)
 
@@ -76,7 +79,10 @@ class Order:
         self._heap: list[tuple[TeamKey, int, tuple[str, str]]] = []
         self.starving: list[PendingJob] = []
         for job in snapshot.pending:
-            if snapshot.now - job.submitted_at >= starving_after:
+            if snapshot.now - job.submitted_at >= starving_after and (
+                ledger.in_use(job.team, job.flavor) + job.gpus
+                <= fair_share.get((job.team, job.flavor), 0)
+            ):
                 self.starving.append(job)
                 continue
             key = (job.team, job.flavor)
