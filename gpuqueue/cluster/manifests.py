@@ -168,7 +168,7 @@ def job_manifest(
         },
         "template": {
             "metadata": {
-                "labels": labels,
+                "labels": dict(labels),
                 "annotations": {str(k): str(v) for k, v in spec.annotations.items()},
             },
             "spec": pod_spec,

@@ -1,0 +1,173 @@
+"""Fixtures for the Kubernetes backend: a kmock emulator served on its own event loop in a
+thread (kmock is async, the Django tests are not), and a backend talking to it over HTTP with
+the official client.
+
+kmock keeps the objects it is sent and serves list, watch, get, merge patch and delete, with 409
+and 404; it has no controllers (a Job never gets pods: tests create them, playing the Job
+controller and the kubelet), ignores label selectors, and sets no resourceVersion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kmock
+import pytest
+from kubernetes import client
+
+from gpuqueue.cluster.k8s_calls import Caller
+from gpuqueue.cluster.kubernetes import KubernetesBackend
+from gpuqueue.cluster.manifests import ClusterOptions
+
+PODS = kmock.resource("v1/pods")
+NODES = kmock.resource("v1/nodes")
+JOBS = kmock.resource("batch/v1/jobs")
+SERVICES = kmock.resource("v1/services")
+SECRETS = kmock.resource("v1/secrets")
+
+
+class Emulator:
+    """A kmock KubernetesEmulator on loopback, run by a private event loop in a thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="kmock", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("kmock did not start")
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        async with kmock.KubernetesEmulator() as handler, kmock.Server(handler) as server:
+            self.kmock: Any = handler
+            self.url = str(server.url).rstrip("/")
+            self._ready.set()
+            await self._stop.wait()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def requests(self, method: str, path_part: str = "") -> list[Any]:
+        """The requests served so far with this method whose URL contains `path_part`."""
+        return [
+            r for r in list(self.kmock)
+            if r.method.value == method.upper() and path_part in str(r.url)
+        ]
+
+    def objects(self, resource: Any) -> dict[tuple[str | None, str], dict[str, Any]]:
+        """Live objects of a resource: {(namespace, name): object}."""
+        found = {}
+        for (res, namespace, name), obj in list(self.kmock.objects.items()):
+            if res == resource and not obj.deleted:
+                found[(namespace, name)] = obj.raw
+        return found
+
+    def api(self) -> client.ApiClient:
+        return client.ApiClient(client.Configuration(host=self.url))
+
+
+@pytest.fixture
+def emulator() -> Iterator[Emulator]:
+    emu = Emulator()
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture
+def make_backend(emulator: Emulator) -> Callable[..., KubernetesBackend]:
+    """make_backend(**overrides): a KubernetesBackend against the emulator; no real sleeping
+    between retries (the sleeps are recorded on `backend.slept`)."""
+
+    def make(**overrides: Any) -> KubernetesBackend:
+        slept: list[float] = []
+        options = dict(
+            options=ClusterOptions(public_url="http://gpuqueue.test"),
+            caller=Caller(attempts=3, backoff_seconds=0.5, sleep=slept.append),
+            timeout_seconds=2.0,
+            namespaces=lambda: ["team-a", "team-b"],
+        )
+        options.update(overrides)
+        backend = KubernetesBackend(emulator.api(), **options)
+        backend.slept = slept  # type: ignore[attr-defined]
+        return backend
+
+    return make
+
+
+@pytest.fixture
+def k8s(make_backend: Callable[..., KubernetesBackend]) -> KubernetesBackend:
+    return make_backend()
+
+
+def node(name: str, gpus: int = 8, *, product: str = "NVIDIA-H100-80GB-HBM3", ready: bool = True,
+         resource: str = "nvidia.com/gpu", **extra: Any) -> dict[str, Any]:
+    """A GPU node as the API shows it with the GPU Operator installed."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": str(gpus),
+                **extra.pop("labels", {}),
+            },
+        },
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}], **extra.pop("spec", {})},
+        "status": {
+            "allocatable": {"cpu": "96", resource: str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def add_nodes(api: client.ApiClient, *nodes: dict[str, Any]) -> None:
+    core = client.CoreV1Api(api)
+    for item in nodes:
+        core.create_node(item)
+
+
+def run_job_pods(api: client.ApiClient, job: dict[str, Any], nodes: list[str], phase: str = "Running",
+                 **container_state: Any) -> list[dict[str, Any]]:
+    """Play the Job controller and the kubelet (kmock has neither): one pod per index of the
+    Job, from its template, bound to `nodes` in turn, in `phase`."""
+    core = client.CoreV1Api(api)
+    meta, spec = job["metadata"], job["spec"]
+    template = spec["template"]
+    pods = []
+    for index in range(spec["parallelism"]):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{meta['name']}-{index}-x{index}",
+                "namespace": meta["namespace"],
+                "labels": dict(template["metadata"]["labels"]),
+                "annotations": {
+                    **template["metadata"].get("annotations", {}),
+                    "batch.kubernetes.io/job-completion-index": str(index),
+                },
+            },
+            "spec": {**template["spec"], "nodeName": nodes[index % len(nodes)]},
+            "status": {
+                "phase": phase,
+                "startTime": "2026-11-22T10:00:00Z",
+                "containerStatuses": [
+                    {"name": "worker", "ready": phase == "Running",
+                     "state": container_state or {"running": {}}}
+                ],
+            },
+        }
+        core.create_namespaced_pod(meta["namespace"], pod)
+        pods.append(pod)
+    return pods

@@ -1,0 +1,111 @@
+"""The Job, Service and Secret one attempt becomes: golden files, validated through the
+official client's models. Regenerate the golden files with GPUQUEUE_UPDATE_GOLDEN=1."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from gpuqueue.cluster import manifests as mf
+from gpuqueue.cluster.base import LaunchSpec
+
+GOLDEN = Path(__file__).parent / "golden"
+OPTIONS = mf.ClusterOptions(
+    gpu_taint="nvidia.com/gpu", master_port=29500, public_url="https://gpuqueue.example.com/"
+)
+SPEC = LaunchSpec(
+    job_id=42, attempt=2, team="team-a", namespace="team-a", name="llama-finetune",
+    image="ghcr.io/acme/train:1.4", command=["python", "train.py", "--epochs", "3"],
+    env={"GPUQUEUE_RESUME": "1", "GPUQUEUE_ATTEMPT": "2",
+         "GPUQUEUE_CHECKPOINT": "s3://ckpt/job-42/step-900", "LR": "0.0003"},
+    labels={"project": "llama"}, annotations={"owner": "alice"},
+    workers=2, gpus_per_worker=4, resource_name="nvidia.com/gpu",
+    placement={"gpu-node-b": 1, "gpu-node-a": 1},
+    checkpoint_grace_seconds=120, max_runtime_seconds=86400,
+    checkpoint_location="s3://ckpt/job-42/step-900",
+)
+HOSTNAMES = ["gpu-node-a", "gpu-node-b"]
+MODELS = {"Job": client.V1Job, "Service": client.V1Service, "Secret": client.V1Secret}
+
+
+def built() -> dict[str, dict[str, Any]]:
+    return {
+        "job": mf.job_manifest(SPEC, OPTIONS, HOSTNAMES),
+        "service": mf.service_manifest(SPEC),
+        "secret": mf.secret_manifest(SPEC, "gqj_42_not-a-real-token"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["job", "service", "secret"])
+def test_the_manifest_matches_its_golden_file(kind: str) -> None:
+    manifest = built()[kind]
+    path = GOLDEN / f"{kind}.yaml"
+    if os.environ.get("GPUQUEUE_UPDATE_GOLDEN"):
+        path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    assert manifest == yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize("kind", ["job", "service", "secret"])
+def test_the_golden_file_survives_a_round_trip_through_the_client_models(kind: str) -> None:
+    """A misspelt or misplaced field would be dropped by the model and show up here."""
+    golden = yaml.safe_load((GOLDEN / f"{kind}.yaml").read_text())
+    model = MODELS[golden["kind"]].from_dict(golden)
+    assert client.ApiClient().sanitize_for_serialization(model) == golden
+
+
+def test_the_job_is_an_indexed_gang_pinned_to_the_planned_nodes() -> None:
+    job = built()["job"]
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["parallelism"] == spec["completions"] == 2
+    assert spec["activeDeadlineSeconds"] == 86400 and pod["terminationGracePeriodSeconds"] == 120
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchExpressions"][0] == {
+        "key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-node-a", "gpu-node-b"],
+    }
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["WORLD_SIZE"]["value"] == "2"
+    assert env["MASTER_ADDR"]["value"] == "gq-42-2-0.gq-42-2.team-a.svc"
+    assert env["GPUQUEUE_CHECKPOINT"]["value"] == "s3://ckpt/job-42/step-900"
+    assert env["GPUQUEUE_JOB_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "gq-42-2-token"
+
+
+def test_a_failed_worker_fails_the_job_but_a_disrupted_one_does_not() -> None:
+    rules = built()["job"]["spec"]["podFailurePolicy"]["rules"]
+    assert [r["action"] for r in rules] == ["Ignore", "FailJob"]
+    assert built()["job"]["spec"]["backoffLimit"] == 0
+
+
+def test_the_user_cannot_override_gpuqueue_labels_or_rank() -> None:
+    spec = replace(
+        SPEC, labels={mf.LABEL_JOB_ID: "7", mf.MANAGED_BY: "me"}, env={"RANK": "0", "A": "1"}
+    )
+    job = mf.job_manifest(spec, OPTIONS, HOSTNAMES)
+    assert mf.attempt_of(job) == (42, 2)
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in env].count("RANK") == 1
+    assert "valueFrom" in next(e for e in env if e["name"] == "RANK")
+
+
+def test_without_a_max_runtime_there_is_no_deadline_and_names_are_dns_labels() -> None:
+    spec = replace(SPEC, max_runtime_seconds=None, job_id=10**12, attempt=999)
+    job = mf.job_manifest(spec, OPTIONS, HOSTNAMES)
+    assert "activeDeadlineSeconds" not in job["spec"]
+    for name in (job["metadata"]["name"], mf.token_secret_name(spec.job_id, spec.attempt)):
+        assert re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", name)
+
+
+def test_the_checkpoint_patch_carries_the_deadline_in_rfc_3339() -> None:
+    from datetime import UTC, datetime
+
+    patch = mf.checkpoint_patch(datetime(2026, 11, 22, 10, 30, 5, tzinfo=UTC))
+    assert patch == {"metadata": {"annotations": {mf.CHECKPOINT_ANNOTATION: "2026-11-22T10:30:05Z"}}}
