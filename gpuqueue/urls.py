@@ -1,8 +1,10 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from gpuqueue.health import healthz
+from gpuqueue.metrics import metrics_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -10,5 +12,10 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", healthz, name="healthz"),
     path("api/v1/", include("gpuqueue.api.urls")),
+    # The schema and its docs pages work offline: the sidecar serves Swagger UI and ReDoc.
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
+    path("metrics", metrics_view, name="metrics"),
     path("", include("dashboard.urls")),
 ]

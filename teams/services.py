@@ -1,4 +1,4 @@
-"""Writes on identities: API tokens (hashed, shown once)."""
+"""Writes on identities: teams, memberships, API tokens (hashed, shown once); each audited."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from teams.models import ApiToken, AuditEntry
+from teams.models import ApiToken, AuditEntry, Membership, Role, Team
 
 TOKEN_PREFIX = "gq_"
 
@@ -58,4 +58,186 @@ def authenticate_token(secret: str) -> ApiToken | None:
     # Write last-used at most once a minute, so a busy pipeline does not write on every call.
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
+
+
+# --- Roles --------------------------------------------------------------------------------------
+
+def is_team_admin(user: Any, team: Any) -> bool:
+    """Site admins administer every team; otherwise the membership role decides."""
+    if getattr(user, "is_superuser", False):
+        return True
+    if not getattr(user, "is_authenticated", False):
+        return False
+    return Membership.objects.filter(user=user, team=team, role=Role.ADMIN).exists()
+
+
+def _refused(message: str, **kwargs: Any) -> Exception:
+    # Imported late: gpuqueue.services imports teams.models, and teams stays importable alone.
+    from gpuqueue.services.errors import Refused
+
+    return Refused(message, **kwargs)
+
+
+def _forbidden(message: str) -> Exception:
+    from gpuqueue.services.errors import Forbidden
+
+    return Forbidden(message)
+
+
+# --- Teams --------------------------------------------------------------------------------------
+
+def team_state(team: Team) -> dict[str, Any]:
+    return {
+        "slug": team.slug, "name": team.name, "namespace": team.namespace,
+        "parent": team.parent.slug if team.parent_id and team.parent else None,
+    }
+
+
+def create_team(
+    actor: Any, *, slug: str, name: str, namespace: str, parent: Team | None = None
+) -> Team:
+    if not getattr(actor, "is_superuser", False):
+        raise _forbidden("only a site admin may create teams")
+    with transaction.atomic():
+        team = Team.objects.create(slug=slug, name=name, namespace=namespace, parent=parent)
+        AuditEntry.objects.create(
+            actor=actor, action="team.create", object_type="team", object_repr=slug, team=team,
+            after=team_state(team),
+        )
+    return team
+
+
+def update_team(actor: Any, team: Team, **changes: Any) -> Team:
+    """Rename a team or move it under a department; the namespace is fixed once jobs ran."""
+    if not getattr(actor, "is_superuser", False):
+        raise _forbidden("only a site admin may change teams")
+    allowed = {"name", "parent", "namespace"}
+    with transaction.atomic():
+        team = Team.objects.select_for_update().get(pk=team.pk)
+        before = team_state(team)
+        if "parent" in changes and changes["parent"] is not None and changes["parent"].pk == team.pk:
+            raise _refused("A team cannot be its own department.", fields={"parent": ["Not itself."]})
+        if (
+            "namespace" in changes and changes["namespace"] != team.namespace
+            and team.jobs.exists()
+        ):
+            raise _refused(
+                "The namespace cannot change once the team has jobs.",
+                fields={"namespace": ["The team already has jobs in its namespace."]},
+                status=409, code="conflict",
+            )
+        for key, value in changes.items():
+            if key in allowed:
+                setattr(team, key, value)
+        team.save()
+        AuditEntry.objects.create(
+            actor=actor, action="team.update", object_type="team", object_repr=team.slug,
+            team=team, before=before, after=team_state(team),
+        )
+    return team
+
+
+# --- Memberships --------------------------------------------------------------------------------
+
+def membership_state(membership: Membership) -> dict[str, Any]:
+    return {
+        "user": membership.user.get_username(), "team": membership.team.slug,
+        "role": membership.role,
+    }
+
+
+def _check_keeps_an_admin(membership: Membership, new_role: str | None) -> None:
+    """A team keeps at least one admin, or nobody but site admins could manage it."""
+    if membership.role != Role.ADMIN or new_role == Role.ADMIN:
+        return
+    others = Membership.objects.filter(team=membership.team, role=Role.ADMIN).exclude(
+        pk=membership.pk
+    )
+    if not others.exists():
+        raise _refused(
+            f"{membership.user.get_username()} is the last admin of {membership.team.slug}.",
+            fields={"role": ["A team must keep at least one admin."]}, status=409,
+            code="last_admin",
+        )
+
+
+def add_member(actor: Any, team: Team, user: Any, role: str = Role.MEMBER) -> Membership:
+    if not is_team_admin(actor, team):
+        raise _forbidden(f"only an admin of {team.slug} may manage its members")
+    if role not in Role.values:
+        raise _refused("Unknown role.", fields={"role": [f"One of {', '.join(Role.values)}."]})
+    with transaction.atomic():
+        if Membership.objects.filter(team=team, user=user).exists():
+            raise _refused(
+                f"{user.get_username()} is already a member of {team.slug}.",
+                fields={"user": ["Already a member of this team."]}, status=409, code="conflict",
+            )
+        membership = Membership.objects.create(team=team, user=user, role=role)
+        AuditEntry.objects.create(
+            actor=actor, action="membership.create", object_type="membership",
+            object_repr=f"{user.get_username()} in {team.slug}", team=team,
+            after=membership_state(membership),
+        )
+    return membership
+
+
+def change_role(actor: Any, membership: Membership, role: str) -> Membership:
+    if not is_team_admin(actor, membership.team):
+        raise _forbidden(f"only an admin of {membership.team.slug} may manage its members")
+    if role not in Role.values:
+        raise _refused("Unknown role.", fields={"role": [f"One of {', '.join(Role.values)}."]})
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().select_related("team", "user").get(
+            pk=membership.pk
+        )
+        _check_keeps_an_admin(membership, role)
+        before = membership_state(membership)
+        membership.role = role
+        membership.save(update_fields=["role"])
+        AuditEntry.objects.create(
+            actor=actor, action="membership.update", object_type="membership",
+            object_repr=f"{membership.user.get_username()} in {membership.team.slug}",
+            team=membership.team, before=before, after=membership_state(membership),
+        )
+    return membership
+
+
+def remove_member(actor: Any, membership: Membership) -> None:
+    if not is_team_admin(actor, membership.team):
+        raise _forbidden(f"only an admin of {membership.team.slug} may manage its members")
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().select_related("team", "user").get(
+            pk=membership.pk
+        )
+        _check_keeps_an_admin(membership, None)
+        AuditEntry.objects.create(
+            actor=actor, action="membership.delete", object_type="membership",
+            object_repr=f"{membership.user.get_username()} in {membership.team.slug}",
+            team=membership.team, before=membership_state(membership), after=None,
+        )
+        membership.delete()
+
+
+# --- Tokens -------------------------------------------------------------------------------------
+
+def may_manage_token(actor: Any, user: Any) -> bool:
+    """Users manage their own tokens; site admins everyone's."""
+    return bool(getattr(actor, "is_superuser", False) or actor.pk == user.pk)
+
+
+def revoke_token(actor: Any, token: ApiToken) -> ApiToken:
+    """Revoke (the row stays, for the audit trail and last-used time); repeating is harmless."""
+    if not may_manage_token(actor, token.user):
+        raise _forbidden("only the token's owner or a site admin may revoke it")
+    with transaction.atomic():
+        token = ApiToken.objects.select_for_update().select_related("user").get(pk=token.pk)
+        if token.revoked_at is None:
+            token.revoked_at = timezone.now()
+            token.save(update_fields=["revoked_at"])
+            AuditEntry.objects.create(
+                actor=actor, action="token.revoke", object_type="token",
+                object_repr=f"{token.user.get_username()}: {token.name} (gq_{token.prefix})",
+                before={"revoked": False}, after={"revoked": True},
+            )
     return token

@@ -1,14 +1,35 @@
+"""/api/v1/: one router for every resource (teams' resources included, under the same
+prefix), plus the two plain views."""
+
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from gpuqueue.api.checkpoint_views import CheckpointedView
-from gpuqueue.api.viewsets import JobViewSet
+from gpuqueue.api.viewsets import (
+    FlavorViewSet,
+    JobViewSet,
+    MeView,
+    NodeViewSet,
+    QuotaViewSet,
+    UtilizationHistoryViewSet,
+    UtilizationView,
+)
+from teams.api.viewsets import AuditViewSet, MembershipViewSet, TeamViewSet, TokenViewSet
 
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")
+router.register("teams", TeamViewSet, basename="team")
+router.register("memberships", MembershipViewSet, basename="membership")
+router.register("flavors", FlavorViewSet, basename="flavor")
+router.register("quotas", QuotaViewSet, basename="quota")
+router.register("nodes", NodeViewSet, basename="node")
+router.register("utilization/history", UtilizationHistoryViewSet, basename="utilization-history")
+router.register("tokens", TokenViewSet, basename="token")
+router.register("audit", AuditViewSet, basename="audit")
 
 urlpatterns = [
-    # The workload's checkpoint acknowledgement: job token only (gpuqueue/api/checkpoint_views.py).
-    path("jobs/<int:pk>/checkpointed/", CheckpointedView.as_view(), name="job-checkpointed"),
+    path("me/", MeView.as_view(), name="me"),
+    path("utilization/", UtilizationView.as_view(), name="utilization"),
+    # The Kubernetes backend's checkpoint acknowledgement route (gpuqueue/api/checkpoint_views.py)
+    # goes here, before the router.
     *router.urls,
 ]

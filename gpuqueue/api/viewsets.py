@@ -1,41 +1,200 @@
+"""Entry points for jobs, flavors, quotas, nodes and utilization: a queryset (the visibility
+helper), a serializer, a filterset; writes are one service call each."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from rest_framework import mixins, status, viewsets
+from django.db.models import QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
-from gpuqueue.api.serializers import JobSerializer
-from gpuqueue.models import Job
+from gpuqueue.api.filters import JobFilter, UtilizationSampleFilter
+from gpuqueue.api.pagination import NewestFirst, OldestFirst, SamplesNewestFirst
+from gpuqueue.api.permissions import SiteAdminWrites
+from gpuqueue.api.serializers import (
+    FlavorSerializer,
+    FlavorUsageSerializer,
+    JobEventSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+    MeSerializer,
+    NodeSerializer,
+    QuotaSerializer,
+    UtilizationSampleSerializer,
+)
+from gpuqueue.models import Flavor, Job, Node, Quota, UtilizationSample
 from gpuqueue.services.cancel import cancel_job
-from gpuqueue.services.submit import submit_job
+from gpuqueue.services.flavors import delete_flavor
+from gpuqueue.services.inventory import usage_now
+from gpuqueue.services.nodes import set_drained
+from gpuqueue.services.quotas import delete_quota
+from gpuqueue.services.submit import previous_submission, submit_job
+from teams.models import Membership
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER,
+    description="Retries with the same key (same user) return the first job with 200, never a "
+    "second job. At most 200 printable ASCII characters.",
+)
+
+
+def idempotency_key(request: Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None or key == "":
+        return None
+    if len(key) > 200 or not key.isprintable() or not key.isascii():
+        raise serializers.ValidationError(
+            {"Idempotency-Key": ["At most 200 printable ASCII characters."]}
+        )
+    return key
 
 
 class JobViewSet(
     mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
     viewsets.GenericViewSet,
 ):
+    queryset = Job.objects.none()  # for the schema; get_queryset filters
     serializer_class = JobSerializer
-    ordering = "-submitted_at"
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = JobFilter
+    pagination_class = NewestFirst
+    lookup_value_regex = r"\d+"
 
-    def get_queryset(self) -> Any:
+    def get_queryset(self) -> QuerySet[Job]:
         return Job.objects.visible_to(self.request.user).select_related("team", "flavor", "user")
 
+    @extend_schema(
+        request=JobSubmitSerializer, parameters=[IDEMPOTENCY_KEY],
+        responses={
+            201: JobSerializer,
+            200: OpenApiResponse(JobSerializer, description="an earlier submission, same key"),
+        },
+    )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        serializer = self.get_serializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = dict(serializer.validated_data)
+        key = idempotency_key(request)
+        # A retry returns the first job before anything is re-validated: the cluster may have
+        # changed since, and the pipeline must get the job it already has.
+        earlier = previous_submission(request.user, key)
+        if earlier is not None:
+            return Response(self.get_serializer(earlier).data, status=status.HTTP_200_OK)
+        submission = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
+        submission.is_valid(raise_exception=True)
+        data = dict(submission.validated_data)
         team, flavor = data.pop("team"), data.pop("flavor")
-        key = request.headers.get("Idempotency-Key") or None
         result = submit_job(request.user, team, flavor, data, idempotency_key=key)
         return Response(
             self.get_serializer(result.job).data,
             status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
         )
 
+    @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
+        """Cancel: the owner, a team admin or a site admin; 409 when already final."""
         job = cancel_job(request.user, self.get_object())
         return Response(self.get_serializer(job).data)
+
+    @extend_schema(responses=JobEventSerializer(many=True), filters=False)
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        """The job's timeline: every transition with who, when and why."""
+        job = self.get_object()
+        return Response(JobEventSerializer(job.events.order_by("at", "id"), many=True).data)
+
+
+class FlavorViewSet(viewsets.ModelViewSet):
+    queryset = Flavor.objects.all()
+    serializer_class = FlavorSerializer
+    permission_classes = [SiteAdminWrites]
+    pagination_class = OldestFirst
+    lookup_field = "name"
+
+    def perform_destroy(self, instance: Flavor) -> None:
+        delete_flavor(self.request.user, instance)
+
+
+class QuotaViewSet(viewsets.ModelViewSet):
+    """Every signed-in user reads quotas (they are cluster-wide figures); site admins write.
+    POST for a team and flavor that already have a quota changes it (200)."""
+
+    queryset = Quota.objects.select_related("team", "flavor")
+    serializer_class = QuotaSerializer
+    permission_classes = [SiteAdminWrites]
+    pagination_class = OldestFirst
+    lookup_value_regex = r"\d+"
+    filterset_fields = {"team__slug": ["exact"], "flavor__name": ["exact"]}
+    filter_backends = [DjangoFilterBackend]
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        quota = serializer.save()
+        created = quota.change.created
+        return Response(
+            serializer.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
+
+    def perform_destroy(self, instance: Quota) -> None:
+        delete_quota(self.request.user, instance)
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    """The inventory as the cluster watcher last saw it; site admins drain and reopen."""
+
+    queryset = Node.objects.all()
+    serializer_class = NodeSerializer
+    permission_classes = [SiteAdminWrites]
+    pagination_class = OldestFirst
+    lookup_field = "name"
+    lookup_value_regex = r"[^/]+"
+
+    @extend_schema(request=None, responses=NodeSerializer)
+    @action(detail=True, methods=["post"])
+    def drain(self, request: Request, name: str | None = None) -> Response:
+        """Close the node to new work; running gangs finish."""
+        return Response(NodeSerializer(set_drained(request.user, self.get_object(), True)).data)
+
+    @extend_schema(request=None, responses=NodeSerializer)
+    @action(detail=True, methods=["post"])
+    def undrain(self, request: Request, name: str | None = None) -> Response:
+        """Open the node to new work again."""
+        return Response(NodeSerializer(set_drained(request.user, self.get_object(), False)).data)
+
+
+class UtilizationView(APIView):
+    """GPUs now, per flavor and team: capacity, allocated, pending. Aggregates only, so every
+    signed-in user may read every team's figures (but not other teams' jobs)."""
+
+    @extend_schema(responses=FlavorUsageSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        return Response(FlavorUsageSerializer(usage_now(), many=True).data)
+
+
+class UtilizationHistoryViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Samples of allocated against capacity over time (team omitted = the whole cluster)."""
+
+    queryset = UtilizationSample.objects.select_related("flavor", "team")
+    serializer_class = UtilizationSampleSerializer
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = UtilizationSampleFilter
+    pagination_class = SamplesNewestFirst
+
+
+class MeView(APIView):
+    """Who the token belongs to and their teams (the CLI's `whoami`)."""
+
+    @extend_schema(responses=MeSerializer)
+    def get(self, request: Request) -> Response:
+        user = request.user
+        teams = Membership.objects.filter(user=user).select_related("team").order_by("team__slug")
+        return Response(MeSerializer({
+            "username": user.get_username(), "is_site_admin": user.is_superuser,
+            "teams": [{"team": m.team.slug, "role": m.role} for m in teams],
+        }).data)

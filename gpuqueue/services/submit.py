@@ -34,6 +34,16 @@ JOB_FIELDS = (
 )
 
 
+def previous_submission(user: Any, idempotency_key: str | None) -> Job | None:
+    """The job an earlier request with this key created, if any (a pipeline's retry)."""
+    if not idempotency_key:
+        return None
+    return (
+        Job.objects.select_related("team", "flavor", "user")
+        .filter(user=user, idempotency_key=idempotency_key).first()
+    )
+
+
 def submit_job(
     user: Any, team: Team, flavor: Flavor, fields: dict[str, Any],
     idempotency_key: str | None = None,
@@ -74,13 +84,47 @@ def submit_job(
     return Submitted(job, created=True)
 
 
+NUDGE_DEBOUNCE_SECONDS = 1
+
+
 def nudge_cycle() -> None:
-    """Ask for an admission cycle soon; best effort, the beat schedule is the safety net."""
+    """Ask for an admission cycle soon; best effort, the beat schedule is the safety net.
+
+    At most one nudge per second is sent: a burst of submissions needs one cycle, not one task
+    per job (a queue of identical cycles only repeats work, and publishing costs each request
+    a broker round trip).
+    """
     import logging
+
+    from django.core.cache import cache
 
     from gpuqueue.tasks import run_admission_cycle
 
     try:
+        if not cache.add("nudge-cycle", 1, timeout=NUDGE_DEBOUNCE_SECONDS):
+            return
         run_admission_cycle.apply_async(expires=30, retry=False)
     except Exception:  # noqa: BLE001 - a broker outage must not fail a submission
         logging.getLogger(__name__).warning("could not nudge the admission cycle", exc_info=True)
+
+
+def check_fits(flavor: Flavor, gpus_per_worker: int) -> None:
+    """Refuse a job that no node could ever run: a worker larger than the largest node of its
+    flavor would wait forever. Node rows are the inventory; with none known yet the job is
+    refused too, rather than accepted into a queue that cannot judge it."""
+    from gpuqueue.services.inventory import largest_node_gpus
+
+    largest = largest_node_gpus(flavor)
+    if largest is None:
+        raise SubmissionRefused(
+            f"No node of flavor {flavor.name} is known yet, so a worker of {gpus_per_worker} "
+            "GPUs cannot be checked; try again once the cluster's nodes are listed.",
+            field="flavor",
+        )
+    if gpus_per_worker > largest:
+        raise SubmissionRefused(
+            f"A worker asks for {gpus_per_worker} {flavor.name} GPUs but the largest node of "
+            f"that flavor has {largest}; use at most {largest} GPUs per worker (and more "
+            "workers).",
+            field="gpus_per_worker",
+        )

@@ -1,0 +1,58 @@
+"""Serializer fields that refuse what DRF would silently coerce."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+
+class StrictCharField(serializers.CharField):
+    """A string and only a string: DRF's CharField turns 5 into "5", which for a command line
+    or an environment hides a client bug."""
+
+    default_error_messages = {"invalid": "Must be a string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer and only an integer: no "4", no 4.0, no true."""
+
+    default_error_messages = {"invalid": "Must be an integer."}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
+class StrictBooleanField(serializers.BooleanField):
+    default_error_messages = {"invalid": "Must be true or false."}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+class StrictDictField(serializers.DictField):
+    """A JSON object of strings (keys are strings in JSON already)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("child", StrictCharField(allow_blank=True, trim_whitespace=False))
+        super().__init__(**kwargs)
+
+
+def reject_unknown_fields(serializer: serializers.Serializer, data: Any) -> None:
+    """Refuse keys the serializer does not know: a typo ("gpus" for "gpus_per_worker") would
+    otherwise be dropped and the job run with the default."""
+    if not isinstance(data, dict):
+        return
+    writable = {name for name, field in serializer.fields.items() if not field.read_only}
+    unknown = sorted(set(data) - writable)
+    if unknown:
+        raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})

@@ -1,0 +1,35 @@
+"""Roles at the door. Object visibility is the querysets' job (what a user may not see is
+not found, 404); these classes answer 403 only for what the user can see but may not do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import permissions
+
+from teams.models import Membership, Role
+
+
+class SiteAdminWrites(permissions.BasePermission):
+    """Every signed-in user reads; only site admins write (flavors, quotas, teams, nodes)."""
+
+    message = "Only a site admin may change this."
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        if not (request.user and request.user.is_authenticated):
+            return False
+        return request.method in permissions.SAFE_METHODS or bool(request.user.is_superuser)
+
+
+class AnyAdmin(permissions.BasePermission):
+    """Site admins and team admins (the audit trail; team admins see their teams' part)."""
+
+    message = "Only site admins and team admins may read the audit log."
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False
+        return bool(
+            user.is_superuser or Membership.objects.filter(user=user, role=Role.ADMIN).exists()
+        )

@@ -1,0 +1,147 @@
+"""Syntax rules for what a job carries into Kubernetes, checked before anything is written.
+
+The rules are Kubernetes' own (apimachinery `validation.IsQualifiedName`, `IsValidLabelValue`,
+`ValidateAnnotations`, `IsEnvVarName`) and the image reference grammar of
+distribution/reference, so that a job the API accepts is never refused later by the cluster.
+"""
+
+from __future__ import annotations
+
+import re
+
+# distribution/reference: [domain[:port]/]path[:tag][@digest]
+_ALNUM = r"[a-z0-9]+"
+_SEP = r"(?:[._]|__|[-]+)"
+_PATH_COMPONENT = rf"{_ALNUM}(?:{_SEP}{_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?"
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_RE = re.compile(
+    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$"
+)
+IMAGE_NAME_MAX = 255  # distribution's limit on the name part
+
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+# Kubernetes accepts any C identifier-like name plus '-' and '.'; shells and launchers only the
+# C identifiers, so that is what gpuqueue accepts.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+JOB_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+# Limits. Kubernetes caps annotations at 256 KiB per object; a job's share is far smaller so
+# that a whole request stays within the API's body limit.
+MAX_COMMAND_ITEMS = 256
+MAX_COMMAND_ITEM_CHARS = 8192
+MAX_COMMAND_TOTAL_CHARS = 32 * 1024
+MAX_ENV_VARS = 128
+MAX_ENV_VALUE_CHARS = 8192
+MAX_ENV_TOTAL_CHARS = 32 * 1024
+MAX_LABELS = 64
+MAX_ANNOTATIONS_TOTAL_CHARS = 32 * 1024
+# Names gpuqueue sets itself in every worker (DESIGN.md: workers find each other by these).
+RESERVED_ENV = frozenset({"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"})
+RESERVED_ENV_PREFIX = "GPUQUEUE_"
+
+
+def image_errors(image: str) -> list[str]:
+    if not image or not image.strip():
+        return ["An image is required."]
+    if image != image.strip() or any(ch.isspace() for ch in image):
+        return ["An image reference contains no whitespace."]
+    if not IMAGE_RE.match(image):
+        return [
+            f"{image!r} is not a valid image reference: expected "
+            "[registry[:port]/]name[:tag][@digest], with a lowercase name."
+        ]
+    name = image.split("@", 1)[0]
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]
+    if len(name) > IMAGE_NAME_MAX:
+        return [f"The image name is {len(name)} characters long; at most {IMAGE_NAME_MAX}."]
+    return []
+
+
+def qualified_key_errors(key: str, what: str) -> list[str]:
+    """A label or annotation key: an optional DNS subdomain prefix and '/', then a name of at
+    most 63 characters."""
+    prefix, slash, name = key.rpartition("/")
+    errors = []
+    if slash:
+        if not prefix:
+            errors.append(f"{what} key {key!r}: the prefix before '/' is empty.")
+        elif len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix):
+            errors.append(
+                f"{what} key {key!r}: the prefix must be a DNS subdomain (lowercase letters, "
+                "digits, '-' and '.', at most 253 characters)."
+            )
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+        errors.append(
+            f"{what} key {key!r}: the name must be 1–63 characters of letters, digits, '-', '_' "
+            "and '.', starting and ending with a letter or digit."
+        )
+    return errors
+
+
+def label_errors(labels: dict[str, str]) -> list[str]:
+    errors: list[str] = []
+    if len(labels) > MAX_LABELS:
+        errors.append(f"At most {MAX_LABELS} labels; got {len(labels)}.")
+    for key, value in labels.items():
+        errors += qualified_key_errors(key, "Label")
+        if len(value) > 63 or not _LABEL_VALUE.match(value):
+            errors.append(
+                f"Label {key!r}: the value must be empty or 1–63 characters of letters, digits, "
+                "'-', '_' and '.', starting and ending with a letter or digit."
+            )
+    return errors
+
+
+def annotation_errors(annotations: dict[str, str]) -> list[str]:
+    errors: list[str] = []
+    total = 0
+    for key, value in annotations.items():
+        errors += qualified_key_errors(key, "Annotation")
+        total += len(key) + len(value)
+    if total > MAX_ANNOTATIONS_TOTAL_CHARS:
+        errors.append(
+            f"Annotations total {total} characters; at most {MAX_ANNOTATIONS_TOTAL_CHARS}."
+        )
+    return errors
+
+
+def env_errors(env: dict[str, str]) -> list[str]:
+    errors: list[str] = []
+    if len(env) > MAX_ENV_VARS:
+        errors.append(f"At most {MAX_ENV_VARS} variables; got {len(env)}.")
+    total = 0
+    for name, value in env.items():
+        if not ENV_NAME.match(name):
+            errors.append(
+                f"{name!r} is not a valid variable name: letters, digits and '_', not starting "
+                "with a digit."
+            )
+        elif name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX):
+            errors.append(f"{name} is set by gpuqueue in every worker and cannot be overridden.")
+        if len(value) > MAX_ENV_VALUE_CHARS:
+            errors.append(
+                f"{name}: the value is {len(value)} characters long; at most "
+                f"{MAX_ENV_VALUE_CHARS}."
+            )
+        total += len(name) + len(value)
+    if total > MAX_ENV_TOTAL_CHARS:
+        errors.append(f"The environment totals {total} characters; at most {MAX_ENV_TOTAL_CHARS}.")
+    return errors
+
+
+def command_errors(command: list[str]) -> list[str]:
+    errors: list[str] = []
+    if len(command) > MAX_COMMAND_ITEMS:
+        errors.append(f"At most {MAX_COMMAND_ITEMS} items; got {len(command)}.")
+    if any(len(item) > MAX_COMMAND_ITEM_CHARS for item in command):
+        errors.append(f"An item is longer than {MAX_COMMAND_ITEM_CHARS} characters.")
+    total = sum(len(item) for item in command)
+    if total > MAX_COMMAND_TOTAL_CHARS:
+        errors.append(f"The command totals {total} characters; at most {MAX_COMMAND_TOTAL_CHARS}.")
+    return errors

@@ -1,0 +1,273 @@
+"""Prometheus metrics at /metrics, correct with any number of web and worker processes.
+
+1. Gauges (pending jobs and GPUs, allocation, fair share, quotas, capacity) are computed from
+   PostgreSQL at scrape time by a custom collector: every process answers the same.
+2. Counters (admitted, preempted, finished) are counts of JobEvent rows: the event table is
+   already the durable, cross-process record of every transition.
+3. Histograms (admission cycle duration, API latency) are observed in whichever process runs
+   the work and accumulated in Redis hashes (HINCRBY per bucket, one pipelined round trip), then
+   read back at scrape time. The cycle is timed by Celery signals around its task; the worker
+   imports this module through CELERY_IMPORTS.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from celery import signals
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+log = logging.getLogger(__name__)
+
+CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+API_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_CYCLE_KEY = "gpuqueue:metrics:cycle"
+_API_KEY = "gpuqueue:metrics:api"
+_SEP = "\x1f"
+
+
+# --- Redis-backed histograms ------------------------------------------------------------------
+
+def _observe(key: str, labels: tuple[str, ...], seconds: float, buckets: Iterable[float]) -> None:
+    from gpuqueue.api import redis as api_redis
+
+    label = _SEP.join(labels)
+    try:
+        pipe = api_redis.client().pipeline(transaction=False)
+        for bound in buckets:
+            if seconds <= bound:
+                pipe.hincrby(key, f"{label}{_SEP}{bound}", 1)
+        pipe.hincrby(key, f"{label}{_SEP}+Inf", 1)
+        pipe.hincrbyfloat(key, f"{label}{_SEP}sum", seconds)
+        pipe.execute()
+    except Exception:  # noqa: BLE001 - metrics never fail the work they measure
+        log.debug("could not record a metric", exc_info=True)
+
+
+def observe_cycle(seconds: float) -> None:
+    _observe(_CYCLE_KEY, (), seconds, CYCLE_BUCKETS)
+
+
+def observe_api(method: str, route: str, status: int, seconds: float) -> None:
+    _observe(_API_KEY, (method, route, f"{status // 100}xx"), seconds, API_BUCKETS)
+
+
+def _histogram(
+    name: str, doc: str, key: str, label_names: list[str], buckets: tuple[float, ...]
+) -> HistogramMetricFamily:
+    from gpuqueue.api import redis as api_redis
+
+    family = HistogramMetricFamily(name, doc, labels=label_names)
+    try:
+        raw = api_redis.client().hgetall(key)
+    except Exception:  # noqa: BLE001
+        log.warning("metrics histograms unavailable (Redis)", exc_info=True)
+        return family
+    series: dict[tuple[str, ...], dict[str, float]] = {}
+    for field, value in raw.items():
+        parts = field.decode().split(_SEP)
+        labels, bucket = tuple(parts[:-1]), parts[-1]
+        if len(labels) != len(label_names):
+            continue
+        series.setdefault(labels, {})[bucket] = float(value)
+    for labels, values in sorted(series.items()):
+        cumulative = [(str(b), values.get(str(b), 0.0)) for b in buckets]
+        cumulative.append(("+Inf", values.get("+Inf", 0.0)))
+        family.add_metric(list(labels), cumulative, values.get("sum", 0.0))
+    return family
+
+
+# The cycle runs in a Celery worker; time its task there.
+_started: dict[str, float] = {}
+CYCLE_TASK = "gpuqueue.run_admission_cycle"
+
+
+@signals.task_prerun.connect
+def _cycle_started(task_id: str | None = None, task: Any = None, **_: Any) -> None:
+    if task is not None and task.name == CYCLE_TASK and task_id:
+        _started[task_id] = time.perf_counter()
+
+
+@signals.task_postrun.connect
+def _cycle_finished(
+    task_id: str | None = None, task: Any = None, retval: Any = None, **_: Any
+) -> None:
+    started = _started.pop(task_id or "", None)
+    if started is None:
+        return
+    # A cycle that found another holding the lock did no work: not a cycle worth timing.
+    if isinstance(retval, dict) and retval.get("ran") is False:
+        return
+    observe_cycle(time.perf_counter() - started)
+
+
+# --- The collector ------------------------------------------------------------------------------
+
+class QueueCollector:
+    """Reads the database on every scrape (a handful of aggregate queries)."""
+
+    def collect(self) -> Iterator[Metric]:
+        from django.db.models import Count, F, Q, Sum
+
+        from gpuqueue.models import Job, JobEvent
+        from gpuqueue.services.inventory import usage_now
+        from gpuqueue.states import FINAL, HOLDING, JobState
+
+        usage = usage_now()
+        pending_jobs = GaugeMetricFamily(
+            "gpuqueue_pending_jobs", "Jobs waiting for admission", labels=["team", "flavor"]
+        )
+        pending_gpus = GaugeMetricFamily(
+            "gpuqueue_pending_gpus", "GPUs asked for by pending jobs", labels=["team", "flavor"]
+        )
+        allocated = GaugeMetricFamily(
+            "gpuqueue_allocated_gpus", "GPUs held by admitted, running and preempting jobs",
+            labels=["team", "flavor"],
+        )
+        guarantee = GaugeMetricFamily(
+            "gpuqueue_quota_guarantee_gpus", "Quota guarantee", labels=["team", "flavor"]
+        )
+        limit = GaugeMetricFamily("gpuqueue_quota_limit_gpus", "Quota limit", labels=["team", "flavor"])
+        capacity = GaugeMetricFamily(
+            "gpuqueue_capacity_gpus", "GPUs on ready nodes", labels=["flavor"]
+        )
+        schedulable = GaugeMetricFamily(
+            "gpuqueue_schedulable_gpus", "GPUs on nodes open to new work", labels=["flavor"]
+        )
+        for f in usage:
+            capacity.add_metric([f.flavor], f.capacity)
+            schedulable.add_metric([f.flavor], f.schedulable_capacity)
+            for t in f.teams:
+                pending_jobs.add_metric([t.team, f.flavor], t.pending_jobs)
+                pending_gpus.add_metric([t.team, f.flavor], t.pending_gpus)
+                allocated.add_metric([t.team, f.flavor], t.allocated)
+                if t.guarantee is not None:
+                    guarantee.add_metric([t.team, f.flavor], t.guarantee)
+                    limit.add_metric([t.team, f.flavor], t.limit or 0)
+        yield from (pending_jobs, pending_gpus, allocated, guarantee, limit, capacity, schedulable)
+        yield self._fair_share()
+
+        # Counters from the event table: every transition is a row.
+        admitted = CounterMetricFamily(
+            "gpuqueue_jobs_admitted", "Admissions (a requeued job counts again)",
+            labels=["team", "flavor"],
+        )
+        preempted = CounterMetricFamily(
+            "gpuqueue_jobs_preempted", "Preemptions", labels=["team", "flavor"]
+        )
+        finished = CounterMetricFamily(
+            "gpuqueue_jobs_finished", "Jobs that reached a final state",
+            labels=["team", "flavor", "state"],
+        )
+        rows = (
+            JobEvent.objects.filter(
+                Q(to_state=JobState.ADMITTED)
+                # PREEMPTING -> PREEMPTING is a checkpoint acknowledgement, not a preemption.
+                | Q(to_state=JobState.PREEMPTING,
+                    from_state__in=[JobState.ADMITTED, JobState.RUNNING])
+                | Q(to_state__in=[s.value for s in FINAL])
+            )
+            .values("job__team__slug", "job__flavor__name", "to_state")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        for row in rows:
+            labels = [row["job__team__slug"], row["job__flavor__name"]]
+            if row["to_state"] == JobState.ADMITTED:
+                admitted.add_metric(labels, row["n"])
+            elif row["to_state"] == JobState.PREEMPTING:
+                preempted.add_metric(labels, row["n"])
+            else:
+                finished.add_metric([*labels, row["to_state"]], row["n"])
+        yield from (admitted, preempted, finished)
+        submitted = CounterMetricFamily(
+            "gpuqueue_jobs_submitted", "Jobs submitted", labels=["team", "flavor"]
+        )
+        for row in (
+            Job.objects.values("team__slug", "flavor__name").annotate(n=Count("id")).order_by()
+        ):
+            submitted.add_metric([row["team__slug"], row["flavor__name"]], row["n"])
+        yield submitted
+        held = Job.objects.filter(state__in=HOLDING).aggregate(
+            gpus=Sum(F("workers") * F("gpus_per_worker"))
+        )
+        yield GaugeMetricFamily(
+            "gpuqueue_allocated_gpus_total", "GPUs held by gpuqueue jobs, all flavors",
+            value=float(held["gpus"] or 0),
+        )
+        yield _histogram(
+            "gpuqueue_admission_cycle_duration_seconds", "Admission cycle duration",
+            _CYCLE_KEY, [], CYCLE_BUCKETS,
+        )
+        yield _histogram(
+            "gpuqueue_api_request_duration_seconds", "API request latency",
+            _API_KEY, ["method", "route", "status"], API_BUCKETS,
+        )
+
+    def _fair_share(self) -> GaugeMetricFamily:
+        """Fair share per team and flavor, as the engine computes it from the same snapshot."""
+        from django.utils import timezone
+
+        from gpuqueue.scheduler.fairshare import fair_shares
+        from gpuqueue.snapshot import load_snapshot
+
+        family = GaugeMetricFamily(
+            "gpuqueue_fair_share_gpus",
+            "What the team is entitled to now: guarantee plus its weighted part of idle GPUs, "
+            "capped by its limit (compare with gpuqueue_allocated_gpus)",
+            labels=["team", "flavor"],
+        )
+        try:
+            shares = fair_shares(load_snapshot(timezone.now()))
+        except Exception:  # noqa: BLE001 - a scrape must not fail on one family
+            log.warning("fair share unavailable", exc_info=True)
+            return family
+        for (team, flavor), share in sorted(shares.items()):
+            family.add_metric([team, flavor], share)
+        return family
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """The scrape endpoint. With GPUQUEUE_METRICS_TOKEN set, a matching Bearer token is needed
+    (the figures are aggregates, but some sites keep team names private)."""
+    token = getattr(settings, "GPUQUEUE_METRICS_TOKEN", None)
+    if token:
+        import hmac
+
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            return HttpResponse("metrics token required\n", status=401, content_type="text/plain")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector())  # type: ignore[arg-type]
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+class ApiLatencyMiddleware:
+    """Times every /api/ request and records it by route (the URL pattern, not the path, so
+    that job ids do not explode the label set)."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith("/api/"):
+            return self.get_response(request)
+        started = time.perf_counter()
+        response = self.get_response(request)
+        match = getattr(request, "resolver_match", None)
+        route = match.route if match is not None and match.route else "unmatched"
+        observe_api(request.method or "GET", route, response.status_code,
+                    time.perf_counter() - started)
+        return response

@@ -1,0 +1,56 @@
+"""Flavor definitions, by site admins only; audited like quotas since they shape capacity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from gpuqueue.models import Flavor
+from gpuqueue.services.errors import Forbidden
+from teams.models import AuditEntry
+
+
+def flavor_state(flavor: Flavor) -> dict[str, Any]:
+    return {
+        "name": flavor.name, "resource_name": flavor.resource_name,
+        "node_selector": flavor.node_selector, "description": flavor.description,
+    }
+
+
+def _require_site_admin(actor: Any) -> None:
+    if not getattr(actor, "is_superuser", False):
+        raise Forbidden("only a site admin may change flavors")
+
+
+def save_flavor(actor: Any, flavor: Flavor | None, **fields: Any) -> Flavor:
+    """Create (flavor None) or change a flavor."""
+    _require_site_admin(actor)
+    with transaction.atomic():
+        before = None
+        if flavor is None:
+            flavor = Flavor(**fields)
+        else:
+            flavor = Flavor.objects.select_for_update().get(pk=flavor.pk)
+            before = flavor_state(flavor)
+            for key, value in fields.items():
+                setattr(flavor, key, value)
+        flavor.save()
+        AuditEntry.objects.create(
+            actor=actor, action="flavor.create" if before is None else "flavor.update",
+            object_type="flavor", object_repr=flavor.name, before=before,
+            after=flavor_state(flavor),
+        )
+    return flavor
+
+
+def delete_flavor(actor: Any, flavor: Flavor) -> None:
+    """Remove a flavor; quotas and jobs protect it (ProtectedError, answered with 409)."""
+    _require_site_admin(actor)
+    with transaction.atomic():
+        before = flavor_state(flavor)
+        flavor.delete()
+        AuditEntry.objects.create(
+            actor=actor, action="flavor.delete", object_type="flavor", object_repr=before["name"],
+            before=before, after=None,
+        )

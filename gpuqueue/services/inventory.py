@@ -1,0 +1,125 @@
+"""Reads about the cluster's GPUs that several writers and the API share.
+
+Capacity always comes from Node rows (the cluster watcher keeps them), never from the cluster.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db.models import Count, F, Q, Sum
+
+from gpuqueue.models import Flavor, Job, Node, Quota
+from gpuqueue.states import HOLDING, JobState
+
+
+def flavor_nodes(flavor: Flavor) -> list[Node]:
+    """Known nodes that offer `flavor`: they carry its labels and have its resource."""
+    nodes = Node.objects.filter(capacity__has_key=flavor.resource_name)
+    if flavor.node_selector:
+        nodes = nodes.filter(labels__contains=flavor.node_selector)
+    return [n for n in nodes if int(n.capacity.get(flavor.resource_name, 0) or 0) > 0]
+
+
+def largest_node_gpus(flavor: Flavor) -> int | None:
+    """The most GPUs of `flavor` any known node has; None when no node of it is known yet."""
+    sizes = [int(n.capacity[flavor.resource_name]) for n in flavor_nodes(flavor)]
+    return max(sizes) if sizes else None
+
+
+def flavor_capacity(flavor: Flavor, *, schedulable_only: bool = False) -> int:
+    """GPUs of `flavor` on ready nodes (drained or cordoned nodes count unless asked not to:
+    closing a node for maintenance is not a reason to re-plan quotas)."""
+    total = 0
+    for node in flavor_nodes(flavor):
+        if not node.ready or (schedulable_only and not node.schedulable):
+            continue
+        total += int(node.capacity[flavor.resource_name])
+    return total
+
+
+def held_non_preemptible(team_id: int, flavor_id: int) -> int:
+    """GPUs the team's non-preemptible jobs of `flavor` hold right now."""
+    row = Job.objects.filter(
+        team_id=team_id, flavor_id=flavor_id, preemptible=False, state__in=HOLDING
+    ).aggregate(gpus=Sum(F("workers") * F("gpus_per_worker")))
+    return int(row["gpus"] or 0)
+
+
+@dataclass
+class TeamUsage:
+    team: str
+    allocated: int = 0
+    pending_gpus: int = 0
+    pending_jobs: int = 0
+    running_jobs: int = 0
+    guarantee: int | None = None
+    limit: int | None = None
+    weight: float | None = None
+
+
+@dataclass
+class FlavorUsage:
+    flavor: str
+    capacity: int = 0
+    schedulable_capacity: int = 0
+    allocated: int = 0
+    pending_gpus: int = 0
+    pending_jobs: int = 0
+    running_jobs: int = 0
+    teams: list[TeamUsage] = field(default_factory=list)
+
+
+def usage_now() -> list[FlavorUsage]:
+    """Cluster-wide figures per flavor and team, in four queries: aggregates only, no job
+    details, so that every signed-in user may read them."""
+    flavors = list(Flavor.objects.all())
+    nodes = list(Node.objects.all())
+    out: dict[str, FlavorUsage] = {f.name: FlavorUsage(f.name) for f in flavors}
+    for flavor in flavors:
+        for node in nodes:
+            gpus = int(node.capacity.get(flavor.resource_name, 0) or 0)
+            if gpus <= 0 or not flavor.matches(node.labels) or not node.ready:
+                continue
+            used = int(node.used_externally.get(flavor.resource_name, 0) or 0)
+            out[flavor.name].capacity += gpus
+            if node.schedulable:
+                out[flavor.name].schedulable_capacity += max(gpus - used, 0)
+    per_team: dict[tuple[str, str], TeamUsage] = {}
+
+    def team_usage(flavor: str, team: str) -> TeamUsage:
+        if (flavor, team) not in per_team:
+            per_team[(flavor, team)] = TeamUsage(team)
+        return per_team[(flavor, team)]
+
+    gpus = F("workers") * F("gpus_per_worker")
+    rows = (
+        Job.objects.active().values("flavor__name", "team__slug")
+        .annotate(
+            allocated=Sum(gpus, filter=Q(state__in=HOLDING)),
+            pending_gpus=Sum(gpus, filter=Q(state=JobState.PENDING)),
+            pending_jobs=Count("id", filter=Q(state=JobState.PENDING)),
+            running_jobs=Count("id", filter=Q(state__in=HOLDING)),
+        )
+        .order_by()
+    )
+    for row in rows:
+        usage = team_usage(row["flavor__name"], row["team__slug"])
+        usage.allocated = int(row["allocated"] or 0)
+        usage.pending_gpus = int(row["pending_gpus"] or 0)
+        usage.pending_jobs = int(row["pending_jobs"] or 0)
+        usage.running_jobs = int(row["running_jobs"] or 0)
+    for quota in Quota.objects.select_related("team", "flavor"):
+        usage = team_usage(quota.flavor.name, quota.team.slug)
+        usage.guarantee, usage.limit, usage.weight = quota.guarantee, quota.limit, quota.weight
+    by_flavor: dict[str, list[TeamUsage]] = defaultdict(list)
+    for (flavor_name, _), usage in sorted(per_team.items()):
+        by_flavor[flavor_name].append(usage)
+    for name, usage in out.items():
+        usage.teams = by_flavor.get(name, [])
+        usage.allocated = sum(t.allocated for t in usage.teams)
+        usage.pending_gpus = sum(t.pending_gpus for t in usage.teams)
+        usage.pending_jobs = sum(t.pending_jobs for t in usage.teams)
+        usage.running_jobs = sum(t.running_jobs for t in usage.teams)
+    return list(out.values())

@@ -1,0 +1,102 @@
+"""Teams, memberships, tokens, audit log. Reads go through visibility filters (another
+team's objects are not found); writes are one teams.services call each."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
+from rest_framework import mixins, viewsets
+
+from gpuqueue.api.filters import AuditFilter, MembershipFilter, TokenFilter
+from gpuqueue.api.pagination import NewestFirst, OldestFirst
+from gpuqueue.api.permissions import AnyAdmin, SiteAdminWrites
+from teams import services
+from teams.api.serializers import (
+    AuditEntrySerializer,
+    MembershipSerializer,
+    TeamSerializer,
+    TokenSerializer,
+)
+from teams.models import ApiToken, AuditEntry, Membership, Role, Team
+
+
+class TeamViewSet(
+    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+    mixins.UpdateModelMixin, viewsets.GenericViewSet,
+):
+    """Members read their teams; site admins create and change any. Teams are not deleted
+    through the API: their jobs and audit trail outlive a reorganisation."""
+
+    queryset = Team.objects.none()  # for the schema; get_queryset filters
+    serializer_class = TeamSerializer
+    permission_classes = [SiteAdminWrites]
+    pagination_class = OldestFirst
+    lookup_field = "slug"
+
+    def get_queryset(self) -> QuerySet[Team]:
+        return Team.objects.of_user(self.request.user).select_related("parent")
+
+
+class MembershipViewSet(viewsets.ModelViewSet):
+    """Members see their teams' memberships; team admins add, change and remove them."""
+
+    queryset = Membership.objects.none()  # for the schema; get_queryset filters
+    serializer_class = MembershipSerializer
+    pagination_class = OldestFirst
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = MembershipFilter
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self) -> QuerySet[Membership]:
+        user = self.request.user
+        memberships = Membership.objects.select_related("team", "user")
+        if user.is_superuser:
+            return memberships
+        return memberships.filter(team__memberships__user=user)
+
+    def perform_destroy(self, instance: Membership) -> None:
+        services.remove_member(self.request.user, instance)
+
+
+class TokenViewSet(
+    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin, viewsets.GenericViewSet,
+):
+    """Your API tokens (site admins: everyone's). The secret is in the create response only;
+    DELETE revokes (the row stays for the audit trail)."""
+
+    queryset = ApiToken.objects.none()  # for the schema; get_queryset filters
+    serializer_class = TokenSerializer
+    pagination_class = NewestFirst
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = TokenFilter
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self) -> QuerySet[ApiToken]:
+        user = self.request.user
+        tokens = ApiToken.objects.select_related("user")
+        return tokens if user.is_superuser else tokens.filter(user=user)
+
+    def perform_destroy(self, instance: ApiToken) -> None:
+        services.revoke_token(self.request.user, instance)
+
+
+class AuditViewSet(viewsets.ReadOnlyModelViewSet):
+    """Who changed which quota, membership, token, flavor or node, with before and after.
+    Site admins read everything; team admins their teams' entries."""
+
+    queryset = AuditEntry.objects.none()  # for the schema; get_queryset filters
+    serializer_class = AuditEntrySerializer
+    permission_classes = [AnyAdmin]
+    pagination_class = NewestFirst
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = AuditFilter
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self) -> QuerySet[AuditEntry]:
+        user = self.request.user
+        entries = AuditEntry.objects.select_related("actor", "team")
+        if user.is_superuser:
+            return entries
+        admin_of = Membership.objects.filter(user=user, role=Role.ADMIN).values("team_id")
+        return entries.filter(team_id__in=admin_of)
