@@ -144,45 +144,132 @@ class VictimSearch:
     ) -> list[tuple[RunningJob, str]] | None:
         """Victims that let `job` fit, leaving them released in the ledger; or None, untouched.
 
-        1. Walk the candidates in rule order (bounded by policy.max_victim_candidates), skipping
-           jobs already chosen, inside their minimum runtime, or whose team cannot give them up.
-        2. Release each into the ledger until the gang fits on free plus incoming GPUs (counted
-           incrementally) and `limit_ok()` holds.
+        1. Take the candidates in rule order, at most policy.max_victim_candidates of them,
+           leaving out jobs already chosen and jobs inside their minimum runtime.
+        2. First try them in rule order, globally (`_in_order`); if that does not make room,
+           try node by node (`_by_node`): victims spread over many nodes may free plenty of GPUs
+           and still no whole worker, where the same number on one node would do.
         3. Give back every victim that turns out not to be needed, most valuable first, so that
            the fewest jobs are preempted.
         4. Refuse (and roll back) when more victims than `budget` would be needed.
         """
         ledger = self.ledger
+        candidates = [
+            (victim, kind)
+            for victim, kind in islice(
+                self._candidates(job, reclaim, priority), self.policy.max_victim_candidates
+            )
+            if victim.id not in ledger.victims and self._out_of_minimum_runtime(victim)
+        ]
+        if not candidates:
+            return None
         g = job.gpus_per_worker
-        need = job.workers
-        fit = fl.workers_fit(g, fl.incoming)
-        mark = ledger.checkpoint()
+        start = fl.workers_fit(g, fl.incoming)
+        for strategy in (self._in_order, self._by_node):
+            mark = ledger.checkpoint()
+            found = strategy(job, fl, candidates, start, limit_ok, budget)
+            if found is None:
+                ledger.rollback(mark)
+                continue
+            chosen, fit = found
+            for pair in reversed(chosen[:-1]):
+                less = fit + self._workers_delta(fl, pair[0], g, -1)
+                ledger.unrelease(pair[0])
+                if less >= job.workers and limit_ok():
+                    chosen.remove(pair)
+                    fit = less
+                else:
+                    ledger.release(pair[0])
+            ledger.commit(mark)
+            return chosen
+        return None
+
+    def _take(self, job: PendingJob, fl: FlavorLedger, victim: RunningJob, kind: str) -> int:
+        """Release one victim if its team can give it up; the workers it adds (-1: refused)."""
+        if victim.id in self.ledger.victims:
+            return -1
+        if kind == RECLAIM and not self._victim_ok(job, victim):
+            return -1
+        delta = self._workers_delta(fl, victim, job.gpus_per_worker, 1)
+        self.ledger.release(victim)
+        return delta
+
+    def _in_order(
+        self,
+        job: PendingJob,
+        fl: FlavorLedger,
+        candidates: list[tuple[RunningJob, str]],
+        fit: int,
+        limit_ok: Callable[[], bool],
+        budget: int,
+    ) -> tuple[list[tuple[RunningJob, str]], int] | None:
         chosen: list[tuple[RunningJob, str]] = []
-        found = False
-        bound = self.policy.max_victim_candidates
-        for victim, kind in islice(self._candidates(job, reclaim, priority), bound):
-            if victim.id in ledger.victims or not self._out_of_minimum_runtime(victim):
+        for victim, kind in candidates:
+            delta = self._take(job, fl, victim, kind)
+            if delta < 0:
                 continue
-            if kind == RECLAIM and not self._victim_ok(job, victim):
-                continue
-            fit += self._workers_delta(fl, victim, g, 1)
-            ledger.release(victim)
+            fit += delta
             chosen.append((victim, kind))
             if len(chosen) > budget:
-                break
-            if fit >= need and limit_ok():
-                found = True
-                break
-        if not found:
-            ledger.rollback(mark)
-            return None
-        for pair in reversed(chosen[:-1]):
-            less = fit + self._workers_delta(fl, pair[0], g, -1)
-            ledger.unrelease(pair[0])
-            if less >= need and limit_ok():
-                chosen.remove(pair)
-                fit = less
-            else:
-                ledger.release(pair[0])
-        ledger.commit(mark)
-        return chosen
+                return None
+            if fit >= job.workers and limit_ok():
+                return chosen, fit
+        return None
+
+    def _by_node(
+        self,
+        job: PendingJob,
+        fl: FlavorLedger,
+        candidates: list[tuple[RunningJob, str]],
+        fit: int,
+        limit_ok: Callable[[], bool],
+        budget: int,
+    ) -> tuple[list[tuple[RunningJob, str]], int] | None:
+        """1. Group the candidates by the nodes they sit on.
+        2. Visit nodes with the most GPUs already available first (the fewest victims needed),
+           skipping nodes that could not hold one worker even with every candidate gone.
+        3. On each node release candidates in rule order until the node holds all the workers
+           it can; a node that gains no worker gives its victims back.
+        """
+        g = job.gpus_per_worker
+        ledger = self.ledger
+        on_node: dict[str, list[tuple[RunningJob, str]]] = {}
+        for victim, kind in candidates:
+            for node, _ in victim.placement:
+                if node in fl.free:
+                    on_node.setdefault(node, []).append((victim, kind))
+
+        def available(node: str) -> int:
+            return max(fl.free[node], 0) + fl.incoming.get(node, 0)
+
+        potential = {
+            node: available(node) + sum(v.gpus_per_worker * dict(v.placement)[node] for v, _ in vs)
+            for node, vs in on_node.items()
+        }
+        order = sorted(
+            (n for n in on_node if potential[n] // g > available(n) // g),
+            key=lambda n: (-available(n), n),
+        )
+        chosen: list[tuple[RunningJob, str]] = []
+        for node in order:
+            mark = ledger.checkpoint()
+            before_fit, before_count = fit, len(chosen)
+            most = potential[node] // g
+            for victim, kind in on_node[node]:
+                if available(node) // g >= most or fit >= job.workers:
+                    break
+                delta = self._take(job, fl, victim, kind)
+                if delta < 0:
+                    continue
+                fit += delta
+                chosen.append((victim, kind))
+            if fit == before_fit:
+                ledger.rollback(mark)
+                del chosen[before_count:]
+                continue
+            ledger.commit(mark)
+            if len(chosen) > budget:
+                return None
+            if fit >= job.workers and limit_ok():
+                return chosen, fit
+        return None
