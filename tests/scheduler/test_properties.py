@@ -1,0 +1,313 @@
+"""Invariants over generated snapshots (Hypothesis).
+
+No node over-allocated; every gang all or nothing; no team (or department) past its limit;
+non-preemptible work within the guarantee; a team under its guarantee that could get room by
+reclaiming borrowed GPUs is never left simply waiting; the same snapshot gives the same plan;
+applying a plan and planning again never preempts what was just admitted.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuqueue.scheduler import forecast, plan
+from gpuqueue.scheduler.model import (
+    Node,
+    PendingJob,
+    PlacementStrategy,
+    Plan,
+    Policy,
+    Quota,
+    RunningJob,
+    Snapshot,
+    Team,
+)
+from tests.scheduler.builders import HOUR, NOW
+
+FLAVOR = "h100"
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> Policy:
+    return Policy(
+        placement=draw(st.sampled_from(list(PlacementStrategy))),
+        min_runtime_seconds=draw(st.sampled_from([0.0, 300.0])),
+        starvation_seconds=draw(st.sampled_from([600.0, 3600.0])),
+        preemption=draw(st.booleans()),
+        reclaim=draw(st.booleans()),
+    )
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    """1-4 nodes, 1-3 teams (maybe in a department), running jobs that fit the nodes and
+    respect every quota, and up to 7 pending jobs."""
+    nodes = []
+    for i in range(draw(st.integers(1, 4))):
+        capacity = draw(st.sampled_from([4, 8]))
+        external = draw(st.sampled_from([0, 0, 0, 1, 2]))
+        schedulable = draw(st.sampled_from([True, True, True, False]))
+        nodes.append(Node(f"n{i}", {FLAVOR: capacity}, {FLAVOR: external}, schedulable))
+    total = sum(n.capacity[FLAVOR] - n.used_externally[FLAVOR] for n in nodes if n.schedulable)
+    team_ids = ["a", "b", "c"][: draw(st.integers(1, 3))]
+    in_department = draw(st.booleans()) and len(team_ids) > 1
+    teams = []
+    quotas: dict[str, Quota] = {}
+    left = total
+    for t in team_ids:
+        guarantee = draw(st.integers(0, max(left, 0)))
+        left -= guarantee
+        quota = Quota(
+            guarantee, guarantee + draw(st.integers(0, 16)), draw(st.sampled_from([1.0, 2.0]))
+        )
+        quotas[t] = quota
+        teams.append(Team(t, {FLAVOR: quota}, "d" if in_department and t != "c" else None))
+    if in_department:
+        members = [t for t in team_ids if t != "c"]
+        guarantee = sum(quotas[t].guarantee for t in members)
+        dept = Quota(guarantee, guarantee + draw(st.integers(0, 16)))
+        quotas["d"] = dept
+        teams.append(Team("d", {FLAVOR: dept}))
+
+    def chain(team: str) -> list[str]:
+        return [team, "d"] if in_department and team != "c" else [team]
+
+    used = {k: 0 for k in quotas}
+    firm = {k: 0 for k in quotas}
+    running: list[RunningJob] = []
+    job_id = itertools.count(100)
+    for n in nodes:
+        free = n.capacity[FLAVOR] - n.used_externally[FLAVOR]
+        for _ in range(draw(st.integers(0, 3))):
+            gpus = draw(st.sampled_from([1, 2, 4]))
+            workers = draw(st.integers(1, 2))
+            team = draw(st.sampled_from(team_ids))
+            need = gpus * workers
+            if need > free or any(used[g] + need > quotas[g].limit for g in chain(team)):
+                continue
+            preemptible = draw(st.booleans()) or any(
+                firm[g] + need > quotas[g].guarantee for g in chain(team)
+            )
+            for g in chain(team):
+                used[g] += need
+                if not preemptible:
+                    firm[g] += need
+            free -= need
+            running.append(
+                RunningJob(
+                    id=next(job_id),
+                    team=team,
+                    user=draw(st.sampled_from(["u1", "u2"])),
+                    flavor=FLAVOR,
+                    gpus_per_worker=gpus,
+                    placement=((n.name, workers),),
+                    priority=draw(st.integers(0, 2)),
+                    preemptible=preemptible,
+                    started_at=NOW - draw(st.sampled_from([60.0, HOUR, 2 * HOUR])),
+                    max_runtime=draw(st.sampled_from([None, 2 * HOUR, 3 * HOUR])),
+                    preempting_since=draw(st.sampled_from([None, None, None, NOW - 5])),
+                )
+            )
+    pending = [
+        PendingJob(
+            id=i,
+            team=draw(st.sampled_from(team_ids)),
+            user=draw(st.sampled_from(["u1", "u2"])),
+            flavor=FLAVOR,
+            workers=draw(st.integers(1, 3)),
+            gpus_per_worker=draw(st.sampled_from([1, 2, 4, 8])),
+            priority=draw(st.integers(0, 2)),
+            preemptible=draw(st.booleans()),
+            submitted_at=NOW - draw(st.sampled_from([10.0, 1000.0, 2 * HOUR])),
+            max_runtime=draw(st.sampled_from([None, 300.0, 2 * HOUR])),
+        )
+        for i in range(1, draw(st.integers(0, 7)) + 1)
+    ]
+    return Snapshot(NOW, tuple(nodes), tuple(teams), tuple(running), tuple(pending))
+
+
+def _held_after(snapshot: Snapshot, result: Plan) -> tuple[dict[str, int], dict[str, int]]:
+    """GPUs per group that stay held or are admitted (leaving jobs excluded), and the
+    non-preemptible part of them."""
+    parents = {t.id: t.parent for t in snapshot.teams}
+    victims = {p.job_id for p in result.preemptions}
+    jobs = {j.id: j for j in snapshot.pending}
+    held: dict[str, int] = {}
+    firm: dict[str, int] = {}
+    items: list[tuple[str, int, bool]] = [
+        (r.team, r.gpus, r.preemptible)
+        for r in snapshot.running
+        if r.preempting_since is None and r.id not in victims
+    ]
+    items += [
+        (jobs[a.job_id].team, jobs[a.job_id].gpus, jobs[a.job_id].preemptible)
+        for a in result.admissions
+    ]
+    for team, gpus, preemptible in items:
+        for group in (team, parents.get(team)):
+            if group is None:
+                continue
+            held[group] = held.get(group, 0) + gpus
+            if not preemptible:
+                firm[group] = firm.get(group, 0) + gpus
+    return held, firm
+
+
+@SETTINGS
+@given(snapshots(), policies())
+def test_every_plan_keeps_the_invariants(snapshot: Snapshot, policy: Policy) -> None:
+    result = plan(snapshot, policy)
+    jobs = {j.id: j for j in snapshot.pending}
+    nodes = {n.name: n for n in snapshot.nodes}
+    running = {r.id: r for r in snapshot.running}
+    admitted = [a.job_id for a in result.admissions]
+    waiting = [p.job_id for p in result.pending]
+    # Every pending job is decided exactly once.
+    assert sorted(admitted + waiting) == sorted(jobs)
+    # Every gang is placed whole, on schedulable nodes of its flavor.
+    for a in result.admissions:
+        assert sum(w for _, w in a.placement) == jobs[a.job_id].workers
+        assert list(a.placement) == sorted(a.placement)
+        assert all(nodes[n].schedulable and w > 0 for n, w in a.placement)
+    # No node over-allocated: running (leaving included) plus admitted fit the capacity.
+    load: dict[str, int] = {}
+    for r in snapshot.running:
+        for n, w in r.placement:
+            load[n] = load.get(n, 0) + w * r.gpus_per_worker
+    for a in result.admissions:
+        for n, w in a.placement:
+            load[n] = load.get(n, 0) + w * jobs[a.job_id].gpus_per_worker
+    for n, gpus in load.items():
+        node = nodes[n]
+        assert gpus <= node.capacity[FLAVOR] - node.used_externally[FLAVOR]
+    # No team or department past its limit; non-preemptible work within the guarantee.
+    quotas = {t.id: t.quotas[FLAVOR] for t in snapshot.teams}
+    held, firm = _held_after(snapshot, result)
+    for group, gpus in held.items():
+        assert gpus <= quotas[group].limit, (group, gpus)
+    for group, gpus in firm.items():
+        assert gpus <= quotas[group].guarantee, (group, gpus)
+    # Victims are preemptible jobs out of their minimum runtime, each preempted once.
+    victims = [p.job_id for p in result.preemptions]
+    assert len(victims) == len(set(victims))
+    for v in victims:
+        job = running[v]
+        assert job.preemptible and job.preempting_since is None
+        assert job.started_at + policy.min_runtime_seconds <= NOW
+    # The same snapshot gives the same plan.
+    assert plan(snapshot, policy) == result
+
+
+@SETTINGS
+@given(snapshots(), policies())
+def test_planning_again_never_preempts_what_was_just_admitted(
+    snapshot: Snapshot, policy: Policy
+) -> None:
+    # What protects a just-admitted job is its minimum runtime: with none at all, a starving
+    # low-priority job admitted this cycle may rightly yield to its team's higher-priority job
+    # in the next. So the property is checked with any positive minimum.
+    policy = replace(policy, min_runtime_seconds=max(policy.min_runtime_seconds, 1.0))
+    result = plan(snapshot, policy)
+    jobs = {j.id: j for j in snapshot.pending}
+    victims = {p.job_id for p in result.preemptions}
+    admitted = {a.job_id for a in result.admissions}
+    started = tuple(
+        RunningJob(
+            id=j.id,
+            team=j.team,
+            user=j.user,
+            flavor=j.flavor,
+            gpus_per_worker=j.gpus_per_worker,
+            placement=a.placement,
+            priority=j.priority,
+            preemptible=j.preemptible,
+            started_at=NOW,
+            max_runtime=j.max_runtime,
+        )
+        for a in result.admissions
+        for j in [jobs[a.job_id]]
+    )
+    after = replace(
+        snapshot,
+        running=tuple(
+            replace(r, preempting_since=NOW) if r.id in victims else r for r in snapshot.running
+        )
+        + started,
+        pending=tuple(j for j in snapshot.pending if j.id not in admitted),
+    )
+    again = plan(after, policy)
+    assert not {p.job_id for p in again.preemptions} & admitted
+
+
+@SETTINGS
+@given(snapshots(), policies())
+def test_forecasts_are_never_before_now(snapshot: Snapshot, policy: Policy) -> None:
+    starts = forecast(snapshot, policy, max_steps=20)
+    assert set(starts) == {j.id for j in snapshot.pending}
+    admitted = {a.job_id for a in plan(snapshot, policy).admissions}
+    for job_id, start in starts.items():
+        assert start is None or start >= NOW
+        if job_id in admitted:
+            assert start == NOW
+
+
+@st.composite
+def grabs(draw: st.DrawFn) -> Snapshot:
+    """Team hog holds single-GPU borrowed jobs; team b, under its guarantee, asks for a gang."""
+    nodes = tuple(Node(f"n{i}", {FLAVOR: 8}) for i in range(draw(st.integers(1, 3))))
+    capacity = 8 * len(nodes)
+    running = []
+    job_id = itertools.count(100)
+    for n in nodes:
+        for _ in range(draw(st.integers(0, 8))):
+            running.append(
+                RunningJob(
+                    id=next(job_id),
+                    team="hog",
+                    user="h",
+                    flavor=FLAVOR,
+                    gpus_per_worker=1,
+                    placement=((n.name, 1),),
+                    priority=draw(st.integers(0, 1)),
+                    preemptible=True,
+                    started_at=NOW - draw(st.integers(600, 7200)),
+                )
+            )
+    guarantee = draw(st.integers(1, capacity))
+    gpus = draw(st.sampled_from([g for g in (1, 2, 4, 8) if g <= guarantee]))
+    workers = draw(st.integers(1, max(1, guarantee // gpus)))
+    teams = (
+        Team("hog", {FLAVOR: Quota(0, capacity)}),
+        Team("b", {FLAVOR: Quota(guarantee, capacity)}),
+    )
+    job = PendingJob(1, "b", "u", FLAVOR, workers, gpus, 0, draw(st.booleans()), NOW - 10)
+    return Snapshot(NOW, nodes, teams, tuple(running), (job,))
+
+
+@SETTINGS
+@given(grabs())
+def test_a_team_under_its_guarantee_is_never_left_waiting_when_reclaim_makes_room(
+    snapshot: Snapshot,
+) -> None:
+    result = plan(snapshot)
+    job = snapshot.pending[0]
+    share = result.fair_shares[("hog", FLAVOR)]
+    surplus = sum(r.gpus for r in snapshot.running) - share
+    per_node = {n.name: 0 for n in snapshot.nodes}
+    for r in snapshot.running:
+        per_node[r.placement[0][0]] += 1
+    names = sorted(per_node)
+    feasible = any(
+        sum(taken) <= surplus
+        and sum((8 - per_node[n] + c) // job.gpus_per_worker for n, c in zip(names, taken))
+        >= job.workers
+        for taken in itertools.product(*(range(per_node[n] + 1) for n in names))
+    )
+    served = {a.job_id for a in result.admissions} | {p.for_job_id for p in result.preemptions}
+    if feasible:
+        assert job.id in served
