@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import attrs
 import kmock
 import pytest
 from kubernetes import client
@@ -27,6 +28,27 @@ NODES = kmock.resource("v1/nodes")
 JOBS = kmock.resource("batch/v1/jobs")
 SERVICES = kmock.resource("v1/services")
 SECRETS = kmock.resource("v1/secrets")
+
+
+@attrs.define(kw_only=True)
+class FaultyEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator, plus faults that strike before it stores anything: an API server that
+    refused (429, 403, 422) or never answered (a delay past the client's timeout). kmock's own
+    reactions strike after it stored the object: a server that committed, then failed to say so.
+    """
+
+    faults: list[tuple[str, str, Any]] = attrs.field(factory=list)
+
+    async def _handle(self, request: Any) -> Any:
+        for fault in list(self.faults):
+            method, path_part, what = fault
+            if request.method.value == method and path_part in str(request.url):
+                self.faults.remove(fault)
+                if isinstance(what, float):
+                    await asyncio.sleep(what)
+                    break
+                raise kmock.KubernetesError(status=what[0], reason=what[1], message=what[2])
+        return await super()._handle(request)
 
 
 class Emulator:
@@ -46,8 +68,10 @@ class Emulator:
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
-        async with kmock.KubernetesEmulator() as handler, kmock.Server(handler) as server:
+        async with FaultyEmulator() as handler, kmock.Server(handler) as server:
             self.kmock: Any = handler
+            for resource in (PODS, NODES, JOBS, SERVICES, SECRETS):
+                handler.resources[resource] = {}  # listable before the first object exists
             self.url = str(server.url).rstrip("/")
             self._ready.set()
             await self._stop.wait()
@@ -55,6 +79,18 @@ class Emulator:
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
+
+    def fail(self, method: str, path_part: str, status: int, message: str, times: int = 1) -> None:
+        """The next `times` matching requests are refused with `status`, storing nothing."""
+        reason = {403: "Forbidden", 409: "AlreadyExists", 422: "Invalid", 429: "TooManyRequests"}
+        for _ in range(times):
+            self.kmock.faults.append(
+                (method.upper(), path_part, (status, reason.get(status, "InternalError"), message))
+            )
+
+    def delay(self, method: str, path_part: str, seconds: float, times: int = 1) -> None:
+        """The next `times` matching requests are answered only after `seconds`."""
+        self.kmock.faults.extend([(method.upper(), path_part, float(seconds))] * times)
 
     def requests(self, method: str, path_part: str = "") -> list[Any]:
         """The requests served so far with this method whose URL contains `path_part`."""
@@ -72,7 +108,16 @@ class Emulator:
         return found
 
     def api(self) -> client.ApiClient:
-        return client.ApiClient(client.Configuration(host=self.url))
+        configuration = client.Configuration(host=self.url)
+        configuration.retries = 0  # as KubernetesBackend.from_settings: retries are gpuqueue's
+        return client.ApiClient(configuration)
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    """The shared `world` fixture creates four users; the default hasher takes most of a second
+    for each, which is the test suite's time, not anything under test here."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture
@@ -163,7 +208,8 @@ def run_job_pods(api: client.ApiClient, job: dict[str, Any], nodes: list[str], p
                 "phase": phase,
                 "startTime": "2026-11-22T10:00:00Z",
                 "containerStatuses": [
-                    {"name": "worker", "ready": phase == "Running",
+                    {"name": "worker", "ready": phase == "Running", "restartCount": 0,
+                     "image": template["spec"]["containers"][0]["image"], "imageID": "",
                      "state": container_state or {"running": {}}}
                 ],
             },
