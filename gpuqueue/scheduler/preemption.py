@@ -228,8 +228,8 @@ class VictimSearch:
         """1. Group the candidates by the nodes they sit on.
         2. Visit nodes with the most GPUs already available first (the fewest victims needed),
            skipping nodes that could not hold one worker even with every candidate gone.
-        3. On each node release candidates in rule order until the node holds all the workers
-           it can; a node that gains no worker gives its victims back.
+        3. On each node release candidates in rule order, one batch per extra worker, until the
+           gang fits or the node can gain no more; a batch that gains no worker is given back.
         """
         g = job.gpus_per_worker
         ledger = self.ledger
@@ -252,24 +252,29 @@ class VictimSearch:
         )
         chosen: list[tuple[RunningJob, str]] = []
         for node in order:
-            mark = ledger.checkpoint()
-            before_fit, before_count = fit, len(chosen)
+            queue = iter(on_node[node])
             most = potential[node] // g
-            for victim, kind in on_node[node]:
-                if available(node) // g >= most or fit >= job.workers:
+            while fit < job.workers and available(node) // g < most:
+                # One batch: victims until one more worker fits somewhere. A batch that ends
+                # without a new worker is given back, so that no team's spare share is spent
+                # on GPUs that do not help.
+                mark = ledger.checkpoint()
+                before_fit, before_count = fit, len(chosen)
+                for victim, kind in queue:
+                    delta = self._take(job, fl, victim, kind)
+                    if delta < 0:
+                        continue
+                    fit += delta
+                    chosen.append((victim, kind))
+                    if fit > before_fit:
+                        break
+                if fit == before_fit:
+                    ledger.rollback(mark)
+                    del chosen[before_count:]
                     break
-                delta = self._take(job, fl, victim, kind)
-                if delta < 0:
-                    continue
-                fit += delta
-                chosen.append((victim, kind))
-            if fit == before_fit:
-                ledger.rollback(mark)
-                del chosen[before_count:]
-                continue
-            ledger.commit(mark)
-            if len(chosen) > budget:
-                return None
+                ledger.commit(mark)
+                if len(chosen) > budget:
+                    return None
             if fit >= job.workers and limit_ok():
                 return chosen, fit
         return None
