@@ -67,6 +67,7 @@ class Emulator:
         self.loop.run_until_complete(self._main())
 
     async def _main(self) -> None:
+        self._main_task = asyncio.current_task()
         self._stop = asyncio.Event()
         async with FaultyEmulator() as handler, kmock.Server(handler) as server:
             self.kmock: Any = handler
@@ -77,7 +78,16 @@ class Emulator:
             await self._stop.wait()
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self._stop.set)
+        async def shutdown() -> None:
+            # Watch streams never end on their own: cancel their handlers, or the server's
+            # shutdown waits for them.
+            for task in asyncio.all_tasks():
+                if task is not main and task is not asyncio.current_task():
+                    task.cancel()
+            self._stop.set()
+
+        main = self._main_task
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop)
         self._thread.join(10)
 
     def fail(self, method: str, path_part: str, status: int, message: str, times: int = 1) -> None:
