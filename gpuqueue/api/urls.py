@@ -4,6 +4,7 @@ prefix), plus the two plain views."""
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
+from gpuqueue.api.checkpoint_views import CheckpointedView
 from gpuqueue.api.viewsets import (
     FlavorViewSet,
     JobViewSet,
@@ -31,5 +32,6 @@ urlpatterns = [
     path("utilization/", UtilizationView.as_view(), name="utilization"),
     # The Kubernetes backend's checkpoint acknowledgement route (gpuqueue/api/checkpoint_views.py)
     # goes here, before the router.
+    path("jobs/<int:pk>/checkpointed/", CheckpointedView.as_view(), name="job-checkpointed"),
     *router.urls,
 ]
