@@ -36,7 +36,12 @@ class SimConfig:
     sample_interval: float = 600.0  # time series and fairness samples
     record_segments: bool = False  # keep every (job, node, GPUs, start, end), for checks
     engine_policy: Policy = field(default_factory=Policy)
-    window: int | None = None  # pending jobs per team shown to the engine (None: all)
+    # The engine policy's shortcuts (see GpuqueueEngine): pending jobs per team shown to the
+    # engine (None: all), and no cycle for an arrival that cannot change the plan.
+    window: int | None = 16
+    skip_idle_changes: bool = True
+    # Pass a requeued job to the engine as submitted when it was requeued (losing its place).
+    requeue_at_back: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +131,14 @@ class _Replay:
             self.policy = policy(self.ledger)
         else:
             self.policy = make_policy(
-                policy, self.ledger, cluster, teams, config.engine_policy, config.window
+                policy,
+                self.ledger,
+                cluster,
+                teams,
+                config.engine_policy,
+                window=config.window,
+                skip_idle_changes=config.skip_idle_changes,
+                requeue_at_back=config.requeue_at_back,
             )
         self.limits = {(t.id, f): q.limit for t in teams for f, q in t.quotas.items()}
         self.team_used: dict[tuple[str, str], int] = {}
@@ -200,7 +212,7 @@ class _Replay:
                     self._finish(run, t_event)
                 else:
                     self._stop(run, t_event)
-            if next_cycle == inf:
+            if next_cycle == inf and self.policy.wants_cycle():
                 next_cycle = self._grid(t_event, interval)
             if self.on_progress is not None:
                 wall = time.perf_counter()

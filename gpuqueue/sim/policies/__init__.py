@@ -21,11 +21,21 @@ def make_policy(
     teams: Sequence[Team],
     engine_policy: Policy | None = None,
     window: int | None = None,
+    skip_idle_changes: bool = True,
+    requeue_at_back: bool = False,
 ) -> SchedulingPolicy:
     if name == "gpuqueue":
         from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
 
-        return GpuqueueEngine(ledger, cluster, teams, engine_policy, window)
+        return GpuqueueEngine(
+            ledger,
+            cluster,
+            teams,
+            engine_policy,
+            window=window,
+            skip_idle_changes=skip_idle_changes,
+            requeue_at_back=requeue_at_back,
+        )
     if name == "fifo":
         return StrictFifo(ledger)
     if name == "backfill":

@@ -59,6 +59,10 @@ class SchedulingPolicy(ABC):
     def cycle(self, now: float) -> Decision:
         """Decide, without changing the ledger: the simulator checks and applies."""
 
+    def wants_cycle(self) -> bool:
+        """Whether the changes since the last cycle could change its decision."""
+        return True
+
     def stats(self) -> dict[str, float]:
         """Numbers about the policy's own work (plan time), for the run's summary."""
         return {}

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import defaultdict
 from collections.abc import Sequence
 
+from gpuqueue.scheduler.fairshare import Claim, water_fill
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot, Team
 from gpuqueue.sim.cluster import Cluster
 from gpuqueue.sim.ledger import Ledger
@@ -28,10 +30,19 @@ class GpuqueueEngine(SchedulingPolicy):
     RunningJob on start) rather than once per cycle, so a cycle costs a tuple of references
     plus the plan itself.
 
-    `window` (jobs per team, None for all) bounds the pending jobs shown to the engine. The
-    engine admits in order within a team, so jobs deep in a long queue rarely matter; bounding
-    them keeps a cycle's cost independent of the backlog. Results with a window are checked
-    against full snapshots in the tests and in docs/benchmarks.md.
+    Two things keep a long replay fast without changing what the engine decides (both can be
+    turned off, and the tests compare them with full snapshots and a cycle after every change):
+
+    - `window` (jobs per team, None for all) bounds the pending jobs shown to the engine. Inside
+      a team the engine goes by priority, then submission, and the window keeps exactly the
+      head of that order. Pending demand also sets fair shares (a team's share is capped by
+      what it asks for), so the window is extended, job by job, until the team's demand in the
+      snapshot covers its fair share computed from its whole backlog: water-filling gives the
+      same shares when every cap stays at or above the share it yields.
+    - `skip_idle_changes`: an arrival only asks for a cycle when it could start now (enough free
+      GPUs of its flavor), could reclaim (its team stays within its last fair share or its
+      guarantee) or could preempt by priority inside its team; GPUs coming back always ask for
+      one while jobs wait. Otherwise the next change or idle cycle picks the job up.
     """
 
     name = "gpuqueue"
@@ -46,6 +57,8 @@ class GpuqueueEngine(SchedulingPolicy):
         engine_policy: Policy | None = None,
         window: int | None = None,
         runtime_estimates: bool = True,
+        skip_idle_changes: bool = True,
+        requeue_at_back: bool = False,
     ) -> None:
         super().__init__(ledger)
         from gpuqueue.scheduler import plan  # imported late: the baselines run without the engine
@@ -54,6 +67,17 @@ class GpuqueueEngine(SchedulingPolicy):
         self.engine_policy = engine_policy or Policy()
         self.window = window
         self.runtime_estimates = runtime_estimates
+        self.skip_idle_changes = skip_idle_changes
+        # A requeued job keeps its submission time (its place in line) unless this is set.
+        self.requeue_at_back = requeue_at_back
+        self.quotas = {(t.id, f): q for t in teams for f, q in t.quotas.items()}
+        self.capacity = {f: cluster.capacity(f) for f in cluster.flavors}
+        self.used: dict[tuple[str, str], int] = defaultdict(int)  # GPUs held, per team/flavor
+        self.asked: dict[tuple[str, str], int] = defaultdict(int)  # GPUs pending, per team/flavor
+        self.running_priorities: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        self.fair_share: dict[tuple[str, str], int] = {}  # from the last plan
+        self.dirty = True
+        self._shares: dict[tuple[str, str], int] = {}
         self.nodes = cluster.engine_nodes()
         self.teams = tuple(teams)
         self.queues: dict[str, OrderedQueue[PendingJob]] = {t.id: OrderedQueue() for t in teams}
@@ -74,14 +98,38 @@ class GpuqueueEngine(SchedulingPolicy):
             gpus_per_worker=job.gpus_per_worker,
             priority=job.priority,
             preemptible=job.preemptible,
-            submitted_at=job.submitted_at,
+            submitted_at=now if self.requeue_at_back and run.preemptions else job.submitted_at,
             expected_runtime=run.remaining if self.runtime_estimates else None,
         )
-        self.queues.setdefault(job.team, OrderedQueue()).push(job.id, _team_key(run), pending)
+        key = (-float(job.priority), pending.submitted_at, float(job.id))
+        self.queues.setdefault(job.team, OrderedQueue()).push(job.id, key, pending)
+        self.asked[(job.team, job.flavor)] += job.gpus
+        if not self.dirty:
+            self.dirty = not self.skip_idle_changes or self._may_start(run)
+
+    def _may_start(self, run: JobRun) -> bool:
+        """Whether a new pending job could change the next plan (see the class docstring)."""
+        job = run.job
+        if self.ledger.free_by_flavor.get(job.flavor, 0) >= job.gpus:
+            return True
+        key = (job.team, job.flavor)
+        quota = self.quotas.get(key)
+        if quota is None:
+            return False
+        entitled = max(quota.guarantee, self.fair_share.get(key, 0))
+        if self.engine_policy.reclaim and self.used[key] + job.gpus <= entitled:
+            return True
+        priorities = self.running_priorities[job.team]
+        return self.engine_policy.preemption and any(
+            n > 0 and p < job.priority for p, n in priorities.items()
+        )
 
     def started(self, run: JobRun, now: float) -> None:
         job = run.job
         self.queues[job.team].remove(job.id)
+        self.asked[(job.team, job.flavor)] -= job.gpus
+        self.used[(job.team, job.flavor)] += job.gpus
+        self.running_priorities[job.team][job.priority] += 1
         self.running[job.id] = RunningJob(
             id=job.id,
             team=job.team,
@@ -115,15 +163,64 @@ class GpuqueueEngine(SchedulingPolicy):
         )
 
     def stopped(self, run: JobRun, now: float) -> None:
-        del self.running[run.job.id]
+        job = run.job
+        del self.running[job.id]
+        self.used[(job.team, job.flavor)] -= job.gpus
+        self.running_priorities[job.team][job.priority] -= 1
+        if any(self.queues.values()):
+            self.dirty = True
+
+    def wants_cycle(self) -> bool:
+        return self.dirty
+
+    def _full_fair_shares(self) -> dict[tuple[str, str], int]:
+        """Fair shares as the engine would compute them from every pending job."""
+        shares: dict[tuple[str, str], int] = {}
+        for flavor, capacity in self.capacity.items():
+            claims = [
+                Claim(
+                    team,
+                    quota.guarantee,
+                    min(quota.limit, self.used[(team, f)] + self.asked[(team, f)]),
+                    quota.weight,
+                )
+                for (team, f), quota in sorted(self.quotas.items())
+                if f == flavor
+            ]
+            for team, share in water_fill(capacity, claims).items():
+                shares[(team, flavor)] = share
+        return shares
+
+    def _windowed(self, queue: OrderedQueue[PendingJob], team: str) -> list[PendingJob]:
+        """The head of a team's queue: `window` jobs, then more until, for every flavor, the
+        team's demand in the snapshot reaches its full-backlog fair share (or the backlog ends)."""
+        assert self.window is not None
+        shown: list[PendingJob] = []
+        short: dict[str, int] = {}
+        for (t, flavor), share in self._shares.items():
+            if t == team:
+                short[flavor] = share + 1 - self.used[(team, flavor)]
+        for job in queue.values():
+            missing = short.get(job.flavor, 0)
+            if len(shown) >= self.window and missing <= 0:
+                if all(v <= 0 for v in short.values()):
+                    break
+                continue
+            shown.append(job)
+            short[job.flavor] = missing - job.gpus
+        return shown
 
     def snapshot(self, now: float) -> Snapshot:
         if self.window is None:
             pending = tuple(itertools.chain.from_iterable(q.values() for q in self.queues.values()))
         else:
+            self._shares = self._full_fair_shares()
             pending = tuple(
                 itertools.chain.from_iterable(
-                    itertools.islice(q.values(), self.window) for q in self.queues.values()
+                    itertools.islice(q.values(), self.window)
+                    if len(q) <= self.window
+                    else self._windowed(q, team)
+                    for team, q in self.queues.items()
                 )
             )
         return Snapshot(
@@ -143,6 +240,8 @@ class GpuqueueEngine(SchedulingPolicy):
         self.plan_seconds += spent
         self.plan_max_seconds = max(self.plan_max_seconds, spent)
         self.plans += 1
+        self.fair_share = dict(plan.fair_shares)
+        self.dirty = False
         return Decision(
             placements=[(a.job_id, a.placement) for a in plan.admissions],
             preemptions=[(p.job_id, p.reason) for p in plan.preemptions],
