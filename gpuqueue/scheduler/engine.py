@@ -56,8 +56,7 @@ class _Cycle:
         self.capacity = capacity_by_flavor(snapshot)
         # Phase 2: the ledger.
         self.ledger = Ledger(snapshot.nodes, self.chains)
-        for job in snapshot.running:
-            self.ledger.hold_running(job)
+        self.ledger.hold_running(snapshot.running)
         self.search = VictimSearch(
             self.ledger,
             VictimIndex(snapshot.running),
@@ -77,6 +76,7 @@ class _Cycle:
         self.waiting_in_team: dict[tuple[str, str], int] = {}
         self.order: Order | None = None
         self.starving: set[PendingJob] = set()
+        self._group_cache: dict[tuple[str, str], list[tuple[str, Quota | None]]] = {}
 
     def run(self) -> Plan:
         # Phase 3: the order.
@@ -123,37 +123,39 @@ class _Cycle:
         11. Otherwise it waits for capacity, possibly behind earlier jobs of its team.
         """
         ledger = self.ledger
-        fl = ledger.flavors.get(job.flavor)
+        flavor = job.flavor
+        fl = ledger.flavors.get(flavor)
         g = job.gpus_per_worker
+        gpus = job.workers * g
         # 1.
-        if fl is None or fl.max_node < g or self.capacity.get(job.flavor, 0) < job.gpus:
+        if fl is None or fl.max_node < g or self.capacity.get(flavor, 0) < gpus:
             largest = fl.max_node if fl is not None else 0
-            return reasons.never_fits(job, largest, self.capacity.get(job.flavor, 0))
-        chain = self.chains.get(job.team, (job.team,))
+            return reasons.never_fits(job, largest, self.capacity.get(flavor, 0))
+        groups = self._groups(job.team, flavor)
         # 2.
-        for group in chain:
-            if (group, job.flavor) not in self.quotas:
+        for group, quota in groups:
+            if quota is None:
                 return reasons.no_quota(job, _scope(job, group))
         # 3.
         if not job.preemptible:
-            for group in chain:
-                guarantee = self.quotas[(group, job.flavor)].guarantee
-                used = ledger.nonpreemptible.get((group, job.flavor), 0)
-                if used + job.gpus > guarantee:
-                    return reasons.over_fair_share(job, _scope(job, group), guarantee, used)
+            for group, quota in groups:
+                assert quota is not None
+                used = ledger.nonpreemptible.get((group, flavor), 0)
+                if used + gpus > quota.guarantee:
+                    return reasons.over_fair_share(job, _scope(job, group), quota.guarantee, used)
         # 4.
-        for group in chain:
-            limit = self.quotas[(group, job.flavor)].limit
-            in_use = ledger.in_use(group, job.flavor)
-            if in_use + job.gpus > limit:
+        for group, quota in groups:
+            assert quota is not None
+            in_use = ledger.in_use(group, flavor)
+            if in_use + gpus > quota.limit:
                 waiting = self._preempt(job, fl, reclaim=False)
                 if waiting is not None:
                     return waiting
-                return reasons.over_limit(job, _scope(job, group), limit, in_use)
+                return reasons.over_limit(job, _scope(job, group), quota.limit, in_use)
         # 5. (Counting first is cheap and cached; placement only runs when it will succeed.)
         workers = job.workers
         strategy = self.policy.placement
-        if fl.total_free >= job.gpus and fl.fit_count(g, "", None) >= workers:
+        if fl.total_free >= gpus and fl.fit_count(g, "", None) >= workers:
             placement = fit_gang(fl, workers, g, strategy)
             if placement is not None:
                 self._admit(job, placement)
@@ -194,6 +196,16 @@ class _Cycle:
         self.waiting_in_team[key] = ahead + 1
         return reasons.no_capacity(job, fl.fit_count(g, "", None), fl.total_free, ahead)
 
+    def _groups(self, team: str, flavor: str) -> list[tuple[str, Quota | None]]:
+        """The team and its department with their quotas for a flavor (None: no quota)."""
+        key = (team, flavor)
+        groups = self._group_cache.get(key)
+        if groups is None:
+            chain = self.chains.get(team, (team,))
+            groups = [(group, self.quotas.get((group, flavor))) for group in chain]
+            self._group_cache[key] = groups
+        return groups
+
     def _admit(
         self, job: PendingJob, placement: Placement, use_held: dict[str, int] | None = None
     ) -> None:
@@ -227,6 +239,9 @@ class _Cycle:
         reclaim = reclaim and policy.reclaim
         budget = policy.max_preemptions_per_cycle - len(self.preemptions)
         if not (priority or reclaim) or budget <= 0 or self.searches_left <= 0:
+            return None
+        priority = priority and self.search.has_lower(job)
+        if not (priority or reclaim):
             return None
         key = (job.team, job.flavor, job.gpus_per_worker, job.priority, reclaim)
         if self.failed_search.get(key, job.workers + 1) <= job.workers:

@@ -17,7 +17,7 @@ Per group (a team, or a department) and flavor it keeps `used` (GPUs held or pro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from gpuqueue.scheduler.model import Node, Placement, RunningJob
 
@@ -196,24 +196,33 @@ class Ledger:
         if self._depth:
             self._undo.append(lambda: self.user_used.__setitem__(key, old))
 
-    def hold_running(self, job: RunningJob) -> None:
-        """Count a running job from the snapshot (setup only, never rolled back)."""
-        self._count(job.team, job.user, job.flavor, job.gpus, job.preemptible)
-        fl = self.flavors.get(job.flavor)
-        leaving = job.preempting_since is not None
-        if leaving:
-            for group in self.chains.get(job.team, (job.team,)):
-                self._add(self.leaving, (group, job.flavor), job.gpus)
-        if fl is None:
-            return
-        for node, workers in job.placement:
-            if node not in fl.free:
-                continue  # an unschedulable node: its GPUs never come back to the pool
-            gpus = workers * job.gpus_per_worker
-            fl.move(node, fl.free[node] - gpus)  # held until the job is really gone
+    def hold_running(self, jobs: Iterable[RunningJob]) -> None:
+        """Count the running jobs of the snapshot (setup only, never rolled back).
+
+        Node totals are summed first and each node moved between buckets once.
+        """
+        taken: dict[tuple[str, str], int] = {}
+        for job in jobs:
+            self._count(job.team, job.user, job.flavor, job.gpus, job.preemptible)
+            leaving = job.preempting_since is not None
             if leaving:
-                fl.incoming[node] = fl.incoming.get(node, 0) + gpus
-                self.incoming_jobs.setdefault((job.flavor, node), []).append(job.id)
+                for group in self.chains.get(job.team, (job.team,)):
+                    self._add(self.leaving, (group, job.flavor), job.gpus)
+            fl = self.flavors.get(job.flavor)
+            if fl is None:
+                continue
+            for node, workers in job.placement:
+                if node not in fl.free:
+                    continue  # an unschedulable node: its GPUs never come back to the pool
+                gpus = workers * job.gpus_per_worker
+                key = (job.flavor, node)
+                taken[key] = taken.get(key, 0) + gpus  # held until the job is really gone
+                if leaving:
+                    fl.incoming[node] = fl.incoming.get(node, 0) + gpus
+                    self.incoming_jobs.setdefault(key, []).append(job.id)
+        for (flavor, node), gpus in taken.items():
+            fl = self.flavors[flavor]
+            fl.move(node, fl.free[node] - gpus)
 
     def admit(
         self,

@@ -100,7 +100,7 @@ class Policy:
     max_victim_candidates: int = 256  # bound on the victim search per pending job
     max_preemptions_per_cycle: int = 64
     # Added with the engine (issue 3); all have defaults so existing callers keep working.
-    max_victim_searches_per_cycle: int = 512  # bound on failed-and-successful victim searches
+    max_victim_searches_per_cycle: int = 64  # victim searches (failed or not) per cycle
     max_reservations: int = 8  # starving jobs that may hold nodes at once
     # How long a preempted job is expected to keep its GPUs (checkpoint grace); forecast only.
     preemption_grace_seconds: float = 120.0

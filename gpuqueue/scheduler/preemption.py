@@ -76,6 +76,11 @@ class VictimSearch:
         self.policy = policy
         self.now = now
 
+    def has_lower(self, job: PendingJob) -> bool:
+        """Whether its own team runs anything preemptible of lower priority (a cheap early exit)."""
+        own = self.index.of(job.team, job.flavor)
+        return bool(own) and own[0].priority < job.priority
+
     def may_reclaim(self, job: PendingJob) -> bool:
         """A team (and its department) must stay within its fair share after admitting `job`."""
         return all(
