@@ -1,8 +1,22 @@
 from django.urls import path
 
-from dashboard import views
+from dashboard.views import capacity, jobs, teams
 
 app_name = "dashboard"
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", jobs.home, name="home"),
+    path("jobs/new/", jobs.submit, name="submit"),
+    path("jobs/new/curl/", jobs.submit_curl, name="submit-curl"),
+    path("jobs/<int:job_id>/", jobs.job_detail, name="job"),
+    path("jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job-cancel"),
+    path("queues/", capacity.queues, name="queues"),
+    path("cluster/", capacity.cluster, name="cluster"),
+    path("utilization/", capacity.utilization, name="utilization"),
+    path("teams/", teams.team_list, name="teams"),
+    path("teams/<slug:slug>/", teams.team_detail, name="team"),
+    path("teams/<slug:slug>/quotas/<slug:flavor>/", teams.quota_edit, name="quota"),
+    path("teams/<slug:slug>/members/", teams.member_add, name="member-add"),
+    path("teams/<slug:slug>/members/<int:membership_id>/", teams.member_edit, name="member"),
+    path("tokens/", teams.tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", teams.token_revoke, name="token-revoke"),
 ]

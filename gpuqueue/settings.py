@@ -204,6 +204,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 10.0,
         "options": {"expires": 10.0},
     },
+    # The dashboard's utilization history and idle iron (gpuqueue/utilization.py).
+    "utilization-sample": {
+        "task": "gpuqueue.sample_utilization",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
 }
 
 # --- Kubernetes backend (GPUQUEUE_CLUSTER_BACKEND=kubernetes; docs/kubernetes.md) -------------

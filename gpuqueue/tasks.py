@@ -37,3 +37,14 @@ def submit_demo_jobs() -> int:
     if not settings.GPUQUEUE_DEMO:
         return 0
     return submit_demo_traffic()
+
+
+@shared_task(
+    name="gpuqueue.sample_utilization", acks_late=True, ignore_result=True,
+    autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3,
+)
+def sample_utilization_task() -> int:
+    """Every minute: GPUs allocated against capacity, and idle iron (gpuqueue/utilization.py)."""
+    from gpuqueue.utilization import sample_utilization
+
+    return sample_utilization()

@@ -1,0 +1,115 @@
+"""Reads behind the jobs pages: the filtered list, the live counters, a job's page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, QuerySet
+from django.http import QueryDict
+
+from gpuqueue.models import Job
+from gpuqueue.states import ACTIVE, FINAL, HOLDING, JobState
+
+PAGE_SIZE = 50
+# The state filter's choices: a group of states or one state.
+STATE_GROUPS: dict[str, frozenset[str]] = {
+    "active": frozenset(s.value for s in ACTIVE),
+    "pending": frozenset({JobState.PENDING.value}),
+    "holding": frozenset(s.value for s in HOLDING),
+    "finished": frozenset(s.value for s in FINAL),
+    **{s.value.lower(): frozenset({s.value}) for s in JobState},
+}
+STATE_LABELS = [
+    ("", "any state"), ("active", "active (pending or holding GPUs)"), ("pending", "pending"),
+    ("holding", "admitted, running or preempting"), ("running", "running"),
+    ("finished", "finished"), ("succeeded", "succeeded"), ("failed", "failed"),
+    ("cancelled", "cancelled"),
+]
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    team: str = ""
+    flavor: str = ""
+    state: str = ""
+    mine: bool = False
+    q: str = ""
+    page: int = 1
+
+    @classmethod
+    def parse(cls, params: QueryDict) -> JobFilter:
+        """Unknown or malformed values are ignored rather than refused: a filter is a view."""
+        state = params.get("state", "")
+        try:
+            page = max(1, min(int(params.get("page", "1")), 10_000))
+        except ValueError:
+            page = 1
+        return cls(
+            team=params.get("team", "")[:63], flavor=params.get("flavor", "")[:63],
+            state=state if state in STATE_GROUPS else "", mine=params.get("mine") == "1",
+            q=params.get("q", "").strip()[:63], page=page,
+        )
+
+    def query(self, page: int | None = None) -> str:
+        """The filter as a query string (for links to other pages of the same list)."""
+        params = QueryDict(mutable=True)
+        for key in ("team", "flavor", "state", "q"):
+            if getattr(self, key):
+                params[key] = getattr(self, key)
+        if self.mine:
+            params["mine"] = "1"
+        if page is not None and page > 1:
+            params["page"] = str(page)
+        return params.urlencode()
+
+    def apply(self, jobs: QuerySet[Job], user: Any) -> QuerySet[Job]:
+        if self.team:
+            jobs = jobs.filter(team__slug=self.team)
+        if self.flavor:
+            jobs = jobs.filter(flavor__name=self.flavor)
+        if self.state:
+            jobs = jobs.filter(state__in=STATE_GROUPS[self.state])
+        if self.mine:
+            jobs = jobs.filter(user=user)
+        if self.q:
+            jobs = jobs.filter(name__icontains=self.q)
+        return jobs
+
+
+@dataclass(frozen=True)
+class JobPage:
+    jobs: list[Job]
+    page: int
+    has_next: bool
+
+    @property
+    def live(self) -> bool:
+        """Whether a row can still change; once none can, polling stops (HTTP 286)."""
+        return any(job.state not in FINAL for job in self.jobs)
+
+
+def job_page(user: Any, job_filter: JobFilter) -> JobPage:
+    """One page of the visible jobs, newest first. No COUNT(*): one extra row says whether an
+    older page exists, which keeps the page fast with 100,000 jobs."""
+    jobs = job_filter.apply(Job.objects.visible_to(user), user)
+    offset = (job_filter.page - 1) * PAGE_SIZE
+    rows = list(
+        jobs.select_related("team", "flavor", "user")
+        .defer("env", "labels", "annotations", "command", "checkpoint_token_hash")
+        .order_by("-submitted_at", "-id")[offset:offset + PAGE_SIZE + 1]
+    )
+    return JobPage(rows[:PAGE_SIZE], job_filter.page, len(rows) > PAGE_SIZE)
+
+
+def active_counts(user: Any) -> dict[str, int]:
+    """Jobs of the user's teams per active state (the counters in the header); final states
+    are not counted, so the query stays on the partial index of active jobs."""
+    if not getattr(user, "is_authenticated", False):
+        return {}
+    rows = (
+        Job.objects.visible_to(user).filter(state__in=[s.value for s in ACTIVE])
+        .values("state").annotate(n=Count("id")).order_by()
+    )
+    counts = {row["state"]: row["n"] for row in rows}
+    return {s.value: counts.get(s.value, 0) for s in JobState if s in ACTIVE}

@@ -1,0 +1,78 @@
+"""Template helpers: the navigation, reasons as sentences, times as people read them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django import template
+from django.utils import timezone
+
+from dashboard.joblist import active_counts
+from gpuqueue.models import Job
+from gpuqueue.reasons import describe_reason
+from gpuqueue.states import JobState
+from teams.models import Membership
+
+register = template.Library()
+
+
+@register.inclusion_tag("dashboard/partials/_nav.html", takes_context=True)
+def nav(context: dict[str, Any]) -> dict[str, Any]:
+    """The signed-in user's teams with their role, and the live job counters."""
+    request = context["request"]
+    user = request.user
+    memberships = (
+        list(Membership.objects.filter(user=user).select_related("team").order_by("team__slug"))
+        if user.is_authenticated else []
+    )
+    return {
+        "request": request, "user": user, "memberships": memberships,
+        "counts": active_counts(user), "path": request.path,
+    }
+
+
+@register.inclusion_tag("dashboard/partials/_counters.html")
+def counters(user: Any, oob: bool = False) -> dict[str, Any]:
+    return {"counts": active_counts(user), "oob": oob}
+
+
+@register.filter
+def reason_text(job: Job) -> str:
+    """The pending reason as one sentence with its numbers (empty unless PENDING)."""
+    if job.state != JobState.PENDING:
+        return ""
+    return describe_reason(job.pending_reason)
+
+
+def _span(seconds: float) -> str:
+    seconds = abs(int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        hours, minutes = divmod(seconds // 60, 60)
+        return f"{hours} h {minutes:02d} min" if minutes else f"{hours} h"
+    return f"{seconds // 86400} d {(seconds % 86400) // 3600} h"
+
+
+@register.filter
+def relative(at: datetime | None) -> str:
+    """'in 4 min' or '3 h 05 min ago' from now."""
+    if at is None:
+        return ""
+    delta = (at - timezone.now()).total_seconds()
+    if abs(delta) < 5:
+        return "now"
+    return f"in {_span(delta)}" if delta > 0 else f"{_span(delta)} ago"
+
+
+@register.filter
+def seconds(value: int | None) -> str:
+    return "" if value is None else _span(value)
+
+
+@register.filter
+def get(mapping: dict[Any, Any], key: Any) -> Any:
+    return mapping.get(key) if mapping else None

@@ -1,0 +1,161 @@
+"""Jobs: the list, a job's page, cancel, submit."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods
+
+from dashboard.forms import PRESETS, SubmitForm, curl_command
+from dashboard.joblist import STATE_LABELS, JobFilter, job_page
+from dashboard.views.common import INVALID, htmx_redirect, page_or_partial
+from gpuqueue.models import Flavor, Job
+from gpuqueue.services.cancel import CancelRefused, cancel_job, may_cancel
+from gpuqueue.services.submit import SubmissionRefused, submit_job
+from gpuqueue.states import InvalidTransition
+from teams.models import Team
+
+
+@login_required
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    """The jobs of the user's teams, filtered; the table polls itself while a row can change."""
+    job_filter = JobFilter.parse(request.GET)
+    page = job_page(request.user, job_filter)
+    context = {
+        "page": page, "jobs": page.jobs, "filter": job_filter, "live": page.live,
+        "teams": Team.objects.of_user(request.user),
+        "flavors": Flavor.objects.values_list("name", flat=True),
+        "state_labels": STATE_LABELS,
+        "next_query": job_filter.query(page.page + 1) if page.has_next else None,
+        "prev_query": job_filter.query(page.page - 1) if page.page > 1 else None,
+        "self_query": job_filter.query(page.page),
+    }
+    return page_or_partial(
+        request, "dashboard/home.html", "dashboard/partials/_job_table.html", context,
+        live=page.live,
+    )
+
+
+def _visible_job(request: HttpRequest, job_id: int) -> Job:
+    # Another team's job is 404, never 403: its existence is not the viewer's business.
+    return get_object_or_404(
+        Job.objects.visible_to(request.user).select_related("team", "flavor", "user"), pk=job_id
+    )
+
+
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """A job: state, why it waits and when it should start, placement, attempts, timeline.
+    The status block polls while the job can change and stops (286) once it is final."""
+    job = _visible_job(request, job_id)
+    context = {
+        "job": job,
+        "events": list(job.events.order_by("at", "id")),
+        "placement": sorted(job.placement.items()) if job.placement else [],
+        "may_cancel": not job.is_final and may_cancel(request.user, job),
+        "live": not job.is_final,
+    }
+    return page_or_partial(
+        request, "dashboard/job.html", "dashboard/partials/_job_status.html", context,
+        live=context["live"],
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    """GET: a confirmation page (the browser without JavaScript); POST: cancel."""
+    job = _visible_job(request, job_id)
+    if not may_cancel(request.user, job):
+        return render(request, "dashboard/cancel.html", {"job": job, "refused":
+                      "Only the job's owner, an admin of its team or a site admin may cancel it."},
+                      status=403)
+    if request.method == "GET":
+        return render(request, "dashboard/cancel.html", {"job": job})
+    try:
+        cancel_job(request.user, job, reason="cancelled from the dashboard")
+    except CancelRefused as exc:
+        return render(request, "dashboard/cancel.html", {"job": job, "refused": str(exc)},
+                      status=403)
+    except InvalidTransition:
+        return render(request, "dashboard/cancel.html",
+                      {"job": job, "refused": f"The job is already {job.state.lower()}."},
+                      status=409)
+    return htmx_redirect(request, reverse("dashboard:job", args=[job.pk]))
+
+
+def _form_context(request: HttpRequest, form: SubmitForm) -> dict[str, object]:
+    body = form.payload() if form.is_bound else _preset_body(form)
+    return {
+        "form": form, "presets": PRESETS,
+        "curl": curl_command(request.build_absolute_uri("/"), body),
+    }
+
+
+def _preset_body(form: SubmitForm) -> dict[str, object]:
+    # The curl for an unbound form: what the fields show now.
+    bound = SubmitForm(data=_initial_data(form), user=form.user)
+    bound.is_valid()
+    return bound.payload()
+
+
+def _initial_data(form: SubmitForm) -> dict[str, object]:
+    data: dict[str, object] = {}
+    for name, field in form.fields.items():
+        value = form.initial.get(name, field.initial)
+        if name == "preemptible":
+            if value:
+                data[name] = "on"
+        elif value is not None:
+            data[name] = str(value)
+    if "team" not in data and form.fields["team"].widget.choices:
+        data["team"] = form.fields["team"].widget.choices[0][0]
+    if "flavor" not in data and form.fields["flavor"].widget.choices:
+        data["flavor"] = form.fields["flavor"].widget.choices[0][0]
+    return data
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def submit(request: HttpRequest) -> HttpResponse:
+    """The submit form: presets fill it (?preset=…), the API's serializer validates it, a
+    failed form comes back with 422, a good one opens the new job's page."""
+    if request.method == "GET":
+        preset = PRESETS.get(request.GET.get("preset", ""), {})
+        initial = {k: v for k, v in preset.items() if k != "title"}
+        if request.GET.get("team"):
+            initial["team"] = request.GET["team"]
+        form = SubmitForm(initial=initial, user=request.user)
+        return page_or_partial(
+            request, "dashboard/submit.html", "dashboard/partials/_submit_form.html",
+            _form_context(request, form),
+        )
+    form = SubmitForm(data=request.POST, user=request.user)
+    data = form.validate_with_api(request)
+    if data is not None:
+        team, flavor = data.pop("team"), data.pop("flavor")
+        try:
+            job = submit_job(request.user, team, flavor, data).job
+        except SubmissionRefused as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, str(exc))
+        else:
+            return htmx_redirect(request, reverse("dashboard:job", args=[job.pk]))
+    return page_or_partial(
+        request, "dashboard/submit.html", "dashboard/partials/_submit_form.html",
+        _form_context(request, form), status=INVALID,
+    )
+
+
+@login_required
+@require_GET
+def submit_curl(request: HttpRequest) -> HttpResponse:
+    """The equivalent API request for the form as typed so far (htmx, on every change)."""
+    form = SubmitForm(data=request.GET, user=request.user)
+    form.is_valid()
+    return render(request, "dashboard/partials/_curl.html", {
+        "curl": curl_command(request.build_absolute_uri("/"), form.payload()),
+    })
