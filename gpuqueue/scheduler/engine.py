@@ -76,6 +76,7 @@ class _Cycle:
         self.waiting_in_team: dict[tuple[str, str], int] = {}
         self.order: Order | None = None
         self.starving: set[PendingJob] = set()
+        self._behind: dict[str, tuple[int, Reason]] = {}
         self._group_cache: dict[tuple[str, str], list[tuple[str, Quota | None]]] = {}
 
     def run(self) -> Plan:
@@ -171,9 +172,15 @@ class _Cycle:
             # 7. Naming every reservation of the flavor is enough for the reason; finding the
             #    exact nodes would cost a placement per blocked job.
             if fl.fit_count(g, "held", fl.held) >= workers:
-                holders = self.reserver.holders(job.flavor)
-                start = min((r.expected_start for r in holders), default=self.now)
-                return reasons.behind_reservation(job, start, tuple(r.job_id for r in holders))
+                # The reason is the same for every job of the flavor until the ledger changes,
+                # and tens of thousands of jobs may be behind the same reservations.
+                hit = self._behind.get(flavor)
+                if hit is None or hit[0] != fl.version:
+                    holders = self.reserver.holders(flavor)
+                    start = min((r.expected_start for r in holders), default=self.now)
+                    why = reasons.behind_reservation(job, start, tuple(r.job_id for r in holders))
+                    hit = self._behind[flavor] = (fl.version, why)
+                return hit[1]
         # 8.
         if fl.incoming and fl.fit_count(g, "incoming", fl.incoming) >= workers:
             placement = fit_gang(fl, workers, g, strategy, fl.incoming)

@@ -118,17 +118,21 @@ class Order:
     def __iter__(self) -> Iterator[PendingJob]:
         yield from self.starving
         heap = self._heap
+        ledger = self._ledger
         while heap:
-            _, version, qkey = heapq.heappop(heap)
+            key, version, qkey = heap[0]
             queue = self._queues[qkey]
             if version != queue.version or not queue.heads:
-                continue  # a stale entry: the queue was re-keyed since
+                heapq.heappop(heap)  # a stale entry: the queue was re-keyed or emptied since
+                continue
             _, user = heapq.heappop(queue.heads)
             jobs = queue.jobs[user]
             job = jobs.pop()
             yield job
-            # The caller has now admitted the job or not; re-key its user and its team.
+            # The caller has now admitted the job or not; re-key its user, and its team only
+            # if the team's usage moved (most jobs of a busy cycle change nothing).
             if jobs:
-                used = self._ledger.user_used.get((queue.team, user, queue.flavor), 0)
+                used = ledger.user_used.get((queue.team, user, queue.flavor), 0)
                 heapq.heappush(queue.heads, (job_key(jobs[-1], used), user))
-            self.touch(queue.team, queue.flavor)
+            if queue.heads and ledger.in_use(queue.team, queue.flavor) != key[2]:
+                self.touch(queue.team, queue.flavor)
