@@ -232,6 +232,8 @@ GPUQUEUE_K8S_IMAGE_PULL_TIMEOUT_SECONDS = env_float(
 # and how often the watcher re-lists everything and reconciles even when nothing was seen.
 GPUQUEUE_K8S_WATCH_SECONDS = env_float("GPUQUEUE_K8S_WATCH_SECONDS", 240.0, minimum=0.1)
 GPUQUEUE_K8S_RESYNC_SECONDS = env_float("GPUQUEUE_K8S_RESYNC_SECONDS", 60.0, minimum=0.1)
+# The watcher touches this file after every sync pass (its liveness probe checks the age).
+GPUQUEUE_WATCHER_HEARTBEAT_FILE = env_str("GPUQUEUE_WATCHER_HEARTBEAT_FILE", "")
 # The port workers use to rendezvous (MASTER_PORT) through the headless Service.
 GPUQUEUE_K8S_MASTER_PORT = env_int("GPUQUEUE_K8S_MASTER_PORT", 29500, minimum=1)
 # Where workloads reach gpuqueue's API to acknowledge a checkpoint (GPUQUEUE_URL in the pod).

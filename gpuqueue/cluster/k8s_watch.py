@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -250,6 +251,7 @@ def run_watcher(
     watch_seconds = (
         watch_seconds if watch_seconds is not None else settings.GPUQUEUE_K8S_WATCH_SECONDS
     )
+    heartbeat = settings.GPUQUEUE_WATCHER_HEARTBEAT_FILE
     changed = threading.Event()
     # 1.
     namespaces = backend.namespaces()
@@ -268,6 +270,8 @@ def run_watcher(
             except (OperationalError, ClusterError) as exc:
                 log.warning("sync failed, retrying: %s", exc)
                 close_old_connections()
+            if heartbeat:
+                _touch(heartbeat)
             if on_pass is not None:
                 on_pass()
             # 4.
@@ -286,3 +290,13 @@ def run_watcher(
         backend.store.live = False
         for watch in watches.values():
             watch.stop()
+
+
+def _touch(path: str) -> None:
+    """The watcher Deployment's liveness probe checks that this file is fresh."""
+    try:
+        with open(path, "a"):
+            pass
+        os.utime(path)
+    except OSError as exc:
+        log.warning("cannot touch the heartbeat file %s: %s", path, exc)
