@@ -17,7 +17,7 @@ Per group (a team, or a department) and flavor it keeps `used` (GPUs held or pro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from gpuqueue.scheduler.model import Node, Placement, RunningJob
 
@@ -88,13 +88,6 @@ class FlavorLedger:
         count = self.workers_fit(gpus_per_worker, extra)
         self._fit_cache[key] = (self.version, count)
         return count
-
-    def nodes_from(self, minimum: int, descending: bool = False) -> Iterator[tuple[str, int]]:
-        """Nodes with at least `minimum` free GPUs, fullest first (or emptiest first)."""
-        for count in sorted(self.buckets, reverse=descending):
-            if count >= minimum:
-                for node in self.buckets[count]:
-                    yield node, count
 
 
 class Ledger:
@@ -176,12 +169,6 @@ class Ledger:
         """GPUs a group is entitled to count as its own: held or promised, minus those leaving."""
         key = (group, flavor)
         return self.used.get(key, 0) - self.leaving.get(key, 0)
-
-    def flavor(self, name: str) -> FlavorLedger:
-        fl = self.flavors.get(name)
-        if fl is None:
-            fl = self.flavors[name] = FlavorLedger(name)
-        return fl
 
     # --- changes -----------------------------------------------------------------------------
 

@@ -35,7 +35,8 @@ def node(name: str, *, schedulable: bool = True, external: int = 0, **flavors: i
 
 
 def nodes(count: int, prefix: str = "n", **flavors: int) -> tuple[Node, ...]:
-    return tuple(node(f"{prefix}{i}", **flavors) for i in range(1, count + 1))
+    """nodes(2, h100=8): n1 and n2, each offering 8 H100s."""
+    return tuple(Node(f"{prefix}{i}", dict(flavors)) for i in range(1, count + 1))
 
 
 def team(

@@ -304,7 +304,9 @@ def test_a_team_under_its_guarantee_is_never_left_waiting_when_reclaim_makes_roo
     names = sorted(per_node)
     feasible = any(
         sum(taken) <= surplus
-        and sum((8 - per_node[n] + c) // job.gpus_per_worker for n, c in zip(names, taken))
+        and sum(
+            (8 - per_node[n] + c) // job.gpus_per_worker for n, c in zip(names, taken, strict=True)
+        )
         >= job.workers
         for taken in itertools.product(*(range(per_node[n] + 1) for n in names))
     )
