@@ -23,6 +23,14 @@ nodes:
 """
 
 
+@pytest.fixture(autouse=True, scope="session")
+def fast_password_hashing() -> None:
+    """Personas are created for most tests; PBKDF2's deliberate slowness buys nothing here."""
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def cluster_file(tmp_path: Path, settings: Any) -> Path:
     """A small simulated cluster: 4 × 8 H100 and 2 × 4 L4; tests may rewrite it."""

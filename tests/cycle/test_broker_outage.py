@@ -15,21 +15,28 @@ from gpuqueue.services.cluster_sync import sync_cluster
 from gpuqueue.states import JobState
 
 
+def use_broker(url: str) -> None:
+    """Point the Celery app at `url`, dropping pooled connections to the old broker."""
+    app.conf.broker_url = url
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None
+    app.amqp._producer_pool = None
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_submission_while_redis_is_down_is_kept_and_admitted_later(
     world: Any, submit: Any, backend: Any
 ) -> None:
     sync_cluster(backend)
     original = app.conf.broker_url
-    app.conf.broker_url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
-    app.pool.force_close_all()
+    use_broker(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     try:
         started = time.monotonic()
         job = submit()
         elapsed = time.monotonic() - started
     finally:
-        app.conf.broker_url = original
-        app.pool.force_close_all()
+        use_broker(original)
     assert Job.objects.filter(pk=job.pk, state=JobState.PENDING).exists()
     assert elapsed < 10, "a broker outage must not hold a submission for long"
     # The periodic cycle (beat) admits it once things recover.
