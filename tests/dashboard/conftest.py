@@ -95,3 +95,49 @@ def clients(world: Any, client: Any) -> Any:
             c.force_login(getattr(world, name))
         out[name] = c
     return out
+
+
+# --- The browser tests: the real service and a real headless Chromium ---------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """`python -m gpuqueue.launcher` on a fresh data folder and a free port: embedded
+    PostgreSQL and Redis, gunicorn, a Celery worker and beat, the simulated cluster, the demo
+    teams and users (demo traffic off, so the only jobs are the tests')."""
+    from tests.foundation.test_embedded_service import Service
+
+    svc = Service(tmp_path_factory.mktemp("svc") / "data")
+    svc.start(timeout=180)
+    yield svc
+    if svc.process is not None and svc.process.poll() is None:
+        svc.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Headless Chromium through Selenium, with a fresh profile; skipped when not installed
+    (scripts/install-chromium.sh installs Debian's chromium and chromium-driver)."""
+    import os
+
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.skip(f"{CHROMIUM} or {CHROMEDRIVER} is missing; run scripts/install-chromium.sh")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as DriverService
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--no-first-run", "--window-size=1280,1000",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=DriverService(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
