@@ -25,16 +25,19 @@ _STOP = 1  # a preempted job's checkpoint grace is over
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
-    cycle_interval: float = 10.0  # admission cycles run on this grid, when something changed
+    # Admission cycles run on this grid, when something changed: the live service's beat
+    # period. A minute batches the trace's events enough for the full Philly replay to be fast.
+    cycle_interval: float = 60.0
     # While jobs wait and nothing changes, a time-dependent policy (the engine's starvation
     # guard, minimum runtimes) still gets a cycle this often. 0 turns it off.
-    idle_cycle_interval: float = 300.0
+    idle_cycle_interval: float = 600.0
     checkpoint_grace: float = 60.0  # a preempted job keeps its GPUs this long
     # A job saves its progress every this many seconds of running; on preemption the work
     # since the last save is lost. 0: it never saves and loses the whole run.
     checkpoint_interval: float = 1800.0
     sample_interval: float = 600.0  # time series and fairness samples
     record_segments: bool = False  # keep every (job, node, GPUs, start, end), for checks
+    until: float | None = None  # stop the replay at this virtual time (None: when all is done)
     engine_policy: Policy = field(default_factory=Policy)
     # The engine policy's shortcuts (see GpuqueueEngine): pending jobs per team shown to the
     # engine (None: all), and no cycle for an arrival that cannot change the plan.
@@ -191,6 +194,8 @@ class _Replay:
                 and (t_event < inf or self._changed_last_cycle)
             ):
                 t_cycle = max(last_cycle + idle, self.recorder.now)
+            if self.config.until is not None and min(t_cycle, t_event) > self.config.until:
+                break
             if t_cycle < t_event:
                 self.recorder.advance(t_cycle)
                 self._cycle(t_cycle)
@@ -219,6 +224,8 @@ class _Replay:
                 if wall - last_report >= 2.0:
                     last_report = wall
                     self._report(t_event, wall - wall_start)
+        if self.config.until is not None:
+            self.recorder.advance(self.config.until + 1e-6)  # take the samples up to `until`
         wall = time.perf_counter() - wall_start
         if self.on_progress is not None:
             self._report(self.recorder.now, wall)

@@ -1,0 +1,5 @@
+import sys
+
+from gpuqueue.sim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,212 @@
+"""`python -m gpuqueue.sim replay|compare|fillup`: trace replays from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpuqueue.sim.policies import POLICIES
+from gpuqueue.sim.report import markdown_table, plot_runs
+from gpuqueue.sim.simulator import Progress, Result, SimConfig, simulate
+from gpuqueue.sim.workload import build_cluster, load_jobs, workload
+
+
+def _progress(label: str) -> Callable[[Progress], None]:
+    def report(p: Progress) -> None:
+        share = p.now / p.end if p.end > 0 else 1.0
+        print(
+            f"[{label}] {share:5.0%} of the submission span, {p.finished:,}/{p.jobs:,} done, "
+            f"{p.pending:,} pending, {p.wall_seconds:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return report
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", required=True, help="Philly CSV or openb pod list")
+    parser.add_argument("--format", choices=("philly", "openb"), default="philly")
+    parser.add_argument("--nodes", help="openb node list (instead of --cluster/--load)")
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument(
+        "--quotas", default="proportional", help="proportional | FILE.yaml | helios:PATH[:DAY]"
+    )
+    parser.add_argument("--sample", type=float, help="replay a seeded random fraction of jobs")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--fractional",
+        choices=("skip", "round-up"),
+        default="skip",
+        help="openb GPU-sharing pods: leave out, or ask for a whole GPU",
+    )
+    parser.add_argument("--cycle-interval", type=float, default=60.0)
+    parser.add_argument("--idle-cycle-interval", type=float, default=600.0)
+    parser.add_argument("--checkpoint-grace", type=float, default=60.0)
+    parser.add_argument("--checkpoint-interval", type=float, default=1800.0)
+    parser.add_argument("--sample-interval", type=float, default=3600.0)
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=16,
+        help="pending jobs per team shown to the engine; 0 for all",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _config(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(
+        cycle_interval=args.cycle_interval,
+        idle_cycle_interval=args.idle_cycle_interval,
+        checkpoint_grace=args.checkpoint_grace,
+        checkpoint_interval=args.checkpoint_interval,
+        sample_interval=args.sample_interval,
+        window=args.window or None,
+    )
+
+
+def _row(result: Result, load: float) -> dict[str, object]:
+    return {"policy": result.policy, "load": load, **result.summary}
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    jobs = load_jobs(
+        args.trace, args.format, args.gpus_per_node, args.sample, args.seed, args.fractional
+    )
+    cluster = build_cluster(jobs, args.cluster, args.nodes, args.load, args.gpus_per_node)
+    w = workload(jobs, cluster, args.quotas)
+    progress = None if args.quiet else _progress(args.policy)
+    result = simulate(w.jobs, w.cluster, w.teams, args.policy, _config(args), progress)
+    row = _row(result, w.offered_load)
+    if args.out:
+        doc = {
+            "trace": args.trace,
+            "config": vars(args),
+            "offered_load": w.offered_load,
+            **result.to_json(),
+        }
+        Path(args.out).write_text(json.dumps(doc, default=str))
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Every policy at every cluster size; one table, one JSON file and one plot per size."""
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = load_jobs(
+        args.trace, args.format, args.gpus_per_node, args.sample, args.seed, args.fractional
+    )
+    sizes: list[tuple[str, object]] = (
+        [("cluster", spec) for spec in args.clusters.split(",")]
+        if args.clusters
+        else [("load", float(x)) for x in args.loads.split(",")]
+    )
+    rows: list[dict[str, object]] = []
+    started = time.perf_counter()
+    for kind, value in sizes:
+        cluster = (
+            build_cluster(jobs, str(value), None, None, args.gpus_per_node)
+            if kind == "cluster"
+            else build_cluster(jobs, None, args.nodes, float(value), args.gpus_per_node)  # type: ignore[arg-type]
+        )
+        w = workload(jobs, cluster, args.quotas)
+        results = []
+        for policy in args.policies.split(","):
+            label = f"{policy} @ {cluster.capacity()} GPUs"
+            progress = None if args.quiet else _progress(label)
+            result = simulate(w.jobs, w.cluster, w.teams, policy, _config(args), progress)
+            results.append(result)
+            rows.append(_row(result, w.offered_load))
+            print(
+                f"[compare] {label}: done in {result.wall_seconds:.1f} s "
+                f"({time.perf_counter() - started:.0f} s so far)",
+                file=sys.stderr,
+                flush=True,
+            )
+        name = f"gpus-{cluster.capacity()}"
+        plot_runs(
+            results,
+            f"{Path(args.trace).name}: {cluster.capacity()} GPUs, "
+            f"offered load {w.offered_load:.0%}",
+            out / f"{name}.png",
+        )
+        (out / f"{name}.json").write_text(json.dumps([r.to_json() for r in results]))
+    table = markdown_table(rows)
+    (out / "compare.md").write_text(table)
+    (out / "compare.json").write_text(json.dumps(rows))
+    print(table)
+    return 0
+
+
+def cmd_fillup(args: argparse.Namespace) -> int:
+    from gpuqueue.sim.fillup import fill_up
+    from gpuqueue.sim.traces import load_openb_nodes, load_openb_pods
+
+    cluster = load_openb_nodes(args.nodes)
+    pods = load_openb_pods(args.trace, fractional=args.fractional)
+    fgd: dict[str, tuple[str, str]] = {}
+    if args.fgd_summary:
+        with open(args.fgd_summary, newline="") as f:
+            for row in csv.DictReader(f):
+                if row["workload"] == Path(args.trace).stem:
+                    fgd[row["sc_policy"]] = (
+                        row["alloc_pct_at_arrived100_mean"],
+                        row["alloc_pct_at_arrived130_mean"],
+                    )
+    print(
+        f"{Path(args.trace).name}: {len(pods.jobs):,} GPU pods kept, "
+        f"{pods.skipped_fractional:,} GPU-sharing pods {args.fractional}, "
+        f"{pods.skipped_cpu_only:,} CPU-only left out; {cluster.capacity():,} GPUs"
+    )
+    print("| policy | seeds | alloc % at arrived 100 % | alloc % at arrived 130 % | wall (s) |")
+    print("|---|---|---|---|---|")
+    for policy in args.policies.split(","):
+        runs = [fill_up(pods.jobs, cluster, policy, seed) for seed in args.seeds]
+        a100 = sum(r.alloc[100] for r in runs) / len(runs)
+        a130 = sum(r.alloc[130] for r in runs) / len(runs)
+        wall = sum(r.wall_seconds for r in runs)
+        print(
+            f"| {policy} (whole GPUs only) | {len(runs)} | {a100:.2f} | {a130:.2f} | {wall:.1f} |"
+        )
+    for name, (a100s, a130s) in sorted(fgd.items()):
+        print(f"| FGD paper {name} (with GPU sharing, CPU, memory) | 10 | {a100s} | {a130s} | – |")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpuqueue.sim", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    replay = sub.add_parser("replay", help="one policy on one cluster; prints a JSON summary")
+    _common(replay)
+    replay.add_argument("--policy", choices=POLICIES, default="gpuqueue")
+    replay.add_argument("--cluster", help='N nodes × G GPUs per flavor: "47x8", "h100=8x8,l4=4x4"')
+    replay.add_argument("--load", type=float, help="size uniform nodes for this offered load")
+    replay.add_argument("--out", help="write the full results (summary, teams, series) as JSON")
+    replay.set_defaults(run=cmd_replay)
+
+    compare = sub.add_parser("compare", help="several policies × cluster sizes: table and plots")
+    _common(compare)
+    compare.add_argument("--policies", default=",".join(POLICIES))
+    compare.add_argument("--loads", default="0.5,0.8,1.0,1.2", help="offered loads to size for")
+    compare.add_argument("--clusters", help="cluster specs instead of loads, comma-separated")
+    compare.add_argument("--out-dir", default="artifacts/sim")
+    compare.set_defaults(run=cmd_compare)
+
+    fill = sub.add_parser("fillup", help="openb fill-up beside the FGD paper's allocation ratios")
+    fill.add_argument("--trace", required=True, help="openb pod list")
+    fill.add_argument("--nodes", required=True, help="openb node list")
+    fill.add_argument("--policies", default="gpuqueue,backfill")
+    fill.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[42])
+    fill.add_argument("--fractional", choices=("skip", "round-up"), default="skip")
+    fill.add_argument("--fgd-summary", help="fgd-simulator-expected-results/summary_derived.csv")
+    fill.set_defaults(run=cmd_fillup)
+
+    args = parser.parse_args(argv)
+    return int(args.run(args))
