@@ -1,0 +1,133 @@
+"""deploy/: the manifests parse and pass the client's models, every process has probes and
+requests, the RBAC grants exactly what the backend needs, and the Grafana dashboard only
+charts metrics gpuqueue exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+MODELS = {
+    "Deployment": client.V1Deployment, "Service": client.V1Service,
+    "ServiceAccount": client.V1ServiceAccount, "ConfigMap": client.V1ConfigMap,
+    "Secret": client.V1Secret, "Namespace": client.V1Namespace,
+    "ClusterRole": client.V1ClusterRole, "ClusterRoleBinding": client.V1ClusterRoleBinding,
+    "RoleBinding": client.V1RoleBinding, "Role": client.V1Role,
+}
+
+
+def documents() -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted(DEPLOY.rglob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def of_kind(kind: str) -> list[dict[str, Any]]:
+    return [d for d in documents() if d["kind"] == kind]
+
+
+def test_every_manifest_is_a_valid_object_of_its_kind() -> None:
+    docs = documents()
+    assert docs
+    for doc in docs:
+        model = MODELS[doc["kind"]].from_dict(doc)
+        assert client.ApiClient().sanitize_for_serialization(model) == doc, doc["metadata"]["name"]
+
+
+def test_every_kustomization_names_files_that_exist() -> None:
+    for path in DEPLOY.rglob("kustomization.yaml"):
+        spec = yaml.safe_load(path.read_text())
+        for resource in spec.get("resources", []):
+            assert (path.parent / resource).exists(), f"{path}: {resource}"
+        for generator in spec.get("configMapGenerator", []):
+            for item in generator.get("files", []):
+                assert (path.parent / item.split("=")[-1]).exists()
+
+
+def test_web_worker_beat_and_watcher_run_with_probes_and_resource_requests() -> None:
+    deployments = {d["metadata"]["name"]: d for d in of_kind("Deployment")}
+    assert set(deployments) == {"gpuqueue-web", "gpuqueue-worker", "gpuqueue-beat", "gpuqueue-watcher"}
+    for name, deployment in deployments.items():
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["resources"]["requests"]["cpu"] and container["resources"]["requests"]["memory"]
+        assert {"livenessProbe", "readinessProbe", "startupProbe"} & set(container), name
+        refs = {next(iter(ref)) for ref in container["envFrom"]}
+        assert refs == {"configMapRef", "secretRef"}, name
+    watcher = deployments["gpuqueue-watcher"]["spec"]["template"]["spec"]["containers"][0]
+    assert watcher["command"] == ["python", "manage.py", "watch_cluster"]
+
+
+def rules_of(kind: str, name: str) -> list[dict[str, Any]]:
+    (role,) = [d for d in of_kind(kind) if d["metadata"]["name"] == name]
+    return role["rules"]
+
+
+def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in rules for group in rule["apiGroups"]
+        for resource in rule["resources"] for verb in rule["verbs"]
+    }
+
+
+def test_rbac_reads_nodes_and_pods_cluster_wide_and_nothing_more() -> None:
+    assert grants(rules_of("ClusterRole", "gpuqueue-cluster-reader")) == {
+        ("", resource, verb) for resource in ("nodes", "pods") for verb in ("get", "list", "watch")
+    }
+
+
+def test_rbac_writes_only_what_the_backend_needs_in_team_namespaces() -> None:
+    assert grants(rules_of("ClusterRole", "gpuqueue-team-workloads")) == {
+        ("batch", "jobs", "create"), ("batch", "jobs", "delete"), ("batch", "jobs", "get"),
+        ("batch", "jobs", "list"), ("batch", "jobs", "watch"),
+        ("", "services", "create"), ("", "services", "delete"),
+        ("", "secrets", "create"), ("", "secrets", "delete"), ("", "secrets", "get"),
+        ("", "pods", "patch"),
+    }
+
+
+def test_no_wildcards_and_no_cluster_wide_write() -> None:
+    write = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
+    for role in of_kind("ClusterRole") + of_kind("Role"):
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[key], role["metadata"]["name"]
+            assert "resourceNames" not in rule or rule["resourceNames"]
+    writers = {
+        r["metadata"]["name"] for r in of_kind("ClusterRole")
+        if any(write & set(rule["verbs"]) for rule in r["rules"])
+    }
+    for binding in of_kind("ClusterRoleBinding"):
+        assert binding["roleRef"]["name"] not in writers, "a writing role bound cluster-wide"
+    for binding in of_kind("RoleBinding"):
+        assert binding["metadata"]["namespace"].startswith("team-")
+        assert binding["roleRef"]["name"] == "gpuqueue-team-workloads"
+
+
+def test_only_the_processes_that_call_kubernetes_get_a_token() -> None:
+    for deployment in of_kind("Deployment"):
+        spec = deployment["spec"]["template"]["spec"]
+        calls_api = deployment["metadata"]["name"] in ("gpuqueue-worker", "gpuqueue-watcher")
+        assert spec.get("automountServiceAccountToken", True) is calls_api
+
+
+@pytest.mark.parametrize("path", sorted(DEPLOY.rglob("*.json")), ids=lambda p: p.name)
+def test_the_grafana_dashboard_charts_only_metrics_gpuqueue_exports(path: Path) -> None:
+    dashboard = json.loads(path.read_text())
+    exported = (ROOT / "gpuqueue" / "metrics.py").read_text()
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    names = {re.sub(r"_(total|bucket)$", "", n) for e in exprs for n in re.findall(r"gpuqueue_\w+", e)}
+    assert names
+    for name in names:
+        assert f'"{name}"' in exported, name
