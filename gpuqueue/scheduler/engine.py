@@ -129,7 +129,12 @@ class _Cycle:
         g = job.gpus_per_worker
         gpus = job.workers * g
         # 1.
-        if fl is None or fl.max_node < g or self.capacity.get(flavor, 0) < gpus:
+        if (
+            fl is None
+            or gpus <= 0  # a malformed gang (no workers or no GPUs) can never be placed either
+            or fl.max_node < g
+            or self.capacity.get(flavor, 0) < gpus
+        ):
             largest = fl.max_node if fl is not None else 0
             return reasons.never_fits(job, largest, self.capacity.get(flavor, 0))
         groups = self._groups(job.team, flavor)
