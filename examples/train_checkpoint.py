@@ -40,14 +40,18 @@ def save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, step: i
     """Write to a temporary name, then rename: a kill in the middle leaves the old checkpoint."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, partial)
+    torch.save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, partial
+    )
     partial.replace(path)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=5000)
-    parser.add_argument("--dir", default=os.environ.get("CHECKPOINT_DIR", "/tmp/gpuqueue-checkpoints"))
+    parser.add_argument(
+        "--dir", default=os.environ.get("CHECKPOINT_DIR", "/tmp/gpuqueue-checkpoints")
+    )
     parser.add_argument("--every", type=int, default=500, help="also save every N steps")
     args = parser.parse_args()
 

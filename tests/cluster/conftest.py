@@ -105,7 +105,8 @@ class Emulator:
     def requests(self, method: str, path_part: str = "") -> list[Any]:
         """The requests served so far with this method whose URL contains `path_part`."""
         return [
-            r for r in list(self.kmock)
+            r
+            for r in list(self.kmock)
             if r.method.value == method.upper() and path_part in str(r.url)
         ]
 
@@ -163,8 +164,15 @@ def k8s(make_backend: Callable[..., KubernetesBackend]) -> KubernetesBackend:
     return make_backend()
 
 
-def node(name: str, gpus: int = 8, *, product: str = "NVIDIA-H100-80GB-HBM3", ready: bool = True,
-         resource: str = "nvidia.com/gpu", **extra: Any) -> dict[str, Any]:
+def node(
+    name: str,
+    gpus: int = 8,
+    *,
+    product: str = "NVIDIA-H100-80GB-HBM3",
+    ready: bool = True,
+    resource: str = "nvidia.com/gpu",
+    **extra: Any,
+) -> dict[str, Any]:
     """A GPU node as the API shows it with the GPU Operator installed."""
     return {
         "apiVersion": "v1",
@@ -178,7 +186,10 @@ def node(name: str, gpus: int = 8, *, product: str = "NVIDIA-H100-80GB-HBM3", re
                 **extra.pop("labels", {}),
             },
         },
-        "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}], **extra.pop("spec", {})},
+        "spec": {
+            "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+            **extra.pop("spec", {}),
+        },
         "status": {
             "allocatable": {"cpu": "96", resource: str(gpus)},
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
@@ -192,8 +203,13 @@ def add_nodes(api: client.ApiClient, *nodes: dict[str, Any]) -> None:
         core.create_node(item)
 
 
-def run_job_pods(api: client.ApiClient, job: dict[str, Any], nodes: list[str], phase: str = "Running",
-                 **container_state: Any) -> list[dict[str, Any]]:
+def run_job_pods(
+    api: client.ApiClient,
+    job: dict[str, Any],
+    nodes: list[str],
+    phase: str = "Running",
+    **container_state: Any,
+) -> list[dict[str, Any]]:
     """Play the Job controller and the kubelet (kmock has neither): one pod per index of the
     Job, from its template, bound to `nodes` in turn, in `phase`."""
     core = client.CoreV1Api(api)
@@ -218,9 +234,14 @@ def run_job_pods(api: client.ApiClient, job: dict[str, Any], nodes: list[str], p
                 "phase": phase,
                 "startTime": "2026-11-22T10:00:00Z",
                 "containerStatuses": [
-                    {"name": "worker", "ready": phase == "Running", "restartCount": 0,
-                     "image": template["spec"]["containers"][0]["image"], "imageID": "",
-                     "state": container_state or {"running": {}}}
+                    {
+                        "name": "worker",
+                        "ready": phase == "Running",
+                        "restartCount": 0,
+                        "image": template["spec"]["containers"][0]["image"],
+                        "imageID": "",
+                        "state": container_state or {"running": {}},
+                    }
                 ],
             },
         }

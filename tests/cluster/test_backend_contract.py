@@ -29,7 +29,9 @@ def admitted(world: Any, submit: Any) -> Job:
     """A two-worker job of team-a, admitted onto h100-0 and h100-1 (as the cycle would)."""
     job = submit(workers=2, gpus_per_worker=8, env={"LR": "0.1"})
     Job.objects.filter(pk=job.pk).update(
-        state=JobState.ADMITTED, attempts=1, placement={"h100-0": 1, "h100-1": 1},
+        state=JobState.ADMITTED,
+        attempts=1,
+        placement={"h100-0": 1, "h100-1": 1},
         admitted_at=datetime.now(UTC),
     )
     job.refresh_from_db()
@@ -176,13 +178,23 @@ def test_observe_and_list_nodes_read_jobs_pods_and_nodes(
     # A pod gpuqueue did not create holds 2 GPUs of h100-1.
     from kubernetes import client
 
-    client.CoreV1Api(api).create_namespaced_pod("other", {
-        "metadata": {"name": "notebook", "namespace": "other"},
-        "spec": {"nodeName": "h100-1", "containers": [
-            {"name": "c", "image": "jupyter", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
-        ]},
-        "status": {"phase": "Running"},
-    })
+    client.CoreV1Api(api).create_namespaced_pod(
+        "other",
+        {
+            "metadata": {"name": "notebook", "namespace": "other"},
+            "spec": {
+                "nodeName": "h100-1",
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "jupyter",
+                        "resources": {"limits": {"nvidia.com/gpu": "2"}},
+                    }
+                ],
+            },
+            "status": {"phase": "Running"},
+        },
+    )
 
     nodes = {n.name: n for n in k8s.list_nodes()}
     (status,) = k8s.observe()
@@ -191,7 +203,8 @@ def test_observe_and_list_nodes_read_jobs_pods_and_nodes(
     assert (status.job_id, status.attempt, status.phase) == (admitted.pk, 1, Phase.RUNNING)
     # Jobs are listed per team namespace (the RBAC grants them nowhere else).
     assert {r.url.path for r in emulator.requests("GET", "/jobs")} == {
-        "/apis/batch/v1/namespaces/team-a/jobs", "/apis/batch/v1/namespaces/team-b/jobs",
+        "/apis/batch/v1/namespaces/team-a/jobs",
+        "/apis/batch/v1/namespaces/team-b/jobs",
     }
 
 

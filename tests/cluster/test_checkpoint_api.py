@@ -24,7 +24,10 @@ def preempting(world: Any, submit: Any) -> Job:
     job = submit()
     now = datetime.now(UTC)
     Job.objects.filter(pk=job.pk).update(
-        state=JobState.PREEMPTING, attempts=1, admitted_at=now, checkpoint_requested_at=now,
+        state=JobState.PREEMPTING,
+        attempts=1,
+        admitted_at=now,
+        checkpoint_requested_at=now,
         checkpoint_deadline=now + timedelta(minutes=2),
     )
     job.refresh_from_db()

@@ -16,11 +16,16 @@ from kubernetes import client
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 MODELS = {
-    "Deployment": client.V1Deployment, "Service": client.V1Service,
-    "ServiceAccount": client.V1ServiceAccount, "ConfigMap": client.V1ConfigMap,
-    "Secret": client.V1Secret, "Namespace": client.V1Namespace,
-    "ClusterRole": client.V1ClusterRole, "ClusterRoleBinding": client.V1ClusterRoleBinding,
-    "RoleBinding": client.V1RoleBinding, "Role": client.V1Role,
+    "Deployment": client.V1Deployment,
+    "Service": client.V1Service,
+    "ServiceAccount": client.V1ServiceAccount,
+    "ConfigMap": client.V1ConfigMap,
+    "Secret": client.V1Secret,
+    "Namespace": client.V1Namespace,
+    "ClusterRole": client.V1ClusterRole,
+    "ClusterRoleBinding": client.V1ClusterRoleBinding,
+    "RoleBinding": client.V1RoleBinding,
+    "Role": client.V1Role,
 }
 
 
@@ -57,10 +62,18 @@ def test_every_kustomization_names_files_that_exist() -> None:
 
 def test_web_worker_beat_and_watcher_run_with_probes_and_resource_requests() -> None:
     deployments = {d["metadata"]["name"]: d for d in of_kind("Deployment")}
-    assert set(deployments) == {"gpuqueue-web", "gpuqueue-worker", "gpuqueue-beat", "gpuqueue-watcher"}
+    assert set(deployments) == {
+        "gpuqueue-web",
+        "gpuqueue-worker",
+        "gpuqueue-beat",
+        "gpuqueue-watcher",
+    }
     for name, deployment in deployments.items():
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
-        assert container["resources"]["requests"]["cpu"] and container["resources"]["requests"]["memory"]
+        assert (
+            container["resources"]["requests"]["cpu"]
+            and container["resources"]["requests"]["memory"]
+        )
         assert {"livenessProbe", "readinessProbe", "startupProbe"} & set(container), name
         refs = {next(iter(ref)) for ref in container["envFrom"]}
         assert refs == {"configMapRef", "secretRef"}, name
@@ -76,8 +89,10 @@ def rules_of(kind: str, name: str) -> list[dict[str, Any]]:
 def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
     return {
         (group, resource, verb)
-        for rule in rules for group in rule["apiGroups"]
-        for resource in rule["resources"] for verb in rule["verbs"]
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
     }
 
 
@@ -89,23 +104,39 @@ def test_rbac_reads_nodes_and_pods_cluster_wide_and_nothing_more() -> None:
 
 def test_rbac_writes_only_what_the_backend_needs_in_team_namespaces() -> None:
     assert grants(rules_of("ClusterRole", "gpuqueue-team-workloads")) == {
-        ("batch", "jobs", "create"), ("batch", "jobs", "delete"), ("batch", "jobs", "get"),
-        ("batch", "jobs", "list"), ("batch", "jobs", "watch"),
-        ("", "services", "create"), ("", "services", "delete"),
-        ("", "secrets", "create"), ("", "secrets", "delete"), ("", "secrets", "get"),
+        ("batch", "jobs", "create"),
+        ("batch", "jobs", "delete"),
+        ("batch", "jobs", "get"),
+        ("batch", "jobs", "list"),
+        ("batch", "jobs", "watch"),
+        ("", "services", "create"),
+        ("", "services", "delete"),
+        ("", "secrets", "create"),
+        ("", "secrets", "delete"),
+        ("", "secrets", "get"),
         ("", "pods", "patch"),
     }
 
 
 def test_no_wildcards_and_no_cluster_wide_write() -> None:
-    write = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
+    write = {
+        "create",
+        "update",
+        "patch",
+        "delete",
+        "deletecollection",
+        "escalate",
+        "bind",
+        "impersonate",
+    }
     for role in of_kind("ClusterRole") + of_kind("Role"):
         for rule in role["rules"]:
             for key in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule[key], role["metadata"]["name"]
             assert "resourceNames" not in rule or rule["resourceNames"]
     writers = {
-        r["metadata"]["name"] for r in of_kind("ClusterRole")
+        r["metadata"]["name"]
+        for r in of_kind("ClusterRole")
         if any(write & set(rule["verbs"]) for rule in r["rules"])
     }
     for binding in of_kind("ClusterRoleBinding"):
@@ -127,7 +158,9 @@ def test_the_grafana_dashboard_charts_only_metrics_gpuqueue_exports(path: Path) 
     dashboard = json.loads(path.read_text())
     exported = (ROOT / "gpuqueue" / "metrics.py").read_text()
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
-    names = {re.sub(r"_(total|bucket)$", "", n) for e in exprs for n in re.findall(r"gpuqueue_\w+", e)}
+    names = {
+        re.sub(r"_(total|bucket)$", "", n) for e in exprs for n in re.findall(r"gpuqueue_\w+", e)
+    }
     assert names
     for name in names:
         assert f'"{name}"' in exported, name

@@ -21,12 +21,23 @@ from gpuqueue.states import JobState
 from tests.cluster.conftest import JOBS, PODS, SECRETS, add_nodes, node, run_job_pods
 
 SIM_DURATION = "gpuqueue.dev/sim-duration-seconds"
-STORY = ["PENDING", "ADMITTED", "RUNNING", "PREEMPTING", "PREEMPTING", "PENDING", "ADMITTED",
-         "RUNNING", "SUCCEEDED"]
+STORY = [
+    "PENDING",
+    "ADMITTED",
+    "RUNNING",
+    "PREEMPTING",
+    "PREEMPTING",
+    "PENDING",
+    "ADMITTED",
+    "RUNNING",
+    "SUCCEEDED",
+]
 
 
 def timeline(job: Job) -> list[tuple[str, str]]:
-    return list(JobEvent.objects.filter(job=job).order_by("at", "id").values_list("to_state", "reason"))
+    return list(
+        JobEvent.objects.filter(job=job).order_by("at", "id").values_list("to_state", "reason")
+    )
 
 
 def test_preempted_job_checkpoints_and_resumes_on_the_simulated_cluster(
@@ -61,8 +72,15 @@ def test_preempted_job_checkpoints_and_resumes_on_the_simulated_cluster(
 
 
 def test_preempted_job_checkpoints_and_resumes_on_kubernetes(
-    transactional_db: Any, world: Any, submit: Any, make_backend: Any, emulator: Any,
-    live_server: Any, settings: Any, tmp_path: Path, monkeypatch: Any,
+    transactional_db: Any,
+    world: Any,
+    submit: Any,
+    make_backend: Any,
+    emulator: Any,
+    live_server: Any,
+    settings: Any,
+    tmp_path: Path,
+    monkeypatch: Any,
 ) -> None:
     settings.GPUQUEUE_MIN_RUNTIME_SECONDS = 0
     api = emulator.api()
@@ -88,9 +106,14 @@ def test_preempted_job_checkpoints_and_resumes_on_kubernetes(
     # 3. The workload reads it from its downward-API file (written here, as the kubelet would)
     #    and acknowledges with the token from its Secret, over HTTP to the live server.
     annotations = tmp_path / "annotations"
-    annotations.write_text("".join(f'{k}="{v}"\n' for k, v in pods[0]["metadata"]["annotations"].items()))
+    annotations.write_text(
+        "".join(f'{k}="{v}"\n' for k, v in pods[0]["metadata"]["annotations"].items())
+    )
     secret = emulator.objects(SECRETS)[("team-a", mf.token_secret_name(big.pk, 1))]
-    token = secret.get("stringData", {}).get("token") or base64.b64decode(secret["data"]["token"]).decode()
+    token = (
+        secret.get("stringData", {}).get("token")
+        or base64.b64decode(secret["data"]["token"]).decode()
+    )
     monkeypatch.setenv("GPUQUEUE_URL", live_server.url)
     monkeypatch.setenv("GPUQUEUE_JOB_ID", str(big.pk))
     monkeypatch.setenv("GPUQUEUE_JOB_TOKEN", token)
@@ -112,7 +135,10 @@ def test_preempted_job_checkpoints_and_resumes_on_kubernetes(
     sync_cluster(k8s)
     assert run_cycle(backend=k8s).admitted == [big.pk]
     resumed = emulator.objects(JOBS)[("team-a", mf.workload_name(big.pk, 2))]
-    env = {e["name"]: e.get("value") for e in resumed["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value")
+        for e in resumed["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["GPUQUEUE_RESUME"] == "1" and env["GPUQUEUE_ATTEMPT"] == "2"
     assert env["GPUQUEUE_CHECKPOINT"] == "s3://ckpt/big/step-900"
     run_job_pods(api, resumed, [f"h100-{i}" for i in range(4)])
@@ -131,9 +157,19 @@ def _complete(api: client.ApiClient, namespace: str, name: str) -> None:
     """What the Job controller writes when every index succeeded."""
     now = datetime.now(UTC) - timedelta(seconds=1)
     client.BatchV1Api(api).patch_namespaced_job_status(
-        name, namespace,
-        {"status": {"conditions": [{"type": "Complete", "status": "True",
-                                    "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ")}],
-                    "completionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ")}},
+        name,
+        namespace,
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Complete",
+                        "status": "True",
+                        "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    }
+                ],
+                "completionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        },
         _content_type="application/merge-patch+json",
     )

@@ -18,16 +18,29 @@ NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 OURS = {mf.MANAGED_BY: "gpuqueue", mf.LABEL_JOB_ID: "7", mf.LABEL_ATTEMPT: "1"}
 
 
-def pod(on: str, gpus: int = 1, *, labels: dict[str, str] | None = None, phase: str = "Running",
-        index: int = 0, state: dict[str, Any] | None = None, **status: Any) -> dict[str, Any]:
+def pod(
+    on: str,
+    gpus: int = 1,
+    *,
+    labels: dict[str, str] | None = None,
+    phase: str = "Running",
+    index: int = 0,
+    state: dict[str, Any] | None = None,
+    **status: Any,
+) -> dict[str, Any]:
     return {
         "metadata": {
-            "name": f"p-{on}-{index}", "namespace": "ns", "labels": labels or {},
+            "name": f"p-{on}-{index}",
+            "namespace": "ns",
+            "labels": labels or {},
             "annotations": {mf.COMPLETION_INDEX_ANNOTATION: str(index)},
         },
-        "spec": {"nodeName": on, "containers": [
-            {"name": "worker", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
-        ]},
+        "spec": {
+            "nodeName": on,
+            "containers": [
+                {"name": "worker", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+            ],
+        },
         "status": {
             "phase": phase,
             "containerStatuses": [{"name": "worker", "state": state or {"running": {}}}],
@@ -39,8 +52,13 @@ def pod(on: str, gpus: int = 1, *, labels: dict[str, str] | None = None, phase: 
 def test_the_inventory_reads_gpus_mig_slices_shares_labels_taints_cordon_and_readiness() -> None:
     nodes = [
         node("h100-0", 8),
-        node("a100-0", 7, product="NVIDIA-A100-SXM4-80GB", resource="nvidia.com/mig-1g.10gb",
-             labels={"nvidia.com/mig.capable": "true"}),
+        node(
+            "a100-0",
+            7,
+            product="NVIDIA-A100-SXM4-80GB",
+            resource="nvidia.com/mig-1g.10gb",
+            labels={"nvidia.com/mig.capable": "true"},
+        ),
         node("l4-0", 16, product="NVIDIA-L4", resource="nvidia.com/gpu.shared"),
         node("down-0", 8, ready=False, spec={"unschedulable": True}),
         {"metadata": {"name": "cpu-0"}, "status": {"allocatable": {"cpu": "8"}}},
@@ -57,9 +75,10 @@ def test_the_inventory_reads_gpus_mig_slices_shares_labels_taints_cordon_and_rea
 
 def test_gpus_held_by_pods_gpuqueue_did_not_create_are_counted_as_used() -> None:
     pods = [
-        pod("h100-0", 2), pod("h100-0", 1, index=1),            # someone else's, running
-        pod("h100-0", 4, labels=OURS, index=2),                 # ours: the engine counts those
-        pod("h100-0", 8, phase="Succeeded", index=3),           # finished: holds nothing
+        pod("h100-0", 2),
+        pod("h100-0", 1, index=1),  # someone else's, running
+        pod("h100-0", 4, labels=OURS, index=2),  # ours: the engine counts those
+        pod("h100-0", 8, phase="Succeeded", index=3),  # finished: holds nothing
     ]
     (info,) = inventory([node("h100-0", 8)], pods)
     assert info.used_externally == {"nvidia.com/gpu": 3}
@@ -83,39 +102,101 @@ def running(index: int, on: str = "n1", **kw: Any) -> dict[str, Any]:
 PULL_BACKOFF = {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}
 CASES = [
     Case("every worker running is a running gang", [running(0), running(1, "n2")], Phase.RUNNING),
-    Case("one worker of two is still starting", [running(0), running(1, phase="Pending")],
-         Phase.STARTING, message="1 of 2 workers running"),
-    Case("a Complete Job succeeded", [], Phase.SUCCEEDED,
-         job_conditions=[{"type": "Complete", "status": "True"}], exit_code=0),
-    Case("an OOMKilled worker fails the job with its exit code and reason",
-         [running(0), running(1, phase="Failed",
-                              state={"terminated": {"exitCode": 137, "reason": "OOMKilled"}})],
-         Phase.FAILED, job_conditions=[{"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}],
-         message="worker 1 exited with code 137 (OOMKilled)", exit_code=137),
-    Case("a Job past its deadline fails with the Job's reason", [], Phase.FAILED,
-         job_conditions=[{"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
-                          "message": "Job was active longer than specified deadline"}],
-         message="DeadlineExceeded: Job was active longer than specified deadline"),
-    Case("a worker on a node that is not ready breaks the gang", [running(0), running(1, "n2")],
-         Phase.LOST, ready={"n1": True, "n2": False}, message="node n2 of worker 1 is not ready"),
-    Case("a disrupted worker breaks the gang",
-         [running(0), running(1, conditions=[{"type": "DisruptionTarget", "status": "True",
-                                              "reason": "DeletionByTaintManager"}])],
-         Phase.LOST, message="worker 1 was disrupted (DeletionByTaintManager)"),
-    Case("an image pull failing for longer than the timeout fails the job",
-         [running(0, phase="Pending", state=PULL_BACKOFF), running(1)], Phase.FAILED,
-         message="worker 0: image pull failed (ImagePullBackOff): not found"),
-    Case("an invalid image name fails at once",
-         [running(0, phase="Pending", state={"waiting": {"reason": "InvalidImageName"}}), running(1)],
-         Phase.FAILED, message="worker 0: InvalidImageName"),
+    Case(
+        "one worker of two is still starting",
+        [running(0), running(1, phase="Pending")],
+        Phase.STARTING,
+        message="1 of 2 workers running",
+    ),
+    Case(
+        "a Complete Job succeeded",
+        [],
+        Phase.SUCCEEDED,
+        job_conditions=[{"type": "Complete", "status": "True"}],
+        exit_code=0,
+    ),
+    Case(
+        "an OOMKilled worker fails the job with its exit code and reason",
+        [
+            running(0),
+            running(
+                1, phase="Failed", state={"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+            ),
+        ],
+        Phase.FAILED,
+        job_conditions=[{"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}],
+        message="worker 1 exited with code 137 (OOMKilled)",
+        exit_code=137,
+    ),
+    Case(
+        "a Job past its deadline fails with the Job's reason",
+        [],
+        Phase.FAILED,
+        job_conditions=[
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "DeadlineExceeded",
+                "message": "Job was active longer than specified deadline",
+            }
+        ],
+        message="DeadlineExceeded: Job was active longer than specified deadline",
+    ),
+    Case(
+        "a worker on a node that is not ready breaks the gang",
+        [running(0), running(1, "n2")],
+        Phase.LOST,
+        ready={"n1": True, "n2": False},
+        message="node n2 of worker 1 is not ready",
+    ),
+    Case(
+        "a disrupted worker breaks the gang",
+        [
+            running(0),
+            running(
+                1,
+                conditions=[
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "DeletionByTaintManager",
+                    }
+                ],
+            ),
+        ],
+        Phase.LOST,
+        message="worker 1 was disrupted (DeletionByTaintManager)",
+    ),
+    Case(
+        "an image pull failing for longer than the timeout fails the job",
+        [running(0, phase="Pending", state=PULL_BACKOFF), running(1)],
+        Phase.FAILED,
+        message="worker 0: image pull failed (ImagePullBackOff): not found",
+    ),
+    Case(
+        "an invalid image name fails at once",
+        [
+            running(0, phase="Pending", state={"waiting": {"reason": "InvalidImageName"}}),
+            running(1),
+        ],
+        Phase.FAILED,
+        message="worker 0: InvalidImageName",
+    ),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_the_workload_phase(case: Case) -> None:
-    job = {"metadata": {"name": "gq-7-1", "namespace": "ns", "labels": OURS,
-                        "creationTimestamp": "2026-11-22T11:00:00Z"},
-           "spec": {"parallelism": 2}, "status": {"conditions": case.job_conditions}}
+    job = {
+        "metadata": {
+            "name": "gq-7-1",
+            "namespace": "ns",
+            "labels": OURS,
+            "creationTimestamp": "2026-11-22T11:00:00Z",
+        },
+        "spec": {"parallelism": 2},
+        "status": {"conditions": case.job_conditions},
+    }
     status = workload_status(job, case.pods, case.ready, NOW, timedelta(minutes=5))
     assert (status.job_id, status.attempt, status.phase) == (7, 1, case.want)
     assert status.message == case.message
@@ -123,8 +204,15 @@ def test_the_workload_phase(case: Case) -> None:
 
 
 def test_an_image_pull_within_the_timeout_is_still_starting() -> None:
-    job = {"metadata": {"name": "gq-7-1", "labels": OURS, "creationTimestamp": "2026-11-22T11:58:00Z"},
-           "spec": {"parallelism": 1}}
-    status = workload_status(job, [running(0, phase="Pending", state=PULL_BACKOFF)], {"n1": True},
-                             NOW, timedelta(minutes=5))
+    job = {
+        "metadata": {"name": "gq-7-1", "labels": OURS, "creationTimestamp": "2026-11-22T11:58:00Z"},
+        "spec": {"parallelism": 1},
+    }
+    status = workload_status(
+        job,
+        [running(0, phase="Pending", state=PULL_BACKOFF)],
+        {"n1": True},
+        NOW,
+        timedelta(minutes=5),
+    )
     assert status.phase is Phase.STARTING and "ImagePullBackOff" in status.message

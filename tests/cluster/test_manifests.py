@@ -21,14 +21,27 @@ OPTIONS = mf.ClusterOptions(
     gpu_taint="nvidia.com/gpu", master_port=29500, public_url="https://gpuqueue.example.com/"
 )
 SPEC = LaunchSpec(
-    job_id=42, attempt=2, team="team-a", namespace="team-a", name="llama-finetune",
-    image="ghcr.io/acme/train:1.4", command=["python", "train.py", "--epochs", "3"],
-    env={"GPUQUEUE_RESUME": "1", "GPUQUEUE_ATTEMPT": "2",
-         "GPUQUEUE_CHECKPOINT": "s3://ckpt/job-42/step-900", "LR": "0.0003"},
-    labels={"project": "llama"}, annotations={"owner": "alice"},
-    workers=2, gpus_per_worker=4, resource_name="nvidia.com/gpu",
+    job_id=42,
+    attempt=2,
+    team="team-a",
+    namespace="team-a",
+    name="llama-finetune",
+    image="ghcr.io/acme/train:1.4",
+    command=["python", "train.py", "--epochs", "3"],
+    env={
+        "GPUQUEUE_RESUME": "1",
+        "GPUQUEUE_ATTEMPT": "2",
+        "GPUQUEUE_CHECKPOINT": "s3://ckpt/job-42/step-900",
+        "LR": "0.0003",
+    },
+    labels={"project": "llama"},
+    annotations={"owner": "alice"},
+    workers=2,
+    gpus_per_worker=4,
+    resource_name="nvidia.com/gpu",
     placement={"gpu-node-b": 1, "gpu-node-a": 1},
-    checkpoint_grace_seconds=120, max_runtime_seconds=86400,
+    checkpoint_grace_seconds=120,
+    max_runtime_seconds=86400,
     checkpoint_location="s3://ckpt/job-42/step-900",
 )
 HOSTNAMES = ["gpu-node-a", "gpu-node-b"]
@@ -68,7 +81,9 @@ def test_the_job_is_an_indexed_gang_pinned_to_the_planned_nodes() -> None:
     assert spec["activeDeadlineSeconds"] == 86400 and pod["terminationGracePeriodSeconds"] == 120
     term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchExpressions"][0] == {
-        "key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-node-a", "gpu-node-b"],
+        "key": "kubernetes.io/hostname",
+        "operator": "In",
+        "values": ["gpu-node-a", "gpu-node-b"],
     }
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
@@ -108,4 +123,6 @@ def test_the_checkpoint_patch_carries_the_deadline_in_rfc_3339() -> None:
     from datetime import UTC, datetime
 
     patch = mf.checkpoint_patch(datetime(2026, 11, 22, 10, 30, 5, tzinfo=UTC))
-    assert patch == {"metadata": {"annotations": {mf.CHECKPOINT_ANNOTATION: "2026-11-22T10:30:05Z"}}}
+    assert patch == {
+        "metadata": {"annotations": {mf.CHECKPOINT_ANNOTATION: "2026-11-22T10:30:05Z"}}
+    }

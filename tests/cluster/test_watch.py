@@ -32,8 +32,12 @@ def pod(name: str, version: str | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": "ns"}
     if version:
         meta["resourceVersion"] = version
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+    }
 
 
 def test_the_watch_resumes_from_the_last_resource_version_and_relists_on_410(
@@ -45,11 +49,21 @@ def test_the_watch_resumes_from_the_last_resource_version_and_relists_on_410(
     # 1st watch: one event, then the server ends the stream (as at its timeoutSeconds).
     watches[:1] << ({"type": "ADDED", "object": pod("p2", "41")},)
     # 2nd watch: version 41 is too old for the server.
-    watches[1:2] << ({"type": "ERROR", "object": {
-        "kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}},)
+    watches[1:2] << (
+        {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "code": 410,
+                "reason": "Expired",
+                "message": "too old resource version",
+            },
+        },
+    )
     changed = threading.Event()
-    watch = ResourceWatch(k8s, "pods", k8s.core.list_pod_for_all_namespaces, changed=changed,
-                          watch_seconds=30)
+    watch = ResourceWatch(
+        k8s, "pods", k8s.core.list_pod_for_all_namespaces, changed=changed, watch_seconds=30
+    )
     watch.start()
     try:
         wait_for(lambda: watch.lists == 2)
@@ -74,21 +88,30 @@ def test_the_watcher_reconciles_at_start_deleting_orphans_and_relaunching_admitt
     add_nodes(api, node("h100-0"), node("h100-1"))
     # A Kubernetes Job left behind by a job that finished while the watcher was down...
     finished = submit()
-    Job.objects.filter(pk=finished.pk).update(state=JobState.CANCELLED, attempts=1,
-                                              finished_at=datetime.now(UTC))
+    Job.objects.filter(pk=finished.pk).update(
+        state=JobState.CANCELLED, attempts=1, finished_at=datetime.now(UTC)
+    )
     finished.refresh_from_db()
     finished.attempts, finished.placement = 1, {"h100-0": 1}
     k8s.launch(launch_spec(finished))
     # ...and a job admitted just before a crash, never launched.
     admitted = submit(workers=2, gpus_per_worker=8)
     Job.objects.filter(pk=admitted.pk).update(
-        state=JobState.ADMITTED, attempts=1, placement={"h100-0": 1, "h100-1": 1},
+        state=JobState.ADMITTED,
+        attempts=1,
+        placement={"h100-0": 1, "h100-1": 1},
         admitted_at=datetime.now(UTC),
     )
     passes: list[int] = []
 
-    run_watcher(k8s, lambda: bool(passes), sync_seconds=0.01, resync_seconds=60,
-                watch_seconds=30, on_pass=lambda: passes.append(1))
+    run_watcher(
+        k8s,
+        lambda: bool(passes),
+        sync_seconds=0.01,
+        resync_seconds=60,
+        watch_seconds=30,
+        on_pass=lambda: passes.append(1),
+    )
 
     names = {name for _, name in emulator.objects(JOBS)}
     assert names == {mf.workload_name(admitted.pk, 1)}

@@ -23,8 +23,9 @@ class Recorder(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.seen.append({"path": self.path, "auth": self.headers["Authorization"],
-                          "body": json.loads(body)})
+        self.seen.append(
+            {"path": self.path, "auth": self.headers["Authorization"], "body": json.loads(body)}
+        )
         status, answer = self.answers.pop(0) if self.answers else (200, {"acknowledged": True})
         data = json.dumps(answer).encode()
         self.send_response(status)
@@ -79,8 +80,11 @@ def test_sigterm_counts_as_a_checkpoint_request_once_hooked(tmp_path: Path) -> N
 def test_acknowledge_posts_the_location_with_the_job_token(endpoint: Any) -> None:
     assert workload.acknowledge("s3://ckpt/42/step-9") is True
     (seen,) = endpoint.seen
-    assert seen == {"path": "/api/v1/jobs/42/checkpointed/", "auth": "Bearer gqj_42_secret",
-                    "body": {"location": "s3://ckpt/42/step-9"}}
+    assert seen == {
+        "path": "/api/v1/jobs/42/checkpointed/",
+        "auth": "Bearer gqj_42_secret",
+        "body": {"location": "s3://ckpt/42/step-9"},
+    }
 
 
 def test_acknowledge_retries_a_5xx_and_reports_a_409_as_not_requested(endpoint: Any) -> None:
@@ -97,7 +101,7 @@ def test_acknowledge_raises_when_the_token_is_refused(endpoint: Any) -> None:
 
 
 def test_resume_from_reads_the_checkpoint_only_on_a_resumed_attempt(
-    monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GPUQUEUE_CHECKPOINT", "s3://ckpt/1")
     assert workload.resume_from() is None
