@@ -18,6 +18,12 @@ class SiteAdminWrites(permissions.BasePermission):
     def has_permission(self, request: Any, view: Any) -> bool:
         if not (request.user and request.user.is_authenticated):
             return False
+        if request.method in permissions.SAFE_METHODS or request.user.is_superuser:
+            return True
+        # On one object, decide after the lookup, so that an invisible object is 404 first.
+        return bool(getattr(view, "detail", False))
+
+    def has_object_permission(self, request: Any, view: Any, obj: Any) -> bool:
         return request.method in permissions.SAFE_METHODS or bool(request.user.is_superuser)
 
 
