@@ -80,7 +80,11 @@ def healthz(request: HttpRequest) -> JsonResponse:
     """200 when the database and Redis answer (the web process can serve), else 503; the
     cluster's state is reported but does not fail the probe: an unreachable Kubernetes API must
     not get the web pods restarted, since they cannot fix it."""
-    body = {"database": database_status(), "redis": redis_status(), "cluster": cluster_status()}
+    body: dict[str, Any] = {
+        "database": database_status(),
+        "redis": redis_status(),
+        "cluster": cluster_status(),
+    }
     ok = body["database"]["status"] == "ok" and body["redis"]["status"] == "ok"
     body["status"] = (
         "ok" if ok and body["cluster"]["status"] == "ok" else ("degraded" if ok else "unavailable")

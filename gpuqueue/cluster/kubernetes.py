@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 
+def _json(response: Any) -> Obj:
+    """The body of a response read with `_preload_content=False` (plain JSON, no models)."""
+    body: Obj = json.loads(response.data or b"{}")
+    return body
+
+
 def team_namespaces() -> list[str]:
     """Where gpuqueue's Jobs live: one namespace per team (the RBAC of deploy/ grants Jobs,
     Services and Secrets there only)."""
@@ -124,7 +130,7 @@ class KubernetesBackend(ClusterBackend):
         response = self.call(
             what, fn, *args, _preload_content=False, _request_timeout=self.timeout, **kwargs
         )
-        return json.loads(response.data or b"{}")
+        return _json(response)
 
     def list_raw_nodes(self) -> Obj:
         return self._list("list nodes", self.core.list_node)
@@ -254,7 +260,7 @@ class KubernetesBackend(ClusterBackend):
             )
         except NotFound:
             return None
-        secret = json.loads(response.data or b"{}")
+        secret = _json(response)
         if value := (secret.get("data") or {}).get(mf.TOKEN_KEY):
             return base64.b64decode(value).decode()
         return (secret.get("stringData") or {}).get(mf.TOKEN_KEY)
