@@ -1,0 +1,272 @@
+"""`gpuqueue`: submit and follow jobs from a shell or a pipeline, through the public API.
+
+    gpuqueue configure --url http://gpuqueue:8000 --token gq_…
+    gpuqueue submit --flavor h100 --workers 4 --gpus-per-worker 2 --image ghcr.io/acme/train:1 -- python train.py
+    gpuqueue submit -f job.yaml --idempotency-key nightly-2026-11-22
+    gpuqueue wait 42          # exit code: 0 succeeded, the job's exit code (or 1) failed, 3 cancelled
+    gpuqueue list --state PENDING --mine
+    gpuqueue status 42 | gpuqueue events 42 | gpuqueue cancel 42
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpuqueue.client.api import ApiError, Client, config_path, save_config
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_CANCELLED = 3
+EXIT_TIMEOUT = 124  # as timeout(1)
+EXIT_API_ERROR = 4
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args))
+    except ApiError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_API_ERROR
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuqueue", description="Submit and follow GPU jobs on gpuqueue.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument("--url", help="server URL (default: GPUQUEUE_URL or the config file)")
+    parser.add_argument("--token", help="API token (default: GPUQUEUE_TOKEN or the config file)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    sub = parser.add_subparsers(dest="command")
+
+    p = sub.add_parser("configure", help="save URL and token to the config file")
+    p.add_argument("--url", dest="set_url", required=True)
+    p.add_argument("--token", dest="set_token", required=True)
+    p.set_defaults(handler=cmd_configure)
+
+    p = sub.add_parser("whoami", help="the token's user and teams")
+    p.set_defaults(handler=cmd_whoami)
+
+    p = sub.add_parser("submit", help="submit a job from flags and/or a YAML spec")
+    p.add_argument("-f", "--file", help="YAML (or JSON) job spec; flags override its fields")
+    p.add_argument("--team")
+    p.add_argument("--flavor")
+    p.add_argument("--name")
+    p.add_argument("--image")
+    p.add_argument("--workers", type=int)
+    p.add_argument("--gpus-per-worker", type=int)
+    p.add_argument("--priority", type=int)
+    p.add_argument("--non-preemptible", action="store_true")
+    p.add_argument("--checkpoint-grace", type=int, dest="checkpoint_grace_seconds")
+    p.add_argument("--max-runtime", type=int, dest="max_runtime_seconds")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--annotation", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--idempotency-key", help="retrying with the same key never makes a second job")
+    p.add_argument("--wait", action="store_true", help="then wait, as `gpuqueue wait`")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- the command and its arguments")
+    p.set_defaults(handler=cmd_submit)
+
+    p = sub.add_parser("list", help="list jobs, newest first")
+    p.add_argument("--team")
+    p.add_argument("--state", action="append")
+    p.add_argument("--user")
+    p.add_argument("--flavor")
+    p.add_argument("--mine", action="store_true")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(handler=cmd_list)
+
+    for name, handler, text in (
+        ("status", cmd_status, "a job's state, why it is pending, when it may start"),
+        ("cancel", cmd_cancel, "cancel a job"),
+        ("events", cmd_events, "a job's timeline"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("job", type=int)
+        p.set_defaults(handler=handler)
+
+    p = sub.add_parser("wait", help="wait for a job to finish; the exit code is its result")
+    p.add_argument("job", type=int)
+    p.add_argument("--timeout", type=float, help="seconds; exit 124 when over")
+    p.add_argument("--interval", type=float, default=2.0)
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.set_defaults(handler=cmd_wait)
+    return parser
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(url=args.url, token=args.token)
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"{what} {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def job_spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The spec file, then the flags on top."""
+    spec: dict[str, Any] = {}
+    if args.file:
+        import yaml
+
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        loaded = yaml.safe_load(text) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{args.file}: a job spec is a mapping of fields")
+        spec.update(loaded)
+    for key in ("team", "flavor", "name", "image", "workers", "gpus_per_worker", "priority",
+                "checkpoint_grace_seconds", "max_runtime_seconds"):
+        value = getattr(args, key)
+        if value is not None:
+            spec[key] = value
+    if args.non_preemptible:
+        spec["preemptible"] = False
+    for key, items, what in (("env", args.env, "--env"), ("labels", args.label, "--label"),
+                             ("annotations", args.annotation, "--annotation")):
+        if items:
+            spec[key] = {**spec.get(key, {}), **_pairs(items, what)}
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if command:
+        spec["command"] = command
+    return spec
+
+
+def cmd_configure(args: argparse.Namespace) -> int:
+    path = save_config(args.set_url, args.set_token)
+    print(f"saved to {path}")
+    return 0
+
+
+def cmd_whoami(args: argparse.Namespace) -> int:
+    me = _client(args).me()
+    if args.json:
+        print(json.dumps(me, indent=2))
+    else:
+        teams = ", ".join(f"{t['team']} ({t['role']})" for t in me["teams"]) or "no teams"
+        admin = " site admin;" if me["is_site_admin"] else ""
+        print(f"{me['username']}:{admin} {teams}")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    client = _client(args)
+    job = client.submit(job_spec(args), idempotency_key=args.idempotency_key)
+    if args.json and not args.wait:
+        print(json.dumps(job, indent=2))
+    else:
+        print(f"job {job['id']} {job['state']}: {job['name']} on {job['gpus']} {job['flavor']} GPUs "
+              f"({job['workers']} × {job['gpus_per_worker']}), team {job['team']}")
+    if args.wait:
+        args.job, args.timeout, args.interval, args.quiet = job["id"], None, 2.0, False
+        return cmd_wait(args)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    jobs = list(_client(args).jobs(
+        limit=args.limit, team=args.team, state=args.state, user=args.user,
+        flavor=args.flavor, mine="true" if args.mine else None,
+    ))
+    if args.json:
+        print(json.dumps(jobs, indent=2))
+        return 0
+    print(f"{'ID':>7}  {'STATE':10}  {'TEAM':12}  {'USER':10}  {'GPUS':>9}  NAME")
+    for j in jobs:
+        gpus = f"{j['workers']}×{j['gpus_per_worker']} {j['flavor']}"
+        print(f"{j['id']:>7}  {j['state']:10}  {j['team']:12}  {j['user']:10}  {gpus:>9}  {j['name']}")
+    return 0
+
+
+def describe(job: dict[str, Any]) -> str:
+    lines = [f"job {job['id']} ({job['name']}): {job['state']}"]
+    if job.get("pending_reason_text"):
+        lines.append(f"  why: {job['pending_reason_text']}")
+    if job.get("queue_position") is not None:
+        lines.append(f"  position: {job['queue_position']} in the team's queue, "
+                     f"{job.get('cluster_position')} in the cluster")
+    if job.get("estimated_start"):
+        lines.append(f"  estimated start: {job['estimated_start']}")
+    if job.get("placement"):
+        lines.append("  placement: " + ", ".join(f"{n}×{w}" for n, w in job["placement"].items()))
+    if job.get("attempts"):
+        lines.append(f"  attempts: {job['attempts']}")
+    if job.get("exit_code") is not None:
+        lines.append(f"  exit code: {job['exit_code']}")
+    if job.get("message"):
+        lines.append(f"  message: {job['message']}")
+    return "\n".join(lines)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    job = _client(args).job(args.job)
+    print(json.dumps(job, indent=2) if args.json else describe(job))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    job = _client(args).cancel(args.job)
+    print(json.dumps(job, indent=2) if args.json else f"job {job['id']} {job['state']}")
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    events = _client(args).events(args.job)
+    if args.json:
+        print(json.dumps(events, indent=2))
+        return 0
+    for e in events:
+        print(f"{e['at']}  {e['from_state'] or '-':10} → {e['to_state']:10}  {e['actor']:14}  {e['reason']}")
+    return 0
+
+
+def exit_code_for(job: dict[str, Any]) -> int:
+    """0 succeeded; a failed job's own exit code when it has a nonzero one, else 1; 3 cancelled."""
+    if job["state"] == "SUCCEEDED":
+        return 0
+    if job["state"] == "CANCELLED":
+        return EXIT_CANCELLED
+    code = job.get("exit_code")
+    return code if isinstance(code, int) and 0 < code < 256 else EXIT_FAILED
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    client = _client(args)
+
+    def show(job: dict[str, Any]) -> None:
+        if not args.quiet:
+            reason = f": {job['pending_reason_text']}" if job.get("pending_reason_text") else ""
+            print(f"job {job['id']} {job['state']}{reason}", flush=True)
+
+    try:
+        job = client.wait(args.job, timeout=args.timeout, interval=args.interval, on_change=show)
+    except TimeoutError as exc:
+        print(f"timeout: {exc}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    if args.json:
+        print(json.dumps(job, indent=2))
+    return exit_code_for(job)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
