@@ -3,8 +3,9 @@
 1. Lock: a PostgreSQL advisory lock held for the cycle's transaction; if another cycle holds
    it, this one does nothing (the other is doing the same work).
 2. Snapshot: flavors, nodes, teams with quotas and active jobs, in a handful of queries.
-3. Plan: the pure engine decides admissions, preemptions and pending reasons; the forecast
-   estimates when each pending job starts.
+3. Plan: the pure engine decides admissions, preemptions and pending reasons. (Estimated
+   starts come from `refresh_forecasts`, a task of its own: the forecast replays the engine
+   many times and must not slow admission down.)
 4. Persist, in the same transaction: admissions and preemptions as filtered state updates
    (a row that moved since the snapshot is skipped), each with its JobEvent; reasons,
    positions and estimated starts on pending jobs.
@@ -70,12 +71,10 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         policy = policy_from_settings()
         plan = scheduler.plan(snapshot, policy)
         lap("3_plan")
-        starts = scheduler.forecast(snapshot, policy) if plan.pending else {}
-        lap("3_forecast")
         # 4. Persist
         admitted = _persist_admissions(plan, now)
         preempted = _persist_preemptions(plan, now)
-        _persist_pending(plan, starts)
+        _persist_pending(plan)
         lap("4_persist")
     # 5. After commit
     backend = backend or get_backend()
@@ -150,23 +149,42 @@ def reason_as_data(reason: m.Reason) -> dict[str, Any]:
     return {"code": reason.code.value, "numbers": numbers, "job_ids": list(reason.job_ids)}
 
 
-def _persist_pending(plan: m.Plan, starts: Any) -> None:
+def _persist_pending(plan: m.Plan) -> None:
     by_id = {p.job_id: p for p in plan.pending}
     if not by_id:
         return
-    jobs = list(Job.objects.filter(pk__in=by_id, state=JobState.PENDING).only(
-        "id", "pending_reason", "queue_position", "cluster_position", "estimated_start"
-    ))
+    jobs = list(
+        Job.objects.filter(pk__in=by_id, state=JobState.PENDING).only(
+            "id", "pending_reason", "queue_position", "cluster_position"
+        )
+    )
     for job in jobs:
         decision = by_id[job.pk]
         job.pending_reason = reason_as_data(decision.reason)
         job.queue_position = decision.team_position
         job.cluster_position = decision.cluster_position
+    Job.objects.bulk_update(
+        jobs, ["pending_reason", "queue_position", "cluster_position"], batch_size=1000
+    )
+
+
+def refresh_forecasts(now: datetime | None = None) -> int:
+    """Store an estimated start on every pending job; returns how many have one.
+
+    Runs outside the admission lock on a snapshot of its own: an estimate a few seconds stale
+    is fine, a slow admission cycle is not.
+    """
+    now = now or timezone.now()
+    snapshot = load_snapshot(now)
+    if not snapshot.pending:
+        return 0
+    starts = scheduler.forecast(snapshot, policy_from_settings())
+    jobs = list(
+        Job.objects.filter(pk__in=list(starts), state=JobState.PENDING).only("id", "estimated_start")
+    )
+    for job in jobs:
         start = starts.get(job.pk)
         known = start is not None and math.isfinite(start)
         job.estimated_start = datetime.fromtimestamp(start, tz=UTC) if known else None
-    Job.objects.bulk_update(
-        jobs, ["pending_reason", "queue_position", "cluster_position", "estimated_start"],
-        batch_size=1000,
-    )
-
+    Job.objects.bulk_update(jobs, ["estimated_start"], batch_size=1000)
+    return sum(1 for job in jobs if job.estimated_start is not None)

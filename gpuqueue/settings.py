@@ -157,6 +157,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 
 # The admission cycle and the cluster.
 GPUQUEUE_CYCLE_SECONDS = env_float("GPUQUEUE_CYCLE_SECONDS", 3.0, minimum=0.5)
+GPUQUEUE_FORECAST_SECONDS = env_float("GPUQUEUE_FORECAST_SECONDS", 15.0, minimum=1)
 GPUQUEUE_SYNC_SECONDS = env_float("GPUQUEUE_SYNC_SECONDS", 1.0, minimum=0.1)
 GPUQUEUE_CLUSTER_BACKEND = env_choice(
     "GPUQUEUE_CLUSTER_BACKEND", "simulated", ("simulated", "kubernetes")
@@ -198,6 +199,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "gpuqueue.run_admission_cycle",
         "schedule": GPUQUEUE_CYCLE_SECONDS,
         "options": {"expires": GPUQUEUE_CYCLE_SECONDS},
+    },
+    "forecasts": {
+        "task": "gpuqueue.refresh_forecasts",
+        "schedule": GPUQUEUE_FORECAST_SECONDS,
+        "options": {"expires": GPUQUEUE_FORECAST_SECONDS},
     },
     "demo-traffic": {
         "task": "gpuqueue.submit_demo_jobs",

@@ -6,7 +6,7 @@ from celery import shared_task
 from django.db import OperationalError
 
 from gpuqueue.cluster import get_backend
-from gpuqueue.cycle import run_cycle
+from gpuqueue.cycle import refresh_forecasts, run_cycle
 from gpuqueue.services.cluster_sync import sync_cluster
 
 
@@ -17,6 +17,14 @@ from gpuqueue.services.cluster_sync import sync_cluster
 def run_admission_cycle() -> dict[str, object]:
     result = run_cycle()
     return {"ran": result.ran, "admitted": result.admitted, "preempted": result.preempted}
+
+
+@shared_task(
+    name="gpuqueue.refresh_forecasts", acks_late=True, ignore_result=True,
+    autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3,
+)
+def refresh_forecasts_task() -> int:
+    return refresh_forecasts()
 
 
 @shared_task(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from gpuqueue.models import Flavor, Job, JobEvent
@@ -64,6 +65,7 @@ def submit_job(
         if existing is not None:
             return Submitted(existing, created=False)
     data = {key: value for key, value in fields.items() if key in JOB_FIELDS}
+    data.setdefault("checkpoint_grace_seconds", settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS)
     try:
         with transaction.atomic():
             job = Job.objects.create(

@@ -217,3 +217,30 @@ def test_two_concurrent_cycles_never_admit_a_job_twice(world: Any, submit: Any, 
         job.refresh_from_db()
         assert JobEvent.objects.filter(job=job, to_state=JobState.ADMITTED).count() <= 1
         assert job.attempts <= 1
+
+
+def test_a_pending_job_gets_an_estimated_start_from_the_running_jobs_max_runtime(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    from gpuqueue.cycle import refresh_forecasts
+
+    sync_cluster(backend)
+    now = timezone.now()
+    blockers = [submit(gpus_per_worker=8, max_runtime_seconds=3600, annotations={SIM_DURATION: "600"}) for _ in range(4)]
+    run_cycle(backend=backend, now=now)
+    # Same team, same priority: nothing to preempt; it waits for one of the four to end.
+    waiting = submit(gpus_per_worker=8)
+    run_cycle(backend=backend, now=now)
+    assert refresh_forecasts(now=now) == 1
+    waiting.refresh_from_db()
+    assert waiting.state == JobState.PENDING
+    # Every H100 is held by a job that may run for an hour: the estimate is about an hour out.
+    eta = (waiting.estimated_start - now).total_seconds()
+    assert 3600 - 120 <= eta <= 3600 + 300, eta
+    assert len(blockers) == 4
+
+
+def test_submissions_get_the_configured_checkpoint_grace(world: Any, submit: Any, settings: Any) -> None:
+    settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS = 45
+    assert submit().checkpoint_grace_seconds == 45
+    assert submit(checkpoint_grace_seconds=300).checkpoint_grace_seconds == 300
