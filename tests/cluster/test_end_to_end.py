@@ -13,6 +13,7 @@ from typing import Any
 from kubernetes import client
 
 from gpuqueue import workload
+from gpuqueue.api import checkpoint_views
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.cycle import run_cycle
 from gpuqueue.models import Job, JobEvent, SimulatedWorkload
@@ -114,12 +115,17 @@ def test_preempted_job_checkpoints_and_resumes_on_kubernetes(
         secret.get("stringData", {}).get("token")
         or base64.b64decode(secret["data"]["token"]).decode()
     )
+    # The acknowledgement nudges the sync through Celery; here the test runs the sync itself,
+    # and no task is left in the shared broker for other tests' workers.
+    nudges: list[bool] = []
+    monkeypatch.setattr(checkpoint_views, "_nudge_sync", lambda: nudges.append(True))
     monkeypatch.setenv("GPUQUEUE_URL", live_server.url)
     monkeypatch.setenv("GPUQUEUE_JOB_ID", str(big.pk))
     monkeypatch.setenv("GPUQUEUE_JOB_TOKEN", token)
     assert workload.checkpoint_requested(str(annotations))
     assert workload.checkpoint_deadline(str(annotations)) is not None and deadline.endswith("Z")
     assert workload.acknowledge("s3://ckpt/big/step-900", backoff=0) is True
+    assert nudges == [True]
 
     # 4. The sync requeues the job and deletes its Kubernetes Job, Service and Secret.
     sync_cluster(k8s)
