@@ -43,14 +43,16 @@ _SEP = "\x1f"
 def _observe(key: str, labels: tuple[str, ...], seconds: float, buckets: Iterable[float]) -> None:
     from gpuqueue.api import redis as api_redis
 
-    label = _SEP.join(labels)
+    def field(bucket: str) -> str:
+        return _SEP.join([*labels, bucket])
+
     try:
         pipe = api_redis.client().pipeline(transaction=False)
         for bound in buckets:
             if seconds <= bound:
-                pipe.hincrby(key, f"{label}{_SEP}{bound}", 1)
-        pipe.hincrby(key, f"{label}{_SEP}+Inf", 1)
-        pipe.hincrbyfloat(key, f"{label}{_SEP}sum", seconds)
+                pipe.hincrby(key, field(str(bound)), 1)
+        pipe.hincrby(key, field("+Inf"), 1)
+        pipe.hincrbyfloat(key, field("sum"), seconds)
         pipe.execute()
     except Exception:  # noqa: BLE001 - metrics never fail the work they measure
         log.debug("could not record a metric", exc_info=True)
@@ -268,6 +270,7 @@ class ApiLatencyMiddleware:
         response = self.get_response(request)
         match = getattr(request, "resolver_match", None)
         route = match.route if match is not None and match.route else "unmatched"
+        route = route.replace("^", "").replace("$", "")  # router patterns are regexes
         observe_api(request.method or "GET", route, response.status_code,
                     time.perf_counter() - started)
         return response

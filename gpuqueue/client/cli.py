@@ -28,7 +28,7 @@ EXIT_API_ERROR = 4
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "command", None):
+    if not getattr(args, "subcommand", None):
         parser.print_help()
         return EXIT_USAGE
     try:
@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", help="server URL (default: GPUQUEUE_URL or the config file)")
     parser.add_argument("--token", help="API token (default: GPUQUEUE_TOKEN or the config file)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="subcommand")
 
     p = sub.add_parser("configure", help="save URL and token to the config file")
     p.add_argument("--url", dest="set_url", required=True)

@@ -1,0 +1,156 @@
+"""Quotas (SCENARIOS.md 9), memberships, tokens, nodes, the audit trail, metrics, throttling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuqueue.models import Job, Quota
+from gpuqueue.states import JobState
+from teams.models import ApiToken, AuditEntry, Membership
+
+
+def test_quota_season_raise_b_lower_a_with_the_audit_trail(api: Any) -> None:
+    root = api("root")
+    qa = Quota.objects.get(team__slug="team-a", flavor__name="h100")
+    qb = Quota.objects.get(team__slug="team-b", flavor__name="h100")
+    lowered = root.patch(f"/api/v1/quotas/{qa.pk}/", {"guarantee": 4}, format="json")
+    raised = root.patch(f"/api/v1/quotas/{qb.pk}/", {"guarantee": 20}, format="json")
+    assert (lowered.status_code, raised.status_code) == (200, 200)
+    assert raised.json()["oversubscribed"] is False and raised.json()["guarantees_total"] == 24
+    entry = AuditEntry.objects.filter(action="quota.update").order_by("at", "id").first()
+    assert entry.before["guarantee"] == 8 and entry.after["guarantee"] == 4
+    assert entry.actor.username == "root" and entry.team.slug == "team-a"
+    audit = api("bob").get("/api/v1/audit/?object_type=quota").json()["results"]
+    assert [e["object_repr"] for e in audit] == ["team-a/h100"]  # bob sees his team's part only
+
+
+def test_a_cut_below_non_preemptible_usage_is_refused_with_the_numbers(
+    api: Any, submit: Any
+) -> None:
+    job = submit(workers=3, gpus_per_worker=2, preemptible=False)
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    qa = Quota.objects.get(team__slug="team-a", flavor__name="h100")
+    audits = AuditEntry.objects.count()
+    response = api("root").patch(f"/api/v1/quotas/{qa.pk}/", {"guarantee": 4}, format="json")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "below_usage" and "hold 6" in error["message"]
+    assert "2 short" in error["fields"]["guarantee"][0]
+    qa.refresh_from_db()
+    assert qa.guarantee == 8 and AuditEntry.objects.count() == audits
+    assert api("root").patch(f"/api/v1/quotas/{qa.pk}/", {"guarantee": 6}, format="json").status_code == 200
+
+
+def test_oversubscription_needs_the_flag_and_is_reported_back(api: Any) -> None:
+    root = api("root")
+    qa = Quota.objects.get(team__slug="team-a", flavor__name="h100")
+    refused = root.patch(f"/api/v1/quotas/{qa.pk}/", {"guarantee": 30}, format="json")
+    assert refused.status_code == 400 and "capacity of 32" in refused.json()["error"]["fields"]["guarantee"][0]
+    allowed = root.patch(f"/api/v1/quotas/{qa.pk}/", {"guarantee": 30, "oversubscribe": True},
+                         format="json")
+    assert allowed.status_code == 200
+    assert allowed.json()["oversubscribed"] is True and allowed.json()["capacity"] == 32
+    assert AuditEntry.objects.get(action="quota.update").after["oversubscribed"] is True
+
+
+def test_posting_an_existing_pair_updates_it(api: Any) -> None:
+    body = {"team": "team-a", "flavor": "l4", "guarantee": 3, "limit": 6}
+    response = api("root").post("/api/v1/quotas/", body, format="json")
+    assert response.status_code == 200
+    assert Quota.objects.get(team__slug="team-a", flavor__name="l4").guarantee == 3
+
+
+def test_team_admin_manages_members_with_audit(api: Any, world: Any) -> None:
+    bob = api("bob")
+    added = bob.post("/api/v1/memberships/", {"team": "team-a", "user": "carol"}, format="json")
+    assert added.status_code == 201
+    dup = bob.post("/api/v1/memberships/", {"team": "team-a", "user": "carol"}, format="json")
+    assert dup.status_code == 409
+    promoted = bob.patch(f"/api/v1/memberships/{added.json()['id']}/", {"role": "admin"}, format="json")
+    assert promoted.json()["role"] == "admin"
+    assert bob.delete(f"/api/v1/memberships/{added.json()['id']}/").status_code == 204
+    actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True))
+    assert actions[-3:] == ["membership.create", "membership.update", "membership.delete"]
+    last = AuditEntry.objects.order_by("id").last()
+    assert last.before == {"user": "carol", "team": "team-a", "role": "admin"} and last.after is None
+
+
+def test_the_last_admin_cannot_be_removed(api: Any, world: Any) -> None:
+    bob_m = Membership.objects.get(user=world.bob)
+    response = api("bob").delete(f"/api/v1/memberships/{bob_m.pk}/")
+    assert response.status_code == 409 and response.json()["error"]["code"] == "last_admin"
+
+
+def test_a_token_is_shown_once_works_and_stops_when_revoked(api: Any, world: Any) -> None:
+    created = api("alice").post("/api/v1/tokens/", {"name": "pipeline"}, format="json").json()
+    secret = created["token"]
+    assert secret.startswith("gq_") and created["prefix"] in secret
+    listed = api("alice").get(f"/api/v1/tokens/{created['id']}/").json()
+    assert listed["token"] is None
+    assert ApiToken.objects.get(pk=created["id"]).token_hash != secret
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert client.get("/api/v1/me/").json()["username"] == "alice"
+    assert api("alice").delete(f"/api/v1/tokens/{created['id']}/").status_code == 204
+    refused = client.get("/api/v1/me/")
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "not_authenticated"
+    assert "Bearer" in refused.headers["WWW-Authenticate"]
+    assert AuditEntry.objects.filter(action="token.revoke", actor=world.alice).count() == 1
+
+
+def test_root_drains_a_node_and_it_is_audited(api: Any) -> None:
+    body = api("root").post("/api/v1/nodes/h100-0/drain/").json()
+    assert body["drained"] is True and body["schedulable"] is False
+    usage = {u["flavor"]: u for u in api("alice").get("/api/v1/utilization/").json()}
+    assert usage["h100"]["capacity"] == 32 and usage["h100"]["schedulable_capacity"] == 24
+    assert AuditEntry.objects.get(action="node.drain").object_repr == "h100-0"
+
+
+def test_utilization_shows_every_teams_figures_but_no_job_details(api: Any, world: Any, submit: Any) -> None:
+    submit(world.carol, team=world.team_b, workers=2, gpus_per_worker=4)
+    body = api("alice").get("/api/v1/utilization/").json()
+    h100 = next(u for u in body if u["flavor"] == "h100")
+    team_b = next(t for t in h100["teams"] if t["team"] == "team-b")
+    assert team_b["pending_gpus"] == 8 and team_b["pending_jobs"] == 1
+    assert "jobs" not in str(team_b.keys()).replace("pending_jobs", "").replace("running_jobs", "")
+
+
+def test_metrics_expose_queue_fair_share_counters_and_latency(api: Any, world: Any, submit: Any) -> None:
+    from gpuqueue.services.cancel import cancel_job
+
+    job = submit()
+    cancel_job(world.alice, job)
+    submit(workers=2, gpus_per_worker=2)
+    api("alice").get("/api/v1/jobs/")
+    text = api(None).get("/metrics").content.decode()
+    assert 'gpuqueue_pending_jobs{flavor="h100",team="team-a"} 1.0' in text
+    assert 'gpuqueue_pending_gpus{flavor="h100",team="team-a"} 4.0' in text
+    assert 'gpuqueue_jobs_finished_total{flavor="h100",state="CANCELLED",team="team-a"} 1.0' in text
+    assert 'gpuqueue_fair_share_gpus{flavor="h100",team="team-a"}' in text
+    assert "gpuqueue_admission_cycle_duration_seconds" in text
+    assert 'gpuqueue_api_request_duration_seconds_count{method="GET",route="api/v1/jobs/"' in text
+
+
+def test_the_cycle_task_is_timed_into_the_histogram(world: Any) -> None:
+    from gpuqueue import metrics
+
+    class Task:
+        name = metrics.CYCLE_TASK
+
+    metrics._cycle_started(task_id="t1", task=Task())
+    metrics._cycle_finished(task_id="t1", task=Task(), retval={"ran": True})
+    family = metrics._histogram("x", "x", metrics._CYCLE_KEY, [], metrics.CYCLE_BUCKETS)
+    assert family.samples and any(s.name == "x_count" and s.value >= 1 for s in family.samples)
+
+
+def test_a_token_over_its_rate_gets_429_with_retry_after(api: Any, settings: Any) -> None:
+    settings.GPUQUEUE_API_RATE = "3/min"
+    client = api("carol")
+    statuses = [client.get("/api/v1/me/").status_code for _ in range(4)]
+    assert statuses == [200, 200, 200, 429]
+    response = client.get("/api/v1/me/")
+    assert response.json()["error"]["code"] == "throttled"
+    assert int(response.headers["Retry-After"]) >= 1
+    assert api("alice").get("/api/v1/me/").status_code == 200  # per token, not global
