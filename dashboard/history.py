@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Avg, DateTimeField, F, Func, Sum, Value
+from django.db.models import Count, DateTimeField, F, Func, Sum, Value
 from django.db.models.functions import Least
 from django.utils import timezone
 
@@ -75,10 +75,10 @@ def _bucket(size: timedelta) -> Func:
 
 
 def utilization_history(window: str, now: datetime | None = None) -> History:
-    """1. Averages per bucket, flavor and team (one grouped query).
-    2. Sums per flavor and team over the window for GPU-hours (one grouped query).
-    3. Idle iron per flavor: Σ min(free, waiting_fit) over the window's minutes (one query).
-    4. A stacked chart per flavor: teams' allocation under the cluster's capacity."""
+    """1. Sums and counts per bucket, flavor and team (one grouped query): averages for the
+       chart, sums for the GPU-hours.
+    2. Idle iron per flavor: Σ min(free, waiting_fit) over the window's minutes (one query).
+    3. A stacked chart per flavor: teams' allocation under the cluster's capacity."""
     length, size = WINDOWS[window]
     end = now or timezone.now()
     start = end - length
@@ -89,24 +89,23 @@ def utilization_history(window: str, now: datetime | None = None) -> History:
     series: dict[int, dict[int | None, dict[datetime, tuple[float, float]]]] = defaultdict(
         lambda: defaultdict(dict)
     )
+    hours = SAMPLE_MINUTES / 60
+    totals: dict[tuple[int, int | None], tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
+    # Sums and counts per bucket give both the chart (averages) and the window's GPU-hours
+    # (sums) from one scan of the samples.
     rows: Any = (
         samples.annotate(bucket=_bucket(size))
         .values("flavor_id", "team_id", "bucket")
-        .annotate(capacity=Avg("capacity"), allocated=Avg("allocated"))
+        .annotate(capacity=Sum("capacity"), allocated=Sum("allocated"), n=Count("id"))
         .order_by()
     )
     for row in rows:
-        series[row["flavor_id"]][row["team_id"]][row["bucket"]] = (
-            float(row["capacity"]), float(row["allocated"]),
+        key = (row["flavor_id"], row["team_id"])
+        series[key[0]][key[1]][row["bucket"]] = (
+            row["capacity"] / row["n"], row["allocated"] / row["n"],
         )
-    hours = SAMPLE_MINUTES / 60
-    totals: dict[tuple[int, int | None], tuple[float, float]] = {}
-    for row in samples.values("flavor_id", "team_id").annotate(
-        capacity=Sum("capacity"), allocated=Sum("allocated")
-    ).order_by():
-        totals[(row["flavor_id"], row["team_id"])] = (
-            row["capacity"] * hours, row["allocated"] * hours,
-        )
+        capacity, allocated = totals[key]
+        totals[key] = (capacity + row["capacity"] * hours, allocated + row["allocated"] * hours)
     idle: dict[int, tuple[float, float]] = {
         row["flavor_id"]: (row["free_minutes"] * hours, row["idle"] * hours)
         for row in IdleIronSample.objects.filter(at__gte=start, at__lte=end)

@@ -10,9 +10,11 @@ from datetime import datetime
 from django.utils import timezone
 
 from dashboard.geometry import QuotaBar, bar_scale, quota_bar, team_colours
+from gpuqueue.models import Flavor, Node, Quota
+from gpuqueue.scheduler import model as m
 from gpuqueue.scheduler.fairshare import fair_shares
-from gpuqueue.services.inventory import usage_now
-from gpuqueue.snapshot import load_snapshot
+from gpuqueue.services.inventory import FlavorUsage, usage_now
+from gpuqueue.snapshot import node_capacity_by_flavor
 from teams.models import Team
 
 
@@ -51,13 +53,62 @@ def borrowed_gpus(allocated: int, guarantee: int) -> int:
     return max(allocated - guarantee, 0)
 
 
+def demand_snapshot(usage: list[FlavorUsage], now: datetime) -> m.Snapshot:
+    """The engine's snapshot with each team's demand per flavor folded into one running and
+    one pending job: fair shares depend on nodes, quotas and GPUs demanded, not on how the
+    demand splits into jobs, so this gives the cycle's numbers without loading every active
+    job (2 queries instead of thousands of rows at scale)."""
+    flavors = list(Flavor.objects.all())
+    by_resource = {f.name: f.resource_name for f in flavors}
+    nodes = []
+    for node in Node.objects.order_by("name"):
+        capacity = node_capacity_by_flavor(node.capacity, node.labels, flavors)
+        external = {
+            name: int(node.used_externally.get(by_resource[name], 0) or 0) for name in capacity
+        }
+        nodes.append(m.Node(
+            name=node.name, capacity=capacity,
+            used_externally={k: v for k, v in external.items() if v},
+            schedulable=node.schedulable,
+        ))
+    quotas: dict[str, dict[str, m.Quota]] = {}
+    parents: dict[str, str | None] = {}
+    for team in Team.objects.select_related("parent").order_by("slug"):
+        parents[team.slug] = team.parent.slug if team.parent else None
+        quotas[team.slug] = {}
+    for quota in Quota.objects.select_related("team", "flavor"):
+        quotas[quota.team.slug][quota.flavor.name] = m.Quota(
+            guarantee=quota.guarantee, limit=quota.limit, weight=quota.weight
+        )
+    running, pending = [], []
+    for flavor in usage:
+        for t in flavor.teams:
+            if t.allocated:
+                running.append(m.RunningJob(
+                    id=len(running) + 1, team=t.team, user="", flavor=flavor.flavor,
+                    gpus_per_worker=1, placement=(("", t.allocated),), priority=0,
+                    preemptible=True, started_at=0.0,
+                ))
+            if t.pending_gpus:
+                pending.append(m.PendingJob(
+                    id=len(pending) + 1, team=t.team, user="", flavor=flavor.flavor,
+                    workers=t.pending_gpus, gpus_per_worker=1, priority=0, preemptible=True,
+                    submitted_at=0.0,
+                ))
+    return m.Snapshot(
+        now=now.timestamp(), nodes=tuple(nodes),
+        teams=tuple(m.Team(id=slug, quotas=quotas[slug], parent=parents[slug]) for slug in quotas),
+        running=tuple(running), pending=tuple(pending),
+    )
+
+
 def queue_overview(now: datetime | None = None) -> list[FlavorOverview]:
     """1. Usage per flavor and team (four aggregate queries).
-    2. Fair shares from the engine's own water-filling over the current snapshot, so the page
-       shows exactly what the next cycle will use.
+    2. Fair shares from the engine's own water-filling over that demand, so the page shows
+       the numbers the next cycle will use.
     3. Bars on one scale per flavor."""
     usage = usage_now()
-    shares = fair_shares(load_snapshot(now or timezone.now()))
+    shares = fair_shares(demand_snapshot(usage, now or timezone.now()))
     colours = team_colours(list(Team.objects.values_list("slug", flat=True)))
     out = []
     for flavor in usage:

@@ -30,13 +30,33 @@ class JobEventInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "name", "team", "user", "flavor", "workers", "gpus_per_worker", "priority", "state", "submitted_at"]
+    list_display = [
+        "id",
+        "name",
+        "team",
+        "user",
+        "flavor",
+        "workers",
+        "gpus_per_worker",
+        "priority",
+        "state",
+        "submitted_at",
+    ]
     list_filter = ["state", "team", "flavor"]
     search_fields = ["name", "user__username"]
     raw_id_fields = ["user"]
     inlines = [JobEventInline]
     # State changes go through the services (and so through the state machine), not this form.
-    readonly_fields = ["state", "submitted_at", "admitted_at", "started_at", "finished_at", "placement", "pending_reason", "attempts"]
+    readonly_fields = [
+        "state",
+        "submitted_at",
+        "admitted_at",
+        "started_at",
+        "finished_at",
+        "placement",
+        "pending_reason",
+        "attempts",
+    ]
 
 
 @admin.register(JobEvent)
@@ -53,4 +73,11 @@ class UtilizationSampleAdmin(admin.ModelAdmin):
 
 @admin.register(SimulatedWorkload)
 class SimulatedWorkloadAdmin(admin.ModelAdmin):
-    list_display = ["job_id", "attempt", "ready_at", "ends_at", "exit_code", "checkpoint_requested_at"]
+    list_display = [
+        "job_id",
+        "attempt",
+        "ready_at",
+        "ends_at",
+        "exit_code",
+        "checkpoint_requested_at",
+    ]

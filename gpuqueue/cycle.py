@@ -86,11 +86,19 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         except ClusterError as exc:
             log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
     lap("5_apply")
-    log.info("cycle: %d admitted, %d preempted, %d pending, %s",
-             len(admitted), len(preempted), len(plan.pending), timings)
+    log.info(
+        "cycle: %d admitted, %d preempted, %d pending, %s",
+        len(admitted),
+        len(preempted),
+        len(plan.pending),
+        timings,
+    )
     return CycleResult(
-        ran=True, admitted=admitted, preempted=[p[0] for p in preempted],
-        pending=len(plan.pending), phase_seconds=timings,
+        ran=True,
+        admitted=admitted,
+        preempted=[p[0] for p in preempted],
+        pending=len(plan.pending),
+        phase_seconds=timings,
     )
 
 
@@ -99,15 +107,24 @@ def _persist_admissions(plan: m.Plan, now: datetime) -> list[int]:
     for admission in plan.admissions:
         placement = {node: workers for node, workers in admission.placement}
         updated = Job.objects.filter(pk=admission.job_id, state=JobState.PENDING).update(
-            state=JobState.ADMITTED, admitted_at=now, placement=placement,
-            attempts=F("attempts") + 1, pending_reason=None, queue_position=None,
-            cluster_position=None, estimated_start=None, started_at=None,
+            state=JobState.ADMITTED,
+            admitted_at=now,
+            placement=placement,
+            attempts=F("attempts") + 1,
+            pending_reason=None,
+            queue_position=None,
+            cluster_position=None,
+            estimated_start=None,
+            started_at=None,
         )
         if updated:
             JobEvent.objects.create(
-                job_id=admission.job_id, from_state=JobState.PENDING, to_state=JobState.ADMITTED,
+                job_id=admission.job_id,
+                from_state=JobState.PENDING,
+                to_state=JobState.ADMITTED,
                 reason="borrowing idle GPUs" if admission.borrowed else "within fair share",
-                actor=ACTOR, details={"placement": placement, "borrowed": admission.borrowed},
+                actor=ACTOR,
+                details={"placement": placement, "borrowed": admission.borrowed},
             )
             admitted.append(admission.job_id)
     return admitted
@@ -124,17 +141,24 @@ def _persist_preemptions(plan: m.Plan, now: datetime) -> list[tuple[int, int, da
             continue
         deadline = now + timedelta(seconds=job.checkpoint_grace_seconds)
         updated = Job.objects.filter(pk=job.pk, state=job.state).update(
-            state=JobState.PREEMPTING, checkpoint_requested_at=now, checkpoint_deadline=deadline,
+            state=JobState.PREEMPTING,
+            checkpoint_requested_at=now,
+            checkpoint_deadline=deadline,
             checkpoint_acked_at=None,
         )
         if updated:
             JobEvent.objects.create(
-                job_id=job.pk, from_state=job.state, to_state=JobState.PREEMPTING,
+                job_id=job.pk,
+                from_state=job.state,
+                to_state=JobState.PREEMPTING,
                 reason=f"preempted ({preemption.reason}) for job {preemption.for_job_id}; "
                 f"checkpoint requested, deadline {deadline.isoformat()}",
                 actor=ACTOR,
-                details={"for_job": preemption.for_job_id, "kind": preemption.reason,
-                         "deadline": deadline.isoformat()},
+                details={
+                    "for_job": preemption.for_job_id,
+                    "kind": preemption.reason,
+                    "deadline": deadline.isoformat(),
+                },
             )
             preempted.append((job.pk, job.attempts, deadline))
     return preempted
@@ -180,7 +204,9 @@ def refresh_forecasts(now: datetime | None = None) -> int:
         return 0
     starts = scheduler.forecast(snapshot, policy_from_settings())
     jobs = list(
-        Job.objects.filter(pk__in=list(starts), state=JobState.PENDING).only("id", "estimated_start")
+        Job.objects.filter(pk__in=list(starts), state=JobState.PENDING).only(
+            "id", "estimated_start"
+        )
     )
     for job in jobs:
         start = starts.get(job.pk)

@@ -14,16 +14,27 @@ from gpuqueue.services.submit import submit_job
 from gpuqueue.states import JobState
 from teams.models import Membership, Team
 
-
 FLAVORS = [
     ("h100", "nvidia.com/gpu", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "H100 80GB"),
     ("l4", "nvidia.com/gpu", {"nvidia.com/gpu.product": "NVIDIA-L4"}, "L4 24GB"),
     ("mig-1g-10gb", "nvidia.com/mig-1g.10gb", {}, "A100 MIG slice, 10GB"),
 ]
 TEAMS = [
-    ("team-a", "Vision research", {"h100": (24, 64, 1.0), "l4": (8, 16, 1.0), "mig-1g-10gb": (2, 7, 1.0)}),
-    ("team-b", "Language models", {"h100": (24, 64, 1.0), "l4": (4, 16, 1.0), "mig-1g-10gb": (2, 7, 1.0)}),
-    ("inference", "Production inference", {"h100": (8, 16, 0.5), "l4": (4, 16, 1.0), "mig-1g-10gb": (3, 7, 1.0)}),
+    (
+        "team-a",
+        "Vision research",
+        {"h100": (24, 64, 1.0), "l4": (8, 16, 1.0), "mig-1g-10gb": (2, 7, 1.0)},
+    ),
+    (
+        "team-b",
+        "Language models",
+        {"h100": (24, 64, 1.0), "l4": (4, 16, 1.0), "mig-1g-10gb": (2, 7, 1.0)},
+    ),
+    (
+        "inference",
+        "Production inference",
+        {"h100": (8, 16, 0.5), "l4": (4, 16, 1.0), "mig-1g-10gb": (3, 7, 1.0)},
+    ),
 ]
 
 
@@ -38,14 +49,21 @@ def seed_demo() -> bool:
     for name, resource, selector, description in FLAVORS:
         flavors[name], _ = Flavor.objects.get_or_create(
             name=name,
-            defaults={"resource_name": resource, "node_selector": selector, "description": description},
+            defaults={
+                "resource_name": resource,
+                "node_selector": selector,
+                "description": description,
+            },
         )
     teams = {}
     for slug, title, quotas in TEAMS:
-        teams[slug], _ = Team.objects.get_or_create(slug=slug, defaults={"name": title, "namespace": slug})
+        teams[slug], _ = Team.objects.get_or_create(
+            slug=slug, defaults={"name": title, "namespace": slug}
+        )
         for flavor, (guarantee, limit, weight) in quotas.items():
             Quota.objects.get_or_create(
-                team=teams[slug], flavor=flavors[flavor],
+                team=teams[slug],
+                flavor=flavors[flavor],
                 defaults={"guarantee": guarantee, "limit": limit, "weight": weight},
             )
     for username, password, team, role in DEMO_USERS:
@@ -56,8 +74,14 @@ def seed_demo() -> bool:
 
 # Philly-like shapes: (weight, workers, gpus per worker, flavor).
 SHAPES = [
-    (60, 1, 1, "h100"), (10, 1, 1, "l4"), (8, 1, 1, "mig-1g-10gb"), (8, 1, 2, "h100"),
-    (6, 1, 4, "h100"), (4, 1, 8, "h100"), (3, 2, 8, "h100"), (1, 4, 8, "h100"),
+    (60, 1, 1, "h100"),
+    (10, 1, 1, "l4"),
+    (8, 1, 1, "mig-1g-10gb"),
+    (8, 1, 2, "h100"),
+    (6, 1, 4, "h100"),
+    (4, 1, 8, "h100"),
+    (3, 2, 8, "h100"),
+    (1, 4, 8, "h100"),
 ]
 MAX_PENDING = 40  # keep the demo queue lively but bounded
 
@@ -83,7 +107,9 @@ def submit_demo_traffic(rng: random.Random | None = None) -> int:
             continue
         duration = int(rng.lognormvariate(4.5, 0.8))  # median ~90 s, a long tail
         submit_job(
-            membership.user, membership.team, flavors[flavor],
+            membership.user,
+            membership.team,
+            flavors[flavor],
             {
                 "name": f"demo-{rng.choice(['resnet', 'llama-ft', 'bert', 'sweep', 'eval'])}-{rng.randrange(1000)}",
                 "image": "ghcr.io/gpuqueue/demo-train:1.0",

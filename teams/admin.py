@@ -24,7 +24,15 @@ class MembershipAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["user", "name", "prefix", "created_at", "last_used_at", "expires_at", "revoked_at"]
+    list_display = [
+        "user",
+        "name",
+        "prefix",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    ]
     # The hash is useless to read and the secret is never stored.
     exclude = ["token_hash"]
     readonly_fields = ["prefix", "created_at", "last_used_at"]
@@ -34,4 +42,13 @@ class ApiTokenAdmin(admin.ModelAdmin):
 class AuditEntryAdmin(admin.ModelAdmin):
     list_display = ["at", "actor", "action", "object_repr", "team"]
     list_filter = ["action"]
-    readonly_fields = ["at", "actor", "action", "object_type", "object_repr", "team", "before", "after"]
+    readonly_fields = [
+        "at",
+        "actor",
+        "action",
+        "object_type",
+        "object_repr",
+        "team",
+        "before",
+        "after",
+    ]

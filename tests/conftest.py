@@ -65,11 +65,14 @@ def world(db: Any) -> Any:
 
     w = World()
     w.h100 = Flavor.objects.create(
-        name="h100", resource_name="nvidia.com/gpu",
+        name="h100",
+        resource_name="nvidia.com/gpu",
         node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
     )
     w.l4 = Flavor.objects.create(
-        name="l4", resource_name="nvidia.com/gpu", node_selector={"nvidia.com/gpu.product": "NVIDIA-L4"},
+        name="l4",
+        resource_name="nvidia.com/gpu",
+        node_selector={"nvidia.com/gpu.product": "NVIDIA-L4"},
     )
     w.team_a = Team.objects.create(slug="team-a", name="Team A", namespace="team-a")
     w.team_b = Team.objects.create(slug="team-b", name="Team B", namespace="team-b")
@@ -91,12 +94,21 @@ def submit(world: Any) -> Any:
     """submit(user, team=..., workers=..., ...) -> Job, through the real submission service."""
     from gpuqueue.services.submit import submit_job
 
-    def _submit(user: Any = None, *, team: Any = None, flavor: Any = None, key: str | None = None,
-                **fields: Any) -> Any:
+    def _submit(
+        user: Any = None,
+        *,
+        team: Any = None,
+        flavor: Any = None,
+        key: str | None = None,
+        **fields: Any,
+    ) -> Any:
         fields.setdefault("name", "train")
         fields.setdefault("image", "ghcr.io/acme/train:1")
         return submit_job(
-            user or world.alice, team or world.team_a, flavor or world.h100, fields,
+            user or world.alice,
+            team or world.team_a,
+            flavor or world.h100,
+            fields,
             idempotency_key=key,
         ).job
 

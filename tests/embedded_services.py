@@ -21,7 +21,9 @@ _tmp: Path | None = None
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: object, args: list[str]) -> None:
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: object, args: list[str]
+) -> None:
     global _tmp
     # A short path: PostgreSQL's socket path must fit in 107 bytes.
     _tmp = Path(tempfile.mkdtemp(prefix="gq-test-"))

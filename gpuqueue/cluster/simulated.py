@@ -101,7 +101,9 @@ class SimulatedBackend(ClusterBackend):
         from gpuqueue.models import SimulatedWorkload
 
         now = self.clock()
-        duration = _annotation_float(spec.annotations, DURATION_ANNOTATION, DEFAULT_DURATION_SECONDS)
+        duration = _annotation_float(
+            spec.annotations, DURATION_ANNOTATION, DEFAULT_DURATION_SECONDS
+        )
         # A resumed attempt only runs the work its checkpoint did not cover.
         remaining = max(0.0, duration - _progress_of(spec.checkpoint_location))
         exit_code = int(_annotation_float(spec.annotations, EXIT_CODE_ANNOTATION, 0))
@@ -161,8 +163,12 @@ class SimulatedBackend(ClusterBackend):
         lost = sorted(set(workload.placement) & down)
         if lost:
             return WorkloadStatus(
-                workload.job_id, workload.attempt, Phase.LOST, now,
-                message=f"node {', '.join(lost)} is not ready", checkpoint_location=location,
+                workload.job_id,
+                workload.attempt,
+                Phase.LOST,
+                now,
+                message=f"node {', '.join(lost)} is not ready",
+                checkpoint_location=location,
             )
         if now < workload.ready_at:
             phase, since = Phase.STARTING, workload.created_at
@@ -174,9 +180,13 @@ class SimulatedBackend(ClusterBackend):
             phase, since = Phase.FAILED, workload.ends_at
         message = f"exit code {workload.exit_code}" if phase is Phase.FAILED else ""
         return WorkloadStatus(
-            workload.job_id, workload.attempt, phase, since,
+            workload.job_id,
+            workload.attempt,
+            phase,
+            since,
             exit_code=workload.exit_code if phase in (Phase.SUCCEEDED, Phase.FAILED) else None,
-            message=message, checkpoint_location=location,
+            message=message,
+            checkpoint_location=location,
         )
 
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from gpuqueue.models import Job
 from gpuqueue.services.transitions import transition
-from gpuqueue.states import HOLDING, JobState, InvalidTransition
+from gpuqueue.states import HOLDING, InvalidTransition, JobState
 from teams.models import Role
 
 
@@ -36,7 +36,10 @@ def cancel_job(user: Any, job: Job, reason: str = "cancelled") -> Job:
         if job.is_final:
             raise InvalidTransition(job.pk, job.state, JobState.CANCELLED)
         transition(
-            job, JobState.CANCELLED, reason=reason, actor=f"user:{user.get_username()}",
+            job,
+            JobState.CANCELLED,
+            reason=reason,
+            actor=f"user:{user.get_username()}",
             finished_at=timezone.now(),
         )
         if was_holding:

@@ -20,8 +20,11 @@ def acknowledge_checkpoint(job: Job, location: str, actor: str) -> bool:
         ).update(checkpoint_location=location, checkpoint_acked_at=now)
         if updated:
             JobEvent.objects.create(
-                job_id=job.pk, from_state=JobState.PREEMPTING, to_state=JobState.PREEMPTING,
-                reason=f"checkpoint acknowledged: {location}", actor=actor,
+                job_id=job.pk,
+                from_state=JobState.PREEMPTING,
+                to_state=JobState.PREEMPTING,
+                reason=f"checkpoint acknowledged: {location}",
+                actor=actor,
                 details={"location": location},
             )
     if updated:
@@ -34,10 +37,18 @@ def requeue(job: Job, reason: str, actor: str = "cluster") -> bool:
     its place in line) and its checkpoint location for the next attempt."""
     with transaction.atomic():
         return transition(
-            job, JobState.PENDING, reason=reason, actor=actor,
+            job,
+            JobState.PENDING,
+            reason=reason,
+            actor=actor,
             details={"placement": job.placement, "attempt": job.attempts},
-            placement={}, admitted_at=None, started_at=None, checkpoint_requested_at=None,
-            checkpoint_deadline=None, checkpoint_acked_at=None, message=reason,
+            placement={},
+            admitted_at=None,
+            started_at=None,
+            checkpoint_requested_at=None,
+            checkpoint_deadline=None,
+            checkpoint_acked_at=None,
+            message=reason,
         )
 
 

@@ -29,8 +29,18 @@ class Submitted:
 
 
 JOB_FIELDS = (
-    "name", "image", "command", "env", "labels", "annotations", "workers", "gpus_per_worker",
-    "priority", "preemptible", "checkpoint_grace_seconds", "max_runtime_seconds",
+    "name",
+    "image",
+    "command",
+    "env",
+    "labels",
+    "annotations",
+    "workers",
+    "gpus_per_worker",
+    "priority",
+    "preemptible",
+    "checkpoint_grace_seconds",
+    "max_runtime_seconds",
     "expected_runtime_seconds",
 )
 
@@ -41,12 +51,16 @@ def previous_submission(user: Any, idempotency_key: str | None) -> Job | None:
         return None
     return (
         Job.objects.select_related("team", "flavor", "user")
-        .filter(user=user, idempotency_key=idempotency_key).first()
+        .filter(user=user, idempotency_key=idempotency_key)
+        .first()
     )
 
 
 def submit_job(
-    user: Any, team: Team, flavor: Flavor, fields: dict[str, Any],
+    user: Any,
+    team: Team,
+    flavor: Flavor,
+    fields: dict[str, Any],
     idempotency_key: str | None = None,
 ) -> Submitted:
     """Create a PENDING job for `user` in `team`.
@@ -59,7 +73,9 @@ def submit_job(
        picks the job up, so a lost nudge loses nothing.
     """
     if not user.is_superuser and not team.memberships.filter(user=user).exists():
-        raise SubmissionRefused(f"you are not a member of team {team.slug}", field="team", status=403)
+        raise SubmissionRefused(
+            f"you are not a member of team {team.slug}", field="team", status=403
+        )
     if idempotency_key:
         existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
         if existing is not None:
@@ -69,11 +85,18 @@ def submit_job(
     try:
         with transaction.atomic():
             job = Job.objects.create(
-                team=team, user=user, flavor=flavor, idempotency_key=idempotency_key or None,
-                state=JobState.PENDING, **data,
+                team=team,
+                user=user,
+                flavor=flavor,
+                idempotency_key=idempotency_key or None,
+                state=JobState.PENDING,
+                **data,
             )
             JobEvent.objects.create(
-                job=job, from_state="", to_state=JobState.PENDING, reason="submitted",
+                job=job,
+                from_state="",
+                to_state=JobState.PENDING,
+                reason="submitted",
                 actor=f"user:{user.get_username()}",
             )
             transaction.on_commit(nudge_cycle)

@@ -11,7 +11,12 @@ from gpuqueue.states import JobState, check_transition
 
 
 def transition(
-    job: Job, to: JobState, *, reason: str, actor: str, details: dict[str, Any] | None = None,
+    job: Job,
+    to: JobState,
+    *,
+    reason: str,
+    actor: str,
+    details: dict[str, Any] | None = None,
     **changes: Any,
 ) -> bool:
     """Move `job` from the state it was read in to `to`, with `changes` to its fields.
@@ -26,7 +31,11 @@ def transition(
         if not updated:
             return False
         JobEvent.objects.create(
-            job_id=job.pk, from_state=job.state, to_state=to, reason=reason, actor=actor,
+            job_id=job.pk,
+            from_state=job.state,
+            to_state=to,
+            reason=reason,
+            actor=actor,
             details=details or {},
         )
     job.state = to

@@ -33,9 +33,25 @@ def test_a_submission_is_admitted_by_a_real_worker_through_its_nudge(
         GPUQUEUE_SIM_CLUSTER=str(cluster_file),
     )
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "gpuqueue.celery", "worker", "--pool", "solo",
-         "--loglevel", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-        cwd=ROOT, env=env, stdout=open(tmp_path / "worker.log", "wb"), stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "gpuqueue.celery",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=open(tmp_path / "worker.log", "wb"),
+        stderr=subprocess.STDOUT,
     )
     try:
         job = submit(workers=2, gpus_per_worker=4)  # on commit: run_admission_cycle.delay()

@@ -21,7 +21,9 @@ def test_compose_file_defines_web_worker_beat_and_real_postgres_and_redis() -> N
     assert services["redis"]["image"].startswith("redis:")
     for name in ("web", "worker", "beat", "watcher"):
         env = services[name]["environment"]
-        assert env["DATABASE_URL"].startswith("postgresql://") and "@postgres:" in env["DATABASE_URL"]
+        assert (
+            env["DATABASE_URL"].startswith("postgresql://") and "@postgres:" in env["DATABASE_URL"]
+        )
         assert env["REDIS_URL"].startswith("redis://redis:")
     assert "celery" in services["worker"]["command"] and "worker" in services["worker"]["command"]
     assert "beat" in services["beat"]["command"]
@@ -72,10 +74,15 @@ def test_settings_module_refuses_a_bad_value_at_start(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    env = dict(os.environ, GPUQUEUE_CYCLE_SECONDS="often", DJANGO_SETTINGS_MODULE="gpuqueue.settings")
+    env = dict(
+        os.environ, GPUQUEUE_CYCLE_SECONDS="often", DJANGO_SETTINGS_MODULE="gpuqueue.settings"
+    )
     proc = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
-        capture_output=True, text=True,
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode != 0
     assert "GPUQUEUE_CYCLE_SECONDS must be a number" in proc.stderr

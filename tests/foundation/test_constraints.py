@@ -24,19 +24,29 @@ def refused(make: Any) -> bool:
 def test_quota_constraints(world: Any) -> None:
     team = Team.objects.create(slug="team-c", name="C", namespace="team-c")
     assert refused(lambda: Quota.objects.create(team=team, flavor=world.h100, guarantee=9, limit=8))
-    assert refused(lambda: Quota.objects.create(team=team, flavor=world.h100, guarantee=1, limit=8, weight=-1))
+    assert refused(
+        lambda: Quota.objects.create(team=team, flavor=world.h100, guarantee=1, limit=8, weight=-1)
+    )
     Quota.objects.create(team=team, flavor=world.h100, guarantee=8, limit=8)
     assert refused(lambda: Quota.objects.create(team=team, flavor=world.h100, guarantee=0, limit=1))
 
 
 def test_job_constraints(world: Any, submit: Any) -> None:
-    base = {"team": world.team_a, "user": world.alice, "flavor": world.h100, "name": "x", "image": "i"}
+    base = {
+        "team": world.team_a,
+        "user": world.alice,
+        "flavor": world.h100,
+        "name": "x",
+        "image": "i",
+    }
     assert refused(lambda: Job.objects.create(**base, workers=0))
     assert refused(lambda: Job.objects.create(**base, gpus_per_worker=0))
     assert refused(lambda: Job.objects.create(**base, state="LOST"))
     from django.utils import timezone
 
-    assert refused(lambda: Job.objects.create(**base, state=JobState.RUNNING, finished_at=timezone.now()))
+    assert refused(
+        lambda: Job.objects.create(**base, state=JobState.RUNNING, finished_at=timezone.now())
+    )
     Job.objects.create(**base, idempotency_key="k1")
     assert refused(lambda: Job.objects.create(**base, idempotency_key="k1"))
     # The same key from another user is another job; no key at all never collides.
@@ -46,8 +56,12 @@ def test_job_constraints(world: Any, submit: Any) -> None:
 
 
 def test_membership_and_team_constraints(world: Any) -> None:
-    assert refused(lambda: Membership.objects.create(user=world.alice, team=world.team_a, role=Role.ADMIN))
-    assert refused(lambda: Membership.objects.create(user=world.carol, team=world.team_a, role="owner"))
+    assert refused(
+        lambda: Membership.objects.create(user=world.alice, team=world.team_a, role=Role.ADMIN)
+    )
+    assert refused(
+        lambda: Membership.objects.create(user=world.carol, team=world.team_a, role="owner")
+    )
     assert refused(lambda: Team.objects.create(slug="team-a", name="dup", namespace="other"))
     assert refused(lambda: Team.objects.create(slug="other", name="dup", namespace="team-a"))
 
@@ -73,7 +87,9 @@ def test_concurrent_retries_with_one_key_create_exactly_one_job(world: Any) -> N
     def retry() -> None:
         try:
             barrier.wait()
-            job = submit_job(world.alice, world.team_a, world.h100, {"name": "n", "image": "i"}, "same-key").job
+            job = submit_job(
+                world.alice, world.team_a, world.h100, {"name": "n", "image": "i"}, "same-key"
+            ).job
             ids.append(job.pk)
         finally:
             connection.close()

@@ -56,14 +56,19 @@ class Service:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
-            k: v for k, v in os.environ.items()
+            k: v
+            for k, v in os.environ.items()
             if k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "GPUQUEUE_DEMO")
         }
         self.env.update(
-            GPUQUEUE_DATA_DIR=str(data_dir), GPUQUEUE_PORT=str(self.port),
-            GPUQUEUE_EMBEDDED_REDIS_PORT=str(free_port()), GPUQUEUE_CYCLE_SECONDS="1",
-            GPUQUEUE_SYNC_SECONDS="0.5", GPUQUEUE_DEMO_JOBS_PER_MINUTE="0",
-            GPUQUEUE_WEB_WORKERS="1", GPUQUEUE_LOG_LEVEL="WARNING",
+            GPUQUEUE_DATA_DIR=str(data_dir),
+            GPUQUEUE_PORT=str(self.port),
+            GPUQUEUE_EMBEDDED_REDIS_PORT=str(free_port()),
+            GPUQUEUE_CYCLE_SECONDS="1",
+            GPUQUEUE_SYNC_SECONDS="0.5",
+            GPUQUEUE_DEMO_JOBS_PER_MINUTE="0",
+            GPUQUEUE_WEB_WORKERS="1",
+            GPUQUEUE_LOG_LEVEL="WARNING",
         )
         self.process: subprocess.Popen[bytes] | None = None
         self.tree: set[int] = set()
@@ -71,8 +76,11 @@ class Service:
     def start(self, timeout: float = 120) -> None:
         self.log = open(self.data_dir.parent / "launcher.log", "ab")  # noqa: SIM115
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gpuqueue.launcher"], cwd=ROOT, env=self.env,
-            stdout=self.log, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "gpuqueue.launcher"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -122,14 +130,19 @@ class Service:
     def token(self, username: str) -> str:
         env = dict(self.env, GPUQUEUE_EMBEDDED="1")
         out = subprocess.run(
-            [sys.executable, "manage.py", "create_api_token", username], cwd=ROOT, env=env,
-            capture_output=True, text=True, check=True,
+            [sys.executable, "manage.py", "create_api_token", username],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         return out.strip().splitlines()[-1]
 
     def api(self, method: str, path: str, token: str, body: Any = None) -> Any:
         request = urllib.request.Request(
-            f"{self.url}{path}", method=method,
+            f"{self.url}{path}",
+            method=method,
             data=json.dumps(body).encode() if body is not None else None,
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
@@ -167,8 +180,12 @@ def service(tmp_path: Path) -> Iterator[Service]:
 
 def job_body(duration: int, workers: int = 2) -> dict[str, Any]:
     return {
-        "team": "team-a", "flavor": "h100", "name": "e2e", "image": "ghcr.io/acme/train:1",
-        "workers": workers, "gpus_per_worker": 1,
+        "team": "team-a",
+        "flavor": "h100",
+        "name": "e2e",
+        "image": "ghcr.io/acme/train:1",
+        "workers": workers,
+        "gpus_per_worker": 1,
         "annotations": {"gpuqueue.dev/sim-duration-seconds": str(duration)},
     }
 
@@ -193,7 +210,9 @@ def test_make_run_serves_a_job_end_to_end_and_survives_a_restart(service: Servic
     # 3. Stop with a job running: everything stops, nothing is left behind.
     running = service.api("POST", "/api/v1/jobs/", token, job_body(duration=8))
     service.wait_for(token, running["id"], "RUNNING")
-    queued = service.api("POST", "/api/v1/jobs/", token, {**job_body(duration=1), "workers": 9, "gpus_per_worker": 8})
+    queued = service.api(
+        "POST", "/api/v1/jobs/", token, {**job_body(duration=1), "workers": 9, "gpus_per_worker": 8}
+    )
     assert service.stop() == 0
     assert service.leftovers() == []
 

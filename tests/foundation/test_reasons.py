@@ -11,27 +11,66 @@ from gpuqueue.reasons import describe_reason
     ("reason", "sentence"),
     [
         (
-            {"code": "no_capacity", "numbers": {"flavor": "h100", "workers": 4, "gpus_per_worker": 2, "workers_fit": 3, "free": 6}},
+            {
+                "code": "no_capacity",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 4,
+                    "gpus_per_worker": 2,
+                    "workers_fit": 3,
+                    "free": 6,
+                },
+            },
             "Waiting for 8 h100 GPUs as 4 × 2; 3 of 4 workers fit now; 6 GPUs free.",
         ),
         (
-            {"code": "over_limit", "numbers": {"flavor": "h100", "scope": "team", "limit": 16, "in_use": 14, "requested": 4}},
+            {
+                "code": "over_limit",
+                "numbers": {
+                    "flavor": "h100",
+                    "scope": "team",
+                    "limit": 16,
+                    "in_use": 14,
+                    "requested": 4,
+                },
+            },
             "Over the team's limit: 14 of 16 h100 GPUs in use and this job asks for 4.",
         ),
         (
-            {"code": "queued_behind_team", "numbers": {"flavor": "l4", "workers": 1, "gpus_per_worker": 1, "workers_fit": 0, "free": 1, "ahead": 3}},
+            {
+                "code": "queued_behind_team",
+                "numbers": {
+                    "flavor": "l4",
+                    "workers": 1,
+                    "gpus_per_worker": 1,
+                    "workers_fit": 0,
+                    "free": 1,
+                    "ahead": 3,
+                },
+            },
             "Waiting for 1 l4 GPUs as 1 × 1; 0 of 1 workers fit now; 1 GPU free. Queued behind 3 earlier jobs of the team.",
         ),
         (
-            {"code": "waiting_for_preemption", "numbers": {"flavor": "h100", "workers": 2, "gpus_per_worker": 8}, "job_ids": [4, 9]},
+            {
+                "code": "waiting_for_preemption",
+                "numbers": {"flavor": "h100", "workers": 2, "gpus_per_worker": 8},
+                "job_ids": [4, 9],
+            },
             "Waiting for 2 preempted jobs (#4, #9) to checkpoint and release 16 h100 GPUs as 2 × 8.",
         ),
         (
-            {"code": "never_fits", "numbers": {"flavor": "l4", "workers": 1, "gpus_per_worker": 8, "largest_node": 4}},
+            {
+                "code": "never_fits",
+                "numbers": {"flavor": "l4", "workers": 1, "gpus_per_worker": 8, "largest_node": 4},
+            },
             "Can never start: a worker needs 8 l4 GPUs and the largest node has 4.",
         ),
         (
-            {"code": "behind_reservation", "numbers": {"flavor": "h100", "expected_start": None}, "job_ids": [7]},
+            {
+                "code": "behind_reservation",
+                "numbers": {"flavor": "h100", "expected_start": None},
+                "job_ids": [7],
+            },
             "The free h100 GPUs are reserved for starving job #7, expected to start at an unknown time.",
         ),
         (None, "Waiting for the next admission cycle."),

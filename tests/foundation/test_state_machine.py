@@ -14,7 +14,9 @@ ALL_PAIRS = [(a, b) for a in JobState for b in JobState]
 
 
 @pytest.mark.parametrize(("from_state", "to_state"), ALL_PAIRS)
-def test_check_transition_follows_the_table_of_the_design(from_state: JobState, to_state: JobState) -> None:
+def test_check_transition_follows_the_table_of_the_design(
+    from_state: JobState, to_state: JobState
+) -> None:
     if to_state in TRANSITIONS[from_state]:
         check_transition(1, from_state, to_state)
     else:
@@ -34,8 +36,13 @@ def test_a_transition_writes_an_event_with_actor_and_reason(submit: Any) -> None
     assert transition(job, JobState.ADMITTED, reason="fits", actor="cycle", placement={"n1": 1})
     job.refresh_from_db()
     assert job.state == JobState.ADMITTED and job.placement == {"n1": 1}
-    events = list(JobEvent.objects.filter(job=job).values_list("from_state", "to_state", "actor", "reason"))
-    assert events == [("", "PENDING", "user:alice", "submitted"), ("PENDING", "ADMITTED", "cycle", "fits")]
+    events = list(
+        JobEvent.objects.filter(job=job).values_list("from_state", "to_state", "actor", "reason")
+    )
+    assert events == [
+        ("", "PENDING", "user:alice", "submitted"),
+        ("PENDING", "ADMITTED", "cycle", "fits"),
+    ]
 
 
 def test_an_invalid_transition_raises_and_changes_nothing(submit: Any) -> None:

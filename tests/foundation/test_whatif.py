@@ -20,7 +20,11 @@ from gpuqueue.whatif import QuotaSpecError, apply_changes, parse_quota_change, r
 
 def test_a_quota_change_is_parsed_or_refused_with_the_expected_form() -> None:
     change = parse_quota_change("team-b=h100:16:48:2")
-    assert (change.team, change.flavor, change.quota) == ("team-b", "h100", EngineQuota(16, 48, 2.0))
+    assert (change.team, change.flavor, change.quota) == (
+        "team-b",
+        "h100",
+        EngineQuota(16, 48, 2.0),
+    )
     for bad in ("team-b=h100:16:48", "team-b:h100:1:2:1", "team-b=h100:9:8:1", "B=h100:1:2:1"):
         with pytest.raises(QuotaSpecError):
             parse_quota_change(bad)
@@ -36,11 +40,23 @@ def test_changes_apply_to_one_team_and_an_unknown_team_is_refused() -> None:
 
 def test_recorded_durations() -> None:
     now = timezone.now()
-    row = {"started_at": now - timedelta(seconds=50), "finished_at": now, "expected_runtime_seconds": None, "max_runtime_seconds": None}
+    row = {
+        "started_at": now - timedelta(seconds=50),
+        "finished_at": now,
+        "expected_runtime_seconds": None,
+        "max_runtime_seconds": None,
+    }
     assert recorded_duration(row, now) == 50
     assert recorded_duration({**row, "started_at": None}, now) is None  # cancelled before running
-    assert recorded_duration({**row, "finished_at": None, "expected_runtime_seconds": 500}, now) == 500
-    assert recorded_duration({**row, "started_at": None, "finished_at": None, "max_runtime_seconds": 70}, now) == 70
+    assert (
+        recorded_duration({**row, "finished_at": None, "expected_runtime_seconds": 500}, now) == 500
+    )
+    assert (
+        recorded_duration(
+            {**row, "started_at": None, "finished_at": None, "max_runtime_seconds": 70}, now
+        )
+        == 70
+    )
 
 
 def test_raising_a_limit_shortens_that_teams_waits(world: Any, submit: Any, backend: Any) -> None:
@@ -50,14 +66,16 @@ def test_raising_a_limit_shortens_that_teams_waits(world: Any, submit: Any, back
     for _ in range(4):  # four 8-GPU jobs at once, 10 minutes each: one at a time under limit 8
         job = submit(user=world.carol, team=world.team_b, gpus_per_worker=8)
         Job.objects.filter(pk=job.pk).update(
-            state=JobState.SUCCEEDED, submitted_at=start, started_at=start,
+            state=JobState.SUCCEEDED,
+            submitted_at=start,
+            started_at=start,
             finished_at=start + timedelta(minutes=10),
         )
     out = StringIO()
     call_command("whatif", "--days", "2", "--quota", "team-b=h100:8:32:1", stdout=out)
     text = out.getvalue()
     assert "Replayed 4 jobs" in text
-    line = next(l for l in text.splitlines() if l.startswith("team-b"))
+    line = next(row for row in text.splitlines() if row.startswith("team-b"))
     _, jobs, before, after, change = line.split()
     assert jobs == "4" and float(before.rstrip("m")) > 10 and float(after.rstrip("m")) < 1
     assert change == "-100%"

@@ -30,12 +30,16 @@ def run_until_quiet(backend: Any, rounds: int = 4) -> None:
 
 
 def finish(job: Job, backend: Any) -> None:
-    SimulatedWorkload.objects.filter(job_id=job.pk).update(ends_at=timezone.now() - timedelta(seconds=1))
+    SimulatedWorkload.objects.filter(job_id=job.pk).update(
+        ends_at=timezone.now() - timedelta(seconds=1)
+    )
     sync_cluster(backend)
 
 
 def trail(job: Job) -> list[str]:
-    return list(JobEvent.objects.filter(job=job).order_by("at", "id").values_list("to_state", flat=True))
+    return list(
+        JobEvent.objects.filter(job=job).order_by("at", "id").values_list("to_state", flat=True)
+    )
 
 
 def test_1_the_half_placed_gang_creates_nothing_until_all_workers_fit(
@@ -44,7 +48,10 @@ def test_1_the_half_placed_gang_creates_nothing_until_all_workers_fit(
     settings.GPUQUEUE_RECLAIM = False  # only capacity is in question here, not fair share
     sync_cluster(backend)
     # 26 of 32 H100 taken: 6 free, spread so that 3 workers of 2 GPUs fit.
-    fillers = [submit(user=world.carol, team=world.team_b, gpus_per_worker=g, annotations=LONG) for g in (8, 8, 8, 2)]
+    fillers = [
+        submit(user=world.carol, team=world.team_b, gpus_per_worker=g, annotations=LONG)
+        for g in (8, 8, 8, 2)
+    ]
     run_until_quiet(backend)
     assert all(Job.objects.get(pk=j.pk).state == JobState.RUNNING for j in fillers)
     gang = submit(workers=4, gpus_per_worker=2)
@@ -52,10 +59,14 @@ def test_1_the_half_placed_gang_creates_nothing_until_all_workers_fit(
     gang.refresh_from_db()
     assert gang.state == JobState.PENDING
     assert not SimulatedWorkload.objects.filter(job_id=gang.pk).exists()
-    assert describe_reason(gang.pending_reason).startswith("Waiting for 8 h100 GPUs as 4 × 2; 3 of 4 workers fit now; 6 GPUs free")
+    assert describe_reason(gang.pending_reason).startswith(
+        "Waiting for 8 h100 GPUs as 4 × 2; 3 of 4 workers fit now; 6 GPUs free"
+    )
 
 
-def test_2_the_morning_grab_is_reclaimed_for_a_team_under_its_guarantee(world: Any, submit: Any, backend: Any) -> None:
+def test_2_the_morning_grab_is_reclaimed_for_a_team_under_its_guarantee(
+    world: Any, submit: Any, backend: Any
+) -> None:
     sync_cluster(backend)
     grab = [submit(gpus_per_worker=8, annotations=LONG) for _ in range(4)]  # all 32 H100
     run_until_quiet(backend)
@@ -86,8 +97,13 @@ def test_6_production_first_preempts_research_which_resumes_from_its_checkpoint(
     sync_cluster(backend)
     research = [submit(gpus_per_worker=8, priority=0, annotations=LONG) for _ in range(4)]
     run_until_quiet(backend)
-    prod = submit(user=world.bob, gpus_per_worker=8, priority=100, preemptible=False,
-                  annotations={"gpuqueue.dev/sim-duration-seconds": "5"})
+    prod = submit(
+        user=world.bob,
+        gpus_per_worker=8,
+        priority=100,
+        preemptible=False,
+        annotations={"gpuqueue.dev/sim-duration-seconds": "5"},
+    )
     result = run_cycle(backend=backend)
     assert len(result.preempted) == 1
     victim = Job.objects.get(pk=result.preempted[0])
@@ -110,7 +126,14 @@ def test_6_production_first_preempts_research_which_resumes_from_its_checkpoint(
     assert resumed.env["GPUQUEUE_RESUME"] == "1"
     assert resumed.env["GPUQUEUE_CHECKPOINT"] == location
     assert trail(victim) == [
-        "PENDING", "ADMITTED", "RUNNING", "PREEMPTING", "PREEMPTING", "PENDING", "ADMITTED", "RUNNING",
+        "PENDING",
+        "ADMITTED",
+        "RUNNING",
+        "PREEMPTING",
+        "PREEMPTING",
+        "PENDING",
+        "ADMITTED",
+        "RUNNING",
     ]
 
 
@@ -128,7 +151,9 @@ def test_6_non_preemptible_jobs_are_never_touched(world: Any, submit: Any, backe
     del urgent
 
 
-def test_7_the_pipeline_that_retries_gets_exactly_one_job(world: Any, submit: Any, backend: Any) -> None:
+def test_7_the_pipeline_that_retries_gets_exactly_one_job(
+    world: Any, submit: Any, backend: Any
+) -> None:
     first = submit(key="nightly-2026-11-22", workers=2, gpus_per_worker=8)
     for _ in range(3):
         assert submit(key="nightly-2026-11-22", workers=2, gpus_per_worker=8).pk == first.pk
@@ -151,7 +176,9 @@ def test_8_over_the_limit_says_so_with_numbers(world: Any, submit: Any, backend:
     )
 
 
-def test_4_mig_slices_have_their_own_quota(world: Any, submit: Any, backend: Any, cluster_file: Any) -> None:
+def test_4_mig_slices_have_their_own_quota(
+    world: Any, submit: Any, backend: Any, cluster_file: Any
+) -> None:
     import os
 
     from gpuqueue.models import Flavor, Quota
@@ -170,7 +197,10 @@ def test_4_mig_slices_have_their_own_quota(world: Any, submit: Any, backend: Any
     run_until_quiet(backend)
     states = [Job.objects.get(pk=j.pk).state for j in servers]
     assert states.count(JobState.RUNNING) == 3 and states.count(JobState.PENDING) == 1
-    assert all(next(iter(Job.objects.get(pk=j.pk).placement), "a100-mig-0") == "a100-mig-0" for j in servers)
+    assert all(
+        next(iter(Job.objects.get(pk=j.pk).placement), "a100-mig-0") == "a100-mig-0"
+        for j in servers
+    )
     # Slices do not count against the team's whole-GPU quota.
     assert Job.objects.get(pk=h100.pk).state == JobState.RUNNING
     waiting = next(j for j in servers if Job.objects.get(pk=j.pk).state == JobState.PENDING)

@@ -31,7 +31,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--days", type=float, default=7.0, help="how far back to replay")
         parser.add_argument(
-            "--quota", action="append", default=[], metavar="TEAM=FLAVOR:GUARANTEE:LIMIT:WEIGHT",
+            "--quota",
+            action="append",
+            default=[],
+            metavar="TEAM=FLAVOR:GUARANTEE:LIMIT:WEIGHT",
             help="a changed quota; repeat for several",
         )
 
@@ -47,7 +50,9 @@ class Command(BaseCommand):
         flavor_names = set(Flavor.objects.values_list("name", flat=True))
         for change in changes:
             if change.flavor not in flavor_names:
-                raise CommandError(f"no flavor {change.flavor!r}; flavors: {', '.join(sorted(flavor_names))}")
+                raise CommandError(
+                    f"no flavor {change.flavor!r}; flavors: {', '.join(sorted(flavor_names))}"
+                )
         now = timezone.now()
         since = now - timedelta(days=days)
         teams = load_snapshot(now).teams
@@ -61,9 +66,19 @@ class Command(BaseCommand):
             for n in Node.objects.filter(ready=True)
         )
         rows = Job.objects.filter(submitted_at__gte=since).values(
-            "id", "user_id", "submitted_at", "started_at", "finished_at", "workers",
-            "gpus_per_worker", "priority", "preemptible", "expected_runtime_seconds",
-            "max_runtime_seconds", team_slug=F("team__slug"), flavor_name=F("flavor__name"),
+            "id",
+            "user_id",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+            "workers",
+            "gpus_per_worker",
+            "priority",
+            "preemptible",
+            "expected_runtime_seconds",
+            "max_runtime_seconds",
+            team_slug=F("team__slug"),
+            flavor_name=F("flavor__name"),
         )
         jobs = to_sim_jobs(rows, since, now)
         if not jobs:
@@ -76,7 +91,9 @@ class Command(BaseCommand):
             f"Replayed {len(jobs)} jobs from the last {days:g} days on {cluster.capacity()} GPUs "
             f"({len(cluster.nodes)} nodes)."
         )
-        self.stdout.write(f"{'team':16} {'jobs':>6} {'wait now':>10} {'wait after':>11} {'change':>8}")
+        self.stdout.write(
+            f"{'team':16} {'jobs':>6} {'wait now':>10} {'wait after':>11} {'change':>8}"
+        )
         for delta in compare(before, after):
             self.stdout.write(
                 f"{delta.team:16} {delta.jobs:6d} {delta.wait_before_s / 60:9.1f}m "
