@@ -62,6 +62,10 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
                 continue
             with transaction.atomic():
                 transition(
-                    job, JobState.FAILED, reason=f"the cluster refused the job: {exc}",
-                    actor="cluster", message=str(exc), finished_at=timezone.now(),
+                    job,
+                    JobState.FAILED,
+                    reason=f"the cluster refused the job: {exc}",
+                    actor="cluster",
+                    message=str(exc),
+                    finished_at=timezone.now(),
                 )

@@ -20,7 +20,9 @@ class Flavor(models.Model):
         max_length=253, help_text="e.g. nvidia.com/gpu or nvidia.com/mig-1g.10gb"
     )
     node_selector = models.JSONField(
-        default=dict, blank=True, help_text='labels a node must carry, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}'
+        default=dict,
+        blank=True,
+        help_text='labels a node must carry, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}',
     )
     description = models.CharField(max_length=200, blank=True)
 
@@ -98,7 +100,9 @@ class JobQuerySet(models.QuerySet["Job"]):
 
 class Job(models.Model):
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
     name = models.CharField(max_length=63)
     image = models.CharField(max_length=512)
     command = models.JSONField(default=list, blank=True)

@@ -260,24 +260,28 @@ GPUQUEUE_API_MAX_BODY_BYTES = env_int("GPUQUEUE_API_MAX_BODY_BYTES", 64 * 1024, 
 # With a value, /metrics wants `Authorization: Bearer <it>`; empty leaves it open to scrapers.
 GPUQUEUE_METRICS_TOKEN = env_str("GPUQUEUE_METRICS_TOKEN")
 
-REST_FRAMEWORK.update({
-    "DEFAULT_PARSER_CLASSES": ["gpuqueue.api.parsers.LimitedJSONParser"],
-    "DEFAULT_THROTTLE_CLASSES": ["gpuqueue.api.throttling.TokenRateThrottle"],
-    "DEFAULT_SCHEMA_CLASS": "gpuqueue.api.schema.GpuqueueAutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "gpuqueue.api.pagination.NewestFirst",
-})
-SPECTACULAR_SETTINGS.update({
-    "DESCRIPTION": "Submit and follow GPU jobs; manage teams, quotas, tokens. "
-    "Authenticate with `Authorization: Bearer gq_…`. Errors: "
-    '{"error": {"code", "message", "fields"}}.',
-    "SERVE_INCLUDE_SCHEMA": False,
-    "COMPONENT_SPLIT_REQUEST": True,
-    "SCHEMA_PATH_PREFIX": "/api/v1",
-    "ENUM_NAME_OVERRIDES": {
-        "JobStateEnum": "gpuqueue.states.JobState",
-        "RoleEnum": "teams.models.Role",
-    },
-})
+REST_FRAMEWORK.update(
+    {
+        "DEFAULT_PARSER_CLASSES": ["gpuqueue.api.parsers.LimitedJSONParser"],
+        "DEFAULT_THROTTLE_CLASSES": ["gpuqueue.api.throttling.TokenRateThrottle"],
+        "DEFAULT_SCHEMA_CLASS": "gpuqueue.api.schema.GpuqueueAutoSchema",
+        "DEFAULT_PAGINATION_CLASS": "gpuqueue.api.pagination.NewestFirst",
+    }
+)
+SPECTACULAR_SETTINGS.update(
+    {
+        "DESCRIPTION": "Submit and follow GPU jobs; manage teams, quotas, tokens. "
+        "Authenticate with `Authorization: Bearer gq_…`. Errors: "
+        '{"error": {"code", "message", "fields"}}.',
+        "SERVE_INCLUDE_SCHEMA": False,
+        "COMPONENT_SPLIT_REQUEST": True,
+        "SCHEMA_PATH_PREFIX": "/api/v1",
+        "ENUM_NAME_OVERRIDES": {
+            "JobStateEnum": "gpuqueue.states.JobState",
+            "RoleEnum": "teams.models.Role",
+        },
+    }
+)
 MIDDLEWARE.insert(0, "gpuqueue.metrics.ApiLatencyMiddleware")
 # The worker times the admission cycle through Celery signals connected in gpuqueue.metrics.
 CELERY_IMPORTS = ["gpuqueue.metrics"]

@@ -11,8 +11,12 @@ from gpuqueue.services.cluster_sync import sync_cluster
 
 
 @shared_task(
-    name="gpuqueue.run_admission_cycle", acks_late=True, ignore_result=True,
-    autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3,
+    name="gpuqueue.run_admission_cycle",
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=3,
 )
 def run_admission_cycle() -> dict[str, object]:
     result = run_cycle()
@@ -20,16 +24,24 @@ def run_admission_cycle() -> dict[str, object]:
 
 
 @shared_task(
-    name="gpuqueue.refresh_forecasts", acks_late=True, ignore_result=True,
-    autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3,
+    name="gpuqueue.refresh_forecasts",
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=3,
 )
 def refresh_forecasts_task() -> int:
     return refresh_forecasts()
 
 
 @shared_task(
-    name="gpuqueue.sync_cluster", acks_late=True, ignore_result=True,
-    autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3,
+    name="gpuqueue.sync_cluster",
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=3,
 )
 def sync_cluster_task() -> dict[str, object]:
     result = sync_cluster(get_backend())
@@ -48,8 +60,12 @@ def submit_demo_jobs() -> int:
 
 
 @shared_task(
-    name="gpuqueue.sample_utilization", acks_late=True, ignore_result=True,
-    autoretry_for=(OperationalError,), retry_backoff=True, max_retries=3,
+    name="gpuqueue.sample_utilization",
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=3,
 )
 def sample_utilization_task() -> int:
     """Every minute: GPUs allocated against capacity, and idle iron (gpuqueue/utilization.py)."""

@@ -115,7 +115,10 @@ def _follow(job: Job, status: WorkloadStatus | None, now: datetime) -> tuple[int
         return _requeue_after_stop(job, f"gang broken: {status.message}; requeued")
     if status.phase is Phase.RUNNING and job.state == JobState.ADMITTED:
         moved = transition(
-            job, JobState.RUNNING, reason="every worker is running", actor=ACTOR,
+            job,
+            JobState.RUNNING,
+            reason="every worker is running",
+            actor=ACTOR,
             started_at=status.since or now,
         )
         return int(moved), False
@@ -123,7 +126,8 @@ def _follow(job: Job, status: WorkloadStatus | None, now: datetime) -> tuple[int
         timeout = timedelta(seconds=settings.GPUQUEUE_GANG_READY_TIMEOUT_SECONDS)
         if job.admitted_at and now - job.admitted_at > timeout:
             return _requeue_after_stop(
-                job, f"gang not ready within {timeout.total_seconds():.0f} s"
+                job,
+                f"gang not ready within {timeout.total_seconds():.0f} s"
                 f"{': ' + status.message if status.message else ''}; requeued",
             )
     return 0, False
@@ -143,6 +147,3 @@ def _finish(job: Job, status: WorkloadStatus) -> int:
     if to is JobState.FAILED:
         changes["message"] = status.message
     return int(transition(job, to, reason=reason, actor=ACTOR, **changes))
-
-
-
