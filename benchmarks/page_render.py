@@ -64,20 +64,40 @@ def build_world(job_count: int) -> dict[str, int]:
     rng = random.Random(6)
     User = get_user_model()
     flavors = {
-        "h100": Flavor.objects.create(name="h100", resource_name="nvidia.com/gpu",
-                                      node_selector={"nvidia.com/gpu.product": "H100"}),
-        "l4": Flavor.objects.create(name="l4", resource_name="nvidia.com/gpu",
-                                    node_selector={"nvidia.com/gpu.product": "L4"}),
+        "h100": Flavor.objects.create(
+            name="h100",
+            resource_name="nvidia.com/gpu",
+            node_selector={"nvidia.com/gpu.product": "H100"},
+        ),
+        "l4": Flavor.objects.create(
+            name="l4",
+            resource_name="nvidia.com/gpu",
+            node_selector={"nvidia.com/gpu.product": "L4"},
+        ),
         "mig": Flavor.objects.create(name="mig-1g-10gb", resource_name="nvidia.com/mig-1g.10gb"),
     }
-    nodes = [Node(name=f"h100-{i:02d}", capacity={"nvidia.com/gpu": 8},
-                  labels={"nvidia.com/gpu.product": "H100"}) for i in range(64)]
-    nodes += [Node(name=f"l4-{i:02d}", capacity={"nvidia.com/gpu": 4},
-                   labels={"nvidia.com/gpu.product": "L4"}) for i in range(16)]
+    nodes = [
+        Node(
+            name=f"h100-{i:02d}",
+            capacity={"nvidia.com/gpu": 8},
+            labels={"nvidia.com/gpu.product": "H100"},
+        )
+        for i in range(64)
+    ]
+    nodes += [
+        Node(
+            name=f"l4-{i:02d}",
+            capacity={"nvidia.com/gpu": 4},
+            labels={"nvidia.com/gpu.product": "L4"},
+        )
+        for i in range(16)
+    ]
     nodes.append(Node(name="a100-mig-0", capacity={"nvidia.com/mig-1g.10gb": 7}))
     nodes[5].cordoned, nodes[9].ready = True, False
     Node.objects.bulk_create(nodes)
-    teams = [Team.objects.create(slug=s, name=s, namespace=s) for s in ("team-a", "team-b", "infer")]
+    teams = [
+        Team.objects.create(slug=s, name=s, namespace=s) for s in ("team-a", "team-b", "infer")
+    ]
     for team in teams:
         Quota.objects.create(team=team, flavor=flavors["h100"], guarantee=128, limit=384)
         Quota.objects.create(team=team, flavor=flavors["l4"], guarantee=16, limit=48)
@@ -86,8 +106,9 @@ def build_world(job_count: int) -> dict[str, int]:
     users = []
     for i in range(30):
         user = User.objects.create_user(f"user{i}", password="x")
-        Membership.objects.create(user=user, team=teams[i % 3],
-                                  role=Role.ADMIN if i < 3 else Role.MEMBER)
+        Membership.objects.create(
+            user=user, team=teams[i % 3], role=Role.ADMIN if i < 3 else Role.MEMBER
+        )
         users.append(user)
 
     # Holding jobs first, placed on schedulable nodes so that no node is over-full.
@@ -97,23 +118,49 @@ def build_world(job_count: int) -> dict[str, int]:
         for _ in range(rng.choice([6, 7, 8])):
             rows.append(Job(state=JobState.RUNNING, flavor=flavors["h100"], placement={name: 1}))
     for n in nodes[64:80]:
-        rows.append(Job(state=JobState.RUNNING, flavor=flavors["l4"], placement={n.name: 2},
-                        gpus_per_worker=2))
+        rows.append(
+            Job(
+                state=JobState.RUNNING,
+                flavor=flavors["l4"],
+                placement={n.name: 2},
+                gpus_per_worker=2,
+            )
+        )
     holding = len(rows)
     pending = 2000
     for i in range(pending):
-        rows.append(Job(state=JobState.PENDING, flavor=flavors["h100"],
-                        workers=rng.choice([1, 1, 1, 2, 4]), gpus_per_worker=rng.choice([1, 2, 8]),
-                        pending_reason={"code": "no_capacity", "numbers": {
-                            "flavor": "h100", "workers": 4, "gpus_per_worker": 8,
-                            "workers_fit": 1, "free": 12}},
-                        queue_position=i // 3 + 1, cluster_position=i + 1,
-                        estimated_start=timezone.now() + timedelta(minutes=i)))
+        rows.append(
+            Job(
+                state=JobState.PENDING,
+                flavor=flavors["h100"],
+                workers=rng.choice([1, 1, 1, 2, 4]),
+                gpus_per_worker=rng.choice([1, 2, 8]),
+                pending_reason={
+                    "code": "no_capacity",
+                    "numbers": {
+                        "flavor": "h100",
+                        "workers": 4,
+                        "gpus_per_worker": 8,
+                        "workers_fit": 1,
+                        "free": 12,
+                    },
+                },
+                queue_position=i // 3 + 1,
+                cluster_position=i + 1,
+                estimated_start=timezone.now() + timedelta(minutes=i),
+            )
+        )
     finals = [JobState.SUCCEEDED] * 8 + [JobState.FAILED, JobState.CANCELLED]
     now = timezone.now()
     while len(rows) < job_count:
-        rows.append(Job(state=rng.choice(finals), flavor=flavors[rng.choice(["h100"] * 6 + ["l4", "mig"])],
-                        finished_at=now, attempts=1))
+        rows.append(
+            Job(
+                state=rng.choice(finals),
+                flavor=flavors[rng.choice(["h100"] * 6 + ["l4", "mig"])],
+                finished_at=now,
+                attempts=1,
+            )
+        )
     rng.shuffle(rows)
     for i, job in enumerate(rows):
         user = users[i % len(users)]
@@ -130,11 +177,25 @@ def build_world(job_count: int) -> dict[str, int]:
         )
     events = []
     for job_id, state in Job.objects.values_list("id", "state").iterator(chunk_size=10000):
-        events.append(JobEvent(job_id=job_id, from_state="", to_state=JobState.PENDING,
-                               reason="submitted", actor="user:bench"))
+        events.append(
+            JobEvent(
+                job_id=job_id,
+                from_state="",
+                to_state=JobState.PENDING,
+                reason="submitted",
+                actor="user:bench",
+            )
+        )
         if state != JobState.PENDING:
-            events.append(JobEvent(job_id=job_id, from_state=JobState.PENDING, to_state=state,
-                                   reason="bench", actor="cycle"))
+            events.append(
+                JobEvent(
+                    job_id=job_id,
+                    from_state=JobState.PENDING,
+                    to_state=state,
+                    reason="bench",
+                    actor="cycle",
+                )
+            )
     JobEvent.objects.bulk_create(events, batch_size=10000)
 
     # A week of samples, one a minute, per flavor for the cluster and each team.
@@ -144,20 +205,46 @@ def build_world(job_count: int) -> dict[str, int]:
         at = start + timedelta(minutes=minute)
         for flavor, capacity in ((flavors["h100"], 512), (flavors["l4"], 64), (flavors["mig"], 7)):
             allocated = [rng.randrange(capacity // 4) for _ in teams]
-            samples.append(UtilizationSample(at=at, flavor=flavor, capacity=capacity,
-                                             allocated=sum(allocated), pending=rng.randrange(40)))
-            samples += [UtilizationSample(at=at, flavor=flavor, team=t, capacity=capacity,
-                                          allocated=a, pending=rng.randrange(10))
-                        for t, a in zip(teams, allocated, strict=True)]
-            idle.append(IdleIronSample(at=at, flavor=flavor, free=capacity - sum(allocated),
-                                       waiting_fit=rng.randrange(8)))
+            samples.append(
+                UtilizationSample(
+                    at=at,
+                    flavor=flavor,
+                    capacity=capacity,
+                    allocated=sum(allocated),
+                    pending=rng.randrange(40),
+                )
+            )
+            samples += [
+                UtilizationSample(
+                    at=at,
+                    flavor=flavor,
+                    team=t,
+                    capacity=capacity,
+                    allocated=a,
+                    pending=rng.randrange(10),
+                )
+                for t, a in zip(teams, allocated, strict=True)
+            ]
+            idle.append(
+                IdleIronSample(
+                    at=at,
+                    flavor=flavor,
+                    free=capacity - sum(allocated),
+                    waiting_fit=rng.randrange(8),
+                )
+            )
     UtilizationSample.objects.bulk_create(samples, batch_size=10000)
     IdleIronSample.objects.bulk_create(idle, batch_size=10000)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     some_job = Job.objects.filter(team=teams[0]).order_by("-id").first()
-    return {"root": root.pk, "member": users[3].pk, "job": some_job.pk, "holding": holding,
-            "pending": pending}
+    return {
+        "root": root.pk,
+        "member": users[3].pk,
+        "job": some_job.pk,
+        "holding": holding,
+        "pending": pending,
+    }
 
 
 def existing_world() -> dict[str, int] | None:
@@ -173,9 +260,13 @@ def existing_world() -> dict[str, int] | None:
         return None
     member = User.objects.get(username="user3")
     job = Job.objects.filter(team=member.memberships.first().team).order_by("-id").first()
-    return {"root": root.pk, "member": member.pk, "job": job.pk,
-            "holding": Job.objects.filter(state__in=HOLDING).count(),
-            "pending": Job.objects.filter(state=JobState.PENDING).count()}
+    return {
+        "root": root.pk,
+        "member": member.pk,
+        "job": job.pk,
+        "holding": Job.objects.filter(state__in=HOLDING).count(),
+        "pending": Job.objects.filter(state=JobState.PENDING).count(),
+    }
 
 
 def measure(repeat: int, ids: dict[str, int]) -> list[tuple[str, str, float, float, int]]:
@@ -232,8 +323,14 @@ def show_queries(ids: dict[str, int]) -> None:
     for user_id in (ids["root"], ids["member"]):
         client = Client()
         client.force_login(User.objects.get(pk=user_id))
-        for url in ("/", "/?state=finished&page=40&team=team-a", "/queues/", "/cluster/",
-                    "/utilization/?window=day", "/utilization/?window=week"):
+        for url in (
+            "/",
+            "/?state=finished&page=40&team=team-a",
+            "/queues/",
+            "/cluster/",
+            "/utilization/?window=day",
+            "/utilization/?window=week",
+        ):
             client.get(url)
             with CaptureQueriesContext(connection) as queries:
                 client.get(url)
@@ -247,10 +344,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=15)
-    parser.add_argument("--keep", metavar="DIR",
-                        help="keep the database in DIR and reuse it on the next run")
-    parser.add_argument("--queries", action="store_true",
-                        help="also print each page's queries that take over 5 ms")
+    parser.add_argument(
+        "--keep", metavar="DIR", help="keep the database in DIR and reuse it on the next run"
+    )
+    parser.add_argument(
+        "--queries", action="store_true", help="also print each page's queries that take over 5 ms"
+    )
     args = parser.parse_args()
     server, tmp = start_database(args.keep)
     try:
@@ -264,8 +363,10 @@ def main() -> int:
         ids = existing_world() if args.keep else None
         if ids is None:
             ids = build_world(args.jobs)
-        print(f"built {args.jobs:,} jobs ({ids['holding']} holding GPUs, {ids['pending']} "
-              f"pending), 2 events each, a week of samples in {time.perf_counter() - started:.0f} s")
+        print(
+            f"built {args.jobs:,} jobs ({ids['holding']} holding GPUs, {ids['pending']} "
+            f"pending), 2 events each, a week of samples in {time.perf_counter() - started:.0f} s"
+        )
         if args.queries:
             show_queries(ids)
         results = measure(args.repeat, ids)

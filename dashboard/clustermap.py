@@ -91,9 +91,15 @@ def cluster_map(visible_job_ids: set[int] | None = None) -> tuple[list[FlavorMap
     for node in Node.objects.order_by("name"):
         for flavor, gpus in node_capacity_by_flavor(node.capacity, node.labels, flavors).items():
             external = int(node.used_externally.get(by_resource[flavor], 0) or 0)
-            maps[flavor].nodes.append(NodeView(
-                node.name, gpus, node.ready, node.cordoned, node.drained,
-                node_cells(gpus, holders.get((node.name, flavor), []), external),
-            ))
+            maps[flavor].nodes.append(
+                NodeView(
+                    node.name,
+                    gpus,
+                    node.ready,
+                    node.cordoned,
+                    node.drained,
+                    node_cells(gpus, holders.get((node.name, flavor), []), external),
+                )
+            )
     colours = team_colours(list(Team.objects.values_list("slug", flat=True)))
     return [m for m in maps.values() if m.nodes], colours

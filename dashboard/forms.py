@@ -17,7 +17,11 @@ from gpuqueue.services.errors import Refused
 from teams.models import Role, Team
 
 INT_FIELDS = (
-    "workers", "gpus_per_worker", "priority", "checkpoint_grace_seconds", "max_runtime_seconds",
+    "workers",
+    "gpus_per_worker",
+    "priority",
+    "checkpoint_grace_seconds",
+    "max_runtime_seconds",
     "expected_runtime_seconds",
 )
 MAP_FIELDS = ("env", "labels", "annotations")
@@ -26,22 +30,33 @@ MAP_FIELDS = ("env", "labels", "annotations")
 # nodes. Values are what the form shows; the user can change any of them before submitting.
 PRESETS: dict[str, dict[str, Any]] = {
     "notebook": {
-        "title": "Notebook, 1 × 1 GPU", "name": "notebook",
-        "image": "quay.io/jupyter/pytorch-notebook:2024-10-07", "command": "start-notebook.py",
-        "workers": "1", "gpus_per_worker": "1", "preemptible": False,
+        "title": "Notebook, 1 × 1 GPU",
+        "name": "notebook",
+        "image": "quay.io/jupyter/pytorch-notebook:2024-10-07",
+        "command": "start-notebook.py",
+        "workers": "1",
+        "gpus_per_worker": "1",
+        "preemptible": False,
         "expected_runtime_seconds": "14400",
     },
     "training": {
-        "title": "Training, 1 × 8 GPUs", "name": "train",
-        "image": "ghcr.io/acme/train:1.0", "command": "torchrun --nproc-per-node 8 train.py",
-        "workers": "1", "gpus_per_worker": "8", "preemptible": True,
+        "title": "Training, 1 × 8 GPUs",
+        "name": "train",
+        "image": "ghcr.io/acme/train:1.0",
+        "command": "torchrun --nproc-per-node 8 train.py",
+        "workers": "1",
+        "gpus_per_worker": "8",
+        "preemptible": True,
         "expected_runtime_seconds": "21600",
     },
     "distributed": {
-        "title": "Distributed, 4 × 8 GPUs", "name": "train-distributed",
+        "title": "Distributed, 4 × 8 GPUs",
+        "name": "train-distributed",
         "image": "ghcr.io/acme/train:1.0",
         "command": "torchrun --nnodes 4 --nproc-per-node 8 train.py",
-        "workers": "4", "gpus_per_worker": "8", "preemptible": True,
+        "workers": "4",
+        "gpus_per_worker": "8",
+        "preemptible": True,
         "expected_runtime_seconds": "43200",
     },
 }
@@ -103,40 +118,61 @@ class SubmitForm(ApiForm):
         required=False, help_text="As in a shell: words split on spaces, quotes kept together."
     )
     workers = forms.CharField(
-        required=False, initial="1", widget=forms.NumberInput(attrs={"min": 1}),
+        required=False,
+        initial="1",
+        widget=forms.NumberInput(attrs={"min": 1}),
         help_text="Gang size: all workers start together or none does.",
     )
     gpus_per_worker = forms.CharField(
-        required=False, initial="1", label="GPUs per worker",
+        required=False,
+        initial="1",
+        label="GPUs per worker",
         widget=forms.NumberInput(attrs={"min": 1}),
     )
     priority = forms.CharField(
-        required=False, initial="0", widget=forms.NumberInput,
+        required=False,
+        initial="0",
+        widget=forms.NumberInput,
         help_text="Within the team: higher runs first and may preempt lower.",
     )
     preemptible = forms.BooleanField(
-        required=False, initial=True,
+        required=False,
+        initial=True,
         help_text="May be stopped (after a checkpoint signal) to make room; non-preemptible "
         "jobs may only use the team's guarantee.",
     )
     checkpoint_grace_seconds = forms.CharField(
-        required=False, label="Checkpoint grace (seconds)", widget=forms.NumberInput(attrs={"min": 0})
+        required=False,
+        label="Checkpoint grace (seconds)",
+        widget=forms.NumberInput(attrs={"min": 0}),
     )
     max_runtime_seconds = forms.CharField(
-        required=False, label="Maximum runtime (seconds)", widget=forms.NumberInput(attrs={"min": 1})
+        required=False,
+        label="Maximum runtime (seconds)",
+        widget=forms.NumberInput(attrs={"min": 1}),
     )
     expected_runtime_seconds = forms.CharField(
-        required=False, label="Expected runtime (seconds)",
-        widget=forms.NumberInput(attrs={"min": 1}), help_text="Improves the estimated starts.",
+        required=False,
+        label="Expected runtime (seconds)",
+        widget=forms.NumberInput(attrs={"min": 1}),
+        help_text="Improves the estimated starts.",
     )
     env = forms.CharField(
-        required=False, label="Environment", widget=forms.Textarea(attrs={"rows": 2}),
+        required=False,
+        label="Environment",
+        widget=forms.Textarea(attrs={"rows": 2}),
         help_text="KEY=value, one per line.",
     )
-    labels = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
-                             help_text="key=value, one per line.")
-    annotations = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
-                                  help_text="key=value, one per line.")
+    labels = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="key=value, one per line.",
+    )
+    annotations = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="key=value, one per line.",
+    )
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -218,9 +254,7 @@ class QuotaForm(ApiForm):
     guarantee = forms.CharField(widget=forms.NumberInput(attrs={"min": 0}))
     limit = forms.CharField(widget=forms.NumberInput(attrs={"min": 0}))
     weight = forms.CharField(widget=forms.NumberInput(attrs={"min": 0, "step": "any"}))
-    oversubscribe = forms.BooleanField(
-        required=False, label="allow guarantees beyond capacity"
-    )
+    oversubscribe = forms.BooleanField(required=False, label="allow guarantees beyond capacity")
 
     def save_with_api(self, request: Any, team: Team, flavor: Flavor) -> Quota | None:
         """Validate with the API's QuotaSerializer and save through set_quota; None with the
@@ -231,9 +265,12 @@ class QuotaForm(ApiForm):
             return None
         data = self.cleaned_data
         body = {
-            "team": team.slug, "flavor": flavor.name,
-            "guarantee": _int_or_text(data["guarantee"]), "limit": _int_or_text(data["limit"]),
-            "weight": data["weight"], "oversubscribe": bool(data.get("oversubscribe")),
+            "team": team.slug,
+            "flavor": flavor.name,
+            "guarantee": _int_or_text(data["guarantee"]),
+            "limit": _int_or_text(data["limit"]),
+            "weight": data["weight"],
+            "oversubscribe": bool(data.get("oversubscribe")),
         }
         instance = Quota.objects.filter(team=team, flavor=flavor).first()
         serializer = QuotaSerializer(instance, data=body, context={"request": request})
@@ -262,8 +299,13 @@ class RoleForm(forms.Form):
 
 
 class TokenForm(forms.Form):
-    name = forms.CharField(max_length=100, help_text="What the token is for, e.g. nightly-pipeline.")
+    name = forms.CharField(
+        max_length=100, help_text="What the token is for, e.g. nightly-pipeline."
+    )
     expires_in_days = forms.IntegerField(
-        required=False, min_value=1, max_value=3650, label="Expires in (days)",
+        required=False,
+        min_value=1,
+        max_value=3650,
+        label="Expires in (days)",
         help_text="Leave empty for a token that does not expire.",
     )

@@ -80,6 +80,7 @@ def bar_scale(rows: Sequence[tuple[int, int, int, int]]) -> int:
 
 # --- Time-series charts -------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class Tick:
     pos: float
@@ -139,7 +140,7 @@ def step_path(points: Sequence[tuple[float, float]]) -> str:
     if not points:
         return ""
     parts = [f"M{points[0][0]},{points[0][1]}"]
-    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+    for (_, y0), (x1, y1) in zip(points, points[1:], strict=False):
         if y1 != y0:
             parts.append(f"H{x1}V{y1}")
         else:
@@ -204,15 +205,28 @@ def stacked_chart(
             lower = [(x, _y(v, y_max)) for x, v in zip(xs_ext, [*below, *below[-1:]], strict=False)]
             areas.append(Area(name, colour, band_path(upper, lower)))
         below = above
-    cap_points = [(x, _y(v, y_max)) for x, v in zip(xs_ext, [*capacity, *capacity[-1:]], strict=False)]
+    cap_points = [
+        (x, _y(v, y_max)) for x, v in zip(xs_ext, [*capacity, *capacity[-1:]], strict=False)
+    ]
     y_ticks = tuple(Tick(_y(v, y_max), str(v)) for v in sorted({0, y_max // 2, y_max}))
     return Chart(
-        WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM, tuple(areas), step_path(cap_points),
-        time_ticks(start, end), y_ticks, y_max, empty=not times,
+        WIDTH,
+        HEIGHT,
+        LEFT,
+        RIGHT,
+        TOP,
+        BOTTOM,
+        tuple(areas),
+        step_path(cap_points),
+        time_ticks(start, end),
+        y_ticks,
+        y_max,
+        empty=not times,
     )
 
 
 # --- The cluster map ----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class Cell:

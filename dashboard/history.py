@@ -102,7 +102,8 @@ def utilization_history(window: str, now: datetime | None = None) -> History:
     for row in rows:
         key = (row["flavor_id"], row["team_id"])
         series[key[0]][key[1]][row["bucket"]] = (
-            row["capacity"] / row["n"], row["allocated"] / row["n"],
+            row["capacity"] / row["n"],
+            row["allocated"] / row["n"],
         )
         capacity, allocated = totals[key]
         totals[key] = (capacity + row["capacity"] * hours, allocated + row["allocated"] * hours)
@@ -120,8 +121,11 @@ def utilization_history(window: str, now: datetime | None = None) -> History:
         cluster = by_team.get(None, {})
         times = sorted(cluster)
         stacks = [
-            (teams[team_id], colours[teams[team_id]],
-             [by_team[team_id].get(t, (0.0, 0.0))[1] for t in times])
+            (
+                teams[team_id],
+                colours[teams[team_id]],
+                [by_team[team_id].get(t, (0.0, 0.0))[1] for t in times],
+            )
             for team_id in sorted((k for k in by_team if k is not None), key=lambda k: teams[k])
         ]
         chart = stacked_chart(times, [cluster[t][0] for t in times], stacks, start, end)
@@ -130,12 +134,23 @@ def utilization_history(window: str, now: datetime | None = None) -> History:
         team_hours = []
         for team_id in sorted((k for k in by_team if k is not None), key=lambda k: teams[k]):
             team_alloc = totals.get((flavor_id, team_id), (0.0, 0.0))[1]
-            team_hours.append(TeamHours(
-                teams[team_id], colours[teams[team_id]], round(team_alloc, 1),
-                round(team_alloc * 100 / allocated_hours) if allocated_hours else 0,
-            ))
-        out.append(FlavorHistory(
-            name, chart, round(capacity_hours, 1), round(allocated_hours, 1),
-            round(free_hours, 1), round(idle_hours, 1), team_hours,
-        ))
+            team_hours.append(
+                TeamHours(
+                    teams[team_id],
+                    colours[teams[team_id]],
+                    round(team_alloc, 1),
+                    round(team_alloc * 100 / allocated_hours) if allocated_hours else 0,
+                )
+            )
+        out.append(
+            FlavorHistory(
+                name,
+                chart,
+                round(capacity_hours, 1),
+                round(allocated_hours, 1),
+                round(free_hours, 1),
+                round(idle_hours, 1),
+                team_hours,
+            )
+        )
     return History(window, start, end, out, colours)

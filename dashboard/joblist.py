@@ -21,9 +21,14 @@ STATE_GROUPS: dict[str, frozenset[str]] = {
     **{s.value.lower(): frozenset({s.value}) for s in JobState},
 }
 STATE_LABELS = [
-    ("", "any state"), ("active", "active (pending or holding GPUs)"), ("pending", "pending"),
-    ("holding", "admitted, running or preempting"), ("running", "running"),
-    ("finished", "finished"), ("succeeded", "succeeded"), ("failed", "failed"),
+    ("", "any state"),
+    ("active", "active (pending or holding GPUs)"),
+    ("pending", "pending"),
+    ("holding", "admitted, running or preempting"),
+    ("running", "running"),
+    ("finished", "finished"),
+    ("succeeded", "succeeded"),
+    ("failed", "failed"),
     ("cancelled", "cancelled"),
 ]
 
@@ -46,9 +51,12 @@ class JobFilter:
         except ValueError:
             page = 1
         return cls(
-            team=params.get("team", "")[:63], flavor=params.get("flavor", "")[:63],
-            state=state if state in STATE_GROUPS else "", mine=params.get("mine") == "1",
-            q=params.get("q", "").strip()[:63], page=page,
+            team=params.get("team", "")[:63],
+            flavor=params.get("flavor", "")[:63],
+            state=state if state in STATE_GROUPS else "",
+            mine=params.get("mine") == "1",
+            q=params.get("q", "").strip()[:63],
+            page=page,
         )
 
     def query(self, page: int | None = None) -> str:
@@ -97,7 +105,7 @@ def job_page(user: Any, job_filter: JobFilter) -> JobPage:
     rows = list(
         jobs.select_related("team", "flavor", "user")
         .defer("env", "labels", "annotations", "command", "checkpoint_token_hash")
-        .order_by("-submitted_at", "-id")[offset:offset + PAGE_SIZE + 1]
+        .order_by("-submitted_at", "-id")[offset : offset + PAGE_SIZE + 1]
     )
     return JobPage(rows[:PAGE_SIZE], job_filter.page, len(rows) > PAGE_SIZE)
 
@@ -108,8 +116,11 @@ def active_counts(user: Any) -> dict[str, int]:
     if not getattr(user, "is_authenticated", False):
         return {}
     rows = (
-        Job.objects.visible_to(user).filter(state__in=[s.value for s in ACTIVE])
-        .values("state").annotate(n=Count("id")).order_by()
+        Job.objects.visible_to(user)
+        .filter(state__in=[s.value for s in ACTIVE])
+        .values("state")
+        .annotate(n=Count("id"))
+        .order_by()
     )
     counts = {row["state"]: row["n"] for row in rows}
     return {s.value: counts.get(s.value, 0) for s in JobState if s in ACTIVE}

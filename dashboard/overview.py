@@ -66,11 +66,14 @@ def demand_snapshot(usage: list[FlavorUsage], now: datetime) -> m.Snapshot:
         external = {
             name: int(node.used_externally.get(by_resource[name], 0) or 0) for name in capacity
         }
-        nodes.append(m.Node(
-            name=node.name, capacity=capacity,
-            used_externally={k: v for k, v in external.items() if v},
-            schedulable=node.schedulable,
-        ))
+        nodes.append(
+            m.Node(
+                name=node.name,
+                capacity=capacity,
+                used_externally={k: v for k, v in external.items() if v},
+                schedulable=node.schedulable,
+            )
+        )
     quotas: dict[str, dict[str, m.Quota]] = {}
     parents: dict[str, str | None] = {}
     for team in Team.objects.select_related("parent").order_by("slug"):
@@ -84,21 +87,39 @@ def demand_snapshot(usage: list[FlavorUsage], now: datetime) -> m.Snapshot:
     for flavor in usage:
         for t in flavor.teams:
             if t.allocated:
-                running.append(m.RunningJob(
-                    id=len(running) + 1, team=t.team, user="", flavor=flavor.flavor,
-                    gpus_per_worker=1, placement=(("", t.allocated),), priority=0,
-                    preemptible=True, started_at=0.0,
-                ))
+                running.append(
+                    m.RunningJob(
+                        id=len(running) + 1,
+                        team=t.team,
+                        user="",
+                        flavor=flavor.flavor,
+                        gpus_per_worker=1,
+                        placement=(("", t.allocated),),
+                        priority=0,
+                        preemptible=True,
+                        started_at=0.0,
+                    )
+                )
             if t.pending_gpus:
-                pending.append(m.PendingJob(
-                    id=len(pending) + 1, team=t.team, user="", flavor=flavor.flavor,
-                    workers=t.pending_gpus, gpus_per_worker=1, priority=0, preemptible=True,
-                    submitted_at=0.0,
-                ))
+                pending.append(
+                    m.PendingJob(
+                        id=len(pending) + 1,
+                        team=t.team,
+                        user="",
+                        flavor=flavor.flavor,
+                        workers=t.pending_gpus,
+                        gpus_per_worker=1,
+                        priority=0,
+                        preemptible=True,
+                        submitted_at=0.0,
+                    )
+                )
     return m.Snapshot(
-        now=now.timestamp(), nodes=tuple(nodes),
+        now=now.timestamp(),
+        nodes=tuple(nodes),
         teams=tuple(m.Team(id=slug, quotas=quotas[slug], parent=parents[slug]) for slug in quotas),
-        running=tuple(running), pending=tuple(pending),
+        running=tuple(running),
+        pending=tuple(pending),
     )
 
 
@@ -117,24 +138,39 @@ def queue_overview(now: datetime | None = None) -> list[FlavorOverview]:
             if t.guarantee is None and not t.allocated and not t.pending_gpus:
                 continue
             raw.append((t, shares.get((t.team, flavor.flavor), 0)))
-        scale = bar_scale([
-            (t.limit or 0, share, t.allocated, t.pending_gpus) for t, share in raw
-        ])
+        scale = bar_scale([(t.limit or 0, share, t.allocated, t.pending_gpus) for t, share in raw])
         rows = [
             TeamRow(
-                team=t.team, colour=colours[t.team], guarantee=t.guarantee or 0,
-                limit=t.limit or 0, weight=t.weight or 0.0, fair_share=share,
-                allocated=t.allocated, borrowed=borrowed_gpus(t.allocated, t.guarantee or 0),
-                pending=t.pending_gpus, pending_jobs=t.pending_jobs, running_jobs=t.running_jobs,
+                team=t.team,
+                colour=colours[t.team],
+                guarantee=t.guarantee or 0,
+                limit=t.limit or 0,
+                weight=t.weight or 0.0,
+                fair_share=share,
+                allocated=t.allocated,
+                borrowed=borrowed_gpus(t.allocated, t.guarantee or 0),
+                pending=t.pending_gpus,
+                pending_jobs=t.pending_jobs,
+                running_jobs=t.running_jobs,
                 bar=quota_bar(
-                    guarantee=t.guarantee or 0, limit=t.limit or 0, fair_share=share,
-                    allocated=t.allocated, pending=t.pending_gpus, scale=scale,
+                    guarantee=t.guarantee or 0,
+                    limit=t.limit or 0,
+                    fair_share=share,
+                    allocated=t.allocated,
+                    pending=t.pending_gpus,
+                    scale=scale,
                 ),
             )
             for t, share in raw
         ]
-        out.append(FlavorOverview(
-            flavor.flavor, flavor.capacity, flavor.schedulable_capacity, flavor.allocated,
-            flavor.pending_gpus, rows,
-        ))
+        out.append(
+            FlavorOverview(
+                flavor.flavor,
+                flavor.capacity,
+                flavor.schedulable_capacity,
+                flavor.allocated,
+                flavor.pending_gpus,
+                rows,
+            )
+        )
     return out

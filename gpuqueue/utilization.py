@@ -126,22 +126,35 @@ def sample_utilization(now: datetime | None = None) -> int:
     rows: list[UtilizationSample] = []
     for usage in usage_now():
         flavor_id = flavor_ids[usage.flavor]
-        rows.append(UtilizationSample(
-            at=at, flavor_id=flavor_id, team=None, capacity=usage.capacity,
-            allocated=usage.allocated, pending=usage.pending_gpus,
-        ))
+        rows.append(
+            UtilizationSample(
+                at=at,
+                flavor_id=flavor_id,
+                team=None,
+                capacity=usage.capacity,
+                allocated=usage.allocated,
+                pending=usage.pending_gpus,
+            )
+        )
         for team in usage.teams:
             if team.allocated or team.pending_gpus or team.guarantee is not None:
                 # A team row's capacity is the flavor's: stacked, the teams' allocations add
                 # up to the cluster row's.
-                rows.append(UtilizationSample(
-                    at=at, flavor_id=flavor_id, team_id=team_ids[team.team],
-                    capacity=usage.capacity, allocated=team.allocated, pending=team.pending_gpus,
-                ))
+                rows.append(
+                    UtilizationSample(
+                        at=at,
+                        flavor_id=flavor_id,
+                        team_id=team_ids[team.team],
+                        capacity=usage.capacity,
+                        allocated=team.allocated,
+                        pending=team.pending_gpus,
+                    )
+                )
     holding = [
         (flavor, gpw, placement or {})
-        for flavor, gpw, placement in Job.objects.filter(state__in=HOLDING)
-        .values_list("flavor__name", "gpus_per_worker", "placement")
+        for flavor, gpw, placement in Job.objects.filter(state__in=HOLDING).values_list(
+            "flavor__name", "gpus_per_worker", "placement"
+        )
     ]
     free = free_by_flavor_and_node(Node.objects.all(), flavors, holding)
     pending: dict[str, list[PendingShape]] = defaultdict(list)
@@ -152,7 +165,9 @@ def sample_utilization(now: datetime | None = None) -> int:
         pending[flavor].append(PendingShape(workers, gpw, code))
     idle_rows = [
         IdleIronSample(
-            at=at, flavor_id=f.pk, free=sum(free.get(f.name, {}).values()),
+            at=at,
+            flavor_id=f.pk,
+            free=sum(free.get(f.name, {}).values()),
             waiting_fit=waiting_fit_gpus(free.get(f.name, {}), pending.get(f.name, [])),
         )
         for f in flavors

@@ -24,11 +24,15 @@ def nav(context: dict[str, Any]) -> dict[str, Any]:
     user = request.user
     memberships = (
         list(Membership.objects.filter(user=user).select_related("team").order_by("team__slug"))
-        if user.is_authenticated else []
+        if user.is_authenticated
+        else []
     )
     return {
-        "request": request, "user": user, "memberships": memberships,
-        "counts": active_counts(user), "path": request.path,
+        "request": request,
+        "user": user,
+        "memberships": memberships,
+        "counts": active_counts(user),
+        "path": request.path,
     }
 
 

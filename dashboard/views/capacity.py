@@ -19,7 +19,9 @@ from gpuqueue.states import HOLDING
 def queues(request: HttpRequest) -> HttpResponse:
     """Per flavor and team: guarantee, limit, fair share, allocated, borrowed, pending."""
     return page_or_partial(
-        request, "dashboard/queues.html", "dashboard/partials/_queues.html",
+        request,
+        "dashboard/queues.html",
+        "dashboard/partials/_queues.html",
         {"flavors": queue_overview()},
     )
 
@@ -32,12 +34,15 @@ def cluster(request: HttpRequest) -> HttpResponse:
     visible = None
     if not request.user.is_superuser:
         visible = set(
-            Job.objects.visible_to(request.user).filter(state__in=HOLDING)
+            Job.objects.visible_to(request.user)
+            .filter(state__in=HOLDING)
             .values_list("id", flat=True)
         )
     flavors, colours = cluster_map(visible)
     return page_or_partial(
-        request, "dashboard/cluster.html", "dashboard/partials/_cluster.html",
+        request,
+        "dashboard/cluster.html",
+        "dashboard/partials/_cluster.html",
         {"flavors": flavors, "colours": colours},
     )
 
@@ -47,6 +52,8 @@ def cluster(request: HttpRequest) -> HttpResponse:
 def utilization(request: HttpRequest) -> HttpResponse:
     window = parse_window(request.GET.get("window"))
     return page_or_partial(
-        request, "dashboard/utilization.html", "dashboard/partials/_utilization.html",
+        request,
+        "dashboard/utilization.html",
+        "dashboard/partials/_utilization.html",
         {"history": utilization_history(window), "windows": list(WINDOWS)},
     )

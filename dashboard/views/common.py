@@ -15,8 +15,13 @@ INVALID = 422
 
 
 def page_or_partial(
-    request: HttpRequest, page: str, partial: str, context: dict[str, Any], *,
-    live: bool = True, status: int = 200,
+    request: HttpRequest,
+    page: str,
+    partial: str,
+    context: dict[str, Any],
+    *,
+    live: bool = True,
+    status: int = 200,
 ) -> HttpResponse:
     """The whole page, or for an htmx request the partial that the page includes; a polled
     partial that can no longer change answers 286 so that the browser stops asking."""

@@ -25,7 +25,10 @@ def home(request: HttpRequest) -> HttpResponse:
     job_filter = JobFilter.parse(request.GET)
     page = job_page(request.user, job_filter)
     context = {
-        "page": page, "jobs": page.jobs, "filter": job_filter, "live": page.live,
+        "page": page,
+        "jobs": page.jobs,
+        "filter": job_filter,
+        "live": page.live,
         "teams": Team.objects.of_user(request.user),
         "flavors": Flavor.objects.values_list("name", flat=True),
         "state_labels": STATE_LABELS,
@@ -34,7 +37,10 @@ def home(request: HttpRequest) -> HttpResponse:
         "self_query": job_filter.query(page.page),
     }
     return page_or_partial(
-        request, "dashboard/home.html", "dashboard/partials/_job_table.html", context,
+        request,
+        "dashboard/home.html",
+        "dashboard/partials/_job_table.html",
+        context,
         live=page.live,
     )
 
@@ -60,7 +66,10 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "live": not job.is_final,
     }
     return page_or_partial(
-        request, "dashboard/job.html", "dashboard/partials/_job_status.html", context,
+        request,
+        "dashboard/job.html",
+        "dashboard/partials/_job_status.html",
+        context,
         live=context["live"],
     )
 
@@ -71,27 +80,39 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     """GET: a confirmation page (the browser without JavaScript); POST: cancel."""
     job = _visible_job(request, job_id)
     if not may_cancel(request.user, job):
-        return render(request, "dashboard/cancel.html", {"job": job, "refused":
-                      "Only the job's owner, an admin of its team or a site admin may cancel it."},
-                      status=403)
+        return render(
+            request,
+            "dashboard/cancel.html",
+            {
+                "job": job,
+                "refused": "Only the job's owner, an admin of its team or a site admin "
+                "may cancel it.",
+            },
+            status=403,
+        )
     if request.method == "GET":
         return render(request, "dashboard/cancel.html", {"job": job})
     try:
         cancel_job(request.user, job, reason="cancelled from the dashboard")
     except CancelRefused as exc:
-        return render(request, "dashboard/cancel.html", {"job": job, "refused": str(exc)},
-                      status=403)
+        return render(
+            request, "dashboard/cancel.html", {"job": job, "refused": str(exc)}, status=403
+        )
     except InvalidTransition:
-        return render(request, "dashboard/cancel.html",
-                      {"job": job, "refused": f"The job is already {job.state.lower()}."},
-                      status=409)
+        return render(
+            request,
+            "dashboard/cancel.html",
+            {"job": job, "refused": f"The job is already {job.state.lower()}."},
+            status=409,
+        )
     return htmx_redirect(request, reverse("dashboard:job", args=[job.pk]))
 
 
 def _form_context(request: HttpRequest, form: SubmitForm) -> dict[str, object]:
     body = form.payload() if form.is_bound else _preset_body(form)
     return {
-        "form": form, "presets": PRESETS,
+        "form": form,
+        "presets": PRESETS,
         "curl": curl_command(request.build_absolute_uri("/"), body),
     }
 
@@ -131,7 +152,9 @@ def submit(request: HttpRequest) -> HttpResponse:
             initial["team"] = request.GET["team"]
         form = SubmitForm(initial=initial, user=request.user)
         return page_or_partial(
-            request, "dashboard/submit.html", "dashboard/partials/_submit_form.html",
+            request,
+            "dashboard/submit.html",
+            "dashboard/partials/_submit_form.html",
             _form_context(request, form),
         )
     form = SubmitForm(data=request.POST, user=request.user)
@@ -145,8 +168,11 @@ def submit(request: HttpRequest) -> HttpResponse:
         else:
             return htmx_redirect(request, reverse("dashboard:job", args=[job.pk]))
     return page_or_partial(
-        request, "dashboard/submit.html", "dashboard/partials/_submit_form.html",
-        _form_context(request, form), status=INVALID,
+        request,
+        "dashboard/submit.html",
+        "dashboard/partials/_submit_form.html",
+        _form_context(request, form),
+        status=INVALID,
     )
 
 
@@ -156,6 +182,10 @@ def submit_curl(request: HttpRequest) -> HttpResponse:
     """The equivalent API request for the form as typed so far (htmx, on every change)."""
     form = SubmitForm(data=request.GET, user=request.user)
     form.is_valid()
-    return render(request, "dashboard/partials/_curl.html", {
-        "curl": curl_command(request.build_absolute_uri("/"), form.payload()),
-    })
+    return render(
+        request,
+        "dashboard/partials/_curl.html",
+        {
+            "curl": curl_command(request.build_absolute_uri("/"), form.payload()),
+        },
+    )

@@ -46,8 +46,13 @@ def _quota_rows(team: Team, bound: dict[int, QuotaForm] | None = None) -> list[d
     for flavor in Flavor.objects.all():
         quota = quotas.get(flavor.pk)
         form = (bound or {}).get(flavor.pk) or QuotaForm(
-            initial={"guarantee": quota.guarantee, "limit": quota.limit, "weight": f"{quota.weight:g}"}
-            if quota else {"guarantee": 0, "limit": 0, "weight": 1},
+            initial={
+                "guarantee": quota.guarantee,
+                "limit": quota.limit,
+                "weight": f"{quota.weight:g}",
+            }
+            if quota
+            else {"guarantee": 0, "limit": 0, "weight": 1},
             prefix=f"q{flavor.pk}",
         )
         rows.append({"flavor": flavor, "quota": quota, "form": form})
@@ -65,7 +70,8 @@ def _team_context(request: HttpRequest, team: Team, **extra: Any) -> dict[str, A
         "member_form": MemberForm(),
         "role_choices": RoleForm.base_fields["role"].choices,
         "audit": list(AuditEntry.objects.filter(team=team).select_related("actor")[:AUDIT_ROWS])
-        if admin else [],
+        if admin
+        else [],
     }
     context.update(extra)
     return context
@@ -76,9 +82,13 @@ def _team_context(request: HttpRequest, team: Team, **extra: Any) -> dict[str, A
 def team_list(request: HttpRequest) -> HttpResponse:
     teams = Team.objects.of_user(request.user).prefetch_related("memberships")
     roles = dict(Membership.objects.filter(user=request.user).values_list("team_id", "role"))
-    return render(request, "dashboard/teams.html", {
-        "teams": [(team, roles.get(team.pk)) for team in teams],
-    })
+    return render(
+        request,
+        "dashboard/teams.html",
+        {
+            "teams": [(team, roles.get(team.pk)) for team in teams],
+        },
+    )
 
 
 @login_required
@@ -103,12 +113,24 @@ def quota_edit(request: HttpRequest, slug: str, flavor: str) -> HttpResponse:
     except Forbidden as exc:
         return HttpResponse(exc.message, status=403)
     if saved is not None:
-        form = QuotaForm(initial={"guarantee": saved.guarantee, "limit": saved.limit,
-                                  "weight": f"{saved.weight:g}"}, prefix=f"q{flavor_obj.pk}")
-    row = {"flavor": flavor_obj, "form": form,
-           "quota": Quota.objects.filter(team=team, flavor=flavor_obj).first()}
+        form = QuotaForm(
+            initial={
+                "guarantee": saved.guarantee,
+                "limit": saved.limit,
+                "weight": f"{saved.weight:g}",
+            },
+            prefix=f"q{flavor_obj.pk}",
+        )
+    row = {
+        "flavor": flavor_obj,
+        "form": form,
+        "quota": Quota.objects.filter(team=team, flavor=flavor_obj).first(),
+    }
     context = {
-        "team": team, "row": row, "saved": saved is not None, "may_edit_quotas": True,
+        "team": team,
+        "row": row,
+        "saved": saved is not None,
+        "may_edit_quotas": True,
         "audit": list(AuditEntry.objects.filter(team=team).select_related("actor")[:AUDIT_ROWS]),
         "oob": True,
     }
@@ -118,8 +140,12 @@ def quota_edit(request: HttpRequest, slug: str, flavor: str) -> HttpResponse:
     if saved is not None:
         return htmx_redirect(request, reverse("dashboard:team", args=[team.slug]))
     bound = {flavor_obj.pk: form}
-    return render(request, "dashboard/team.html", _team_context(
-        request, team, quota_rows=_quota_rows(team, bound)), status=status)
+    return render(
+        request,
+        "dashboard/team.html",
+        _team_context(request, team, quota_rows=_quota_rows(team, bound)),
+        status=status,
+    )
 
 
 @login_required
@@ -140,8 +166,12 @@ def member_add(request: HttpRequest, slug: str) -> HttpResponse:
                 _refusal_on(form, exc)
             else:
                 return htmx_redirect(request, reverse("dashboard:team", args=[team.slug]))
-    return render(request, "dashboard/team.html",
-                  _team_context(request, team, member_form=form), status=INVALID)
+    return render(
+        request,
+        "dashboard/team.html",
+        _team_context(request, team, member_form=form),
+        status=INVALID,
+    )
 
 
 @login_required
@@ -149,21 +179,31 @@ def member_add(request: HttpRequest, slug: str) -> HttpResponse:
 def member_edit(request: HttpRequest, slug: str, membership_id: int) -> HttpResponse:
     """Change a member's role, or remove them (action=remove)."""
     team = _visible_team(request, slug)
-    membership = get_object_or_404(team.memberships.select_related("user", "team"), pk=membership_id)
+    membership = get_object_or_404(
+        team.memberships.select_related("user", "team"), pk=membership_id
+    )
     try:
         if request.POST.get("action") == "remove":
             remove_member(request.user, membership)
         else:
             form = RoleForm(request.POST)
             if not form.is_valid():
-                return render(request, "dashboard/team.html", _team_context(
-                    request, team, member_error="Choose member or admin."), status=INVALID)
+                return render(
+                    request,
+                    "dashboard/team.html",
+                    _team_context(request, team, member_error="Choose member or admin."),
+                    status=INVALID,
+                )
             change_role(request.user, membership, form.cleaned_data["role"])
     except Forbidden as exc:
         return HttpResponse(exc.message, status=403)
     except Refused as exc:
-        return render(request, "dashboard/team.html",
-                      _team_context(request, team, member_error=exc.message), status=INVALID)
+        return render(
+            request,
+            "dashboard/team.html",
+            _team_context(request, team, member_error=exc.message),
+            status=INVALID,
+        )
     return htmx_redirect(request, reverse("dashboard:team", args=[team.slug]))
 
 
@@ -194,7 +234,9 @@ def tokens(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             days = form.cleaned_data.get("expires_in_days")
             token, secret = create_token(
-                request.user, name=form.cleaned_data["name"], actor=request.user,
+                request.user,
+                name=form.cleaned_data["name"],
+                actor=request.user,
                 expires_at=timezone.now() + timedelta(days=days) if days else None,
             )
             context.update(created=token, secret=secret, form=TokenForm())

@@ -49,23 +49,54 @@ def jobs(world: Any, nodes: Any, submit: Any) -> Any:
     j = Jobs()
     now = timezone.now()
     j.a_running = submit(world.alice, name="a-running", workers=2, gpus_per_worker=4)
-    transition(j.a_running, JobState.ADMITTED, reason="fits", actor="cycle",
-               placement={"h100-0": 2}, admitted_at=now, attempts=1)
-    transition(j.a_running, JobState.RUNNING, reason="every worker is running", actor="cluster",
-               started_at=now)
+    transition(
+        j.a_running,
+        JobState.ADMITTED,
+        reason="fits",
+        actor="cycle",
+        placement={"h100-0": 2},
+        admitted_at=now,
+        attempts=1,
+    )
+    transition(
+        j.a_running,
+        JobState.RUNNING,
+        reason="every worker is running",
+        actor="cluster",
+        started_at=now,
+    )
     j.a_pending = submit(world.alice, name="a-pending", workers=4, gpus_per_worker=8)
     Job.objects.filter(pk=j.a_pending.pk).update(
-        pending_reason={"code": "no_capacity", "numbers": {
-            "flavor": "h100", "workers": 4, "gpus_per_worker": 8, "workers_fit": 1, "free": 8}},
-        queue_position=1, cluster_position=2, estimated_start=now + timedelta(minutes=12),
+        pending_reason={
+            "code": "no_capacity",
+            "numbers": {
+                "flavor": "h100",
+                "workers": 4,
+                "gpus_per_worker": 8,
+                "workers_fit": 1,
+                "free": 8,
+            },
+        },
+        queue_position=1,
+        cluster_position=2,
+        estimated_start=now + timedelta(minutes=12),
     )
-    j.b_running = submit(world.carol, team=world.team_b, name="b-running", workers=1,
-                         gpus_per_worker=2)
-    transition(j.b_running, JobState.ADMITTED, reason="fits", actor="cycle",
-               placement={"h100-1": 1}, admitted_at=now, attempts=1)
+    j.b_running = submit(
+        world.carol, team=world.team_b, name="b-running", workers=1, gpus_per_worker=2
+    )
+    transition(
+        j.b_running,
+        JobState.ADMITTED,
+        reason="fits",
+        actor="cycle",
+        placement={"h100-1": 1},
+        admitted_at=now,
+        attempts=1,
+    )
     j.b_done = submit(world.carol, team=world.team_b, name="b-done")
-    transition(j.b_done, JobState.CANCELLED, reason="cancelled", actor="user:carol",
-               finished_at=now)
+    transition(
+        j.b_done, JobState.CANCELLED, reason="cancelled", actor="user:carol", finished_at=now
+    )
     for name in ("a_running", "a_pending", "b_running", "b_done"):
         setattr(j, name, Job.objects.get(pk=getattr(j, name).pk))
     return j
@@ -131,9 +162,15 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Any:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--no-first-run", "--window-size=1280,1000",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1280,1000",
         f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
     ):
         options.add_argument(flag)

@@ -17,9 +17,17 @@ HX = {"HTTP_HX_REQUEST": "true"}
 
 def _job_form(**overrides: Any) -> dict[str, str]:
     form = {
-        "team": "team-a", "flavor": "h100", "name": "sweep", "image": "ghcr.io/acme/train:1",
-        "command": "python train.py --lr '1e-4'", "workers": "2", "gpus_per_worker": "4",
-        "priority": "0", "preemptible": "on", "env": "SEED=1\n", "annotations": "",
+        "team": "team-a",
+        "flavor": "h100",
+        "name": "sweep",
+        "image": "ghcr.io/acme/train:1",
+        "command": "python train.py --lr '1e-4'",
+        "workers": "2",
+        "gpus_per_worker": "4",
+        "priority": "0",
+        "preemptible": "on",
+        "env": "SEED=1\n",
+        "annotations": "",
     }
     form.update(overrides)
     return form
@@ -35,16 +43,19 @@ def test_submit_creates_the_job_and_opens_its_page(clients: Any, nodes: Any) -> 
     assert htmx.status_code == 204 and htmx["HX-Redirect"].startswith("/jobs/")
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("workers", "0", "Ensure this value is greater than or equal to 1."),
-    ("workers", "two", "Must be an integer."),
-    ("image", "", "This field is required."),
-    ("gpus_per_worker", "16", "the largest node of that flavor has 8"),
-    ("flavor", "a100", "Unknown flavor a100."),
-    ("team", "team-b", "Unknown team team-b."),
-    ("env", "NOEQUALS", "Line 1: write KEY=value."),
-    ("command", "python 'unclosed", "Cannot split into words"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("workers", "0", "Ensure this value is greater than or equal to 1."),
+        ("workers", "two", "Must be an integer."),
+        ("image", "", "This field is required."),
+        ("gpus_per_worker", "16", "the largest node of that flavor has 8"),
+        ("flavor", "a100", "Unknown flavor a100."),
+        ("team", "team-b", "Unknown team team-b."),
+        ("env", "NOEQUALS", "Line 1: write KEY=value."),
+        ("command", "python 'unclosed", "Cannot split into words"),
+    ],
+)
 def test_a_refused_submission_rerenders_with_422_and_the_apis_message(
     clients: Any, nodes: Any, field: str, value: str, message: str
 ) -> None:
@@ -113,8 +124,12 @@ def test_root_edits_a_quota_inline_and_sees_the_audit_entry(
 ) -> None:
     response = clients["root"].post(
         "/teams/team-b/quotas/h100/",
-        {f"q{world.h100.pk}-guarantee": "12", f"q{world.h100.pk}-limit": "24",
-         f"q{world.h100.pk}-weight": "2"}, **HX,
+        {
+            f"q{world.h100.pk}-guarantee": "12",
+            f"q{world.h100.pk}-limit": "24",
+            f"q{world.h100.pk}-weight": "2",
+        },
+        **HX,
     )
     assert response.status_code == 200
     body = response.content.decode()
@@ -125,21 +140,32 @@ def test_root_edits_a_quota_inline_and_sees_the_audit_entry(
     assert AuditEntry.objects.filter(action="quota.update", actor=world.root).count() == 1
 
 
-def test_a_refused_quota_edit_answers_422_with_the_numbers(clients: Any, world: Any, nodes: Any) -> None:
+def test_a_refused_quota_edit_answers_422_with_the_numbers(
+    clients: Any, world: Any, nodes: Any
+) -> None:
     prefix = f"q{world.h100.pk}"
-    bad = clients["root"].post("/teams/team-a/quotas/h100/", {
-        f"{prefix}-guarantee": "9", f"{prefix}-limit": "4", f"{prefix}-weight": "1"}, **HX)
+    bad = clients["root"].post(
+        "/teams/team-a/quotas/h100/",
+        {f"{prefix}-guarantee": "9", f"{prefix}-limit": "4", f"{prefix}-weight": "1"},
+        **HX,
+    )
     assert bad.status_code == 422
     assert "The guarantee (9) may not exceed the limit (4)." in bad.content.decode()
-    over = clients["root"].post("/teams/team-a/quotas/h100/", {
-        f"{prefix}-guarantee": "40", f"{prefix}-limit": "40", f"{prefix}-weight": "1"}, **HX)
+    over = clients["root"].post(
+        "/teams/team-a/quotas/h100/",
+        {f"{prefix}-guarantee": "40", f"{prefix}-limit": "40", f"{prefix}-weight": "1"},
+        **HX,
+    )
     assert over.status_code == 422 and "against a capacity of" in over.content.decode()
     assert Quota.objects.get(team=world.team_a, flavor=world.h100).guarantee == 8
 
 
 def test_only_site_admins_edit_quotas(clients: Any, world: Any) -> None:
-    data = {f"q{world.h100.pk}-guarantee": "1", f"q{world.h100.pk}-limit": "2",
-            f"q{world.h100.pk}-weight": "1"}
+    data = {
+        f"q{world.h100.pk}-guarantee": "1",
+        f"q{world.h100.pk}-limit": "2",
+        f"q{world.h100.pk}-weight": "1",
+    }
     assert clients["bob"].post("/teams/team-a/quotas/h100/", data).status_code == 403
     assert clients["alice"].post("/teams/team-a/quotas/h100/", data).status_code == 403
     assert clients["carol"].post("/teams/team-a/quotas/h100/", data).status_code == 404
@@ -148,20 +174,30 @@ def test_only_site_admins_edit_quotas(clients: Any, world: Any) -> None:
 
 
 def test_team_admin_manages_members_and_roles(clients: Any, world: Any) -> None:
-    assert clients["bob"].post("/teams/team-a/members/", {
-        "username": "carol", "role": "member"}).status_code == 303
+    assert (
+        clients["bob"]
+        .post("/teams/team-a/members/", {"username": "carol", "role": "member"})
+        .status_code
+        == 303
+    )
     carol = Membership.objects.get(team=world.team_a, user=world.carol)
-    assert clients["bob"].post(f"/teams/team-a/members/{carol.pk}/", {
-        "role": "admin"}).status_code == 303
+    assert (
+        clients["bob"].post(f"/teams/team-a/members/{carol.pk}/", {"role": "admin"}).status_code
+        == 303
+    )
     assert Membership.objects.get(pk=carol.pk).role == "admin"
-    assert clients["bob"].post(f"/teams/team-a/members/{carol.pk}/", {
-        "action": "remove"}).status_code == 303
+    assert (
+        clients["bob"].post(f"/teams/team-a/members/{carol.pk}/", {"action": "remove"}).status_code
+        == 303
+    )
     assert not Membership.objects.filter(pk=carol.pk).exists()
     unknown = clients["bob"].post("/teams/team-a/members/", {"username": "zed", "role": "member"})
     assert unknown.status_code == 422 and "No user has this name." in unknown.content.decode()
     alice = Membership.objects.get(team=world.team_a, user=world.alice)
-    assert clients["alice"].post(f"/teams/team-a/members/{alice.pk}/", {
-        "role": "admin"}).status_code == 403
+    assert (
+        clients["alice"].post(f"/teams/team-a/members/{alice.pk}/", {"role": "admin"}).status_code
+        == 403
+    )
     page = clients["bob"].get("/teams/team-a/").content.decode()
     assert "membership.delete" in page  # the audit trail, shown to team admins
     assert "membership.delete" not in clients["alice"].get("/teams/team-a/").content.decode()
@@ -190,8 +226,16 @@ def test_tokens_are_shown_once_and_revoked(clients: Any, world: Any) -> None:
 def test_no_page_refers_to_an_outside_host(clients: Any, jobs: Any, samples: Any) -> None:
     import re
 
-    for url in ("/", "/jobs/new/", f"/jobs/{jobs.a_running.pk}/", "/queues/", "/cluster/",
-                "/utilization/", "/teams/team-a/", "/tokens/"):
+    for url in (
+        "/",
+        "/jobs/new/",
+        f"/jobs/{jobs.a_running.pk}/",
+        "/queues/",
+        "/cluster/",
+        "/utilization/",
+        "/teams/team-a/",
+        "/tokens/",
+    ):
         body = clients["root"].get(url).content.decode()
         for ref in re.findall(r'(?:src|href)="([^"]+)"', body):
             assert not re.match(r"^(https?:)?//", ref), (url, ref)

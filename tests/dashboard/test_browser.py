@@ -34,7 +34,9 @@ def wait(browser: Any, condition: Any, timeout: float = 60) -> Any:
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(
-        browser, timeout, poll_frequency=0.3,
+        browser,
+        timeout,
+        poll_frequency=0.3,
         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
     ).until(condition)
 
@@ -158,7 +160,9 @@ def test_an_admin_edits_a_quota_and_sees_the_audit_entry(browser: Any, service: 
     row.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait(browser, lambda b: "Saved." in text_of(b, "quota-h100"))
     wait(browser, lambda b: "quota.update team-b/h100" in text_of(b, "audit"))
-    assert "guarantee=24" in text_of(browser, "audit") and "guarantee=28" in text_of(browser, "audit")
+    assert "guarantee=24" in text_of(browser, "audit") and "guarantee=28" in text_of(
+        browser, "audit"
+    )
     shot(browser, "team-admin")
 
 
@@ -168,19 +172,31 @@ def test_screenshots_of_every_page(browser: Any, service: Any) -> None:
 
     env = dict(service.env, GPUQUEUE_EMBEDDED="1")
     subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c",
-         "from datetime import timedelta\n"
-         "from django.utils import timezone\n"
-         "from gpuqueue.utilization import sample_utilization\n"
-         "now = timezone.now()\n"
-         "[sample_utilization(now - timedelta(minutes=m)) for m in range(5, -1, -1)]"],
-        cwd=ROOT, env=env, check=True, capture_output=True,
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            "from datetime import timedelta\n"
+            "from django.utils import timezone\n"
+            "from gpuqueue.utilization import sample_utilization\n"
+            "now = timezone.now()\n"
+            "[sample_utilization(now - timedelta(minutes=m)) for m in range(5, -1, -1)]",
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
     )
     sign_in(browser, service, "alice")
     submit_job(browser, service, "long-run", duration=600, workers="3")
     pages = {
-        "submit": "/jobs/new/?preset=training", "queues": "/queues/", "cluster": "/cluster/",
-        "utilization": "/utilization/", "teams": "/teams/", "team": "/teams/team-a/",
+        "submit": "/jobs/new/?preset=training",
+        "queues": "/queues/",
+        "cluster": "/cluster/",
+        "utilization": "/utilization/",
+        "teams": "/teams/",
+        "team": "/teams/team-a/",
     }
     for name, path in pages.items():
         browser.get(f"{service.url}{path}")
@@ -194,11 +210,15 @@ def test_screenshots_of_every_page(browser: Any, service: Any) -> None:
     # Phone width: the same pages stay readable (no horizontal scroll of the page itself).
     browser.set_window_size(375, 800)
     try:
-        for name, path in {"phone-jobs": "/", "phone-queues": "/queues/",
-                           "phone-cluster": "/cluster/"}.items():
+        for name, path in {
+            "phone-jobs": "/",
+            "phone-queues": "/queues/",
+            "phone-cluster": "/cluster/",
+        }.items():
             browser.get(f"{service.url}{path}")
             overflow = browser.execute_script(
-                "return document.documentElement.scrollWidth - window.innerWidth")
+                "return document.documentElement.scrollWidth - window.innerWidth"
+            )
             assert overflow <= 1, (path, overflow)
             browser.save_screenshot(str(SHOTS / f"{name}.png"))
     finally:

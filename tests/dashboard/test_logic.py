@@ -41,11 +41,23 @@ def test_step_paths_hold_each_value_until_the_next_sample() -> None:
 def test_a_stacked_chart_puts_teams_under_the_capacity_line() -> None:
     start = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
     times = [start + timedelta(minutes=m) for m in range(0, 60, 10)]
-    chart = stacked_chart(times, [64] * 6, [("a", "#111", [8] * 6), ("b", "#222", [0] * 6)],
-                          start, start + timedelta(hours=1))
+    chart = stacked_chart(
+        times,
+        [64] * 6,
+        [("a", "#111", [8] * 6), ("b", "#222", [0] * 6)],
+        start,
+        start + timedelta(hours=1),
+    )
     assert chart.y_max == 100 and [a.name for a in chart.areas] == ["a"]  # b had nothing
     assert chart.areas[0].path.endswith("Z")
-    assert [t.label for t in chart.x_ticks] == ["12:10", "12:20", "12:30", "12:40", "12:50", "13:00"]
+    assert [t.label for t in chart.x_ticks] == [
+        "12:10",
+        "12:20",
+        "12:30",
+        "12:40",
+        "12:50",
+        "13:00",
+    ]
     assert stacked_chart([], [], [], start, start + timedelta(hours=1)).empty
 
 
@@ -88,8 +100,14 @@ def test_sampling_writes_cluster_and_team_rows_once_a_minute(jobs: Any, world: A
     # A pending 1 × 2 job of team-b held by its limit while h100-1 has 6 GPUs free.
     Job.objects.filter(pk=jobs.b_running.pk).update(state="RUNNING")
     Job.objects.create(
-        team=world.team_b, user=world.carol, flavor=world.h100, name="held", image="x",
-        workers=1, gpus_per_worker=2, pending_reason={"code": "over_limit", "numbers": {}},
+        team=world.team_b,
+        user=world.carol,
+        flavor=world.h100,
+        name="held",
+        image="x",
+        workers=1,
+        gpus_per_worker=2,
+        pending_reason={"code": "over_limit", "numbers": {}},
     )
     at = datetime(2026, 1, 5, 12, 0, 30, tzinfo=UTC)
     assert sample_utilization(at) > 0

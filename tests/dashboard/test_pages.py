@@ -132,5 +132,5 @@ def test_queue_overview_shows_fair_share_allocated_borrowed_pending(
 
 def test_utilization_page_shows_chart_and_idle_iron(clients: Any, samples: Any) -> None:
     body = clients["bob"].get("/utilization/?window=hour").content.decode()
-    assert "<svg class=\"chart\"" in body and 'id="idle-iron-total"' in body
+    assert '<svg class="chart"' in body and 'id="idle-iron-total"' in body
     assert "GPU-hours" in body
