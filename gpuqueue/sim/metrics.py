@@ -182,6 +182,15 @@ def summarize(runs: Sequence[JobRun], recorder: Recorder, end: float) -> dict[st
         "gpu_hours_lost": sum(r.lost_gpu_seconds for r in runs) / 3600,
         "contended_hours": recorder.contended_seconds / 3600,
         "jain": jain(list(ratios.values())),
+        # The same over teams with at least 1 % of the contended entitlement: a team of three
+        # jobs that cannot fit its gang moves the plain index as much as the largest team.
+        "jain_major_teams": jain(
+            [
+                ratio
+                for t, ratio in ratios.items()
+                if recorder.entitled_gs[t] >= 0.01 * sum(recorder.entitled_gs.values())
+            ]
+        ),
         "guarantee_violation_team_hours": sum(recorder.violation_seconds.values()) / 3600,
         "end_s": end,
     }

@@ -23,6 +23,7 @@ COLUMNS = (
     ("preemptions", "preemptions", "{}"),
     ("gpu_hours_lost", "GPU-h lost", "{:,.0f}"),
     ("jain", "Jain", "{:.3f}"),
+    ("jain_major_teams", "Jain (teams ≥1 %)", "{:.3f}"),
     ("guarantee_violation_team_hours", "guarantee violation (team-h)", "{:,.0f}"),
     ("jobs_finished", "finished", "{}"),
     ("wall_s", "wall (s)", "{:.1f}"),
