@@ -150,11 +150,11 @@ def _percentile(sorted_values: Sequence[float], p: float) -> float:
 def summarize(runs: Sequence[JobRun], recorder: Recorder, end: float) -> dict[str, object]:
     """The numbers of a run, as plain JSON-ready values (seconds, GPU-hours, fractions)."""
     started = [r for r in runs if r.first_start is not None]
-    finished = [r for r in runs if r.finished_at is not None]
-    delays = sorted(r.first_start - r.job.submitted_at for r in started)  # type: ignore[operator]
-    jcts = [r.finished_at - r.job.submitted_at for r in finished]  # type: ignore[operator]
+    delays = sorted(r.first_start - r.job.submitted_at for r in runs if r.first_start is not None)
+    ends = [(r.finished_at, r.job.submitted_at) for r in runs if r.finished_at is not None]
+    jcts = [end - submitted for end, submitted in ends]
     first_submit = min((r.job.submitted_at for r in runs), default=0.0)
-    last_finish = max((r.finished_at for r in finished), default=first_submit)  # type: ignore[type-var]
+    last_finish = max((end for end, _ in ends), default=first_submit)
     window = max(recorder.window_end - first_submit, 1e-9)
     makespan = max(last_finish - first_submit, 1e-9)
     cap = recorder.total_capacity
@@ -164,7 +164,7 @@ def summarize(runs: Sequence[JobRun], recorder: Recorder, end: float) -> dict[st
     return {
         "jobs": len(runs),
         "jobs_started": len(started),
-        "jobs_finished": len(finished),
+        "jobs_finished": len(ends),
         "gpus": cap,
         "delay_mean_s": _mean(delays),
         "delay_median_s": _percentile(delays, 50),
@@ -172,7 +172,7 @@ def summarize(runs: Sequence[JobRun], recorder: Recorder, end: float) -> dict[st
         "delay_max_s": delays[-1] if delays else 0.0,
         "wait_mean_s": _mean([r.waited for r in started]),
         "jct_mean_s": _mean(jcts),
-        "makespan_s": makespan if finished else 0.0,
+        "makespan_s": makespan if ends else 0.0,
         "alloc_mean": recorder.held_in_window_gs / (cap * window),
         "alloc_mean_makespan": recorder.held_gs / (cap * makespan),
         "gpu_hours_held": recorder.held_gs / 3600,

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # no stubs installed (types-PyYAML)
 
 from gpuqueue.scheduler.model import Quota, Team
 from gpuqueue.sim.cluster import Cluster

@@ -234,8 +234,8 @@ class _Replay:
         summary["wall_s"] = round(wall, 3)
         summary["cycles"] = self.cycles
         summary.update(self.policy.stats())
-        for kind, n in sorted(self.anomalies.items()):
-            summary[kind] = n
+        for anomaly, count in sorted(self.anomalies.items()):
+            summary[anomaly] = count
         return Result(
             policy=self.policy.name,
             summary=summary,
