@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import ProtectedError
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -95,3 +96,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     detail = getattr(exc, "detail", str(exc))
     code = _CODES.get(response.status_code) or str(getattr(exc, "default_code", "error"))
     return error_response(code, str(detail), response.status_code, headers=headers)
+
+
+@csrf_exempt  # it changes nothing; without this, a POST here would get CSRF's HTML 403
+def api_not_found(request: Any, *args: Any, **kwargs: Any) -> Any:
+    """Any /api/v1/ path no route matches: the error shape, not Django's HTML page."""
+    from django.http import JsonResponse
+
+    return JsonResponse(
+        {"error": {"code": "not_found", "message": "No such API endpoint or object."}},
+        status=status.HTTP_404_NOT_FOUND,
+    )

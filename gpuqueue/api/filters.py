@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 import django_filters as filters
+from django import forms
+from django_filters.fields import IsoDateTimeField
+
+
+class UtcDateTimeField(IsoDateTimeField):
+    """ISO 8601, converted to UTC here: PostgreSQL refuses offsets beyond ±15:59 that Python
+    accepts, and a date at the edge of the calendar cannot be shifted at all."""
+
+    def to_python(self, value: Any) -> Any:
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(UTC)
+        except (OverflowError, ValueError) as exc:
+            raise forms.ValidationError("Not a representable date and time.") from exc
+
+
+class UtcDateTimeFilter(filters.IsoDateTimeFilter):
+    field_class = UtcDateTimeField
 
 from gpuqueue.models import Job, UtilizationSample
 from gpuqueue.states import JobState
@@ -20,10 +41,10 @@ class JobFilter(filters.FilterSet):
     flavor = filters.CharFilter(field_name="flavor__name", help_text="flavor name")
     mine = filters.BooleanFilter(method="filter_mine", help_text="only jobs you submitted")
     preemptible = filters.BooleanFilter()
-    submitted_after = filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
-    submitted_before = filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
-    finished_after = filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="gte")
-    finished_before = filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="lt")
+    submitted_after = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
+    submitted_before = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
+    finished_after = UtcDateTimeFilter(field_name="finished_at", lookup_expr="gte")
+    finished_before = UtcDateTimeFilter(field_name="finished_at", lookup_expr="lt")
 
     class Meta:
         model = Job
@@ -58,8 +79,8 @@ class AuditFilter(filters.FilterSet):
     action = filters.CharFilter()
     object_type = filters.CharFilter()
     actor = filters.CharFilter(field_name="actor__username")
-    since = filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
-    until = filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
+    since = UtcDateTimeFilter(field_name="at", lookup_expr="gte")
+    until = UtcDateTimeFilter(field_name="at", lookup_expr="lt")
 
     class Meta:
         model = AuditEntry
@@ -71,8 +92,8 @@ class UtilizationSampleFilter(filters.FilterSet):
     team = filters.CharFilter(
         method="filter_team", help_text="a team slug, or 'cluster' for the whole cluster's rows"
     )
-    since = filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
-    until = filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
+    since = UtcDateTimeFilter(field_name="at", lookup_expr="gte")
+    until = UtcDateTimeFilter(field_name="at", lookup_expr="lt")
 
     class Meta:
         model = UtilizationSample

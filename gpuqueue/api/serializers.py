@@ -7,7 +7,6 @@ import re
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -190,7 +189,7 @@ class JobSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
-    @extend_schema_field(OpenApiTypes.STR)
+    @extend_schema_field(serializers.CharField(allow_null=True))
     def get_pending_reason_text(self, job: Job) -> str | None:
         if job.state != JobState.PENDING:
             return None
@@ -285,17 +284,17 @@ class QuotaSerializer(serializers.ModelSerializer):
         reject_unknown_fields(self, data)
         return super().to_internal_value(data)
 
-    @extend_schema_field(OpenApiTypes.BOOL)
+    @extend_schema_field(serializers.BooleanField(allow_null=True))
     def get_oversubscribed(self, quota: Quota) -> bool | None:
         change = getattr(quota, "change", None)
         return change.oversubscribed if change else None
 
-    @extend_schema_field(OpenApiTypes.INT)
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_capacity(self, quota: Quota) -> int | None:
         change = getattr(quota, "change", None)
         return change.capacity if change else None
 
-    @extend_schema_field(OpenApiTypes.INT)
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_guarantees_total(self, quota: Quota) -> int | None:
         change = getattr(quota, "change", None)
         return change.guarantees_total if change else None

@@ -1,10 +1,11 @@
 """/api/v1/: one router for every resource (teams' resources included, under the same
 prefix), plus the two plain views."""
 
-from django.urls import path
+from django.urls import path, re_path
 from rest_framework.routers import DefaultRouter
 
 from gpuqueue.api.checkpoint_views import CheckpointedView
+from gpuqueue.api.errors import api_not_found
 from gpuqueue.api.viewsets import (
     FlavorViewSet,
     JobViewSet,
@@ -34,4 +35,6 @@ urlpatterns = [
     # goes here, before the router.
     path("jobs/<int:pk>/checkpointed/", CheckpointedView.as_view(), name="job-checkpointed"),
     *router.urls,
+    # Last: an unknown path under /api/v1/ answers in the error shape too.
+    re_path(r"^", api_not_found),
 ]

@@ -39,7 +39,7 @@ class TeamSerializer(serializers.ModelSerializer):
         reject_unknown_fields(self, data)
         return super().to_internal_value(data)
 
-    @extend_schema_field(OpenApiTypes.STR)
+    @extend_schema_field(serializers.CharField(allow_null=True))
     def get_role(self, team: Team) -> str | None:
         roles = self.context.get("roles")
         if roles is None:
@@ -144,7 +144,7 @@ class TokenSerializer(serializers.ModelSerializer):
         reject_unknown_fields(self, data)
         return super().to_internal_value(data)
 
-    @extend_schema_field(OpenApiTypes.STR)
+    @extend_schema_field(serializers.CharField(allow_null=True))
     def get_token(self, token: ApiToken) -> str | None:
         return getattr(token, "secret", None)
 
