@@ -8,7 +8,6 @@ PYTEST_ARGS ?=
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 
 # Reinstall whenever pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python

@@ -153,7 +153,7 @@ class Job(models.Model):
             ),
             models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
             models.CheckConstraint(
-                condition=Q(state__in=[s.value for s in FINAL]) | Q(finished_at__isnull=True),
+                condition=Q(state__in=sorted(FINAL)) | Q(finished_at__isnull=True),
                 name="job_finished_only_when_final",
             ),
             # A retried submission with the same key from the same user is the same job.
@@ -168,9 +168,12 @@ class Job(models.Model):
             # PREEMPTING); a partial index stays small however many finished jobs pile up.
             models.Index(
                 fields=["state", "flavor"],
-                condition=Q(state__in=[s.value for s in ACTIVE]),
+                condition=Q(state__in=sorted(ACTIVE)),
                 name="job_active_by_state",
             ),
+            # The jobs page: ORDER BY submitted_at DESC, id DESC LIMIT 51 (a site admin's first
+            # page reads 51 rows instead of sorting every job; ~190 ms -> < 1 ms at 100,000).
+            models.Index(fields=["-submitted_at", "-id"], name="job_recent"),
             # The dashboard's team job list: WHERE team_id IN (...) ORDER BY submitted_at DESC.
             models.Index(fields=["team", "-submitted_at"], name="job_team_recent"),
             # "My jobs": WHERE user_id = ? ORDER BY submitted_at DESC.

@@ -157,7 +157,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='job',
-            index=models.Index(condition=models.Q(('state__in', ['RUNNING', 'PREEMPTING', 'PENDING', 'ADMITTED'])), fields=['state', 'flavor'], name='job_active_by_state'),
+            index=models.Index(condition=models.Q(('state__in', ['ADMITTED', 'PENDING', 'PREEMPTING', 'RUNNING'])), fields=['state', 'flavor'], name='job_active_by_state'),
         ),
         migrations.AddIndex(
             model_name='job',
@@ -181,7 +181,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(('state__in', ['CANCELLED', 'SUCCEEDED', 'FAILED']), ('finished_at__isnull', True), _connector='OR'), name='job_finished_only_when_final'),
+            constraint=models.CheckConstraint(condition=models.Q(('state__in', ['CANCELLED', 'FAILED', 'SUCCEEDED']), ('finished_at__isnull', True), _connector='OR'), name='job_finished_only_when_final'),
         ),
         migrations.AddConstraint(
             model_name='job',
