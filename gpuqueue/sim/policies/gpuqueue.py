@@ -30,8 +30,8 @@ class GpuqueueEngine(SchedulingPolicy):
     RunningJob on start) rather than once per cycle, so a cycle costs a tuple of references
     plus the plan itself.
 
-    Two things keep a long replay fast without changing what the engine decides (both can be
-    turned off, and the tests compare them with full snapshots and a cycle after every change):
+    Two shortcuts keep a long replay fast (`SimConfig.window=None` and
+    `skip_idle_changes=False` turn them off; docs/benchmarks.md measures what they change):
 
     - `window` (jobs per team, None for all) bounds the pending jobs shown to the engine. Inside
       a team the engine goes by priority, then submission, and the window keeps exactly the
@@ -42,7 +42,9 @@ class GpuqueueEngine(SchedulingPolicy):
     - `skip_idle_changes`: an arrival only asks for a cycle when it could start now (enough free
       GPUs of its flavor), could reclaim (its team stays within its last fair share or its
       guarantee) or could preempt by priority inside its team; GPUs coming back always ask for
-      one while jobs wait. Otherwise the next change or idle cycle picks the job up.
+      one while jobs wait. Otherwise the next change or idle cycle picks the job up. This is an
+      approximation: a cycle can also act on other jobs (a reservation, a preemption whose
+      victim's minimum runtime has just passed), which then waits for the next change.
     """
 
     name = "gpuqueue"
