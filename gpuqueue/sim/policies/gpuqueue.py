@@ -17,12 +17,6 @@ from gpuqueue.sim.queue import OrderedQueue
 from gpuqueue.sim.run import JobRun
 
 
-def _team_key(run: JobRun) -> tuple[float, ...]:
-    # 1. Higher priority first; 2. earlier submission (a requeued job keeps its place);
-    # 3. job id. The engine orders again on its own; this order only decides the window.
-    return (-float(run.job.priority), run.job.submitted_at, float(run.job.id))
-
-
 class GpuqueueEngine(SchedulingPolicy):
     """Runs `plan()` on a snapshot of the replay.
 
@@ -103,6 +97,9 @@ class GpuqueueEngine(SchedulingPolicy):
             submitted_at=now if self.requeue_at_back and run.preemptions else job.submitted_at,
             expected_runtime=run.remaining if self.runtime_estimates else None,
         )
+        # The window keeps the head of each team's queue in this order: 1. higher priority;
+        # 2. earlier submission (a requeued job keeps its place); 3. job id. The engine orders
+        # again on its own.
         key = (-float(job.priority), pending.submitted_at, float(job.id))
         self.queues.setdefault(job.team, OrderedQueue()).push(job.id, key, pending)
         self.asked[(job.team, job.flavor)] += job.gpus
