@@ -94,8 +94,14 @@ class JobSubmitSerializer(serializers.Serializer):
         super().__init__(*args, **kwargs)
         user = _user(self)
         team_field = self.fields["team"]
-        # A team the caller cannot see is "unknown", as its jobs answer 404.
-        team_field.queryset = Team.objects.of_user(user) if user is not None else Team.objects.none()
+        # A team the caller cannot see is "unknown", as its jobs answer 404. (No DISTINCT: a
+        # user has one membership per team, and this runs on every submission.)
+        if user is None or not user.is_authenticated:
+            team_field.queryset = Team.objects.none()
+        elif user.is_superuser:
+            team_field.queryset = Team.objects.all()
+        else:
+            team_field.queryset = Team.objects.filter(memberships__user=user)
 
     def to_internal_value(self, data: Any) -> Any:
         reject_unknown_fields(self, data)

@@ -5,6 +5,7 @@ Capacity always comes from Node rows (the cluster watcher keeps them), never fro
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -26,6 +27,22 @@ def largest_node_gpus(flavor: Flavor) -> int | None:
     """The most GPUs of `flavor` any known node has; None when no node of it is known yet."""
     sizes = [int(n.capacity[flavor.resource_name]) for n in flavor_nodes(flavor)]
     return max(sizes) if sizes else None
+
+
+# Per process: {flavor id: (read at, largest)}. Node sizes change when hardware does, so a
+# submission may judge against an inventory a few seconds old; it saves a query per request.
+_LARGEST_TTL_SECONDS = 5.0
+_largest: dict[int, tuple[float, int | None]] = {}
+
+
+def largest_node_gpus_cached(flavor: Flavor) -> int | None:
+    now = time.monotonic()
+    hit = _largest.get(flavor.pk)
+    if hit is not None and now - hit[0] < _LARGEST_TTL_SECONDS:
+        return hit[1]
+    largest = largest_node_gpus(flavor)
+    _largest[flavor.pk] = (now, largest)
+    return largest
 
 
 def flavor_capacity(flavor: Flavor, *, schedulable_only: bool = False) -> int:
@@ -95,7 +112,8 @@ def usage_now() -> list[FlavorUsage]:
 
     gpus = F("workers") * F("gpus_per_worker")
     rows = (
-        Job.objects.active().values("flavor__name", "team__slug")
+        Job.objects.active()
+        .values("flavor__name", "team__slug")
         .annotate(
             allocated=Sum(gpus, filter=Q(state__in=HOLDING)),
             pending_gpus=Sum(gpus, filter=Q(state=JobState.PENDING)),

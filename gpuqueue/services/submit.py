@@ -137,9 +137,9 @@ def check_fits(flavor: Flavor, gpus_per_worker: int) -> None:
     """Refuse a job that no node could ever run: a worker larger than the largest node of its
     flavor would wait forever. Node rows are the inventory; with none known yet the job is
     refused too, rather than accepted into a queue that cannot judge it."""
-    from gpuqueue.services.inventory import largest_node_gpus
+    from gpuqueue.services.inventory import largest_node_gpus_cached
 
-    largest = largest_node_gpus(flavor)
+    largest = largest_node_gpus_cached(flavor)
     if largest is None:
         raise SubmissionRefused(
             f"No node of flavor {flavor.name} is known yet, so a worker of {gpus_per_worker} "
