@@ -1,12 +1,12 @@
-"""Load benchmark: concurrent submitters against a running gpuqueue API. Prints numbers; not a test.
+"""Load benchmark: concurrent submitters against a gpuqueue API. Prints numbers; not a test.
 
-    .venv/bin/python benchmarks/api_load.py                      # starts the embedded service itself
+    .venv/bin/python benchmarks/api_load.py          # starts the embedded service itself
     .venv/bin/python benchmarks/api_load.py --url http://host:8000 --token gq_…
 
-1. Without --url: start `python -m gpuqueue.launcher` with a temporary GPUQUEUE_DATA_DIR, free ports,
-   the demo world (users, teams, quotas; the simulated cluster's nodes reach the inventory through
-   the watcher) and a per-token rate high enough not to throttle the benchmark; mint a token for
-   a demo user with `manage.py create_api_token`.
+1. Without --url: start `python -m gpuqueue.launcher` with a temporary GPUQUEUE_DATA_DIR, free
+   ports, the demo world (users, teams, quotas; the simulated cluster's nodes reach the
+   inventory through the watcher) and a per-token rate high enough not to throttle the
+   benchmark; mint a token for a demo user with `manage.py create_api_token`.
 2. Wait until the API answers and knows a node of the flavor.
 3. Warm up, then run --threads submitters for --seconds, each POSTing jobs with its own
    Idempotency-Key over a fresh HTTP connection (gunicorn's sync workers close after each
@@ -44,13 +44,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def call(base: str, method: str, path: str, token: str, body: dict | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+def call(
+    base: str,
+    method: str,
+    path: str,
+    token: str,
+    body: dict | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, bytes]:
     url = urllib.parse.urlsplit(base)
     conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=30)
     try:
-        all_headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
-                       **(headers or {})}
+        all_headers = {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json",
+            **(headers or {}),
+        }
         data = None
         if body is not None:
             data = json.dumps(body).encode()
@@ -67,17 +76,32 @@ def start_service(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], st
     data_dir.chmod(0o755)  # the embedded PostgreSQL runs as another user when we are root
     port = free_port()
     env = dict(
-        os.environ, GPUQUEUE_DATA_DIR=str(data_dir), GPUQUEUE_EMBEDDED_REDIS_PORT=str(free_port()),
-        GPUQUEUE_API_RATE="10000000/min", GPUQUEUE_DEMO="1", GPUQUEUE_DEMO_JOBS_PER_MINUTE="0",
+        os.environ,
+        GPUQUEUE_DATA_DIR=str(data_dir),
+        GPUQUEUE_EMBEDDED_REDIS_PORT=str(free_port()),
+        GPUQUEUE_API_RATE="10000000/min",
+        GPUQUEUE_DEMO="1",
+        GPUQUEUE_DEMO_JOBS_PER_MINUTE="0",
         GPUQUEUE_LOG_LEVEL="WARNING",
     )
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
     log = open(data_dir / "service.log", "wb")  # noqa: SIM115 - lives as long as the service
     service = subprocess.Popen(
-        [sys.executable, "-m", "gpuqueue.launcher", "--port", str(port),
-         "--web-workers", str(args.web_workers)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "gpuqueue.launcher",
+            "--port",
+            str(port),
+            "--web-workers",
+            str(args.web_workers),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
@@ -91,10 +115,18 @@ def start_service(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], st
         except OSError:
             pass
         time.sleep(0.5)
-    token = subprocess.run(
-        [sys.executable, "manage.py", "create_api_token", args.user, "--name", "bench"],
-        cwd=ROOT, env=env, check=True, capture_output=True, text=True,
-    ).stdout.strip().splitlines()[-1]
+    token = (
+        subprocess.run(
+            [sys.executable, "manage.py", "create_api_token", args.user, "--name", "bench"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     return service, base, token, data_dir
 
 
@@ -102,15 +134,25 @@ def wait_for_nodes(base: str, token: str, flavor: str) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         status, body = call(base, "GET", "/api/v1/utilization/", token)
-        if status == 200 and any(f["flavor"] == flavor and f["capacity"] > 0 for f in json.loads(body)):
+        if status == 200 and any(
+            f["flavor"] == flavor and f["capacity"] > 0 for f in json.loads(body)
+        ):
             return
         time.sleep(0.5)
     raise SystemExit(f"no node of flavor {flavor} became known")
 
 
-def run_load(base: str, token: str, args: argparse.Namespace, seconds: float) -> tuple[list[float], dict[int, int], float]:
-    job = {"flavor": args.flavor, "image": "ghcr.io/acme/train:1", "name": "bench",
-           "workers": 1, "gpus_per_worker": 1, "command": ["python", "train.py"]}
+def run_load(
+    base: str, token: str, args: argparse.Namespace, seconds: float
+) -> tuple[list[float], dict[int, int], float]:
+    job = {
+        "flavor": args.flavor,
+        "image": "ghcr.io/acme/train:1",
+        "name": "bench",
+        "workers": 1,
+        "gpus_per_worker": 1,
+        "command": ["python", "train.py"],
+    }
     if args.team:
         job["team"] = args.team
     latencies: list[float] = []
@@ -124,8 +166,9 @@ def run_load(base: str, token: str, args: argparse.Namespace, seconds: float) ->
         while time.monotonic() < stop_at:
             started = time.perf_counter()
             try:
-                status, _ = call(base, "POST", "/api/v1/jobs/", token, job,
-                                 {"Idempotency-Key": uuid.uuid4().hex})
+                status, _ = call(
+                    base, "POST", "/api/v1/jobs/", token, job, {"Idempotency-Key": uuid.uuid4().hex}
+                )
             except OSError:
                 status = 0
             mine.append(time.perf_counter() - started)
@@ -175,13 +218,20 @@ def main() -> None:
         run_load(base, token, args, args.warmup)
         latencies, statuses, elapsed = run_load(base, token, args, args.seconds)
         ok = sum(v for k, v in statuses.items() if k in (200, 201))
-        print(f"api_load: {args.threads} submitters, {elapsed:.1f} s, {os.cpu_count()} CPUs "
-              f"(client, web, PostgreSQL, Redis, Celery on the same machine)")
-        print(f"  submissions: {len(latencies)}  ok: {ok}  statuses: {dict(sorted(statuses.items()))}")
+        print(
+            f"api_load: {args.threads} submitters, {elapsed:.1f} s, {os.cpu_count()} CPUs "
+            f"(client, web, PostgreSQL, Redis, Celery on the same machine)"
+        )
+        print(
+            f"  submissions: {len(latencies)}  ok: {ok}  statuses: {dict(sorted(statuses.items()))}"
+        )
         print(f"  throughput:  {ok / elapsed:.1f} submissions/s")
-        print(f"  latency ms:  p50 {percentile(latencies, 50) * 1000:.1f}  "
-              f"p90 {percentile(latencies, 90) * 1000:.1f}  p99 {percentile(latencies, 99) * 1000:.1f}  "
-              f"max {max(latencies) * 1000:.1f}  mean {statistics.fmean(latencies) * 1000:.1f}")
+        print(
+            f"  latency ms:  p50 {percentile(latencies, 50) * 1000:.1f}  "
+            f"p90 {percentile(latencies, 90) * 1000:.1f}  "
+            f"p99 {percentile(latencies, 99) * 1000:.1f}  "
+            f"max {max(latencies) * 1000:.1f}  mean {statistics.fmean(latencies) * 1000:.1f}"
+        )
         try:
             load = os.getloadavg()
             print(f"  load average during the run: {load[0]:.2f} (1 min)")

@@ -40,6 +40,7 @@ _SEP = "\x1f"
 
 # --- Redis-backed histograms ------------------------------------------------------------------
 
+
 def _observe(key: str, labels: tuple[str, ...], seconds: float, buckets: Iterable[float]) -> None:
     from gpuqueue.api import redis as api_redis
 
@@ -117,6 +118,7 @@ def _cycle_finished(
 
 # --- The collector ------------------------------------------------------------------------------
 
+
 class QueueCollector:
     """Reads the database on every scrape (a handful of aggregate queries)."""
 
@@ -135,13 +137,16 @@ class QueueCollector:
             "gpuqueue_pending_gpus", "GPUs asked for by pending jobs", labels=["team", "flavor"]
         )
         allocated = GaugeMetricFamily(
-            "gpuqueue_allocated_gpus", "GPUs held by admitted, running and preempting jobs",
+            "gpuqueue_allocated_gpus",
+            "GPUs held by admitted, running and preempting jobs",
             labels=["team", "flavor"],
         )
         guarantee = GaugeMetricFamily(
             "gpuqueue_quota_guarantee_gpus", "Quota guarantee", labels=["team", "flavor"]
         )
-        limit = GaugeMetricFamily("gpuqueue_quota_limit_gpus", "Quota limit", labels=["team", "flavor"])
+        limit = GaugeMetricFamily(
+            "gpuqueue_quota_limit_gpus", "Quota limit", labels=["team", "flavor"]
+        )
         capacity = GaugeMetricFamily(
             "gpuqueue_capacity_gpus", "GPUs on ready nodes", labels=["flavor"]
         )
@@ -163,22 +168,26 @@ class QueueCollector:
 
         # Counters from the event table: every transition is a row.
         admitted = CounterMetricFamily(
-            "gpuqueue_jobs_admitted", "Admissions (a requeued job counts again)",
+            "gpuqueue_jobs_admitted",
+            "Admissions (a requeued job counts again)",
             labels=["team", "flavor"],
         )
         preempted = CounterMetricFamily(
             "gpuqueue_jobs_preempted", "Preemptions", labels=["team", "flavor"]
         )
         finished = CounterMetricFamily(
-            "gpuqueue_jobs_finished", "Jobs that reached a final state",
+            "gpuqueue_jobs_finished",
+            "Jobs that reached a final state",
             labels=["team", "flavor", "state"],
         )
         rows = (
             JobEvent.objects.filter(
                 Q(to_state=JobState.ADMITTED)
                 # PREEMPTING -> PREEMPTING is a checkpoint acknowledgement, not a preemption.
-                | Q(to_state=JobState.PREEMPTING,
-                    from_state__in=[JobState.ADMITTED, JobState.RUNNING])
+                | Q(
+                    to_state=JobState.PREEMPTING,
+                    from_state__in=[JobState.ADMITTED, JobState.RUNNING],
+                )
                 | Q(to_state__in=[s.value for s in FINAL])
             )
             .values("job__team__slug", "job__flavor__name", "to_state")
@@ -206,16 +215,23 @@ class QueueCollector:
             gpus=Sum(F("workers") * F("gpus_per_worker"))
         )
         yield GaugeMetricFamily(
-            "gpuqueue_allocated_gpus_total", "GPUs held by gpuqueue jobs, all flavors",
+            "gpuqueue_allocated_gpus_total",
+            "GPUs held by gpuqueue jobs, all flavors",
             value=float(held["gpus"] or 0),
         )
         yield _histogram(
-            "gpuqueue_admission_cycle_duration_seconds", "Admission cycle duration",
-            _CYCLE_KEY, [], CYCLE_BUCKETS,
+            "gpuqueue_admission_cycle_duration_seconds",
+            "Admission cycle duration",
+            _CYCLE_KEY,
+            [],
+            CYCLE_BUCKETS,
         )
         yield _histogram(
-            "gpuqueue_api_request_duration_seconds", "API request latency",
-            _API_KEY, ["method", "route", "status"], API_BUCKETS,
+            "gpuqueue_api_request_duration_seconds",
+            "API request latency",
+            _API_KEY,
+            ["method", "route", "status"],
+            API_BUCKETS,
         )
 
     def _fair_share(self) -> GaugeMetricFamily:
@@ -271,6 +287,7 @@ class ApiLatencyMiddleware:
         match = getattr(request, "resolver_match", None)
         route = match.route if match is not None and match.route else "unmatched"
         route = route.replace("^", "").replace("$", "")  # router patterns are regexes
-        observe_api(request.method or "GET", route, response.status_code,
-                    time.perf_counter() - started)
+        observe_api(
+            request.method or "GET", route, response.status_code, time.perf_counter() - started
+        )
         return response

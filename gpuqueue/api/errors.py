@@ -30,7 +30,10 @@ _CODES = {
 
 
 def error_response(
-    code: str, message: str, http_status: int, fields: Any = None,
+    code: str,
+    message: str,
+    http_status: int,
+    fields: Any = None,
     headers: dict[str, str] | None = None,
 ) -> Response:
     body: dict[str, Any] = {"code": code, "message": message}
@@ -65,7 +68,8 @@ def _flatten(detail: Any) -> dict[str, list[str]]:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, InvalidTransition):
         return error_response(
-            "invalid_transition", f"The job is {exc.from_state} and cannot become {exc.to_state}.",
+            "invalid_transition",
+            f"The job is {exc.from_state} and cannot become {exc.to_state}.",
             status.HTTP_409_CONFLICT,
         )
     if isinstance(exc, CancelRefused):
@@ -77,7 +81,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return error_response(exc.code, exc.message, exc.status, exc.fields or None)
     if isinstance(exc, ProtectedError):
         return error_response(
-            "in_use", "Other objects still refer to this one; remove them first.",
+            "in_use",
+            "Other objects still refer to this one; remove them first.",
             status.HTTP_409_CONFLICT,
         )
     response = drf_exception_handler(exc, context)
@@ -85,13 +90,17 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return None
     # Keep WWW-Authenticate (401) and Retry-After (429).
     headers = {
-        key: value for key, value in response.headers.items()
+        key: value
+        for key, value in response.headers.items()
         if key.lower() in ("www-authenticate", "retry-after", "allow")
     }
     if isinstance(exc, exceptions.ValidationError):
         return error_response(
-            "invalid", "The request is invalid; see fields.", response.status_code,
-            _flatten(exc.detail), headers,
+            "invalid",
+            "The request is invalid; see fields.",
+            response.status_code,
+            _flatten(exc.detail),
+            headers,
         )
     detail = getattr(exc, "detail", str(exc))
     code = _CODES.get(response.status_code) or str(getattr(exc, "default_code", "error"))

@@ -9,6 +9,10 @@ import django_filters as filters
 from django import forms
 from django_filters.fields import IsoDateTimeField
 
+from gpuqueue.models import Job, UtilizationSample
+from gpuqueue.states import JobState
+from teams.models import ApiToken, AuditEntry, Membership
+
 
 class UtcDateTimeField(IsoDateTimeField):
     """ISO 8601, converted to UTC here: PostgreSQL refuses offsets beyond ±15:59 that Python
@@ -27,9 +31,7 @@ class UtcDateTimeField(IsoDateTimeField):
 class UtcDateTimeFilter(filters.IsoDateTimeFilter):
     field_class = UtcDateTimeField
 
-from gpuqueue.models import Job, UtilizationSample
-from gpuqueue.states import JobState
-from teams.models import ApiToken, AuditEntry, Membership
+
 
 
 class JobFilter(filters.FilterSet):

@@ -15,6 +15,8 @@ from django.conf import settings
 @functools.cache
 def client() -> redis.Redis:
     return redis.Redis.from_url(
-        settings.REDIS_URL, socket_timeout=0.5, socket_connect_timeout=0.5,
+        settings.REDIS_URL,
+        socket_timeout=0.5,
+        socket_connect_timeout=0.5,
         health_check_interval=30,
     )

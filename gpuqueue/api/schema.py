@@ -23,7 +23,9 @@ class GpuqueueAutoSchema(AutoSchema):
             codes += ["409"]
         for code in codes:
             if code not in responses:
-                responses[code] = self._get_response_for_code(ErrorSerializer, code, direction=direction)
+                responses[code] = self._get_response_for_code(
+                    ErrorSerializer, code, direction=direction
+                )
         return responses
 
 

@@ -54,23 +54,34 @@ def _user(serializer: serializers.Serializer) -> Any:
 
 # --- Jobs ---------------------------------------------------------------------------------------
 
+
 class JobSubmitSerializer(serializers.Serializer):
     """A submission. Every rule that Kubernetes or the engine would refuse later is checked
     here, so that a bad request changes nothing and says which field is wrong."""
 
     team = serializers.SlugRelatedField(
-        slug_field="slug", queryset=Team.objects.none(), required=False,
+        slug_field="slug",
+        queryset=Team.objects.none(),
+        required=False,
         help_text="Team slug; may be left out by a user who belongs to exactly one team.",
-        error_messages={"does_not_exist": "Unknown team {value}.", "invalid": "Must be a team slug."},
+        error_messages={
+            "does_not_exist": "Unknown team {value}.",
+            "invalid": "Must be a team slug.",
+        },
     )
     flavor = serializers.SlugRelatedField(
-        slug_field="name", queryset=Flavor.objects.all(),
-        error_messages={"does_not_exist": "Unknown flavor {value}.", "invalid": "Must be a flavor name."},
+        slug_field="name",
+        queryset=Flavor.objects.all(),
+        error_messages={
+            "does_not_exist": "Unknown flavor {value}.",
+            "invalid": "Must be a flavor name.",
+        },
     )
     name = StrictCharField(required=False, max_length=63, help_text="Defaults from the image.")
     image = StrictCharField(max_length=512, trim_whitespace=False)
     command = serializers.ListField(
-        child=StrictCharField(allow_blank=True, trim_whitespace=False), required=False,
+        child=StrictCharField(allow_blank=True, trim_whitespace=False),
+        required=False,
         default=list,
     )
     env = StrictDictField(required=False, default=dict)
@@ -174,7 +185,8 @@ class JobSerializer(serializers.ModelSerializer):
     annotations = serializers.DictField(child=serializers.CharField(), read_only=True)
     placement = serializers.DictField(child=serializers.IntegerField(), read_only=True)
     pending_reason = serializers.JSONField(
-        read_only=True, allow_null=True,
+        read_only=True,
+        allow_null=True,
         help_text="The engine's reason as data: {code, numbers, job_ids}.",
     )
     pending_reason_text = serializers.SerializerMethodField(
@@ -185,13 +197,40 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "team", "user", "name", "image", "command", "env", "labels", "annotations",
-            "workers", "gpus_per_worker", "gpus", "flavor", "priority", "preemptible",
-            "checkpoint_grace_seconds", "max_runtime_seconds", "expected_runtime_seconds",
-            "idempotency_key", "state", "submitted_at", "admitted_at", "started_at",
-            "finished_at", "placement", "pending_reason", "pending_reason_text",
-            "queue_position", "cluster_position", "estimated_start", "attempts", "exit_code",
-            "message", "checkpoint_location",
+            "id",
+            "team",
+            "user",
+            "name",
+            "image",
+            "command",
+            "env",
+            "labels",
+            "annotations",
+            "workers",
+            "gpus_per_worker",
+            "gpus",
+            "flavor",
+            "priority",
+            "preemptible",
+            "checkpoint_grace_seconds",
+            "max_runtime_seconds",
+            "expected_runtime_seconds",
+            "idempotency_key",
+            "state",
+            "submitted_at",
+            "admitted_at",
+            "started_at",
+            "finished_at",
+            "placement",
+            "pending_reason",
+            "pending_reason_text",
+            "queue_position",
+            "cluster_position",
+            "estimated_start",
+            "attempts",
+            "exit_code",
+            "message",
+            "checkpoint_location",
         ]
         read_only_fields = fields
 
@@ -212,6 +251,7 @@ class JobEventSerializer(serializers.ModelSerializer):
 
 
 # --- Flavors, quotas, nodes ---------------------------------------------------------------------
+
 
 class FlavorSerializer(serializers.ModelSerializer):
     name = serializers.SlugField(max_length=63)
@@ -255,18 +295,21 @@ class QuotaSerializer(serializers.ModelSerializer):
     verdict on oversubscription comes back in the write's response."""
 
     team = serializers.SlugRelatedField(
-        slug_field="slug", queryset=Team.objects.all(),
+        slug_field="slug",
+        queryset=Team.objects.all(),
         error_messages={"does_not_exist": "Unknown team {value}."},
     )
     flavor = serializers.SlugRelatedField(
-        slug_field="name", queryset=Flavor.objects.all(),
+        slug_field="name",
+        queryset=Flavor.objects.all(),
         error_messages={"does_not_exist": "Unknown flavor {value}."},
     )
     guarantee = StrictIntegerField(min_value=0, max_value=1_000_000)
     limit = StrictIntegerField(min_value=0, max_value=1_000_000)
     weight = serializers.FloatField(min_value=0, max_value=1_000_000, default=1.0)
     oversubscribe = StrictBooleanField(
-        write_only=True, default=False,
+        write_only=True,
+        default=False,
         help_text="Allow the flavor's guarantees to add up to more than its capacity.",
     )
     oversubscribed = serializers.SerializerMethodField(
@@ -280,8 +323,16 @@ class QuotaSerializer(serializers.ModelSerializer):
     class Meta:
         model = Quota
         fields = [
-            "id", "team", "flavor", "guarantee", "limit", "weight", "oversubscribe",
-            "oversubscribed", "capacity", "guarantees_total",
+            "id",
+            "team",
+            "flavor",
+            "guarantee",
+            "limit",
+            "weight",
+            "oversubscribe",
+            "oversubscribed",
+            "capacity",
+            "guarantees_total",
         ]
         read_only_fields = ["id"]
         validators: list[Any] = []  # set_quota decides; a second quota for a pair updates it
@@ -313,15 +364,25 @@ class QuotaSerializer(serializers.ModelSerializer):
             for key in ("guarantee", "limit", "weight"):
                 attrs.setdefault(key, getattr(self.instance, key))
         if attrs.get("guarantee", 0) > attrs.get("limit", 0):
-            raise serializers.ValidationError({"guarantee": [
-                f"The guarantee ({attrs['guarantee']}) may not exceed the limit ({attrs['limit']})."
-            ]})
+            raise serializers.ValidationError(
+                {
+                    "guarantee": [
+                        f"The guarantee ({attrs['guarantee']}) may not exceed "
+                        f"the limit ({attrs['limit']})."
+                    ]
+                }
+            )
         return attrs
 
     def _save(self, team: Team, flavor: Flavor, attrs: dict[str, Any]) -> Quota:
         change = set_quota(
-            _user(self), team, flavor, guarantee=attrs["guarantee"], limit=attrs["limit"],
-            weight=attrs.get("weight", 1.0), oversubscribe=attrs.get("oversubscribe", False),
+            _user(self),
+            team,
+            flavor,
+            guarantee=attrs["guarantee"],
+            limit=attrs["limit"],
+            weight=attrs.get("weight", 1.0),
+            oversubscribe=attrs.get("oversubscribe", False),
         )
         quota = change.quota
         quota.change = change  # type: ignore[attr-defined]
@@ -344,13 +405,23 @@ class NodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = [
-            "id", "name", "capacity", "used_externally", "labels", "taints", "ready",
-            "cordoned", "drained", "schedulable", "updated_at",
+            "id",
+            "name",
+            "capacity",
+            "used_externally",
+            "labels",
+            "taints",
+            "ready",
+            "cordoned",
+            "drained",
+            "schedulable",
+            "updated_at",
         ]
         read_only_fields = fields
 
 
 # --- Utilization --------------------------------------------------------------------------------
+
 
 class TeamUsageSerializer(serializers.Serializer):
     team = serializers.CharField()
@@ -395,4 +466,3 @@ class MeSerializer(serializers.Serializer):
     username = serializers.CharField()
     is_site_admin = serializers.BooleanField()
     teams = MeTeamSerializer(many=True)
-

@@ -23,7 +23,9 @@ IMAGE_RE = re.compile(
 IMAGE_NAME_MAX = 255  # distribution's limit on the name part
 
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 # Kubernetes accepts any C identifier-like name plus '-' and '.'; shells and launchers only the
 # C identifiers, so that is what gpuqueue accepts.
@@ -126,8 +128,7 @@ def env_errors(env: dict[str, str]) -> list[str]:
             errors.append(f"{name} is set by gpuqueue in every worker and cannot be overridden.")
         if len(value) > MAX_ENV_VALUE_CHARS:
             errors.append(
-                f"{name}: the value is {len(value)} characters long; at most "
-                f"{MAX_ENV_VALUE_CHARS}."
+                f"{name}: the value is {len(value)} characters long; at most {MAX_ENV_VALUE_CHARS}."
             )
         total += len(name) + len(value)
     if total > MAX_ENV_TOTAL_CHARS:

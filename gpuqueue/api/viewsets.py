@@ -39,7 +39,9 @@ from gpuqueue.services.submit import previous_submission, submit_job
 from teams.models import Membership
 
 IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER,
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
     description="Retries with the same key (same user) return the first job with 200, never a "
     "second job. At most 200 printable ASCII characters.",
 )
@@ -57,7 +59,9 @@ def idempotency_key(request: Request) -> str | None:
 
 
 class JobViewSet(
-    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
     viewsets.GenericViewSet,
 ):
     queryset = Job.objects.none()  # for the schema; get_queryset filters
@@ -71,7 +75,8 @@ class JobViewSet(
         return Job.objects.visible_to(self.request.user).select_related("team", "flavor", "user")
 
     @extend_schema(
-        request=JobSubmitSerializer, parameters=[IDEMPOTENCY_KEY],
+        request=JobSubmitSerializer,
+        parameters=[IDEMPOTENCY_KEY],
         responses={
             201: JobSerializer,
             200: OpenApiResponse(JobSerializer, description="an earlier submission, same key"),
@@ -194,7 +199,12 @@ class MeView(APIView):
     def get(self, request: Request) -> Response:
         user = request.user
         teams = Membership.objects.filter(user=user).select_related("team").order_by("team__slug")
-        return Response(MeSerializer({
-            "username": user.get_username(), "is_site_admin": user.is_superuser,
-            "teams": [{"team": m.team.slug, "role": m.role} for m in teams],
-        }).data)
+        return Response(
+            MeSerializer(
+                {
+                    "username": user.get_username(),
+                    "is_site_admin": user.is_superuser,
+                    "teams": [{"team": m.team.slug, "role": m.role} for m in teams],
+                }
+            ).data
+        )

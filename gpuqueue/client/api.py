@@ -65,7 +65,11 @@ def save_config(url: str, token: str) -> Path:
 
 class Client:
     def __init__(
-        self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
         retries: int = 4,
     ) -> None:
         config = load_config()
@@ -77,16 +81,26 @@ class Client:
     # --- transport ----------------------------------------------------------------------------
 
     def request(
-        self, method: str, path: str, body: Any = None, *, headers: dict[str, str] | None = None,
-        query: dict[str, Any] | None = None, retry: bool = False,
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        query: dict[str, Any] | None = None,
+        retry: bool = False,
     ) -> tuple[int, Any]:
         """One call; with `retry`, network errors and 429/5xx are retried with backoff (only
         for requests safe to repeat: reads, and submissions that carry an idempotency key)."""
         url = path if path.startswith("http") else f"{self.url}{path}"
         if query:
             url += "?" + urllib.parse.urlencode(
-                [(k, v) for k, vs in query.items() if vs is not None
-                 for v in (vs if isinstance(vs, list) else [vs])]
+                [
+                    (k, v)
+                    for k, vs in query.items()
+                    if vs is not None
+                    for v in (vs if isinstance(vs, list) else [vs])
+                ]
             )
         data = json.dumps(body).encode() if body is not None else None
         all_headers = {"Accept": "application/json", **(headers or {})}
@@ -149,7 +163,11 @@ class Client:
         return list(self.request("GET", f"/api/v1/jobs/{job_id}/events/", retry=True)[1])
 
     def wait(
-        self, job_id: int, *, timeout: float | None = None, interval: float = 2.0,
+        self,
+        job_id: int,
+        *,
+        timeout: float | None = None,
+        interval: float = 2.0,
         on_change: Any = None,
     ) -> dict[str, Any]:
         """Poll until the job is final (or `timeout` passes: TimeoutError)."""
@@ -182,7 +200,8 @@ def _backoff(attempt: int, retry_after: str | None) -> float:
 def _error(status: int, raw: bytes) -> ApiError:
     try:
         error = json.loads(raw)["error"]
-        return ApiError(status, error.get("code", "error"), error.get("message", ""),
-                        error.get("fields"))
+        return ApiError(
+            status, error.get("code", "error"), error.get("message", ""), error.get("fields")
+        )
     except (ValueError, KeyError, TypeError):
         return ApiError(status, "error", raw.decode(errors="replace")[:500])

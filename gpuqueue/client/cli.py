@@ -1,11 +1,11 @@
 """`gpuqueue`: submit and follow jobs from a shell or a pipeline, through the public API.
 
-    gpuqueue configure --url http://gpuqueue:8000 --token gq_…
-    gpuqueue submit --flavor h100 --workers 4 --gpus-per-worker 2 --image ghcr.io/acme/train:1 -- python train.py
-    gpuqueue submit -f job.yaml --idempotency-key nightly-2026-11-22
-    gpuqueue wait 42          # exit code: 0 succeeded, the job's exit code (or 1) failed, 3 cancelled
-    gpuqueue list --state PENDING --mine
-    gpuqueue status 42 | gpuqueue events 42 | gpuqueue cancel 42
+gpuqueue configure --url http://gpuqueue:8000 --token gq_…
+gpuqueue submit --flavor h100 --workers 2 --image ghcr.io/acme/train:1 -- python train.py
+gpuqueue submit -f job.yaml --idempotency-key nightly-2026-11-22
+gpuqueue wait 42   # exit: 0 succeeded, the job's exit code (or 1) failed, 3 cancelled
+gpuqueue list --state PENDING --mine
+gpuqueue status 42 | gpuqueue events 42 | gpuqueue cancel 42
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuqueue.client.api import ApiError, Client, config_path, save_config
+from gpuqueue.client.api import ApiError, Client, save_config
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -45,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gpuqueue", description="Submit and follow GPU jobs on gpuqueue.",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1],
+        prog="gpuqueue",
+        description="Submit and follow GPU jobs on gpuqueue.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
     )
     parser.add_argument("--url", help="server URL (default: GPUQUEUE_URL or the config file)")
     parser.add_argument("--token", help="API token (default: GPUQUEUE_TOKEN or the config file)")
@@ -133,15 +135,27 @@ def job_spec(args: argparse.Namespace) -> dict[str, Any]:
         if not isinstance(loaded, dict):
             raise ValueError(f"{args.file}: a job spec is a mapping of fields")
         spec.update(loaded)
-    for key in ("team", "flavor", "name", "image", "workers", "gpus_per_worker", "priority",
-                "checkpoint_grace_seconds", "max_runtime_seconds"):
+    for key in (
+        "team",
+        "flavor",
+        "name",
+        "image",
+        "workers",
+        "gpus_per_worker",
+        "priority",
+        "checkpoint_grace_seconds",
+        "max_runtime_seconds",
+    ):
         value = getattr(args, key)
         if value is not None:
             spec[key] = value
     if args.non_preemptible:
         spec["preemptible"] = False
-    for key, items, what in (("env", args.env, "--env"), ("labels", args.label, "--label"),
-                             ("annotations", args.annotation, "--annotation")):
+    for key, items, what in (
+        ("env", args.env, "--env"),
+        ("labels", args.label, "--label"),
+        ("annotations", args.annotation, "--annotation"),
+    ):
         if items:
             spec[key] = {**spec.get(key, {}), **_pairs(items, what)}
     command = list(args.command)
@@ -175,8 +189,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.json and not args.wait:
         print(json.dumps(job, indent=2))
     else:
-        print(f"job {job['id']} {job['state']}: {job['name']} on {job['gpus']} {job['flavor']} GPUs "
-              f"({job['workers']} × {job['gpus_per_worker']}), team {job['team']}")
+        print(
+            f"job {job['id']} {job['state']}: {job['name']} on {job['gpus']} {job['flavor']} GPUs "
+            f"({job['workers']} × {job['gpus_per_worker']}), team {job['team']}"
+        )
     if args.wait:
         args.job, args.timeout, args.interval, args.quiet = job["id"], None, 2.0, False
         return cmd_wait(args)
@@ -184,17 +200,25 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    jobs = list(_client(args).jobs(
-        limit=args.limit, team=args.team, state=args.state, user=args.user,
-        flavor=args.flavor, mine="true" if args.mine else None,
-    ))
+    jobs = list(
+        _client(args).jobs(
+            limit=args.limit,
+            team=args.team,
+            state=args.state,
+            user=args.user,
+            flavor=args.flavor,
+            mine="true" if args.mine else None,
+        )
+    )
     if args.json:
         print(json.dumps(jobs, indent=2))
         return 0
     print(f"{'ID':>7}  {'STATE':10}  {'TEAM':12}  {'USER':10}  {'GPUS':>9}  NAME")
     for j in jobs:
         gpus = f"{j['workers']}×{j['gpus_per_worker']} {j['flavor']}"
-        print(f"{j['id']:>7}  {j['state']:10}  {j['team']:12}  {j['user']:10}  {gpus:>9}  {j['name']}")
+        print(
+            f"{j['id']:>7}  {j['state']:10}  {j['team']:12}  {j['user']:10}  {gpus:>9}  {j['name']}"
+        )
     return 0
 
 
@@ -203,8 +227,10 @@ def describe(job: dict[str, Any]) -> str:
     if job.get("pending_reason_text"):
         lines.append(f"  why: {job['pending_reason_text']}")
     if job.get("queue_position") is not None:
-        lines.append(f"  position: {job['queue_position']} in the team's queue, "
-                     f"{job.get('cluster_position')} in the cluster")
+        lines.append(
+            f"  position: {job['queue_position']} in the team's queue, "
+            f"{job.get('cluster_position')} in the cluster"
+        )
     if job.get("estimated_start"):
         lines.append(f"  estimated start: {job['estimated_start']}")
     if job.get("placement"):
@@ -236,7 +262,10 @@ def cmd_events(args: argparse.Namespace) -> int:
         print(json.dumps(events, indent=2))
         return 0
     for e in events:
-        print(f"{e['at']}  {e['from_state'] or '-':10} → {e['to_state']:10}  {e['actor']:14}  {e['reason']}")
+        print(
+            f"{e['at']}  {e['from_state'] or '-':10} → {e['to_state']:10}  "
+            f"{e['actor']:14}  {e['reason']}"
+        )
     return 0
 
 

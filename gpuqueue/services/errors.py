@@ -18,8 +18,12 @@ class Refused(Exception):
     code = "refused"
 
     def __init__(
-        self, message: str, *, fields: dict[str, list[str]] | None = None,
-        status: int | None = None, code: str | None = None,
+        self,
+        message: str,
+        *,
+        fields: dict[str, list[str]] | None = None,
+        status: int | None = None,
+        code: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message

@@ -13,8 +13,10 @@ from teams.models import AuditEntry
 
 def flavor_state(flavor: Flavor) -> dict[str, Any]:
     return {
-        "name": flavor.name, "resource_name": flavor.resource_name,
-        "node_selector": flavor.node_selector, "description": flavor.description,
+        "name": flavor.name,
+        "resource_name": flavor.resource_name,
+        "node_selector": flavor.node_selector,
+        "description": flavor.description,
     }
 
 
@@ -37,8 +39,11 @@ def save_flavor(actor: Any, flavor: Flavor | None, **fields: Any) -> Flavor:
                 setattr(flavor, key, value)
         flavor.save()
         AuditEntry.objects.create(
-            actor=actor, action="flavor.create" if before is None else "flavor.update",
-            object_type="flavor", object_repr=flavor.name, before=before,
+            actor=actor,
+            action="flavor.create" if before is None else "flavor.update",
+            object_type="flavor",
+            object_repr=flavor.name,
+            before=before,
             after=flavor_state(flavor),
         )
     return flavor
@@ -51,6 +56,10 @@ def delete_flavor(actor: Any, flavor: Flavor) -> None:
         before = flavor_state(flavor)
         flavor.delete()
         AuditEntry.objects.create(
-            actor=actor, action="flavor.delete", object_type="flavor", object_repr=before["name"],
-            before=before, after=None,
+            actor=actor,
+            action="flavor.delete",
+            object_type="flavor",
+            object_repr=before["name"],
+            before=before,
+            after=None,
         )

@@ -26,8 +26,11 @@ def set_drained(actor: Any, node: Node, drained: bool) -> Node:
             Node.objects.filter(pk=node.pk).update(drained=drained)
             node.drained = drained
             AuditEntry.objects.create(
-                actor=actor, action="node.drain" if drained else "node.undrain",
-                object_type="node", object_repr=node.name, before=before,
+                actor=actor,
+                action="node.drain" if drained else "node.undrain",
+                object_type="node",
+                object_repr=node.name,
+                before=before,
                 after={"drained": drained},
             )
     return node

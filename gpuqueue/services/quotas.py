@@ -29,8 +29,11 @@ def quota_state(quota: Quota | None) -> dict[str, Any] | None:
     if quota is None:
         return None
     return {
-        "team": quota.team.slug, "flavor": quota.flavor.name, "guarantee": quota.guarantee,
-        "limit": quota.limit, "weight": quota.weight,
+        "team": quota.team.slug,
+        "flavor": quota.flavor.name,
+        "guarantee": quota.guarantee,
+        "limit": quota.limit,
+        "weight": quota.weight,
     }
 
 
@@ -40,7 +43,13 @@ def _require_site_admin(actor: Any) -> None:
 
 
 def set_quota(
-    actor: Any, team: Team, flavor: Flavor, *, guarantee: int, limit: int, weight: float = 1.0,
+    actor: Any,
+    team: Team,
+    flavor: Flavor,
+    *,
+    guarantee: int,
+    limit: int,
+    weight: float = 1.0,
     oversubscribe: bool = False,
 ) -> QuotaChange:
     """Create or change the quota of `team` for `flavor`.
@@ -69,24 +78,28 @@ def set_quota(
         raise Refused("The quota is invalid; see fields.", fields=fields, code="invalid")
     with transaction.atomic():
         Flavor.objects.select_for_update().get(pk=flavor.pk)
-        current = Quota.objects.select_related("team", "flavor").filter(
-            team=team, flavor=flavor
-        ).first()
+        current = (
+            Quota.objects.select_related("team", "flavor").filter(team=team, flavor=flavor).first()
+        )
         before = quota_state(current)
         held = held_non_preemptible(team.pk, flavor.pk)
         if guarantee < held:
             raise Refused(
                 f"Team {team.slug}'s non-preemptible jobs hold {held} {flavor.name} GPUs; the "
                 f"guarantee cannot be cut to {guarantee} below that.",
-                fields={"guarantee": [
-                    f"Non-preemptible jobs of {team.slug} hold {held} {flavor.name} GPUs; "
-                    f"a guarantee of {guarantee} is {held - guarantee} short."
-                ]},
+                fields={
+                    "guarantee": [
+                        f"Non-preemptible jobs of {team.slug} hold {held} {flavor.name} GPUs; "
+                        f"a guarantee of {guarantee} is {held - guarantee} short."
+                    ]
+                },
                 code="below_usage",
             )
         others = (
-            Quota.objects.filter(flavor=flavor).exclude(team=team)
-            .aggregate(total=Sum("guarantee"))["total"] or 0
+            Quota.objects.filter(flavor=flavor)
+            .exclude(team=team)
+            .aggregate(total=Sum("guarantee"))["total"]
+            or 0
         )
         capacity = flavor_capacity(flavor)
         total = int(others) + guarantee
@@ -95,11 +108,13 @@ def set_quota(
             raise Refused(
                 f"The guarantees of {flavor.name} would total {total} GPUs, more than the "
                 f"{capacity} the cluster has.",
-                fields={"guarantee": [
-                    f"Guarantees of {flavor.name} would total {total} GPUs (others {others}, "
-                    f"this {guarantee}) against a capacity of {capacity}; set oversubscribe "
-                    "to allow it."
-                ]},
+                fields={
+                    "guarantee": [
+                        f"Guarantees of {flavor.name} would total {total} GPUs (others {others}, "
+                        f"this {guarantee}) against a capacity of {capacity}; set oversubscribe "
+                        "to allow it."
+                    ]
+                },
                 code="over_capacity",
             )
         if current is None:
@@ -114,9 +129,13 @@ def set_quota(
         if after is not None and oversubscribed:
             after["oversubscribed"] = True
         AuditEntry.objects.create(
-            actor=actor, action="quota.create" if current is None else "quota.update",
-            object_type="quota", object_repr=f"{team.slug}/{flavor.name}", team=team,
-            before=before, after=after,
+            actor=actor,
+            action="quota.create" if current is None else "quota.update",
+            object_type="quota",
+            object_repr=f"{team.slug}/{flavor.name}",
+            team=team,
+            before=before,
+            after=after,
         )
     return QuotaChange(quota, current is None, oversubscribed, capacity, total)
 
@@ -132,12 +151,17 @@ def delete_quota(actor: Any, quota: Quota) -> None:
                 f"Non-preemptible jobs of {quota.team.slug} hold {held} {quota.flavor.name} "
                 "GPUs; the quota cannot be removed while they run.",
                 fields={"guarantee": [f"{held} GPUs held by non-preemptible jobs."]},
-                status=409, code="below_usage",
+                status=409,
+                code="below_usage",
             )
         before = quota_state(quota)
         AuditEntry.objects.create(
-            actor=actor, action="quota.delete", object_type="quota",
-            object_repr=f"{quota.team.slug}/{quota.flavor.name}", team=quota.team,
-            before=before, after=None,
+            actor=actor,
+            action="quota.delete",
+            object_type="quota",
+            object_repr=f"{quota.team.slug}/{quota.flavor.name}",
+            team=quota.team,
+            before=before,
+            after=None,
         )
         quota.delete()

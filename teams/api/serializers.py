@@ -25,7 +25,10 @@ class TeamSerializer(serializers.ModelSerializer):
     name = StrictCharField(max_length=200)
     namespace = StrictCharField(max_length=63, validators=[dns_label])
     parent = serializers.SlugRelatedField(
-        slug_field="slug", queryset=Team.objects.all(), required=False, allow_null=True,
+        slug_field="slug",
+        queryset=Team.objects.all(),
+        required=False,
+        allow_null=True,
         error_messages={"does_not_exist": "Unknown team {value}."},
     )
     role = serializers.SerializerMethodField(help_text="Your role in the team, if any.")
@@ -44,8 +47,11 @@ class TeamSerializer(serializers.ModelSerializer):
         roles = self.context.get("roles")
         if roles is None:
             user = _user(self)
-            roles = dict(Membership.objects.filter(user=user).values_list("team_id", "role")) \
-                if user is not None and user.is_authenticated else {}
+            roles = (
+                dict(Membership.objects.filter(user=user).values_list("team_id", "role"))
+                if user is not None and user.is_authenticated
+                else {}
+            )
             self.context["roles"] = roles
         return roles.get(team.pk)
 
@@ -74,11 +80,13 @@ class TeamSerializer(serializers.ModelSerializer):
 
 class MembershipSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(
-        slug_field="slug", queryset=Team.objects.none(),
+        slug_field="slug",
+        queryset=Team.objects.none(),
         error_messages={"does_not_exist": "Unknown team {value}."},
     )
     user = serializers.SlugRelatedField(
-        slug_field="username", queryset=get_user_model().objects.filter(is_active=True),
+        slug_field="username",
+        queryset=get_user_model().objects.filter(is_active=True),
         error_messages={"does_not_exist": "Unknown user {value}."},
     )
     role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
@@ -94,7 +102,8 @@ class MembershipSerializer(serializers.ModelSerializer):
         user = _user(self)
         # A team the caller cannot see is unknown (its objects answer 404 elsewhere).
         self.fields["team"].queryset = (
-            Team.objects.of_user(user) if user is not None and user.is_authenticated
+            Team.objects.of_user(user)
+            if user is not None and user.is_authenticated
             else Team.objects.none()
         )
 
@@ -115,15 +124,19 @@ class MembershipSerializer(serializers.ModelSerializer):
         )
 
     def update(self, instance: Membership, validated_data: dict[str, Any]) -> Membership:
-        return services.change_role(_user(self), instance, validated_data.get("role", instance.role))
+        return services.change_role(
+            _user(self), instance, validated_data.get("role", instance.role)
+        )
 
 
 class TokenSerializer(serializers.ModelSerializer):
     """A token as listed: never its secret. The secret appears once, in the create response."""
 
     user = serializers.SlugRelatedField(
-        slug_field="username", queryset=get_user_model().objects.filter(is_active=True),
-        required=False, help_text="Site admins may create tokens for others; default: you.",
+        slug_field="username",
+        queryset=get_user_model().objects.filter(is_active=True),
+        required=False,
+        help_text="Site admins may create tokens for others; default: you.",
         error_messages={"does_not_exist": "Unknown user {value}."},
     )
     name = StrictCharField(max_length=100)
@@ -135,8 +148,16 @@ class TokenSerializer(serializers.ModelSerializer):
     class Meta:
         model = ApiToken
         fields = [
-            "id", "user", "name", "prefix", "token", "created_at", "last_used_at", "expires_at",
-            "revoked_at", "active",
+            "id",
+            "user",
+            "name",
+            "prefix",
+            "token",
+            "created_at",
+            "last_used_at",
+            "expires_at",
+            "revoked_at",
+            "active",
         ]
         read_only_fields = ["id", "prefix", "created_at", "last_used_at", "revoked_at"]
 
@@ -167,7 +188,9 @@ class TokenSerializer(serializers.ModelSerializer):
     def create(self, validated_data: dict[str, Any]) -> ApiToken:
         actor = _user(self)
         token, secret = services.create_token(
-            validated_data.get("user") or actor, name=validated_data["name"], actor=actor,
+            validated_data.get("user") or actor,
+            name=validated_data["name"],
+            actor=actor,
             expires_at=validated_data.get("expires_at"),
         )
         token.secret = secret  # type: ignore[attr-defined]
@@ -178,12 +201,24 @@ class TokenSerializer(serializers.ModelSerializer):
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):
-    actor = serializers.CharField(source="actor.username", read_only=True, allow_null=True, default=None)
+    actor = serializers.CharField(
+        source="actor.username", read_only=True, allow_null=True, default=None
+    )
     team = serializers.CharField(source="team.slug", read_only=True, allow_null=True, default=None)
     before = serializers.JSONField(read_only=True, allow_null=True)
     after = serializers.JSONField(read_only=True, allow_null=True)
 
     class Meta:
         model = AuditEntry
-        fields = ["id", "at", "actor", "action", "object_type", "object_repr", "team", "before", "after"]
+        fields = [
+            "id",
+            "at",
+            "actor",
+            "action",
+            "object_type",
+            "object_repr",
+            "team",
+            "before",
+            "after",
+        ]
         read_only_fields = fields

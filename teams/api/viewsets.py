@@ -21,8 +21,11 @@ from teams.models import ApiToken, AuditEntry, Membership, Role, Team
 
 
 class TeamViewSet(
-    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
-    mixins.UpdateModelMixin, viewsets.GenericViewSet,
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet,
 ):
     """Members read their teams; site admins create and change any. Teams are not deleted
     through the API: their jobs and audit trail outlive a reorganisation."""
@@ -59,8 +62,11 @@ class MembershipViewSet(viewsets.ModelViewSet):
 
 
 class TokenViewSet(
-    mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin,
-    mixins.DestroyModelMixin, viewsets.GenericViewSet,
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
 ):
     """Your API tokens (site admins: everyone's). The secret is in the create response only;
     DELETE revokes (the row stays for the audit trail)."""

@@ -32,15 +32,21 @@ def nodes(world: Any) -> list[Any]:
 
     made = []
     for i in range(4):
-        made.append(Node.objects.create(
-            name=f"h100-{i}", capacity={"nvidia.com/gpu": 8},
-            labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-        ))
+        made.append(
+            Node.objects.create(
+                name=f"h100-{i}",
+                capacity={"nvidia.com/gpu": 8},
+                labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            )
+        )
     for i in range(2):
-        made.append(Node.objects.create(
-            name=f"l4-{i}", capacity={"nvidia.com/gpu": 4},
-            labels={"nvidia.com/gpu.product": "NVIDIA-L4"},
-        ))
+        made.append(
+            Node.objects.create(
+                name=f"l4-{i}",
+                capacity={"nvidia.com/gpu": 4},
+                labels={"nvidia.com/gpu.product": "NVIDIA-L4"},
+            )
+        )
     return made
 
 

@@ -38,16 +38,23 @@ def test_a_cut_below_non_preemptible_usage_is_refused_with_the_numbers(
     assert "2 short" in error["fields"]["guarantee"][0]
     qa.refresh_from_db()
     assert qa.guarantee == 8 and AuditEntry.objects.count() == audits
-    assert api("root").patch(f"/api/v1/quotas/{qa.pk}/", {"guarantee": 6}, format="json").status_code == 200
+    assert (
+        api("root").patch(f"/api/v1/quotas/{qa.pk}/", {"guarantee": 6}, format="json").status_code
+        == 200
+    )
 
 
 def test_oversubscription_needs_the_flag_and_is_reported_back(api: Any) -> None:
     root = api("root")
     qa = Quota.objects.get(team__slug="team-a", flavor__name="h100")
     refused = root.patch(f"/api/v1/quotas/{qa.pk}/", {"guarantee": 30}, format="json")
-    assert refused.status_code == 400 and "capacity of 32" in refused.json()["error"]["fields"]["guarantee"][0]
-    allowed = root.patch(f"/api/v1/quotas/{qa.pk}/", {"guarantee": 30, "oversubscribe": True},
-                         format="json")
+    assert (
+        refused.status_code == 400
+        and "capacity of 32" in refused.json()["error"]["fields"]["guarantee"][0]
+    )
+    allowed = root.patch(
+        f"/api/v1/quotas/{qa.pk}/", {"guarantee": 30, "oversubscribe": True}, format="json"
+    )
     assert allowed.status_code == 200
     assert allowed.json()["oversubscribed"] is True and allowed.json()["capacity"] == 32
     assert AuditEntry.objects.get(action="quota.update").after["oversubscribed"] is True
@@ -66,13 +73,17 @@ def test_team_admin_manages_members_with_audit(api: Any, world: Any) -> None:
     assert added.status_code == 201
     dup = bob.post("/api/v1/memberships/", {"team": "team-a", "user": "carol"}, format="json")
     assert dup.status_code == 409
-    promoted = bob.patch(f"/api/v1/memberships/{added.json()['id']}/", {"role": "admin"}, format="json")
+    promoted = bob.patch(
+        f"/api/v1/memberships/{added.json()['id']}/", {"role": "admin"}, format="json"
+    )
     assert promoted.json()["role"] == "admin"
     assert bob.delete(f"/api/v1/memberships/{added.json()['id']}/").status_code == 204
     actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True))
     assert actions[-3:] == ["membership.create", "membership.update", "membership.delete"]
     last = AuditEntry.objects.order_by("id").last()
-    assert last.before == {"user": "carol", "team": "team-a", "role": "admin"} and last.after is None
+    assert (
+        last.before == {"user": "carol", "team": "team-a", "role": "admin"} and last.after is None
+    )
 
 
 def test_the_last_admin_cannot_be_removed(api: Any, world: Any) -> None:
@@ -108,7 +119,9 @@ def test_root_drains_a_node_and_it_is_audited(api: Any) -> None:
     assert AuditEntry.objects.get(action="node.drain").object_repr == "h100-0"
 
 
-def test_utilization_shows_every_teams_figures_but_no_job_details(api: Any, world: Any, submit: Any) -> None:
+def test_utilization_shows_every_teams_figures_but_no_job_details(
+    api: Any, world: Any, submit: Any
+) -> None:
     submit(world.carol, team=world.team_b, workers=2, gpus_per_worker=4)
     body = api("alice").get("/api/v1/utilization/").json()
     h100 = next(u for u in body if u["flavor"] == "h100")
@@ -117,7 +130,9 @@ def test_utilization_shows_every_teams_figures_but_no_job_details(api: Any, worl
     assert "jobs" not in str(team_b.keys()).replace("pending_jobs", "").replace("running_jobs", "")
 
 
-def test_metrics_expose_queue_fair_share_counters_and_latency(api: Any, world: Any, submit: Any) -> None:
+def test_metrics_expose_queue_fair_share_counters_and_latency(
+    api: Any, world: Any, submit: Any
+) -> None:
     from gpuqueue.services.cancel import cancel_job
 
     job = submit()

@@ -17,7 +17,9 @@ from gpuqueue.states import JobState
 
 
 @pytest.fixture
-def cli(live_server: Any, tokens: dict[str, str], nodes: Any, monkeypatch: Any, tmp_path: Path) -> Any:
+def cli(
+    live_server: Any, tokens: dict[str, str], nodes: Any, monkeypatch: Any, tmp_path: Path
+) -> Any:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("GPUQUEUE_URL", raising=False)
     monkeypatch.delenv("GPUQUEUE_TOKEN", raising=False)
@@ -39,8 +41,20 @@ def test_configure_then_submit_from_yaml_and_flags_retry_safely(
         "team: team-a\nflavor: h100\nimage: ghcr.io/acme/train:1\nworkers: 2\n"
         "env: {EPOCHS: '3'}\nlabels: {app: train}\n"
     )
-    args = ["submit", "-f", str(spec), "--gpus-per-worker", "4", "--idempotency-key", "n-1",
-            "--env", "LR=0.1", "--", "python", "train.py"]
+    args = [
+        "submit",
+        "-f",
+        str(spec),
+        "--gpus-per-worker",
+        "4",
+        "--idempotency-key",
+        "n-1",
+        "--env",
+        "LR=0.1",
+        "--",
+        "python",
+        "train.py",
+    ]
     assert main(args) == 0  # URL and token from the config file
     assert main(args) == 0  # the pipeline's retry
     job = Job.objects.get()
@@ -58,14 +72,18 @@ def test_list_status_events_and_cancel(cli: Any, submit: Any, capsys: Any) -> No
     assert cli("cancel", str(job.pk)) == 0
     assert cli("--json", "events", str(job.pk)) == 0
     out = capsys.readouterr().out
-    events = json.loads(out[out.index("["):])
+    events = json.loads(out[out.index("[") :])
     assert [e["to_state"] for e in events] == ["PENDING", "CANCELLED"]
 
 
 @pytest.mark.parametrize(
     ("state", "exit_code", "want"),
-    [(JobState.SUCCEEDED, 0, 0), (JobState.FAILED, 7, 7), (JobState.FAILED, None, 1),
-     (JobState.CANCELLED, None, 3)],
+    [
+        (JobState.SUCCEEDED, 0, 0),
+        (JobState.FAILED, 7, 7),
+        (JobState.FAILED, None, 1),
+        (JobState.CANCELLED, None, 3),
+    ],
 )
 def test_wait_exits_with_the_jobs_result(
     cli: Any, submit: Any, state: str, exit_code: int | None, want: int
@@ -73,7 +91,9 @@ def test_wait_exits_with_the_jobs_result(
     from django.utils import timezone
 
     job = submit()
-    Job.objects.filter(pk=job.pk).update(state=state, exit_code=exit_code, finished_at=timezone.now())
+    Job.objects.filter(pk=job.pk).update(
+        state=state, exit_code=exit_code, finished_at=timezone.now()
+    )
     assert cli("wait", str(job.pk), "--interval", "0.05", "-q") == want
 
 
@@ -88,13 +108,16 @@ def test_errors_print_the_fields_and_exit_4(cli: Any, capsys: Any) -> None:
     assert "image:" in capsys.readouterr().err
 
 
-def test_the_console_script_runs_without_django(live_server: Any, tokens: dict[str, str], nodes: Any) -> None:
+def test_the_console_script_runs_without_django(
+    live_server: Any, tokens: dict[str, str], nodes: Any
+) -> None:
     env = {**os.environ, "GPUQUEUE_URL": live_server.url, "GPUQUEUE_TOKEN": tokens["carol"]}
     code = (
         "import sys; from gpuqueue.client.cli import main; rc = main(['whoami']); "
         "assert 'django' not in sys.modules, 'the client imported Django'; sys.exit(rc)"
     )
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("carol: team-b (member)")

@@ -42,9 +42,16 @@ def test_the_team_may_be_left_out_by_a_member_of_one_team(api: Any, job_body: An
 
 def test_a_pending_job_reads_its_reason_as_a_sentence_and_as_data(api: Any, submit: Any) -> None:
     job = submit(workers=4, gpus_per_worker=2)
-    reason = {"code": "no_capacity", "numbers": {
-        "flavor": "h100", "workers": 4, "gpus_per_worker": 2, "workers_fit_now": 3, "free": 6,
-    }}
+    reason = {
+        "code": "no_capacity",
+        "numbers": {
+            "flavor": "h100",
+            "workers": 4,
+            "gpus_per_worker": 2,
+            "workers_fit_now": 3,
+            "free": 6,
+        },
+    }
     start = timezone.now() + timedelta(minutes=20)
     Job.objects.filter(pk=job.pk).update(
         pending_reason=reason, queue_position=2, cluster_position=5, estimated_start=start
@@ -111,7 +118,10 @@ def test_a_retry_returns_the_first_job_even_if_the_cluster_changed(
 ) -> None:
     client = api("alice")
     body = {**job_body, "gpus_per_worker": 8}
-    assert client.post("/api/v1/jobs/", body, format="json", HTTP_IDEMPOTENCY_KEY="x").status_code == 201
+    assert (
+        client.post("/api/v1/jobs/", body, format="json", HTTP_IDEMPOTENCY_KEY="x").status_code
+        == 201
+    )
     from gpuqueue.models import Node
 
     Node.objects.filter(name__startswith="h100").update(capacity={"nvidia.com/gpu": 4})

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
-from schemathesis.checks import not_a_server_error
 
 # A bound that keeps the module near a minute on a shared 2-core machine: 42 operations,
 # the site admin (who may call all of them) gets more examples than the member.
@@ -49,11 +49,19 @@ schema = _load_schema()
 
 def bounded(examples: int) -> Any:
     return settings(
-        max_examples=examples, deadline=None, derandomize=True,
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
         suppress_health_check=list(HealthCheck),
     )
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance]
+
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 
 
 @schema.parametrize()

@@ -42,8 +42,12 @@ BAD_JOBS = [
 
 
 def counts() -> tuple[int, ...]:
-    return (Job.objects.count(), JobEvent.objects.count(), Quota.objects.count(),
-            AuditEntry.objects.count())
+    return (
+        Job.objects.count(),
+        JobEvent.objects.count(),
+        Quota.objects.count(),
+        AuditEntry.objects.count(),
+    )
 
 
 @pytest.mark.parametrize(("what", "change", "field"), BAD_JOBS, ids=[c[0] for c in BAD_JOBS])
@@ -61,7 +65,9 @@ def test_a_bad_submission_is_refused_and_changes_nothing(
 
 
 def test_an_unschedulable_worker_is_refused_with_the_numbers(api: Any, job_body: Any) -> None:
-    response = api("alice").post("/api/v1/jobs/", {**job_body, "gpus_per_worker": 12}, format="json")
+    response = api("alice").post(
+        "/api/v1/jobs/", {**job_body, "gpus_per_worker": 12}, format="json"
+    )
     message = response.json()["error"]["fields"]["gpus_per_worker"][0]
     assert "12" in message and "has 8" in message
 
@@ -85,15 +91,14 @@ def test_a_body_over_the_size_limit_is_refused_with_413(api: Any, job_body: Any)
 
 
 def test_malformed_json_is_a_400_in_the_error_shape(api: Any) -> None:
-    response = api("alice").post(
-        "/api/v1/jobs/", b"{not json", content_type="application/json"
-    )
+    response = api("alice").post("/api/v1/jobs/", b"{not json", content_type="application/json")
     assert response.status_code == 400 and "error" in response.json()
 
 
 def test_a_bad_idempotency_key_is_refused(api: Any, job_body: Any) -> None:
-    response = api("alice").post("/api/v1/jobs/", job_body, format="json",
-                                 HTTP_IDEMPOTENCY_KEY="k" * 201)
+    response = api("alice").post(
+        "/api/v1/jobs/", job_body, format="json", HTTP_IDEMPOTENCY_KEY="k" * 201
+    )
     assert response.status_code == 400 and "Idempotency-Key" in response.json()["error"]["fields"]
     assert Job.objects.count() == 0
 
