@@ -29,11 +29,16 @@ def create_token(
     secret = f"{TOKEN_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
         token = ApiToken.objects.create(
-            user=user, name=name, prefix=prefix, token_hash=hash_secret(secret),
+            user=user,
+            name=name,
+            prefix=prefix,
+            token_hash=hash_secret(secret),
             expires_at=expires_at,
         )
         AuditEntry.objects.create(
-            actor=actor, action="token.create", object_type="token",
+            actor=actor,
+            action="token.create",
+            object_type="token",
             object_repr=f"{user.get_username()}: {name} (gq_{prefix})",
             after={"user": user.get_username(), "name": name, "prefix": prefix},
         )
@@ -44,7 +49,7 @@ def authenticate_token(secret: str) -> ApiToken | None:
     """The live token for `secret`, or None: looked up by prefix, compared in constant time."""
     if not secret.startswith(TOKEN_PREFIX):
         return None
-    prefix, _, rest = secret[len(TOKEN_PREFIX):].partition("_")
+    prefix, _, rest = secret[len(TOKEN_PREFIX) :].partition("_")
     if not rest:
         return None
     token = ApiToken.objects.select_related("user").filter(prefix=prefix).first()
@@ -62,6 +67,7 @@ def authenticate_token(secret: str) -> ApiToken | None:
 
 
 # --- Roles --------------------------------------------------------------------------------------
+
 
 def is_team_admin(user: Any, team: Any) -> bool:
     """Site admins administer every team; otherwise the membership role decides."""
@@ -87,9 +93,12 @@ def _forbidden(message: str) -> Exception:
 
 # --- Teams --------------------------------------------------------------------------------------
 
+
 def team_state(team: Team) -> dict[str, Any]:
     return {
-        "slug": team.slug, "name": team.name, "namespace": team.namespace,
+        "slug": team.slug,
+        "name": team.name,
+        "namespace": team.namespace,
         "parent": team.parent.slug if team.parent_id and team.parent else None,
     }
 
@@ -102,7 +111,11 @@ def create_team(
     with transaction.atomic():
         team = Team.objects.create(slug=slug, name=name, namespace=namespace, parent=parent)
         AuditEntry.objects.create(
-            actor=actor, action="team.create", object_type="team", object_repr=slug, team=team,
+            actor=actor,
+            action="team.create",
+            object_type="team",
+            object_repr=slug,
+            team=team,
             after=team_state(team),
         )
     return team
@@ -116,33 +129,44 @@ def update_team(actor: Any, team: Team, **changes: Any) -> Team:
     with transaction.atomic():
         team = Team.objects.select_for_update().get(pk=team.pk)
         before = team_state(team)
-        if "parent" in changes and changes["parent"] is not None and changes["parent"].pk == team.pk:
-            raise _refused("A team cannot be its own department.", fields={"parent": ["Not itself."]})
         if (
-            "namespace" in changes and changes["namespace"] != team.namespace
-            and team.jobs.exists()
+            "parent" in changes
+            and changes["parent"] is not None
+            and changes["parent"].pk == team.pk
         ):
+            raise _refused(
+                "A team cannot be its own department.", fields={"parent": ["Not itself."]}
+            )
+        if "namespace" in changes and changes["namespace"] != team.namespace and team.jobs.exists():
             raise _refused(
                 "The namespace cannot change once the team has jobs.",
                 fields={"namespace": ["The team already has jobs in its namespace."]},
-                status=409, code="conflict",
+                status=409,
+                code="conflict",
             )
         for key, value in changes.items():
             if key in allowed:
                 setattr(team, key, value)
         team.save()
         AuditEntry.objects.create(
-            actor=actor, action="team.update", object_type="team", object_repr=team.slug,
-            team=team, before=before, after=team_state(team),
+            actor=actor,
+            action="team.update",
+            object_type="team",
+            object_repr=team.slug,
+            team=team,
+            before=before,
+            after=team_state(team),
         )
     return team
 
 
 # --- Memberships --------------------------------------------------------------------------------
 
+
 def membership_state(membership: Membership) -> dict[str, Any]:
     return {
-        "user": membership.user.get_username(), "team": membership.team.slug,
+        "user": membership.user.get_username(),
+        "team": membership.team.slug,
         "role": membership.role,
     }
 
@@ -157,7 +181,8 @@ def _check_keeps_an_admin(membership: Membership, new_role: str | None) -> None:
     if not others.exists():
         raise _refused(
             f"{membership.user.get_username()} is the last admin of {membership.team.slug}.",
-            fields={"role": ["A team must keep at least one admin."]}, status=409,
+            fields={"role": ["A team must keep at least one admin."]},
+            status=409,
             code="last_admin",
         )
 
@@ -171,12 +196,17 @@ def add_member(actor: Any, team: Team, user: Any, role: str = Role.MEMBER) -> Me
         if Membership.objects.filter(team=team, user=user).exists():
             raise _refused(
                 f"{user.get_username()} is already a member of {team.slug}.",
-                fields={"user": ["Already a member of this team."]}, status=409, code="conflict",
+                fields={"user": ["Already a member of this team."]},
+                status=409,
+                code="conflict",
             )
         membership = Membership.objects.create(team=team, user=user, role=role)
         AuditEntry.objects.create(
-            actor=actor, action="membership.create", object_type="membership",
-            object_repr=f"{user.get_username()} in {team.slug}", team=team,
+            actor=actor,
+            action="membership.create",
+            object_type="membership",
+            object_repr=f"{user.get_username()} in {team.slug}",
+            team=team,
             after=membership_state(membership),
         )
     return membership
@@ -188,17 +218,23 @@ def change_role(actor: Any, membership: Membership, role: str) -> Membership:
     if role not in Role.values:
         raise _refused("Unknown role.", fields={"role": [f"One of {', '.join(Role.values)}."]})
     with transaction.atomic():
-        membership = Membership.objects.select_for_update().select_related("team", "user").get(
-            pk=membership.pk
+        membership = (
+            Membership.objects.select_for_update()
+            .select_related("team", "user")
+            .get(pk=membership.pk)
         )
         _check_keeps_an_admin(membership, role)
         before = membership_state(membership)
         membership.role = role
         membership.save(update_fields=["role"])
         AuditEntry.objects.create(
-            actor=actor, action="membership.update", object_type="membership",
+            actor=actor,
+            action="membership.update",
+            object_type="membership",
             object_repr=f"{membership.user.get_username()} in {membership.team.slug}",
-            team=membership.team, before=before, after=membership_state(membership),
+            team=membership.team,
+            before=before,
+            after=membership_state(membership),
         )
     return membership
 
@@ -207,19 +243,26 @@ def remove_member(actor: Any, membership: Membership) -> None:
     if not is_team_admin(actor, membership.team):
         raise _forbidden(f"only an admin of {membership.team.slug} may manage its members")
     with transaction.atomic():
-        membership = Membership.objects.select_for_update().select_related("team", "user").get(
-            pk=membership.pk
+        membership = (
+            Membership.objects.select_for_update()
+            .select_related("team", "user")
+            .get(pk=membership.pk)
         )
         _check_keeps_an_admin(membership, None)
         AuditEntry.objects.create(
-            actor=actor, action="membership.delete", object_type="membership",
+            actor=actor,
+            action="membership.delete",
+            object_type="membership",
             object_repr=f"{membership.user.get_username()} in {membership.team.slug}",
-            team=membership.team, before=membership_state(membership), after=None,
+            team=membership.team,
+            before=membership_state(membership),
+            after=None,
         )
         membership.delete()
 
 
 # --- Tokens -------------------------------------------------------------------------------------
+
 
 def may_manage_token(actor: Any, user: Any) -> bool:
     """Users manage their own tokens; site admins everyone's."""
@@ -236,8 +279,11 @@ def revoke_token(actor: Any, token: ApiToken) -> ApiToken:
             token.revoked_at = timezone.now()
             token.save(update_fields=["revoked_at"])
             AuditEntry.objects.create(
-                actor=actor, action="token.revoke", object_type="token",
+                actor=actor,
+                action="token.revoke",
+                object_type="token",
                 object_repr=f"{token.user.get_username()}: {token.name} (gq_{token.prefix})",
-                before={"revoked": False}, after={"revoked": True},
+                before={"revoked": False},
+                after={"revoked": True},
             )
     return token
