@@ -29,6 +29,7 @@ def pytest_load_initial_conftests(
     _tmp = Path(tempfile.mkdtemp(prefix="gq-test-"))
     _tmp.chmod(0o755)
     os.environ["GPUQUEUE_DATA_DIR"] = str(_tmp / "data")
+    (_tmp / "data" / "staticfiles").mkdir(parents=True)  # whitenoise warns when it is missing
     os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production")
     os.environ.setdefault("GPUQUEUE_DEMO", "0")
     os.environ.setdefault("GPUQUEUE_SIM_STARTUP_SECONDS", "0")
