@@ -182,13 +182,16 @@ def _persist_pending(plan: m.Plan) -> None:
             "id", "pending_reason", "queue_position", "cluster_position"
         )
     )
+    changed = []
     for job in jobs:
         decision = by_id[job.pk]
-        job.pending_reason = reason_as_data(decision.reason)
-        job.queue_position = decision.team_position
-        job.cluster_position = decision.cluster_position
+        values = (reason_as_data(decision.reason), decision.team_position, decision.cluster_position)
+        # Most of a long queue reads the same from one cycle to the next: write only what moved.
+        if values != (job.pending_reason, job.queue_position, job.cluster_position):
+            job.pending_reason, job.queue_position, job.cluster_position = values
+            changed.append(job)
     Job.objects.bulk_update(
-        jobs, ["pending_reason", "queue_position", "cluster_position"], batch_size=1000
+        changed, ["pending_reason", "queue_position", "cluster_position"], batch_size=1000
     )
 
 

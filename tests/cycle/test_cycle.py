@@ -261,3 +261,21 @@ def test_submissions_get_the_configured_checkpoint_grace(
     settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS = 45
     assert submit().checkpoint_grace_seconds == 45
     assert submit(checkpoint_grace_seconds=300).checkpoint_grace_seconds == 300
+
+
+def test_a_cycle_rewrites_only_the_pending_rows_whose_reason_or_position_moved(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    sync_cluster(backend)
+    [submit(user=world.carol, team=world.team_b, gpus_per_worker=8, annotations={SIM_DURATION: "600"}) for _ in range(4)]
+    run_cycle(backend=backend)
+    waiting = [submit(gpus_per_worker=8, preemptible=False, priority=-1) for _ in range(3)]
+    run_cycle(backend=backend)
+    first = {j.pk: Job.objects.get(pk=j.pk).pending_reason for j in waiting}
+    assert all(first.values())
+    with CaptureQueriesContext(connection) as queries:
+        run_cycle(backend=backend)
+    assert not [q for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert {j.pk: Job.objects.get(pk=j.pk).pending_reason for j in waiting} == first
