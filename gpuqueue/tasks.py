@@ -9,14 +9,20 @@ from gpuqueue.cluster import get_backend
 from gpuqueue.cycle import refresh_forecasts, run_cycle
 from gpuqueue.services.cluster_sync import sync_cluster
 
+# Every task that reads and writes the database: acknowledged after it ran (a worker killed
+# mid-task leaves it queued), and retried with backoff when PostgreSQL is briefly away.
+RETRY_ON_DATABASE_ERRORS = {
+    "acks_late": True,
+    "ignore_result": True,
+    "autoretry_for": (OperationalError,),
+    "retry_backoff": True,
+    "max_retries": 3,
+}
+
 
 @shared_task(
     name="gpuqueue.run_admission_cycle",
-    acks_late=True,
-    ignore_result=True,
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    max_retries=3,
+    **RETRY_ON_DATABASE_ERRORS,
 )
 def run_admission_cycle() -> dict[str, object]:
     result = run_cycle()
@@ -25,11 +31,7 @@ def run_admission_cycle() -> dict[str, object]:
 
 @shared_task(
     name="gpuqueue.refresh_forecasts",
-    acks_late=True,
-    ignore_result=True,
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    max_retries=3,
+    **RETRY_ON_DATABASE_ERRORS,
 )
 def refresh_forecasts_task() -> int:
     return refresh_forecasts()
@@ -37,11 +39,7 @@ def refresh_forecasts_task() -> int:
 
 @shared_task(
     name="gpuqueue.sync_cluster",
-    acks_late=True,
-    ignore_result=True,
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    max_retries=3,
+    **RETRY_ON_DATABASE_ERRORS,
 )
 def sync_cluster_task() -> dict[str, object]:
     result = sync_cluster(get_backend())
@@ -61,11 +59,7 @@ def submit_demo_jobs() -> int:
 
 @shared_task(
     name="gpuqueue.sample_utilization",
-    acks_late=True,
-    ignore_result=True,
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    max_retries=3,
+    **RETRY_ON_DATABASE_ERRORS,
 )
 def sample_utilization_task() -> int:
     """Every minute: GPUs allocated against capacity, and idle iron (gpuqueue/utilization.py)."""
