@@ -185,7 +185,8 @@ def _persist_pending(plan: m.Plan) -> None:
     changed = []
     for job in jobs:
         decision = by_id[job.pk]
-        values = (reason_as_data(decision.reason), decision.team_position, decision.cluster_position)
+        reason = reason_as_data(decision.reason)
+        values = (reason, decision.team_position, decision.cluster_position)
         # Most of a long queue reads the same from one cycle to the next: write only what moved.
         if values != (job.pending_reason, job.queue_position, job.cluster_position):
             job.pending_reason, job.queue_position, job.cluster_position = values

@@ -83,6 +83,7 @@ SHAPES = [
     (3, 2, 8, "h100"),
     (1, 4, 8, "h100"),
 ]
+DEMO_NAMES = ["resnet", "llama-ft", "bert", "sweep", "eval"]
 MAX_PENDING = 40  # keep the demo queue lively but bounded
 
 
@@ -111,7 +112,7 @@ def submit_demo_traffic(rng: random.Random | None = None) -> int:
             membership.team,
             flavors[flavor],
             {
-                "name": f"demo-{rng.choice(['resnet', 'llama-ft', 'bert', 'sweep', 'eval'])}-{rng.randrange(1000)}",
+                "name": f"demo-{rng.choice(DEMO_NAMES)}-{rng.randrange(1000)}",
                 "image": "ghcr.io/gpuqueue/demo-train:1.0",
                 "command": ["python", "train.py"],
                 "workers": workers,

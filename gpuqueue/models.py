@@ -22,7 +22,8 @@ class Flavor(models.Model):
     node_selector = models.JSONField(
         default=dict,
         blank=True,
-        help_text='labels a node must carry, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}',
+        help_text="labels a node must carry, e.g. "
+        '{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}',
     )
     description = models.CharField(max_length=200, blank=True)
 

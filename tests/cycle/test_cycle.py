@@ -269,7 +269,13 @@ def test_a_cycle_rewrites_only_the_pending_rows_whose_reason_or_position_moved(
     from django.test.utils import CaptureQueriesContext
 
     sync_cluster(backend)
-    [submit(user=world.carol, team=world.team_b, gpus_per_worker=8, annotations={SIM_DURATION: "600"}) for _ in range(4)]
+    for _ in range(4):
+        submit(
+            user=world.carol,
+            team=world.team_b,
+            gpus_per_worker=8,
+            annotations={SIM_DURATION: "600"},
+        )
     run_cycle(backend=backend)
     waiting = [submit(gpus_per_worker=8, preemptible=False, priority=-1) for _ in range(3)]
     run_cycle(backend=backend)

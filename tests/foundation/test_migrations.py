@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_models_and_migrations_agree(seed: str) -> None:
     proc = subprocess.run(
         [sys.executable, "manage.py", "makemigrations", "--check", "--dry-run"],
-        cwd=ROOT, env=dict(os.environ, PYTHONHASHSEED=seed), capture_output=True, text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONHASHSEED=seed),
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
