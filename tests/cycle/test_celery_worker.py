@@ -32,7 +32,7 @@ def test_a_submission_is_admitted_by_a_real_worker_through_its_nudge(
         DATABASE_URL=f"postgresql://{db['USER']}:@/{db['NAME']}?host={host}",
         GPUQUEUE_SIM_CLUSTER=str(cluster_file),
     )
-    log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - the worker outlives this block
+    log_file = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - the worker outlives this block
     worker = subprocess.Popen(
         [
             sys.executable,
@@ -51,7 +51,7 @@ def test_a_submission_is_admitted_by_a_real_worker_through_its_nudge(
         ],
         cwd=ROOT,
         env=env,
-        stdout=log,
+        stdout=log_file,
         stderr=subprocess.STDOUT,
     )
     try:
@@ -69,4 +69,4 @@ def test_a_submission_is_admitted_by_a_real_worker_through_its_nudge(
     finally:
         worker.terminate()
         worker.wait(30)
-        log.close()
+        log_file.close()
