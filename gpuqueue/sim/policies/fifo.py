@@ -54,27 +54,26 @@ class StrictFifo(SchedulingPolicy):
 
 
 Shape = tuple[str, int, int]  # flavor, workers, GPUs per worker
+Head = tuple[tuple[float, ...], int, JobRun, Iterator[JobRun]]
 
 
-class FifoBackfill(SchedulingPolicy):
-    """FIFO order, but a job that does not fit is skipped and later ones that fit start
-    (best effort: no reservation protects the head, so big gangs can starve).
+class FifoByShape(SchedulingPolicy):
+    """First come, first served over one queue per job shape, merged by submission order.
 
-    Jobs are bucketed by shape: once a job of some shape does not fit, no later job of the same
-    shape fits in this cycle either (free capacity only shrinks), so its bucket is dropped. A
-    cycle therefore costs O(admissions + shapes), not O(pending).
+    Once a job of some shape does not fit, no later job of the same shape fits in this cycle
+    either (free capacity only shrinks), so a subclass may drop that queue: a cycle then costs
+    O(admissions + shapes), not O(pending).
     """
-
-    name = "backfill"
 
     def __init__(self, ledger: Ledger) -> None:
         super().__init__(ledger)
-        self.buckets: dict[Shape, OrderedQueue[JobRun]] = {}
+        self.buckets: dict[tuple[object, ...], OrderedQueue[JobRun]] = {}
+
+    def shape(self, run: JobRun) -> tuple[object, ...]:
+        raise NotImplementedError
 
     def _bucket(self, run: JobRun) -> OrderedQueue[JobRun]:
-        job = run.job
-        shape = (job.flavor, job.workers, job.gpus_per_worker)
-        return self.buckets.setdefault(shape, OrderedQueue())
+        return self.buckets.setdefault(self.shape(run), OrderedQueue())
 
     def submitted(self, run: JobRun, now: float) -> None:
         self._bucket(run).push(run.job.id, _fifo_key(run), run)
@@ -85,18 +84,35 @@ class FifoBackfill(SchedulingPolicy):
     def stopped(self, run: JobRun, now: float) -> None:
         pass
 
-    def cycle(self, now: float) -> Decision:
-        free = list(self.ledger.free)
-        free_by_flavor = dict(self.ledger.free_by_flavor)
-        decision = Decision()
-        names = self.ledger.names
-        heads: list[tuple[tuple[float, ...], int, JobRun, Iterator[JobRun]]] = []
+    def heads(self) -> list[Head]:
+        """A heap of each queue's first job, with the iterator over the rest of its queue."""
+        heads: list[Head] = []
         for n, (_, bucket) in enumerate(sorted(self.buckets.items())):
             it = bucket.values()
             first = next(it, None)
             if first is not None:
                 heads.append((_fifo_key(first), n, first, it))
         heapq.heapify(heads)
+        return heads
+
+
+class FifoBackfill(FifoByShape):
+    """FIFO order, but a job that does not fit is skipped and later ones that fit start
+    (best effort: no reservation protects the head, so big gangs can starve). A shape that
+    does not fit is dropped for the rest of the cycle."""
+
+    name = "backfill"
+
+    def shape(self, run: JobRun) -> Shape:
+        job = run.job
+        return (job.flavor, job.workers, job.gpus_per_worker)
+
+    def cycle(self, now: float) -> Decision:
+        free = list(self.ledger.free)
+        free_by_flavor = dict(self.ledger.free_by_flavor)
+        decision = Decision()
+        names = self.ledger.names
+        heads = self.heads()
         while heads:
             _, n, run, it = heapq.heappop(heads)
             job = run.job

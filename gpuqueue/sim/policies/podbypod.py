@@ -9,19 +9,16 @@ part of what the other needs; the replay then stops and reports the jobs that ne
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
 
-from gpuqueue.sim.ledger import Ledger
 from gpuqueue.sim.placement import best_fit_node
-from gpuqueue.sim.policies.base import Decision, SchedulingPolicy
-from gpuqueue.sim.policies.fifo import _fifo_key
-from gpuqueue.sim.queue import OrderedQueue
+from gpuqueue.sim.policies.base import Decision
+from gpuqueue.sim.policies.fifo import FifoByShape, _fifo_key
 from gpuqueue.sim.run import JobRun
 
 PodShape = tuple[str, int]  # flavor, GPUs per pod
 
 
-class PodByPod(SchedulingPolicy):
+class PodByPod(FifoByShape):
     """Pods in submission order; a pod that does not fit is skipped (kube-scheduler moves it
     to its unschedulable queue and goes on). Pods go to the fullest node with room, like the
     other policies, so that the difference measured is the missing gang rule alone."""
@@ -29,33 +26,14 @@ class PodByPod(SchedulingPolicy):
     name = "pod-by-pod"
     gangs = False
 
-    def __init__(self, ledger: Ledger) -> None:
-        super().__init__(ledger)
-        self.buckets: dict[PodShape, OrderedQueue[JobRun]] = {}
-
-    def _bucket(self, run: JobRun) -> OrderedQueue[JobRun]:
-        return self.buckets.setdefault((run.job.flavor, run.job.gpus_per_worker), OrderedQueue())
-
-    def submitted(self, run: JobRun, now: float) -> None:
-        self._bucket(run).push(run.job.id, _fifo_key(run), run)
-
-    def started(self, run: JobRun, now: float) -> None:
-        self._bucket(run).remove(run.job.id)
-
-    def stopped(self, run: JobRun, now: float) -> None:
-        pass
+    def shape(self, run: JobRun) -> PodShape:
+        return (run.job.flavor, run.job.gpus_per_worker)
 
     def cycle(self, now: float) -> Decision:
         free = list(self.ledger.free)
         decision = Decision()
         names = self.ledger.names
-        heads: list[tuple[tuple[float, ...], int, JobRun, Iterator[JobRun]]] = []
-        for n, (_, bucket) in enumerate(sorted(self.buckets.items())):
-            it = bucket.values()
-            first = next(it, None)
-            if first is not None:
-                heads.append((_fifo_key(first), n, first, it))
-        heapq.heapify(heads)
+        heads = self.heads()
         while heads:
             _, n, run, it = heapq.heappop(heads)
             job = run.job
