@@ -33,6 +33,7 @@ from gpuqueue.launching import launch_admitted
 from gpuqueue.locks import try_xact_lock
 from gpuqueue.models import Job, JobEvent
 from gpuqueue.scheduler import model as m
+from gpuqueue.scheduler.runtime import paused_gc
 from gpuqueue.snapshot import load_snapshot, policy_from_settings
 from gpuqueue.states import JobState
 
@@ -69,7 +70,8 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         lap("2_snapshot")
         # 3. Plan
         policy = policy_from_settings()
-        plan = scheduler.plan(snapshot, policy)
+        with paused_gc():
+            plan = scheduler.plan(snapshot, policy)
         lap("3_plan")
         # 4. Persist
         admitted = _persist_admissions(plan, now)
@@ -206,7 +208,8 @@ def refresh_forecasts(now: datetime | None = None) -> int:
     snapshot = load_snapshot(now)
     if not snapshot.pending:
         return 0
-    starts = scheduler.forecast(snapshot, policy_from_settings())
+    with paused_gc():
+        starts = scheduler.forecast(snapshot, policy_from_settings())
     jobs = list(
         Job.objects.filter(pk__in=list(starts), state=JobState.PENDING).only(
             "id", "estimated_start"

@@ -18,3 +18,21 @@ def test_the_engine_imports_without_django_in_a_fresh_interpreter() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == ""
+
+
+def test_paused_gc_restores_the_collector_as_it_found_it() -> None:
+    import gc
+
+    from gpuqueue.scheduler.runtime import paused_gc
+
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()
