@@ -77,6 +77,7 @@ class _Cycle:
         self.order: Order | None = None
         self.starving: set[PendingJob] = set()
         self._behind: dict[str, tuple[int, Reason]] = {}
+        self._blocked: dict[tuple[str, int, int, float | None], tuple[int, Reason]] = {}
         self._group_cache: dict[tuple[str, str], list[tuple[str, Quota | None]]] = {}
 
     def run(self) -> Plan:
@@ -158,8 +159,15 @@ class _Cycle:
                 if waiting is not None:
                     return waiting
                 return reasons.over_limit(job, _scope(job, group), quota.limit, in_use)
-        # 5. (Counting first is cheap and cached; placement only runs when it will succeed.)
         workers = job.workers
+        # Steps 5-7 depend only on the flavor's ledger (its version), the gang's shape and the
+        # job's max runtime (backfill): the tens of thousands of jobs queued behind the same
+        # reservations get one answer, remembered until the ledger changes.
+        shape = (flavor, workers, g, job.max_runtime)
+        blocked = self._blocked.get(shape)
+        if blocked is not None and blocked[0] == fl.version:
+            return blocked[1]
+        # 5. (Counting first is cheap and cached; placement only runs when it will succeed.)
         strategy = self.policy.placement
         if fl.total_free >= gpus and fl.fit_count(g, "", None) >= workers:
             placement = fit_gang(fl, workers, g, strategy)
@@ -185,6 +193,7 @@ class _Cycle:
                     start = min((r.expected_start for r in holders), default=self.now)
                     why = reasons.behind_reservation(job, start, tuple(r.job_id for r in holders))
                     hit = self._behind[flavor] = (fl.version, why)
+                self._blocked[shape] = hit
                 return hit[1]
         # 8.
         if fl.incoming and fl.fit_count(g, "incoming", fl.incoming) >= workers:
