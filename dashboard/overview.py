@@ -10,11 +10,10 @@ from datetime import datetime
 from django.utils import timezone
 
 from dashboard.geometry import QuotaBar, bar_scale, quota_bar, team_colours
-from gpuqueue.models import Flavor, Node, Quota
 from gpuqueue.scheduler import model as m
 from gpuqueue.scheduler.fairshare import fair_shares
 from gpuqueue.services.inventory import FlavorUsage, usage_now
-from gpuqueue.snapshot import node_capacity_by_flavor
+from gpuqueue.snapshot import load_nodes, load_teams
 from teams.models import Team
 
 
@@ -58,31 +57,6 @@ def demand_snapshot(usage: list[FlavorUsage], now: datetime) -> m.Snapshot:
     one pending job: fair shares depend on nodes, quotas and GPUs demanded, not on how the
     demand splits into jobs, so this gives the cycle's numbers without loading every active
     job (2 queries instead of thousands of rows at scale)."""
-    flavors = list(Flavor.objects.all())
-    by_resource = {f.name: f.resource_name for f in flavors}
-    nodes = []
-    for node in Node.objects.order_by("name"):
-        capacity = node_capacity_by_flavor(node.capacity, node.labels, flavors)
-        external = {
-            name: int(node.used_externally.get(by_resource[name], 0) or 0) for name in capacity
-        }
-        nodes.append(
-            m.Node(
-                name=node.name,
-                capacity=capacity,
-                used_externally={k: v for k, v in external.items() if v},
-                schedulable=node.schedulable,
-            )
-        )
-    quotas: dict[str, dict[str, m.Quota]] = {}
-    parents: dict[str, str | None] = {}
-    for team in Team.objects.select_related("parent").order_by("slug"):
-        parents[team.slug] = team.parent.slug if team.parent else None
-        quotas[team.slug] = {}
-    for quota in Quota.objects.select_related("team", "flavor"):
-        quotas[quota.team.slug][quota.flavor.name] = m.Quota(
-            guarantee=quota.guarantee, limit=quota.limit, weight=quota.weight
-        )
     running, pending = [], []
     for flavor in usage:
         for t in flavor.teams:
@@ -116,8 +90,8 @@ def demand_snapshot(usage: list[FlavorUsage], now: datetime) -> m.Snapshot:
                 )
     return m.Snapshot(
         now=now.timestamp(),
-        nodes=tuple(nodes),
-        teams=tuple(m.Team(id=slug, quotas=quotas[slug], parent=parents[slug]) for slug in quotas),
+        nodes=load_nodes(),
+        teams=load_teams(),
         running=tuple(running),
         pending=tuple(pending),
     )

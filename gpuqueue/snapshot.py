@@ -35,14 +35,16 @@ def node_capacity_by_flavor(
     return offered
 
 
-def load_snapshot(now: datetime) -> m.Snapshot:
-    """1. flavors, 2. nodes, 3. teams with quotas, 4. active jobs: four queries."""
+def load_nodes() -> tuple[m.Node, ...]:
+    """Every node with its GPUs per flavor (two queries: flavors, nodes)."""
     flavors = list(Flavor.objects.all())
     by_resource = {f.name: f.resource_name for f in flavors}
     nodes = []
     for node in Node.objects.order_by("name"):
         capacity = node_capacity_by_flavor(node.capacity, node.labels, flavors)
-        external = {name: int(node.used_externally.get(by_resource[name], 0)) for name in capacity}
+        external = {
+            name: int(node.used_externally.get(by_resource[name], 0) or 0) for name in capacity
+        }
         nodes.append(
             m.Node(
                 name=node.name,
@@ -51,16 +53,27 @@ def load_snapshot(now: datetime) -> m.Snapshot:
                 schedulable=node.schedulable,
             )
         )
+    return tuple(nodes)
+
+
+def load_teams() -> tuple[m.Team, ...]:
+    """Every team with its quotas per flavor and its department (two queries)."""
     quotas: dict[int, dict[str, m.Quota]] = {}
     for quota in Quota.objects.select_related("flavor"):
         quotas.setdefault(quota.team_id, {})[quota.flavor.name] = m.Quota(
             guarantee=quota.guarantee, limit=quota.limit, weight=quota.weight
         )
     teams = Team.objects.select_related("parent").order_by("slug")
-    snapshot_teams = tuple(
+    return tuple(
         m.Team(id=t.slug, quotas=quotas.get(t.pk, {}), parent=t.parent.slug if t.parent else None)
         for t in teams
     )
+
+
+def load_snapshot(now: datetime) -> m.Snapshot:
+    """Nodes, teams with quotas, and active jobs: five queries."""
+    nodes = load_nodes()
+    snapshot_teams = load_teams()
     running: list[m.RunningJob] = []
     pending: list[m.PendingJob] = []
     min_runtime = settings.GPUQUEUE_MIN_RUNTIME_SECONDS
@@ -92,7 +105,7 @@ def load_snapshot(now: datetime) -> m.Snapshot:
             pending.append(_pending(row))
     return m.Snapshot(
         now=now.timestamp(),
-        nodes=tuple(nodes),
+        nodes=nodes,
         teams=snapshot_teams,
         running=tuple(running),
         pending=tuple(pending),

@@ -10,7 +10,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from gpuqueue.models import Job, Node
-from gpuqueue.snapshot import load_snapshot, node_capacity_by_flavor
+from gpuqueue.snapshot import load_teams, node_capacity_by_flavor
 from gpuqueue.whatif import (
     QuotaSpecError,
     apply_changes,
@@ -55,7 +55,7 @@ class Command(BaseCommand):
                 )
         now = timezone.now()
         since = now - timedelta(days=days)
-        teams = load_snapshot(now).teams
+        teams = load_teams()  # quotas only; the jobs come from the history below
         try:
             changed = apply_changes(teams, changes)
         except QuotaSpecError as exc:
