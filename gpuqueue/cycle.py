@@ -31,9 +31,10 @@ from gpuqueue.cluster import get_backend
 from gpuqueue.cluster.base import ClusterBackend, ClusterError
 from gpuqueue.launching import launch_admitted
 from gpuqueue.locks import try_xact_lock
-from gpuqueue.models import Job, JobEvent
+from gpuqueue.models import Job
 from gpuqueue.scheduler import model as m
 from gpuqueue.scheduler.runtime import paused_gc
+from gpuqueue.services.transitions import transition
 from gpuqueue.snapshot import load_snapshot, policy_from_settings
 from gpuqueue.states import JobState
 
@@ -108,8 +109,13 @@ def _persist_admissions(plan: m.Plan, now: datetime) -> list[int]:
     admitted = []
     for admission in plan.admissions:
         placement = {node: workers for node, workers in admission.placement}
-        updated = Job.objects.filter(pk=admission.job_id, state=JobState.PENDING).update(
-            state=JobState.ADMITTED,
+        # The snapshot saw it PENDING; a job moved since (cancelled) is skipped.
+        moved = transition(
+            Job(pk=admission.job_id, state=JobState.PENDING),
+            JobState.ADMITTED,
+            reason="borrowing idle GPUs" if admission.borrowed else "within fair share",
+            actor=ACTOR,
+            details={"placement": placement, "borrowed": admission.borrowed},
             admitted_at=now,
             placement=placement,
             attempts=F("attempts") + 1,
@@ -119,21 +125,13 @@ def _persist_admissions(plan: m.Plan, now: datetime) -> list[int]:
             estimated_start=None,
             started_at=None,
         )
-        if updated:
-            JobEvent.objects.create(
-                job_id=admission.job_id,
-                from_state=JobState.PENDING,
-                to_state=JobState.ADMITTED,
-                reason="borrowing idle GPUs" if admission.borrowed else "within fair share",
-                actor=ACTOR,
-                details={"placement": placement, "borrowed": admission.borrowed},
-            )
+        if moved:
             admitted.append(admission.job_id)
     return admitted
 
 
 def _persist_preemptions(plan: m.Plan, now: datetime) -> list[tuple[int, int, datetime]]:
-    preempted = []
+    preempted: list[tuple[int, int, datetime]] = []
     if not plan.preemptions:
         return preempted
     victims = Job.objects.in_bulk([p.job_id for p in plan.preemptions])
@@ -142,26 +140,22 @@ def _persist_preemptions(plan: m.Plan, now: datetime) -> list[tuple[int, int, da
         if job is None or job.state not in (JobState.ADMITTED, JobState.RUNNING):
             continue
         deadline = now + timedelta(seconds=job.checkpoint_grace_seconds)
-        updated = Job.objects.filter(pk=job.pk, state=job.state).update(
-            state=JobState.PREEMPTING,
+        moved = transition(
+            job,
+            JobState.PREEMPTING,
+            reason=f"preempted ({preemption.reason}) for job {preemption.for_job_id}; "
+            f"checkpoint requested, deadline {deadline.isoformat()}",
+            actor=ACTOR,
+            details={
+                "for_job": preemption.for_job_id,
+                "kind": preemption.reason,
+                "deadline": deadline.isoformat(),
+            },
             checkpoint_requested_at=now,
             checkpoint_deadline=deadline,
             checkpoint_acked_at=None,
         )
-        if updated:
-            JobEvent.objects.create(
-                job_id=job.pk,
-                from_state=job.state,
-                to_state=JobState.PREEMPTING,
-                reason=f"preempted ({preemption.reason}) for job {preemption.for_job_id}; "
-                f"checkpoint requested, deadline {deadline.isoformat()}",
-                actor=ACTOR,
-                details={
-                    "for_job": preemption.for_job_id,
-                    "kind": preemption.reason,
-                    "deadline": deadline.isoformat(),
-                },
-            )
+        if moved:
             preempted.append((job.pk, job.attempts, deadline))
     return preempted
 

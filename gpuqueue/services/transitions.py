@@ -26,7 +26,9 @@ def transition(
     caller saw, so two racing cycles cannot both admit, requeue or finish one job).
     """
     check_transition(job.pk, job.state, to)
-    with transaction.atomic():
+    # No savepoint: the update and its event only need to commit together, and a caller that
+    # moves many jobs in one transaction (the cycle) should not pay a savepoint for each.
+    with transaction.atomic(savepoint=False):
         updated = Job.objects.filter(pk=job.pk, state=job.state).update(state=to, **changes)
         if not updated:
             return False
