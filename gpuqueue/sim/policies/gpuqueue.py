@@ -7,6 +7,7 @@ import itertools
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gpuqueue.scheduler.fairshare import Claim, water_fill
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot, Team
@@ -145,21 +146,7 @@ class GpuqueueEngine(SchedulingPolicy):
 
     def preempting(self, run: JobRun, now: float) -> None:
         old = self.running[run.job.id]
-        self.running[run.job.id] = RunningJob(
-            id=old.id,
-            team=old.team,
-            user=old.user,
-            flavor=old.flavor,
-            gpus_per_worker=old.gpus_per_worker,
-            placement=old.placement,
-            priority=old.priority,
-            preemptible=old.preemptible,
-            started_at=old.started_at,
-            max_runtime=old.max_runtime,
-            expected_runtime=old.expected_runtime,
-            min_runtime_until=old.min_runtime_until,
-            preempting_since=now,
-        )
+        self.running[run.job.id] = replace(old, preempting_since=now)
 
     def stopped(self, run: JobRun, now: float) -> None:
         job = run.job
