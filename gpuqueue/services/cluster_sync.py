@@ -33,23 +33,41 @@ class SyncResult:
     orphans_stopped: int = 0
 
 
+NODE_FIELDS = ("capacity", "labels", "taints", "ready", "cordoned", "used_externally")
+
+
 def sync_nodes(nodes: list[NodeInfo]) -> None:
-    """Upsert the inventory; a node the cluster no longer lists holds no new work."""
-    seen = set()
-    for info in nodes:
-        seen.add(info.name)
-        Node.objects.update_or_create(
-            name=info.name,
-            defaults={
-                "capacity": dict(info.capacity),
-                "labels": dict(info.labels),
-                "taints": [dict(t) for t in info.taints],
-                "ready": info.ready,
-                "cordoned": info.cordoned,
-                "used_externally": dict(info.used_externally),
-            },
-        )
-    Node.objects.exclude(name__in=seen).filter(ready=True).update(ready=False)
+    """Upsert the inventory; a node the cluster no longer lists holds no new work.
+
+    The sync runs every second: one read of every node, and writes only for what changed.
+    """
+    existing = {node.name: node for node in Node.objects.all()}
+    changed, created = [], []
+    latest = {info.name: info for info in nodes}  # a name listed twice: the last entry wins
+    for info in latest.values():
+        values = {
+            "capacity": dict(info.capacity),
+            "labels": dict(info.labels),
+            "taints": [dict(t) for t in info.taints],
+            "ready": info.ready,
+            "cordoned": info.cordoned,
+            "used_externally": dict(info.used_externally),
+        }
+        node = existing.pop(info.name, None)
+        if node is None:
+            created.append(Node(name=info.name, **values))
+        elif any(getattr(node, field) != value for field, value in values.items()):
+            for field, value in values.items():
+                setattr(node, field, value)
+            changed.append(node)
+    Node.objects.bulk_create(created)
+    # bulk_update skips auto_now, so updated_at is set here: it tells when a node last changed.
+    now = timezone.now()
+    for node in changed:
+        node.updated_at = now
+    Node.objects.bulk_update(changed, [*NODE_FIELDS, "updated_at"], batch_size=500)
+    gone = [name for name, node in existing.items() if node.ready]
+    Node.objects.filter(name__in=gone).update(ready=False)
 
 
 def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncResult:

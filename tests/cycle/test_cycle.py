@@ -285,3 +285,23 @@ def test_a_cycle_rewrites_only_the_pending_rows_whose_reason_or_position_moved(
         run_cycle(backend=backend)
     assert not [q for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
     assert {j.pk: Job.objects.get(pk=j.pk).pending_reason for j in waiting} == first
+
+
+def test_the_inventory_sync_writes_only_what_changed(
+    world: Any, backend: Any, cluster_file: Any
+) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    sync_cluster(backend)
+    assert Node.objects.count() == 6
+    with CaptureQueriesContext(connection) as queries:
+        sync_cluster(backend)
+    writes = [
+        q["sql"] for q in queries.captured_queries if q["sql"].startswith(("UPDATE", "INSERT"))
+    ]
+    assert writes == []
+    # A node that leaves the cluster file holds no new work.
+    cluster_file.write_text(cluster_file.read_text().replace("count: 2", "count: 1"))
+    os.utime(cluster_file, (3, 3))
+    sync_cluster(backend)
+    assert list(Node.objects.filter(ready=False).values_list("name", flat=True)) == ["l4-1"]
