@@ -52,8 +52,8 @@ class _Cycle:
             (t.id, flavor): quota for t in snapshot.teams for flavor, quota in t.quotas.items()
         }
         # Phase 1: fair shares.
-        self.fair_share = fair_shares(snapshot)
         self.capacity = capacity_by_flavor(snapshot)
+        self.fair_share = fair_shares(snapshot, self.capacity)
         # Phase 2: the ledger.
         self.ledger = Ledger(snapshot.nodes, self.chains)
         self.ledger.hold_running(snapshot.running)
@@ -75,7 +75,7 @@ class _Cycle:
         self.failed_search: dict[tuple[str, str, int, int, bool], int] = {}
         self.waiting_in_team: dict[tuple[str, str], int] = {}
         self.order: Order | None = None
-        self.starving: set[PendingJob] = set()
+        self.starving: set[int] = set()  # ids of the starving jobs
         self._behind: dict[str, tuple[int, Reason]] = {}
         self._blocked: dict[tuple[str, int, int, float | None], tuple[int, Reason]] = {}
         self._group_cache: dict[tuple[str, str], list[tuple[str, Quota | None]]] = {}
@@ -86,7 +86,7 @@ class _Cycle:
         self.order = Order(
             self.snapshot, self.ledger, self.fair_share, weights, self.policy.starvation_seconds
         )
-        self.starving = set(self.order.starving)
+        self.starving = {job.id for job in self.order.starving}
         # Phase 4: each job.
         for job in self.order:
             reason = self._consider(job)
@@ -202,12 +202,19 @@ class _Cycle:
                 waited = self._incoming_jobs(job.flavor, placement)
                 ledger.admit(job.team, job.user, job.flavor, g, job.preemptible, placement, True)
                 return reasons.waiting_for_preemption(job, waited)
-        # 9.
-        waiting = self._preempt(job, fl, reclaim=self.search.may_reclaim(job))
-        if waiting is not None:
-            return waiting
+        # 9. (The budget is checked here first: most jobs of a busy cycle get this far.)
+        policy = self.policy
+        if (
+            (policy.preemption or policy.reclaim)
+            and self.searches_left > 0
+            and len(self.preemptions) < policy.max_preemptions_per_cycle
+        ):
+            reclaim = policy.reclaim and self.search.may_reclaim(job)
+            waiting = self._preempt(job, fl, reclaim=reclaim)
+            if waiting is not None:
+                return waiting
         # 10.
-        if job in self.starving:
+        if job.id in self.starving:
             reservation = self.reserver.reserve(job)
             if reservation is not None:
                 return reasons.reserved(job, reservation.expected_start, len(reservation.placement))

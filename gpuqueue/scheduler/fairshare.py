@@ -87,10 +87,13 @@ def capacity_by_flavor(snapshot: Snapshot) -> dict[str, int]:
 def demand_by_team(snapshot: Snapshot) -> dict[tuple[str, str], int]:
     """GPUs each team holds or asks for, per flavor (preempting jobs will ask again)."""
     demand: dict[tuple[str, str], int] = {}
+    get = demand.get
     for r in snapshot.running:
-        demand[(r.team, r.flavor)] = demand.get((r.team, r.flavor), 0) + r.gpus
+        key = (r.team, r.flavor)
+        demand[key] = get(key, 0) + r.gpus
     for p in snapshot.pending:
-        demand[(p.team, p.flavor)] = demand.get((p.team, p.flavor), 0) + p.gpus
+        key = (p.team, p.flavor)
+        demand[key] = get(key, 0) + p.gpus
     return demand
 
 
@@ -98,8 +101,13 @@ def _claim(team_id: str, wants: int, quota: Quota) -> Claim:
     return Claim(team_id, quota.guarantee, min(quota.limit, wants), quota.weight)
 
 
-def fair_shares(snapshot: Snapshot) -> dict[tuple[str, str], int]:
-    """Fair share per (team or department, flavor); only parties with a quota appear."""
+def fair_shares(
+    snapshot: Snapshot, capacity: Mapping[str, int] | None = None
+) -> dict[tuple[str, str], int]:
+    """Fair share per (team or department, flavor); only parties with a quota appear.
+
+    `capacity` is `capacity_by_flavor(snapshot)` when the caller has it already.
+    """
     teams = {t.id: t for t in snapshot.teams}
     departments = {t.parent for t in snapshot.teams if t.parent in teams}
     members: dict[str, list[str]] = {}
@@ -109,7 +117,9 @@ def fair_shares(snapshot: Snapshot) -> dict[tuple[str, str], int]:
     top = sorted(t.id for t in teams.values() if t.parent not in teams)
     demand = demand_by_team(snapshot)
     result: dict[tuple[str, str], int] = {}
-    for flavor, capacity in sorted(capacity_by_flavor(snapshot).items()):
+    if capacity is None:
+        capacity = capacity_by_flavor(snapshot)
+    for flavor, total in sorted(capacity.items()):
         wants = {t: demand.get((t, flavor), 0) for t in teams}
         for dept in departments:
             wants[dept] += sum(wants[m] for m in members[dept])
@@ -118,7 +128,7 @@ def fair_shares(snapshot: Snapshot) -> dict[tuple[str, str], int]:
             for tid in top
             if flavor in teams[tid].quotas
         ]
-        for tid, share in water_fill(capacity, claims).items():
+        for tid, share in water_fill(total, claims).items():
             result[(tid, flavor)] = share
         for dept in sorted(departments):
             if (dept, flavor) not in result:

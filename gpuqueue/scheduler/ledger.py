@@ -109,11 +109,13 @@ class Ledger:
         for node in sorted(nodes, key=lambda n: n.name):
             if not node.schedulable:
                 continue
-            for flavor in sorted(node.capacity):
+            capacity = node.capacity
+            external = node.used_externally
+            for flavor in sorted(capacity) if len(capacity) > 1 else capacity:
                 fl = self.flavors.get(flavor)
                 if fl is None:
                     fl = self.flavors[flavor] = FlavorLedger(flavor)
-                free = node.capacity[flavor] - node.used_externally.get(flavor, 0)
+                free = capacity[flavor] - (external.get(flavor, 0) if external else 0)
                 fl.free[node.name] = free
                 fl.buckets.setdefault(free, {})[node.name] = None
                 fl.total_free += max(free, 0)
@@ -186,29 +188,53 @@ class Ledger:
     def hold_running(self, jobs: Iterable[RunningJob]) -> None:
         """Count the running jobs of the snapshot (setup only, never rolled back).
 
-        Node totals are summed first and each node moved between buckets once.
+        Totals per team, per user and per node are summed first (hundreds of running jobs, a
+        few teams), then counted at every level of the team's chain and each node moved between
+        buckets once.
         """
         taken: dict[tuple[str, str], int] = {}
+        used: dict[tuple[str, str], int] = {}
+        nonpreemptible: dict[tuple[str, str], int] = {}
+        leaving_by_team: dict[tuple[str, str], int] = {}
+        user_used = self.user_used
+        flavors = self.flavors
         for job in jobs:
-            self._count(job.team, job.user, job.flavor, job.gpus, job.preemptible)
+            gpus = job.gpus
+            flavor = job.flavor
+            key = (job.team, flavor)
+            used[key] = used.get(key, 0) + gpus
+            if not job.preemptible:
+                nonpreemptible[key] = nonpreemptible.get(key, 0) + gpus
+            user_key = (job.team, job.user, flavor)
+            user_used[user_key] = user_used.get(user_key, 0) + gpus
             leaving = job.preempting_since is not None
             if leaving:
-                for group in self.chains.get(job.team, (job.team,)):
-                    self._add(self.leaving, (group, job.flavor), job.gpus)
-            fl = self.flavors.get(job.flavor)
+                leaving_by_team[key] = leaving_by_team.get(key, 0) + gpus
+            fl = flavors.get(flavor)
             if fl is None:
                 continue
+            free = fl.free
+            g = job.gpus_per_worker
             for node, workers in job.placement:
-                if node not in fl.free:
+                if node not in free:
                     continue  # an unschedulable node: its GPUs never come back to the pool
-                gpus = workers * job.gpus_per_worker
-                key = (job.flavor, node)
-                taken[key] = taken.get(key, 0) + gpus  # held until the job is really gone
+                node_gpus = workers * g
+                node_key = (flavor, node)
+                taken[node_key] = taken.get(node_key, 0) + node_gpus  # held until really gone
                 if leaving:
-                    fl.incoming[node] = fl.incoming.get(node, 0) + gpus
-                    self.incoming_jobs.setdefault(key, []).append(job.id)
+                    fl.incoming[node] = fl.incoming.get(node, 0) + node_gpus
+                    self.incoming_jobs.setdefault(node_key, []).append(job.id)
+        chains = self.chains
+        for table, totals in (
+            (self.used, used),
+            (self.nonpreemptible, nonpreemptible),
+            (self.leaving, leaving_by_team),
+        ):
+            for (team, flavor), gpus in totals.items():
+                for group in chains.get(team, (team,)):
+                    self._add(table, (group, flavor), gpus)
         for (flavor, node), gpus in taken.items():
-            fl = self.flavors[flavor]
+            fl = flavors[flavor]
             fl.move(node, fl.free[node] - gpus)
 
     def admit(

@@ -56,14 +56,15 @@ class RunningJob:
     expected_runtime: float | None = None  # seconds, a better guess than max_runtime
     min_runtime_until: float | None = None  # not preemptible before this time
     preempting_since: float | None = None  # set while a checkpoint is in progress
+    # Derived from the placement once, not on every read: a plan reads them for every running
+    # job several times (the ledger, demand, victim searches).
+    workers: int = field(init=False, repr=False, compare=False)
+    gpus: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def workers(self) -> int:
-        return sum(n for _, n in self.placement)
-
-    @property
-    def gpus(self) -> int:
-        return self.workers * self.gpus_per_worker
+    def __post_init__(self) -> None:
+        workers = sum(n for _, n in self.placement)
+        object.__setattr__(self, "workers", workers)
+        object.__setattr__(self, "gpus", workers * self.gpus_per_worker)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +80,10 @@ class PendingJob:
     submitted_at: float
     max_runtime: float | None = None
     expected_runtime: float | None = None
+    gpus: int = field(init=False, repr=False, compare=False)  # workers x GPUs per worker
 
-    @property
-    def gpus(self) -> int:
-        return self.workers * self.gpus_per_worker
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", self.workers * self.gpus_per_worker)
 
 
 class PlacementStrategy(str, Enum):  # noqa: UP042 -- callers compare and str() these as is
