@@ -25,6 +25,7 @@ from gpuqueue.scheduler.model import (
     Preemption,
     Quota,
     Reason,
+    ReasonCode,
     Snapshot,
 )
 from gpuqueue.scheduler.ordering import Order
@@ -79,6 +80,8 @@ class _Cycle:
         self._behind: dict[str, tuple[int, Reason]] = {}
         self._blocked: dict[tuple[str, int, int, float | None], tuple[int, Reason]] = {}
         self._group_cache: dict[tuple[str, str], list[tuple[str, Quota | None]]] = {}
+        # Kinds of job that fell through to step 11 of `_consider`, with the state they did so in.
+        self._waits: dict[WaitKind, State] = {}
 
     def run(self) -> Plan:
         # Phase 3: the order.
@@ -123,7 +126,51 @@ class _Cycle:
         9. Preempt: reclaim borrowed GPUs from other teams, or lower priority work of its own.
         10. Starving: reserve the nodes where it fits soonest.
         11. Otherwise it waits for capacity, possibly behind earlier jobs of its team.
+
+        Steps 1-10 read only the job's kind (`_wait_kind`), the ledger, the cycle's search
+        budget and its reservations. When a job of the same kind fell through to step 11 in
+        the same state (nothing changed since: same ledger stamp, budget and reservations),
+        this one does too, and goes straight there: most jobs of a busy cycle wait, and the
+        same few kinds repeat down each team's queue.
         """
+        kind: WaitKind | None = None
+        state: State | None = None
+        if job.id not in self.starving:
+            kind = _wait_kind(job)
+            state = self._state()
+            if self._waits.get(kind) == state:
+                return self._no_capacity(job)
+        reason = self._decide(job)
+        if (
+            kind is not None
+            and state is not None
+            and reason is not None
+            and reason.code in _WAITS
+            and self._state() == state
+        ):
+            self._waits[kind] = state
+        return reason
+
+    def _state(self) -> State:
+        return (
+            self.ledger.stamp,
+            self.searches_left,
+            len(self.preemptions),
+            len(self.reserver.reservations),
+        )
+
+    def _no_capacity(self, job: PendingJob) -> Reason:
+        """Step 11 of `_consider`."""
+        fl = self.ledger.flavors[job.flavor]
+        key = (job.team, job.flavor)
+        ahead = self.waiting_in_team.get(key, 0)
+        self.waiting_in_team[key] = ahead + 1
+        return reasons.no_capacity(
+            job, fl.fit_count(job.gpus_per_worker, "", None), fl.total_free, ahead
+        )
+
+    def _decide(self, job: PendingJob) -> Reason | None:
+        """Steps 1-11 of `_consider`."""
         ledger = self.ledger
         flavor = job.flavor
         fl = ledger.flavors.get(flavor)
@@ -219,10 +266,7 @@ class _Cycle:
             if reservation is not None:
                 return reasons.reserved(job, reservation.expected_start, len(reservation.placement))
         # 11.
-        key = (job.team, job.flavor)
-        ahead = self.waiting_in_team.get(key, 0)
-        self.waiting_in_team[key] = ahead + 1
-        return reasons.no_capacity(job, fl.fit_count(g, "", None), fl.total_free, ahead)
+        return self._no_capacity(job)
 
     def _groups(self, team: str, flavor: str) -> list[tuple[str, Quota | None]]:
         """The team and its department with their quotas for a flavor (None: no quota)."""
@@ -311,6 +355,24 @@ class _Cycle:
         for team, flavor in sorted(touched):
             self.order.touch(team, flavor)
         return reasons.waiting_for_preemption(job, tuple(waited))
+
+
+WaitKind = tuple[str, str, int, int, int, bool, float | None]
+State = tuple[int, int, int, int]
+_WAITS = (ReasonCode.NO_CAPACITY, ReasonCode.QUEUED_BEHIND_TEAM)
+
+
+def _wait_kind(job: PendingJob) -> WaitKind:
+    """What steps 1-10 of `_consider` read of a job (its id only for starvation)."""
+    return (
+        job.team,
+        job.flavor,
+        job.workers,
+        job.gpus_per_worker,
+        job.priority,
+        job.preemptible,
+        job.max_runtime,
+    )
 
 
 def _scope(job: PendingJob, group: str) -> str:

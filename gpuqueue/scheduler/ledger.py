@@ -106,6 +106,9 @@ class Ledger:
         self.incoming_jobs: dict[tuple[str, str], list[int]] = {}
         self._undo: list[Undo] = []
         self._depth = 0
+        # Bumped by every change (and every rollback that undoes one), so that an answer
+        # computed for one state can be reused until the next change (see _Cycle._consider).
+        self.stamp = 0
         for node in sorted(nodes, key=lambda n: n.name):
             if not node.schedulable:
                 continue
@@ -129,6 +132,8 @@ class Ledger:
 
     def rollback(self, mark: int) -> None:
         undo = self._undo
+        if len(undo) > mark:
+            self.stamp += 1
         while len(undo) > mark:
             undo.pop()()
         self._depth -= 1
@@ -142,18 +147,21 @@ class Ledger:
     def _add(self, table: dict[tuple[str, str], int], key: tuple[str, str], delta: int) -> None:
         old = table.get(key, 0)
         table[key] = old + delta
+        self.stamp += 1
         if self._depth:
             self._undo.append(lambda: table.__setitem__(key, old))
 
     def _set_free(self, fl: FlavorLedger, node: str, new: int) -> None:
         old = fl.free[node]
         fl.move(node, new)
+        self.stamp += 1
         if self._depth:
             self._undo.append(lambda: fl.move(node, old))
 
     def _set_map(self, fl: FlavorLedger, table: dict[str, int], node: str, new: int) -> None:
         old = table.get(node, 0)
         self._restore_map(fl, table, node, new)
+        self.stamp += 1
         if self._depth:
             self._undo.append(lambda: self._restore_map(fl, table, node, old))
 
@@ -182,6 +190,7 @@ class Ledger:
         key = (team, user, flavor)
         old = self.user_used.get(key, 0)
         self.user_used[key] = old + gpus
+        self.stamp += 1
         if self._depth:
             self._undo.append(lambda: self.user_used.__setitem__(key, old))
 
@@ -274,6 +283,7 @@ class Ledger:
     def release(self, job: RunningJob) -> None:
         """Mark a running job as a victim: its GPUs become incoming, its team's share leaves."""
         self.victims.add(job.id)
+        self.stamp += 1
         if self._depth:
             self._undo.append(lambda: self.victims.discard(job.id))
         for group in self.chains.get(job.team, (job.team,)):
@@ -289,6 +299,7 @@ class Ledger:
     def unrelease(self, job: RunningJob) -> None:
         """Undo `release` for one job in the middle of a what-if (used to drop needless victims)."""
         self.victims.discard(job.id)
+        self.stamp += 1
         if self._depth:
             self._undo.append(lambda: self.victims.add(job.id))
         for group in self.chains.get(job.team, (job.team,)):
