@@ -1,8 +1,8 @@
 """plan(): one admission cycle over a snapshot.
 
 Phases (each a method below):
-1. fair shares per team and flavor (fairshare.py);
-2. the ledger: every running job's GPUs counted on its nodes and against its team;
+1. the ledger: every running job's GPUs counted on its nodes and against its team;
+2. fair shares per team and flavor (fairshare.py);
 3. the order: starving jobs, then teams furthest below their share, then inside each team by
    priority, user usage, submission (ordering.py);
 4. each job in that order: admit it whole, let it backfill, wait for GPUs already coming back,
@@ -52,12 +52,12 @@ class _Cycle:
         self.quotas: dict[tuple[str, str], Quota] = {
             (t.id, flavor): quota for t in snapshot.teams for flavor, quota in t.quotas.items()
         }
-        # Phase 1: fair shares.
-        self.capacity = capacity_by_flavor(snapshot)
-        self.fair_share = fair_shares(snapshot, self.capacity)
-        # Phase 2: the ledger.
+        # Phase 1: the ledger (its per-team sums are the running part of the demand).
         self.ledger = Ledger(snapshot.nodes, self.chains)
-        self.ledger.hold_running(snapshot.running)
+        running = self.ledger.hold_running(snapshot.running)
+        # Phase 2: fair shares.
+        self.capacity = capacity_by_flavor(snapshot)
+        self.fair_share = fair_shares(snapshot, self.capacity, running)
         self.search = VictimSearch(
             self.ledger,
             VictimIndex(snapshot.running),
@@ -81,7 +81,7 @@ class _Cycle:
         self._blocked: dict[tuple[str, int, int, float | None], tuple[int, Reason]] = {}
         self._group_cache: dict[tuple[str, str], list[tuple[str, Quota | None]]] = {}
         # Kinds of job that fell through to step 11 of `_consider`, with the state they did so in.
-        self._waits: dict[WaitKind, State] = {}
+        self._waits: dict[WaitKind, int] = {}
 
     def run(self) -> Plan:
         # Phase 3: the order.
@@ -128,36 +128,21 @@ class _Cycle:
         11. Otherwise it waits for capacity, possibly behind earlier jobs of its team.
 
         Steps 1-10 read only the job's kind (`_wait_kind`), the ledger, the cycle's search
-        budget and its reservations. When a job of the same kind fell through to step 11 in
-        the same state (nothing changed since: same ledger stamp, budget and reservations),
-        this one does too, and goes straight there: most jobs of a busy cycle wait, and the
-        same few kinds repeat down each team's queue.
+        budget and its reservations; the ledger's stamp changes with any of them. When a job
+        of the same kind fell through to step 11 at the same stamp, this one does too, and
+        goes straight there: most jobs of a busy cycle wait, and the same few kinds repeat
+        down each team's queue.
         """
-        kind: WaitKind | None = None
-        state: State | None = None
-        if job.id not in self.starving:
-            kind = _wait_kind(job)
-            state = self._state()
-            if self._waits.get(kind) == state:
-                return self._no_capacity(job)
+        if job.id in self.starving:
+            return self._decide(job)
+        kind = _wait_kind(job)
+        stamp = self.ledger.stamp
+        if self._waits.get(kind) == stamp:
+            return self._no_capacity(job)
         reason = self._decide(job)
-        if (
-            kind is not None
-            and state is not None
-            and reason is not None
-            and reason.code in _WAITS
-            and self._state() == state
-        ):
-            self._waits[kind] = state
+        if reason is not None and reason.code in _WAITS and self.ledger.stamp == stamp:
+            self._waits[kind] = stamp
         return reason
-
-    def _state(self) -> State:
-        return (
-            self.ledger.stamp,
-            self.searches_left,
-            len(self.preemptions),
-            len(self.reserver.reservations),
-        )
 
     def _no_capacity(self, job: PendingJob) -> Reason:
         """Step 11 of `_consider`."""
@@ -319,6 +304,7 @@ class _Cycle:
         if self.failed_search.get(key, job.workers + 1) <= job.workers:
             return None
         self.searches_left -= 1
+        self.ledger.stamp += 1  # the budget is part of the state `_consider` remembers
         ledger = self.ledger
         chain = self.chains.get(job.team, (job.team,))
         g = job.gpus_per_worker
@@ -358,7 +344,6 @@ class _Cycle:
 
 
 WaitKind = tuple[str, str, int, int, int, bool, float | None]
-State = tuple[int, int, int, int]
 _WAITS = (ReasonCode.NO_CAPACITY, ReasonCode.QUEUED_BEHIND_TEAM)
 
 

@@ -9,7 +9,7 @@ then among the teams of each department over the department's share.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpuqueue.scheduler.model import Quota, Snapshot
@@ -84,13 +84,23 @@ def capacity_by_flavor(snapshot: Snapshot) -> dict[str, int]:
     return capacity
 
 
-def demand_by_team(snapshot: Snapshot) -> dict[tuple[str, str], int]:
-    """GPUs each team holds or asks for, per flavor (preempting jobs will ask again)."""
-    demand: dict[tuple[str, str], int] = {}
-    get = demand.get
-    for r in snapshot.running:
-        key = (r.team, r.flavor)
-        demand[key] = get(key, 0) + r.gpus
+def demand_by_team(
+    snapshot: Snapshot, running: Mapping[tuple[str, str], int] | None = None
+) -> dict[tuple[str, str], int]:
+    """GPUs each team holds or asks for, per flavor (preempting jobs will ask again).
+
+    `running` is the held part when the caller has summed it already (`Ledger.hold_running`).
+    """
+    get: Callable[[tuple[str, str], int], int]
+    if running is not None:
+        demand = dict(running)
+        get = demand.get
+    else:
+        demand = {}
+        get = demand.get
+        for r in snapshot.running:
+            key = (r.team, r.flavor)
+            demand[key] = get(key, 0) + r.gpus
     for p in snapshot.pending:
         key = (p.team, p.flavor)
         demand[key] = get(key, 0) + p.gpus
@@ -102,11 +112,14 @@ def _claim(team_id: str, wants: int, quota: Quota) -> Claim:
 
 
 def fair_shares(
-    snapshot: Snapshot, capacity: Mapping[str, int] | None = None
+    snapshot: Snapshot,
+    capacity: Mapping[str, int] | None = None,
+    running: Mapping[tuple[str, str], int] | None = None,
 ) -> dict[tuple[str, str], int]:
     """Fair share per (team or department, flavor); only parties with a quota appear.
 
-    `capacity` is `capacity_by_flavor(snapshot)` when the caller has it already.
+    `capacity` is `capacity_by_flavor(snapshot)` and `running` the GPUs held per team and
+    flavor, when the caller has them already.
     """
     teams = {t.id: t for t in snapshot.teams}
     departments = {t.parent for t in snapshot.teams if t.parent in teams}
@@ -115,7 +128,7 @@ def fair_shares(
         if t.parent in teams:
             members.setdefault(t.parent, []).append(t.id)
     top = sorted(t.id for t in teams.values() if t.parent not in teams)
-    demand = demand_by_team(snapshot)
+    demand = demand_by_team(snapshot, running)
     result: dict[tuple[str, str], int] = {}
     if capacity is None:
         capacity = capacity_by_flavor(snapshot)

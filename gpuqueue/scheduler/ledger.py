@@ -108,6 +108,7 @@ class Ledger:
         self._depth = 0
         # Bumped by every change (and every rollback that undoes one), so that an answer
         # computed for one state can be reused until the next change (see _Cycle._consider).
+        # The cycle also bumps it when its search budget or its reservations change.
         self.stamp = 0
         for node in sorted(nodes, key=lambda n: n.name):
             if not node.schedulable:
@@ -194,8 +195,11 @@ class Ledger:
         if self._depth:
             self._undo.append(lambda: self.user_used.__setitem__(key, old))
 
-    def hold_running(self, jobs: Iterable[RunningJob]) -> None:
+    def hold_running(self, jobs: Iterable[RunningJob]) -> dict[tuple[str, str], int]:
         """Count the running jobs of the snapshot (setup only, never rolled back).
+
+        Returns the GPUs each team's own running jobs hold, per flavor (the running part of
+        its demand, see `fairshare.demand_by_team`).
 
         Totals per team, per user and per node are summed first (hundreds of running jobs, a
         few teams), then counted at every level of the team's chain and each node moved between
@@ -245,6 +249,7 @@ class Ledger:
         for (flavor, node), gpus in taken.items():
             fl = flavors[flavor]
             fl.move(node, fl.free[node] - gpus)
+        return used
 
     def admit(
         self,

@@ -122,6 +122,7 @@ class Reserver:
             ledger.hold(job.flavor, node, workers * g)
         reservation = Reservation(job.id, placement, start)
         self.reservations.append(reservation)
+        ledger.stamp += 1  # even when no GPU was free to hold: the count of reservations is state
         for node, _ in placement:
             self.node_owner[(job.flavor, node)] = reservation
         return reservation
