@@ -1,7 +1,8 @@
-"""A pending queue that stays in order with O(1) appends and removals."""
+"""A pending queue that stays in order with cheap appends and removals."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
@@ -12,29 +13,35 @@ Key = tuple[float, ...]
 class OrderedQueue(Generic[V]):
     """Items in key order, addressed by job id.
 
-    Arrivals come in submission order, so almost every push is an append to a dict (which keeps
-    insertion order); only a requeued job that goes back to its old place costs a rebuild.
+    A sorted list of (key, job id) gives the order and a dict gives the items. Arrivals come in
+    submission order, so almost every push is an append; a requeued job that goes back to its
+    old place is inserted by bisection (a replay requeues thousands of preempted jobs into
+    queues of thousands, where re-sorting the queue each time cost seconds).
     """
 
-    __slots__ = ("_items", "_last")
+    __slots__ = ("_items", "_order")
 
     def __init__(self) -> None:
         self._items: dict[int, tuple[Key, V]] = {}
-        self._last: Key | None = None
+        self._order: list[tuple[Key, int]] = []
 
     def push(self, job_id: int, key: Key, value: V) -> None:
-        if self._last is None or key >= self._last or not self._items:
-            self._items[job_id] = (key, value)
-            self._last = key
-            return
+        self.remove(job_id)
         self._items[job_id] = (key, value)
-        self._items = dict(sorted(self._items.items(), key=lambda kv: kv[1][0]))
+        entry = (key, job_id)
+        order = self._order
+        if not order or entry > order[-1]:
+            order.append(entry)
+        else:
+            insort(order, entry)
 
     def remove(self, job_id: int) -> V | None:
         item = self._items.pop(job_id, None)
-        if not self._items:
-            self._last = None
-        return None if item is None else item[1]
+        if item is None:
+            return None
+        order = self._order
+        del order[bisect_left(order, (item[0], job_id))]
+        return item[1]
 
     def __contains__(self, job_id: int) -> bool:
         return job_id in self._items
@@ -43,12 +50,12 @@ class OrderedQueue(Generic[V]):
         return len(self._items)
 
     def values(self) -> Iterator[V]:
-        return (v for _, v in self._items.values())
+        items = self._items
+        return (items[job_id][1] for _, job_id in self._order)
 
     def items(self) -> Iterator[tuple[Key, V]]:
-        return iter(self._items.values())
+        items = self._items
+        return (items[job_id] for _, job_id in self._order)
 
     def head_key(self) -> Key | None:
-        for key, _ in self._items.values():
-            return key
-        return None
+        return self._order[0][0] if self._order else None
