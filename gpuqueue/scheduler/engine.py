@@ -80,8 +80,9 @@ class _Cycle:
         self._behind: dict[str, tuple[int, Reason]] = {}
         self._blocked: dict[tuple[str, int, int, float | None], tuple[int, Reason]] = {}
         self._group_cache: dict[tuple[str, str], list[tuple[str, Quota | None]]] = {}
-        # Kinds of job that fell through to step 11 of `_consider`, with the state they did so in.
-        self._waits: dict[WaitKind, int] = {}
+        # Kinds of job that fell through to step 11 of `_consider`: the ledger stamp they did
+        # so at, and the numbers of their reason (workers that fit, free GPUs).
+        self._waits: dict[WaitKind, tuple[int, int, int]] = {}
 
     def run(self) -> Plan:
         # Phase 3: the order.
@@ -90,11 +91,25 @@ class _Cycle:
             self.snapshot, self.ledger, self.fair_share, weights, self.policy.starvation_seconds
         )
         self.starving = {job.id for job in self.order.starving}
-        # Phase 4: each job.
+        # Phase 4: each job. The shortcut of `_consider` (a kind of job that waits) is inlined
+        # here: it is taken for most jobs of a busy cycle.
+        starving = self.starving
+        waits = self._waits
+        ledger = self.ledger
+        waiting = self.waiting_in_team
+        wait = self.pending.append
         for job in self.order:
+            if job.id not in starving:
+                hit = waits.get(_wait_kind(job))
+                if hit is not None and hit[0] == ledger.stamp:
+                    key = (job.team, job.flavor)
+                    ahead = waiting.get(key, 0)
+                    waiting[key] = ahead + 1
+                    wait((job, reasons.no_capacity(job, hit[1], hit[2], ahead)))
+                    continue
             reason = self._consider(job)
             if reason is not None:
-                self.pending.append((job, reason))
+                wait((job, reason))
         # Phase 5: positions among the jobs left pending.
         team_counts: dict[str, int] = {}
         pending: list[Pending] = []
@@ -137,11 +152,13 @@ class _Cycle:
             return self._decide(job)
         kind = _wait_kind(job)
         stamp = self.ledger.stamp
-        if self._waits.get(kind) == stamp:
+        hit = self._waits.get(kind)
+        if hit is not None and hit[0] == stamp:
             return self._no_capacity(job)
         reason = self._decide(job)
         if reason is not None and reason.code in _WAITS and self.ledger.stamp == stamp:
-            self._waits[kind] = stamp
+            fl = self.ledger.flavors[job.flavor]
+            self._waits[kind] = (stamp, fl.fit_count(job.gpus_per_worker, "", None), fl.total_free)
         return reason
 
     def _no_capacity(self, job: PendingJob) -> Reason:

@@ -78,21 +78,24 @@ class Order:
         self._queues: dict[tuple[str, str], _Queue] = {}
         self._heap: list[tuple[TeamKey, int, tuple[str, str]]] = []
         self.starving: list[PendingJob] = []
+        now = snapshot.now
+        room: dict[tuple[str, str], int] = {}  # fair share minus GPUs in use, per queue
         for job in snapshot.pending:
-            if snapshot.now - job.submitted_at >= starving_after and (
-                ledger.in_use(job.team, job.flavor) + job.gpus
-                <= fair_share.get((job.team, job.flavor), 0)
-            ):
-                self.starving.append(job)
-                continue
             key = (job.team, job.flavor)
             queue = self._queues.get(key)
             if queue is None:
                 queue = self._queues[key] = _Queue(job.team, job.flavor)
+                room[key] = fair_share.get(key, 0) - ledger.in_use(job.team, job.flavor)
+            if now - job.submitted_at >= starving_after and job.gpus <= room[key]:
+                self.starving.append(job)
+                continue
             queue.jobs.setdefault(job.user, []).append(job)
         self.starving.sort(key=starving_key)
         for key in sorted(self._queues):
             queue = self._queues[key]
+            if not queue.jobs:
+                del self._queues[key]  # every job of the queue is starving
+                continue
             for user in sorted(queue.jobs):
                 jobs = queue.jobs[user]
                 jobs.sort(key=lambda j: job_key(j, 0), reverse=True)
