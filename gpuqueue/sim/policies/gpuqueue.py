@@ -75,6 +75,10 @@ class GpuqueueEngine(SchedulingPolicy):
         self.fair_share: dict[tuple[str, str], int] = {}  # from the last plan
         self.dirty = True
         self._shares: dict[tuple[str, str], int] = {}
+        self._shares_for: tuple[tuple[int, ...], dict[tuple[str, str], int]] | None = None
+        self._window_memo: dict[
+            str, tuple[tuple[int, tuple[tuple[str, int], ...]], list[PendingJob]]
+        ] = {}
         self.nodes = cluster.engine_nodes()
         self.teams = tuple(teams)
         self.queues: dict[str, OrderedQueue[PendingJob]] = {t.id: OrderedQueue() for t in teams}
@@ -160,21 +164,25 @@ class GpuqueueEngine(SchedulingPolicy):
         return self.dirty
 
     def _full_fair_shares(self) -> dict[tuple[str, str], int]:
-        """Fair shares as the engine would compute them from every pending job."""
+        """Fair shares as the engine would compute them from every pending job.
+
+        They depend only on each team's capped demand, which most cycles leave as it was: the
+        last answer is kept for the same demands.
+        """
+        quotas = sorted(self.quotas.items())
+        caps = tuple(min(quota.limit, self.used[key] + self.asked[key]) for key, quota in quotas)
+        if self._shares_for is not None and self._shares_for[0] == caps:
+            return self._shares_for[1]
         shares: dict[tuple[str, str], int] = {}
         for flavor, capacity in self.capacity.items():
             claims = [
-                Claim(
-                    team,
-                    quota.guarantee,
-                    min(quota.limit, self.used[(team, f)] + self.asked[(team, f)]),
-                    quota.weight,
-                )
-                for (team, f), quota in sorted(self.quotas.items())
+                Claim(team, quota.guarantee, cap, quota.weight)
+                for ((team, f), quota), cap in zip(quotas, caps, strict=True)
                 if f == flavor
             ]
             for team, share in water_fill(capacity, claims).items():
                 shares[(team, flavor)] = share
+        self._shares_for = (caps, shares)
         return shares
 
     def _windowed(self, queue: OrderedQueue[PendingJob], team: str) -> list[PendingJob]:
@@ -186,6 +194,11 @@ class GpuqueueEngine(SchedulingPolicy):
         for (t, flavor), share in self._shares.items():
             if t == team:
                 short[flavor] = share + 1 - self.used[(team, flavor)]
+        # The same queue with the same shortfalls gives the same head: keep it between cycles.
+        memo = (queue.version, tuple(short.items()))
+        hit = self._window_memo.get(team)
+        if hit is not None and hit[0] == memo:
+            return hit[1]
         for job in queue.values():
             missing = short.get(job.flavor, 0)
             if len(shown) >= self.window and missing <= 0:
@@ -194,6 +207,7 @@ class GpuqueueEngine(SchedulingPolicy):
                 continue
             shown.append(job)
             short[job.flavor] = missing - job.gpus
+        self._window_memo[team] = (memo, shown)
         return shown
 
     def snapshot(self, now: float) -> Snapshot:
