@@ -65,6 +65,7 @@ class _Cycle:
             self.chains,
             policy,
             self.now,
+            {key: quota.guarantee for key, quota in self.quotas.items()},
         )
         self.reserver = Reserver(self.ledger, snapshot.nodes, snapshot.running, policy, self.now)
         self.admissions: list[Admission] = []
@@ -88,7 +89,12 @@ class _Cycle:
         # Phase 3: the order.
         weights = {key: quota.weight for key, quota in self.quotas.items()}
         self.order = Order(
-            self.snapshot, self.ledger, self.fair_share, weights, self.policy.starvation_seconds
+            self.snapshot,
+            self.ledger,
+            self.fair_share,
+            weights,
+            self.policy.starvation_seconds,
+            self.policy.min_one_job,
         )
         self.starving = {job.id for job in self.order.starving}
         # Phase 4: each job. The shortcut of `_consider` (a kind of job that waits) is inlined

@@ -105,6 +105,11 @@ class Policy:
     max_reservations: int = 8  # starving jobs that may hold nodes at once
     # How long a preempted job is expected to keep its GPUs (checkpoint grace); forecast only.
     preemption_grace_seconds: float = 120.0
+    # Every team that asks makes progress (issue 7): a team that holds no GPUs of a flavor has
+    # its oldest job protected by the starvation guard even when the gang is bigger than the
+    # team's fair share, and reclaim never takes the last running job of a team whose fair
+    # share is zero. Without it a team with no guarantee waits for as long as others contend.
+    min_one_job: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,12 @@ JobKey = tuple[int, int, float, int]
 # oldest first: without this a big gang can wait forever behind small jobs that always fit.
 # Only a job that keeps its team within its fair share counts as starving: borrowed work is
 # opportunistic, and a requeued victim (which keeps its old submission time) must not jump
-# the queue and take back what was just reclaimed from it.
+# the queue and take back what was just reclaimed from it. One exception (Policy.min_one_job):
+# the oldest such job of a team that holds no GPUs of the flavor counts too, so that a team
+# whose fair share is smaller than its smallest gang (a team with no guarantee under
+# contention) still runs something. A reclaim victim's team keeps at least its fair share,
+# so it never holds nothing because of a reclaim unless its share is zero, and then its last
+# job is not reclaimed (preemption.py).
 def starving_key(job: PendingJob) -> tuple[float, int]:
     return (job.submitted_at, job.id)
 
@@ -71,6 +76,7 @@ class Order:
         fair_share: Mapping[tuple[str, str], int],
         weights: Mapping[tuple[str, str], float],
         starving_after: float,
+        min_one_job: bool = False,
     ) -> None:
         self._ledger = ledger
         self._fair_share = fair_share
@@ -80,16 +86,32 @@ class Order:
         self.starving: list[PendingJob] = []
         now = snapshot.now
         room: dict[tuple[str, str], int] = {}  # fair share minus GPUs in use, per queue
+        oldest: dict[tuple[str, str], PendingJob] = {}  # of teams that hold nothing (min_one_job)
         for job in snapshot.pending:
             key = (job.team, job.flavor)
             queue = self._queues.get(key)
             if queue is None:
                 queue = self._queues[key] = _Queue(job.team, job.flavor)
                 room[key] = fair_share.get(key, 0) - ledger.in_use(job.team, job.flavor)
-            if now - job.submitted_at >= starving_after and job.gpus <= room[key]:
-                self.starving.append(job)
-                continue
+            if now - job.submitted_at >= starving_after:
+                if job.gpus <= room[key]:
+                    self.starving.append(job)
+                    continue
+                if min_one_job and ledger.in_use(job.team, job.flavor) == 0:
+                    other = oldest.get(key)
+                    if other is None or starving_key(job) < starving_key(other):
+                        oldest[key] = job
             queue.jobs.setdefault(job.user, []).append(job)
+        if oldest:
+            # Only when the team has no other starving job: that one will give it GPUs.
+            teams_starving = {(job.team, job.flavor) for job in self.starving}
+            for key, job in oldest.items():
+                if key not in teams_starving:
+                    self.starving.append(job)
+                    jobs = self._queues[key].jobs[job.user]
+                    jobs.remove(job)
+                    if not jobs:
+                        del self._queues[key].jobs[job.user]
         self.starving.sort(key=starving_key)
         for key in sorted(self._queues):
             queue = self._queues[key]

@@ -68,6 +68,7 @@ class VictimSearch:
         chains: Mapping[str, tuple[str, ...]],
         policy: Policy,
         now: float,
+        guarantees: Mapping[tuple[str, str], int] | None = None,
     ) -> None:
         self.ledger = ledger
         self.index = index
@@ -75,6 +76,7 @@ class VictimSearch:
         self.chains = chains
         self.policy = policy
         self.now = now
+        self.guarantees = guarantees or {}
 
     def has_lower(self, job: PendingJob) -> bool:
         """Whether its own team runs anything preemptible of lower priority (a cheap early exit)."""
@@ -96,9 +98,26 @@ class VictimSearch:
             if group in mine:
                 continue  # inside a shared department only the teams' shares matter
             share = self.fair_share.get((group, victim.flavor), 0)
-            if self.ledger.in_use(group, victim.flavor) - victim.gpus < share:
+            left = self.ledger.in_use(group, victim.flavor) - victim.gpus
+            if left < share:
+                return False
+            if (
+                left <= 0
+                and group == victim.team
+                and self.policy.min_one_job
+                and not self._within_guarantee(job)
+            ):
+                # A team with no share keeps its last job (ordering.py, rule 1), except
+                # against a team that claims its guarantee: guarantees are never waived.
                 return False
         return True
+
+    def _within_guarantee(self, job: PendingJob) -> bool:
+        return all(
+            self.ledger.in_use(group, job.flavor) + job.gpus
+            <= self.guarantees.get((group, job.flavor), 0)
+            for group in self.chains.get(job.team, (job.team,))
+        )
 
     def _out_of_minimum_runtime(self, victim: RunningJob) -> bool:
         until = victim.min_runtime_until

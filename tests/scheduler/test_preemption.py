@@ -25,6 +25,21 @@ def morning_grab(policy: Policy | None = None, **want: object) -> dict[str, obje
     }
 
 
+def last_job(guarantee: int, policy: Policy | None = None) -> dict[str, object]:
+    """Team a (no guarantee, weight 0: its share is 0) runs one 8-GPU job on n1; team b runs 8
+    non-preemptible GPUs on n2 and asks for 8 more, within its share of 16."""
+    return {
+        "nodes": nodes(2, h100=8),
+        "teams": (team("a", weight=0.0), team("b", guarantee=guarantee, limit=16)),
+        "running": (
+            running(10, "a", {"n1": 1}, gpus=8, started=NOW - 2 * HOUR),
+            running(11, "b", {"n2": 1}, gpus=8, preemptible=False, started=NOW - 2 * HOUR),
+        ),
+        "pending": (pending(1, "b", gpus=8),),
+        "policy": policy or Policy(),
+    }
+
+
 PRIORITY = [
     Case(
         "a higher-priority job preempts its team's lower-priority preemptible job",
@@ -183,6 +198,23 @@ RECLAIM = [
         pending=(pending(1, "b", gpus=8),),
         shares={("a", "h100"): 4, ("b", "h100"): 8, ("c", "h100"): 4},
         preempted={},
+    ),
+    Case(
+        "reclaim beyond a guarantee never takes the last job of a team with no share",
+        **last_job(guarantee=4),  # type: ignore[arg-type]
+        shares={("a", "h100"): 0, ("b", "h100"): 16},
+        preempted={},
+        reasons={1: ReasonCode.NO_CAPACITY},
+    ),
+    Case(
+        "without min_one_job reclaim takes the last job of a team with no share",
+        **last_job(guarantee=4, policy=Policy(min_one_job=False)),  # type: ignore[arg-type]
+        preempted={10: "reclaim"},
+    ),
+    Case(
+        "a team claiming its guarantee takes even the last job of a team with no share",
+        **last_job(guarantee=16),  # type: ignore[arg-type]
+        preempted={10: "reclaim"},
     ),
     Case(
         "a department under its share reclaims from a department above its share",

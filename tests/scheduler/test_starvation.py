@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gpuqueue.scheduler.model import ReasonCode
+from gpuqueue.scheduler.model import Policy, ReasonCode
 from tests.scheduler.builders import HOUR, NOW, Case, check, nodes, pending, running, team
 
 
@@ -73,7 +73,39 @@ CASES = [
         reservations={1: ({"n1": 1}, math.inf)},
     ),
     Case(
-        "a starving job that would borrow beyond its team's share gets no reservation",
+        "a starving job that would borrow beyond its team's share gets no reservation "
+        "when the team already runs something",
+        nodes=nodes(2, h100=8),
+        teams=(team("a"), team("b"), team("c")),
+        running=(
+            running(10, "a", {"n1": 1}, gpus=3, preemptible=False, max_runtime=HOUR + 1000),
+            running(12, "c", {"n1": 1}, gpus=1, preemptible=False, max_runtime=HOUR + 1000),
+            running(11, "b", {"n2": 1}, gpus=8, preemptible=False, max_runtime=HOUR + 5000),
+        ),
+        pending=(pending(1, "c", gpus=8, submitted=NOW - 2 * HOUR),),
+        shares={("c", "h100"): 6},
+        reservations={},
+        reasons={1: ReasonCode.NO_CAPACITY},
+    ),
+    Case(
+        "a team that holds nothing gets a reservation for its oldest job, "
+        "even one bigger than its share",
+        nodes=nodes(2, h100=8),
+        teams=(team("a"), team("b"), team("c")),
+        running=(
+            running(10, "a", {"n1": 1}, gpus=4, preemptible=False, max_runtime=HOUR + 1000),
+            running(11, "b", {"n2": 1}, gpus=8, preemptible=False, max_runtime=HOUR + 5000),
+        ),
+        pending=(
+            pending(2, "c", gpus=8, submitted=NOW - HOUR - 10),
+            pending(1, "c", gpus=8, submitted=NOW - 2 * HOUR),
+        ),
+        shares={("c", "h100"): 6},
+        reservations={1: ({"n1": 1}, NOW + 1000)},
+        reasons={1: ReasonCode.RESERVED, 2: ReasonCode.NO_CAPACITY},
+    ),
+    Case(
+        "without min_one_job a team that holds nothing gets no reservation beyond its share",
         nodes=nodes(2, h100=8),
         teams=(team("a"), team("b"), team("c")),
         running=(
@@ -81,6 +113,7 @@ CASES = [
             running(11, "b", {"n2": 1}, gpus=8, preemptible=False, max_runtime=HOUR + 5000),
         ),
         pending=(pending(1, "c", gpus=8, submitted=NOW - 2 * HOUR),),
+        policy=Policy(min_one_job=False),
         shares={("c", "h100"): 6},
         reservations={},
         reasons={1: ReasonCode.NO_CAPACITY},
