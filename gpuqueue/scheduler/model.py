@@ -110,6 +110,9 @@ class Policy:
     # team's fair share, and reclaim never takes the last running job of a team whose fair
     # share is zero. Without it a team with no guarantee waits for as long as others contend.
     min_one_job: bool = True
+    # Reclaim beyond the claimant's guarantee (for its fair share above it) takes only jobs
+    # that ran at least this long; reclaim within a guarantee keeps min_runtime_seconds.
+    reclaim_min_runtime_seconds: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)

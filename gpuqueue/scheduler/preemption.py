@@ -176,14 +176,24 @@ class VictimSearch:
         3. Give back every victim that turns out not to be needed, most valuable first, so that
            the fewest jobs are preempted.
         4. Refuse (and roll back) when more victims than `budget` would be needed.
+
+        Candidates are counted against max_victim_candidates before the runtime filters, as
+        they always were, so that the filters change which jobs qualify and nothing else.
         """
         ledger = self.ledger
+        # Hysteresis: a team that reclaims beyond its guarantee (for its fair share, which moves
+        # with every team's demand) takes only work that ran Policy.reclaim_min_runtime_seconds,
+        # so that borrowed GPUs do not change hands each time the shares move.
+        settled = self.now - self.policy.reclaim_min_runtime_seconds
+        beyond_guarantee = reclaim and not self._within_guarantee(job)
         candidates = [
             (victim, kind)
             for victim, kind in islice(
                 self._candidates(job, reclaim, priority), self.policy.max_victim_candidates
             )
-            if victim.id not in ledger.victims and self._out_of_minimum_runtime(victim)
+            if victim.id not in ledger.victims
+            and self._out_of_minimum_runtime(victim)
+            and not (kind == RECLAIM and beyond_guarantee and victim.started_at > settled)
         ]
         if not candidates:
             return None
