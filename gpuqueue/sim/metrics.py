@@ -63,11 +63,6 @@ class Recorder:
         self.received_gs: dict[str, float] = defaultdict(float)
         self.entitled_gs: dict[str, float] = defaultdict(float)
         self.violation_seconds: dict[str, float] = defaultdict(float)
-        # The same two integrals taken from the samples only (how they were measured before
-        # issue 7): kept to report both; hourly samples miss the teams whose jobs last minutes.
-        self.received_sampled_gs: dict[str, float] = defaultdict(float)
-        self.entitled_sampled_gs: dict[str, float] = defaultdict(float)
-        self._rates: _Rates | None = None  # the fairness rates of the current state, once read
         self.series = Series()
 
     # --- state changes -------------------------------------------------------------------
@@ -78,13 +73,11 @@ class Recorder:
         self.pending_gpus += sign * run.job.gpus
         self.pending_by[key] += sign * run.job.gpus
         self.pending_sizes[key][run.job.gpus] += sign
-        self._rates = None
 
     def hold(self, run: JobRun, gpus: int) -> None:
         """`gpus` more (or fewer, when negative) GPUs held by the job, complete or not."""
         self.held += gpus
         self.held_by[(run.job.team, run.job.flavor)] += gpus
-        self._rates = None
 
     def run(self, gpus: int) -> None:
         self.running += gpus
@@ -105,8 +98,6 @@ class Recorder:
         for (team, _), gpus in self.held_by.items():
             if gpus:
                 self.team_held_gs[team] += gpus * dt
-        if self.pending_jobs:
-            self._fairness(dt)
         self.now = now
 
     def _sample(self, t: float) -> None:
@@ -117,30 +108,10 @@ class Recorder:
         s.pending_jobs.append(self.pending_jobs)
         s.pending_gpus.append(self.pending_gpus)
         if self.pending_jobs:
-            rates = self._current_rates()
-            for team, e in rates.entitled.items():
-                self.entitled_sampled_gs[team] += e * self.sample_interval
-                self.received_sampled_gs[team] += rates.received[team] * self.sample_interval
+            self._fairness(self.sample_interval)
 
     def _fairness(self, dt: float) -> None:
-        """Credit `dt` seconds of the current state's entitlements and guarantee violations:
-        the state only changes at events, so this integrates them exactly (issue 7; they were
-        sampled every `sample_interval` before, which a 10-second job almost never meets)."""
-        rates = self._current_rates()
-        self.contended_seconds += rates.contended * dt
-        for t, e in rates.entitled.items():
-            self.entitled_gs[t] += e * dt
-            self.received_gs[t] += rates.received[t] * dt
-        for t in rates.violating:
-            self.violation_seconds[t] += dt
-
-    def _current_rates(self) -> _Rates:
-        if self._rates is None:
-            self._rates = self._fairness_rates()
-        return self._rates
-
-    def _fairness_rates(self) -> _Rates:
-        """Entitlements, holdings and guarantee violations per team in the current state.
+        """Credit one sample's worth of entitlement and of guarantee violations.
 
         1. A flavor is contended when its teams ask for more than it has.
         2. Under contention each asking team is entitled to its max-min fair share
@@ -148,7 +119,6 @@ class Recorder:
         3. A team waits in violation of its guarantee when a pending job of it would fit within
            its guarantee while another team holds more than its own guarantee.
         """
-        rates = _Rates()
         for flavor, capacity in self.capacity.items():
             quotas = self.quotas[flavor]
             demand = {t: self.held_by[(t, flavor)] + self.pending_by[(t, flavor)] for t in quotas}
@@ -159,27 +129,14 @@ class Recorder:
                     continue
                 smallest = min((g for g, n in self.pending_sizes[key].items() if n > 0), default=0)
                 if smallest and self.held_by[key] + smallest <= q.guarantee:
-                    rates.violating.append(t)
+                    self.violation_seconds[t] += dt
             if sum(demand.values()) <= capacity:
                 continue
-            rates.contended += 1
+            self.contended_seconds += dt
             for t, e in entitlements(capacity, demand, quotas).items():
                 if e > 0:
-                    rates.entitled[t] = rates.entitled.get(t, 0.0) + e
-                    held = min(self.held_by[(t, flavor)], demand[t])
-                    rates.received[t] = rates.received.get(t, 0.0) + held
-        return rates
-
-
-@dataclass(slots=True)
-class _Rates:
-    """Per second of the current state: contended flavors, GPUs each team is entitled to and
-    holds under contention, and the teams waiting in violation of their guarantee."""
-
-    contended: int = 0
-    entitled: dict[str, float] = field(default_factory=dict)
-    received: dict[str, float] = field(default_factory=dict)
-    violating: list[str] = field(default_factory=list)
+                    self.entitled_gs[t] += e * dt
+                    self.received_gs[t] += min(self.held_by[(t, flavor)], demand[t]) * dt
 
 
 def _percentile(sorted_values: Sequence[float], p: float) -> float:
@@ -204,11 +161,6 @@ def summarize(runs: Sequence[JobRun], recorder: Recorder, end: float) -> dict[st
     ratios = {
         t: recorder.received_gs[t] / e for t, e in sorted(recorder.entitled_gs.items()) if e > 0
     }
-    sampled = {
-        t: recorder.received_sampled_gs[t] / e
-        for t, e in sorted(recorder.entitled_sampled_gs.items())
-        if e > 0
-    }
     return {
         "jobs": len(runs),
         "jobs_started": len(started),
@@ -230,16 +182,6 @@ def summarize(runs: Sequence[JobRun], recorder: Recorder, end: float) -> dict[st
         "gpu_hours_lost": sum(r.lost_gpu_seconds for r in runs) / 3600,
         "contended_hours": recorder.contended_seconds / 3600,
         "jain": jain(list(ratios.values())),
-        # Both indexes as measured before issue 7, from hourly (sample_interval) samples.
-        "jain_sampled": jain(list(sampled.values())),
-        "jain_major_teams_sampled": jain(
-            [
-                ratio
-                for t, ratio in sampled.items()
-                if recorder.entitled_sampled_gs[t]
-                >= 0.01 * sum(recorder.entitled_sampled_gs.values())
-            ]
-        ),
         # The same over teams with at least 1 % of the contended entitlement: a team of three
         # jobs that cannot fit its gang moves the plain index as much as the largest team.
         "jain_major_teams": jain(
