@@ -40,6 +40,22 @@ def last_job(guarantee: int, policy: Policy | None = None) -> dict[str, object]:
     }
 
 
+def young_grab(guarantee: int, policy: Policy | None = None) -> dict[str, object]:
+    """Team a (guarantee 8) started 16 single-GPU jobs 1,000 s ago and after (later ids later);
+    team b asks for 4 GPUs on one node, within its fair share of 4."""
+    grab = tuple(
+        running(100 + i, "a", {"n1" if i < 8 else "n2": 1}, started=NOW - 1000 + 10 * i)
+        for i in range(16)
+    )
+    return {
+        "nodes": nodes(2, h100=8),
+        "teams": (team("a", guarantee=8, limit=16), team("b", guarantee=guarantee, limit=16)),
+        "running": grab,
+        "pending": (pending(1, "b", gpus=4),),
+        "policy": policy or Policy(),
+    }
+
+
 PRIORITY = [
     Case(
         "a higher-priority job preempts its team's lower-priority preemptible job",
@@ -215,6 +231,24 @@ RECLAIM = [
         "a team claiming its guarantee takes even the last job of a team with no share",
         **last_job(guarantee=16),  # type: ignore[arg-type]
         preempted={10: "reclaim"},
+    ),
+    Case(
+        "reclaim for a share above the guarantee takes the most recently started jobs",
+        **young_grab(guarantee=0),  # type: ignore[arg-type]
+        shares={("a", "h100"): 12, ("b", "h100"): 4},
+        preempted={112: "reclaim", 113: "reclaim", 114: "reclaim", 115: "reclaim"},
+    ),
+    Case(
+        "reclaim for a share above the guarantee spares jobs younger than "
+        "reclaim_min_runtime_seconds",
+        **young_grab(guarantee=0, policy=Policy(reclaim_min_runtime_seconds=1800)),  # type: ignore[arg-type]
+        preempted={},
+        reasons={1: ReasonCode.NO_CAPACITY},
+    ),
+    Case(
+        "reclaim within a guarantee keeps the ordinary minimum runtime",
+        **young_grab(guarantee=4, policy=Policy(reclaim_min_runtime_seconds=1800)),  # type: ignore[arg-type]
+        preempted={112: "reclaim", 113: "reclaim", 114: "reclaim", 115: "reclaim"},
     ),
     Case(
         "a department under its share reclaims from a department above its share",
