@@ -112,7 +112,9 @@ class Policy:
     min_one_job: bool = True
     # Reclaim beyond the claimant's guarantee (for its fair share above it) takes only jobs
     # that ran at least this long; reclaim within a guarantee keeps min_runtime_seconds.
-    reclaim_min_runtime_seconds: float = 300.0
+    # Hysteresis (issue 7): shares move with every team's demand, and without it borrowed GPUs
+    # changed hands thousands of times in a Philly replay; 30 min is a common checkpoint period.
+    reclaim_min_runtime_seconds: float = 1800.0
 
 
 @dataclass(frozen=True, slots=True)

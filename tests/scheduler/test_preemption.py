@@ -233,21 +233,21 @@ RECLAIM = [
         preempted={10: "reclaim"},
     ),
     Case(
-        "reclaim for a share above the guarantee takes the most recently started jobs",
-        **young_grab(guarantee=0),  # type: ignore[arg-type]
+        "reclaim for a share above the guarantee takes the most recently started jobs "
+        "once they ran reclaim_min_runtime_seconds",
+        **young_grab(guarantee=0, policy=Policy(reclaim_min_runtime_seconds=300)),  # type: ignore[arg-type]
         shares={("a", "h100"): 12, ("b", "h100"): 4},
         preempted={112: "reclaim", 113: "reclaim", 114: "reclaim", 115: "reclaim"},
     ),
     Case(
-        "reclaim for a share above the guarantee spares jobs younger than "
-        "reclaim_min_runtime_seconds",
-        **young_grab(guarantee=0, policy=Policy(reclaim_min_runtime_seconds=1800)),  # type: ignore[arg-type]
+        "reclaim for a share above the guarantee spares jobs younger than 30 minutes",
+        **young_grab(guarantee=0),  # type: ignore[arg-type]
         preempted={},
         reasons={1: ReasonCode.NO_CAPACITY},
     ),
     Case(
         "reclaim within a guarantee keeps the ordinary minimum runtime",
-        **young_grab(guarantee=4, policy=Policy(reclaim_min_runtime_seconds=1800)),  # type: ignore[arg-type]
+        **young_grab(guarantee=4),  # type: ignore[arg-type]
         preempted={112: "reclaim", 113: "reclaim", 114: "reclaim", 115: "reclaim"},
     ),
     Case(
