@@ -5,16 +5,16 @@
 2. Counters (admitted, preempted, finished) are counts of JobEvent rows: the event table is
    already the durable, cross-process record of every transition.
 3. Histograms (admission cycle duration, API latency) are observed in whichever process runs
-   the work and accumulated in Redis hashes (HINCRBY per bucket, one pipelined round trip), then
-   read back at scrape time. The cycle is timed by Celery signals around its task; the worker
-   imports this module through CELERY_IMPORTS.
+   the work and accumulated in Redis hashes (`gpuqueue/redis_histograms.py`: counted in memory,
+   published at most once a second), then read back at scrape time. The cycle is timed by
+   Celery signals around its task; the worker imports this module through CELERY_IMPORTS.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from celery import signals
@@ -24,72 +24,41 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from gpuqueue.redis_histograms import RedisHistogram
 
 log = logging.getLogger(__name__)
 
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 API_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-_CYCLE_KEY = "gpuqueue:metrics:cycle"
-_API_KEY = "gpuqueue:metrics:api"
-_SEP = "\x1f"
 
-
-# --- Redis-backed histograms ------------------------------------------------------------------
-
-
-def _observe(key: str, labels: tuple[str, ...], seconds: float, buckets: Iterable[float]) -> None:
-    from gpuqueue.api import redis as api_redis
-
-    def field(bucket: str) -> str:
-        return _SEP.join([*labels, bucket])
-
-    try:
-        pipe = api_redis.client().pipeline(transaction=False)
-        for bound in buckets:
-            if seconds <= bound:
-                pipe.hincrby(key, field(str(bound)), 1)
-        pipe.hincrby(key, field("+Inf"), 1)
-        pipe.hincrbyfloat(key, field("sum"), seconds)
-        pipe.execute()
-    except Exception:  # noqa: BLE001 - metrics never fail the work they measure
-        log.debug("could not record a metric", exc_info=True)
+# Hash keys end in :v2 since buckets are stored per bucket rather than cumulatively.
+CYCLE_DURATION = RedisHistogram(
+    "gpuqueue_admission_cycle_duration_seconds",
+    "Admission cycle duration",
+    "gpuqueue:metrics:cycle:v2",
+    [],
+    CYCLE_BUCKETS,
+)
+API_LATENCY = RedisHistogram(
+    "gpuqueue_api_request_duration_seconds",
+    "API request latency",
+    "gpuqueue:metrics:api:v2",
+    ["method", "route", "status"],
+    API_BUCKETS,
+)
 
 
 def observe_cycle(seconds: float) -> None:
-    _observe(_CYCLE_KEY, (), seconds, CYCLE_BUCKETS)
+    # A few cycles a second at most, and a worker may sit idle after one: publish at once.
+    CYCLE_DURATION.observe((), seconds, flush=True)
 
 
 def observe_api(method: str, route: str, status: int, seconds: float) -> None:
-    _observe(_API_KEY, (method, route, f"{status // 100}xx"), seconds, API_BUCKETS)
-
-
-def _histogram(
-    name: str, doc: str, key: str, label_names: list[str], buckets: tuple[float, ...]
-) -> HistogramMetricFamily:
-    from gpuqueue.api import redis as api_redis
-
-    family = HistogramMetricFamily(name, doc, labels=label_names)
-    try:
-        raw = api_redis.client().hgetall(key)
-    except Exception:  # noqa: BLE001
-        log.warning("metrics histograms unavailable (Redis)", exc_info=True)
-        return family
-    series: dict[tuple[str, ...], dict[str, float]] = {}
-    for field, value in raw.items():
-        parts = field.decode().split(_SEP)
-        labels, bucket = tuple(parts[:-1]), parts[-1]
-        if len(labels) != len(label_names):
-            continue
-        series.setdefault(labels, {})[bucket] = float(value)
-    for labels, values in sorted(series.items()):
-        cumulative = [(str(b), values.get(str(b), 0.0)) for b in buckets]
-        cumulative.append(("+Inf", values.get("+Inf", 0.0)))
-        family.add_metric(list(labels), cumulative, values.get("sum", 0.0))
-    return family
+    API_LATENCY.observe((method, route, f"{status // 100}xx"), seconds)
 
 
 # The cycle runs in a Celery worker; time its task there.
@@ -219,20 +188,8 @@ class QueueCollector:
             "GPUs held by gpuqueue jobs, all flavors",
             value=float(held["gpus"] or 0),
         )
-        yield _histogram(
-            "gpuqueue_admission_cycle_duration_seconds",
-            "Admission cycle duration",
-            _CYCLE_KEY,
-            [],
-            CYCLE_BUCKETS,
-        )
-        yield _histogram(
-            "gpuqueue_api_request_duration_seconds",
-            "API request latency",
-            _API_KEY,
-            ["method", "route", "status"],
-            API_BUCKETS,
-        )
+        yield CYCLE_DURATION.collect()
+        yield API_LATENCY.collect()
 
     def _fair_share(self) -> GaugeMetricFamily:
         """Fair share per team and flavor, as the engine computes it from the same snapshot."""

@@ -8,9 +8,10 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
+from gpuqueue import sql_rows
 from teams.models import ApiToken, AuditEntry, Membership, Role, Team
 
 TOKEN_PREFIX = "gq_"
@@ -52,7 +53,7 @@ def authenticate_token(secret: str) -> ApiToken | None:
     prefix, _, rest = secret[len(TOKEN_PREFIX) :].partition("_")
     if not rest:
         return None
-    token = ApiToken.objects.select_related("user").filter(prefix=prefix).first()
+    token = _token_with_user(prefix)
     if token is None or not hmac.compare_digest(token.token_hash, hash_secret(secret)):
         return None
     now = timezone.now()
@@ -63,6 +64,32 @@ def authenticate_token(secret: str) -> ApiToken | None:
     # Write last-used at most once a minute, so a busy pipeline does not write on every call.
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
+
+
+def _token_with_user(prefix: str) -> ApiToken | None:
+    """The token with `prefix` and its user, in one cursor query: every API call makes it,
+    and through the ORM it cost about 1 ms of CPU (see `gpuqueue.sql_rows`)."""
+    quote = connection.ops.quote_name
+    user_model = ApiToken._meta.get_field("user").related_model
+    token_cols = sql_rows.columns(ApiToken, "t")
+    user_cols = sql_rows.columns(user_model, "u")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {token_cols.select}, {user_cols.select} "
+            f"FROM {quote(ApiToken._meta.db_table)} {quote('t')} "
+            f"JOIN {quote(user_model._meta.db_table)} {quote('u')} "
+            f"ON {quote('u')}.{quote(user_model._meta.pk.column)} = "
+            f"{quote('t')}.{quote(ApiToken._meta.get_field('user').column)} "
+            f"WHERE {quote('t')}.{quote('prefix')} = %s",
+            [prefix],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    split = len(token_cols.fields)
+    token = sql_rows.instance(ApiToken, token_cols, row[:split])
+    token.user = sql_rows.instance(user_model, user_cols, row[split:])
     return token
 
 

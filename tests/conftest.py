@@ -31,6 +31,14 @@ def fast_password_hashing() -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def forget_last_nudge() -> None:
+    """Each test starts as a fresh process would: its first submission nudges the cycle."""
+    from gpuqueue.services import submit
+
+    submit._last_nudge = float("-inf")
+
+
 @pytest.fixture
 def cluster_file(tmp_path: Path, settings: Any) -> Path:
     """A small simulated cluster: 4 × 8 H100 and 2 × 4 L4; tests may rewrite it."""

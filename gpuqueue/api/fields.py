@@ -19,6 +19,30 @@ class StrictCharField(serializers.CharField):
         return str(super().to_internal_value(data))
 
 
+class LookupField(StrictCharField):
+    """A name that stands for a row, found by `find(field, name)` (None: unknown).
+
+    For the submission path, where DRF's SlugRelatedField would build an ORM query per
+    request; `find` can use the serializer's context through `field.context`."""
+
+    default_error_messages = {"invalid": "Must be a string.", "does_not_exist": "Unknown {value}."}
+
+    def __init__(self, *, find: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.find = find
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        found = self.find(self, data)
+        if found is None:
+            self.fail("does_not_exist", value=data)
+        return found
+
+    def to_representation(self, value: Any) -> str:
+        return str(value)
+
+
 class StrictIntegerField(serializers.IntegerField):
     """An integer and only an integer: no "4", no 4.0, no true."""
 

@@ -32,8 +32,6 @@ class UtcDateTimeFilter(filters.IsoDateTimeFilter):
     field_class = UtcDateTimeField
 
 
-
-
 class JobFilter(filters.FilterSet):
     team = filters.CharFilter(field_name="team__slug", help_text="team slug")
     state = filters.MultipleChoiceFilter(

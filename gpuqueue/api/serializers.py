@@ -11,7 +11,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from gpuqueue.api import validation as v
+from gpuqueue.api.cached_fields import FieldsBuiltOnce
 from gpuqueue.api.fields import (
+    LookupField,
     StrictBooleanField,
     StrictCharField,
     StrictDictField,
@@ -22,7 +24,12 @@ from gpuqueue.models import Flavor, Job, JobEvent, Node, Quota, UtilizationSampl
 from gpuqueue.reasons import describe_reason
 from gpuqueue.services.flavors import save_flavor
 from gpuqueue.services.quotas import set_quota
-from gpuqueue.services.submit import SubmissionRefused, check_fits
+from gpuqueue.services.submit import (
+    SubmissionRefused,
+    check_fits,
+    flavor_named,
+    teams_for_submission,
+)
 from gpuqueue.states import JobState
 from teams.models import Team
 
@@ -55,13 +62,25 @@ def _user(serializer: serializers.Serializer) -> Any:
 # --- Jobs ---------------------------------------------------------------------------------------
 
 
-class JobSubmitSerializer(serializers.Serializer):
+def _signed_in(user: Any) -> bool:
+    return user is not None and bool(user.is_authenticated)
+
+
+def _submittable_team(context: dict[str, Any], slug: str) -> Team | None:
+    # A team the caller cannot see is "unknown", as its jobs answer 404.
+    user = getattr(context.get("request"), "user", None)
+    if not _signed_in(user):
+        return None
+    found = teams_for_submission(user, slug, limit=1)
+    return found[0] if found else None
+
+
+class JobSubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
     """A submission. Every rule that Kubernetes or the engine would refuse later is checked
     here, so that a bad request changes nothing and says which field is wrong."""
 
-    team = serializers.SlugRelatedField(
-        slug_field="slug",
-        queryset=Team.objects.none(),
+    team = LookupField(
+        find=lambda field, slug: _submittable_team(field.context, slug),
         required=False,
         help_text="Team slug; may be left out by a user who belongs to exactly one team.",
         error_messages={
@@ -69,9 +88,8 @@ class JobSubmitSerializer(serializers.Serializer):
             "invalid": "Must be a team slug.",
         },
     )
-    flavor = serializers.SlugRelatedField(
-        slug_field="name",
-        queryset=Flavor.objects.all(),
+    flavor = LookupField(
+        find=lambda field, name: flavor_named(name),
         error_messages={
             "does_not_exist": "Unknown flavor {value}.",
             "invalid": "Must be a flavor name.",
@@ -100,19 +118,6 @@ class JobSubmitSerializer(serializers.Serializer):
     expected_runtime_seconds = StrictIntegerField(
         min_value=1, max_value=MAX_RUNTIME_SECONDS, required=False, allow_null=True
     )
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        user = _user(self)
-        team_field = self.fields["team"]
-        # A team the caller cannot see is "unknown", as its jobs answer 404. (No DISTINCT: a
-        # user has one membership per team, and this runs on every submission.)
-        if user is None or not user.is_authenticated:
-            team_field.queryset = Team.objects.none()
-        elif user.is_superuser:
-            team_field.queryset = Team.objects.all()
-        else:
-            team_field.queryset = Team.objects.filter(memberships__user=user)
 
     def to_internal_value(self, data: Any) -> Any:
         reject_unknown_fields(self, data)
@@ -145,7 +150,8 @@ class JobSubmitSerializer(serializers.Serializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "team" not in attrs:
-            teams = list(self.fields["team"].queryset[:2])
+            user = _user(self)
+            teams = teams_for_submission(user) if _signed_in(user) else []
             if len(teams) != 1:
                 raise serializers.ValidationError(
                     {"team": ["Required: you belong to several teams (or none)."]}
@@ -171,7 +177,7 @@ def _checked(value: Any, rule: Any) -> Any:
     return value
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     """A job as read back: state, the pending reason as a sentence and as data, positions,
     estimated start, placement, attempts."""
 
@@ -241,7 +247,7 @@ class JobSerializer(serializers.ModelSerializer):
         return describe_reason(job.pending_reason)
 
 
-class JobEventSerializer(serializers.ModelSerializer):
+class JobEventSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     details = serializers.JSONField(read_only=True)
 
     class Meta:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
+from gpuqueue import sql_rows
 from gpuqueue.models import Flavor, Job, JobEvent
 from gpuqueue.states import JobState
-from teams.models import Team
+from teams.models import Membership, Team
 
 
 class SubmissionRefused(Exception):
@@ -49,11 +52,52 @@ def previous_submission(user: Any, idempotency_key: str | None) -> Job | None:
     """The job an earlier request with this key created, if any (a pipeline's retry)."""
     if not idempotency_key:
         return None
-    return (
-        Job.objects.select_related("team", "flavor", "user")
-        .filter(user=user, idempotency_key=idempotency_key)
-        .first()
-    )
+    # Almost every key is new: probe the unique index for a primary key (one cursor query) and
+    # load the whole job through the ORM only for a retry.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {_q('id')} FROM {_q(Job._meta.db_table)} "
+            f"WHERE {_q(Job._meta.get_field('user').column)} = %s "
+            f"AND {_q(Job._meta.get_field('idempotency_key').column)} = %s",
+            [user.pk, idempotency_key],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Job.objects.select_related("team", "flavor", "user").get(pk=row[0])
+
+
+def teams_for_submission(user: Any, slug: str | None = None, *, limit: int = 2) -> list[Team]:
+    """Teams `user` may submit to (every team for a site admin), or the one named `slug`.
+
+    A cursor query: it runs on every API submission (see `gpuqueue.sql_rows`)."""
+    cols = sql_rows.columns(Team, "t")
+    where, params = [], []
+    if slug is not None:
+        where.append(f"{_q('t')}.{_q('slug')} = %s")
+        params.append(slug)
+    if not user.is_superuser:
+        where.append(_membership_exists(f"{_q('t')}.{_q('id')}"))
+        params.append(user.pk)
+    sql = f"SELECT {cols.select} FROM {_q(Team._meta.db_table)} {_q('t')}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY {_q('t')}.{_q('slug')} LIMIT {int(limit)}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [sql_rows.instance(Team, cols, row) for row in cursor.fetchall()]
+
+
+def flavor_named(name: str) -> Flavor | None:
+    cols = sql_rows.columns(Flavor, "f")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {cols.select} FROM {_q(Flavor._meta.db_table)} {_q('f')} "
+            f"WHERE {_q('f')}.{_q('name')} = %s",
+            [name],
+        )
+        row = cursor.fetchone()
+    return None if row is None else sql_rows.instance(Flavor, cols, row)
 
 
 def submit_job(
@@ -68,48 +112,98 @@ def submit_job(
     1. The user must belong to the team (site admins may submit anywhere).
     2. A repeated idempotency key from the same user returns the first job, even when the
        retries race: the unique constraint decides, and the loser reads the winner's row.
-    3. The job row and its first event are written in one transaction.
+       (Callers with a key look for the earlier job first, with `previous_submission`, so that
+       a retry is answered before it is validated again.)
+    3. The job row and its first event are written by one statement (`_INSERT_SQL`), which
+       inserts nothing unless the user is a member: one round trip and one commit.
     4. After commit the admission cycle is nudged; if Redis is down the periodic cycle still
        picks the job up, so a lost nudge loses nothing.
     """
-    if not user.is_superuser and not team.memberships.filter(user=user).exists():
+    data = {key: value for key, value in fields.items() if key in JOB_FIELDS}
+    data.setdefault("checkpoint_grace_seconds", settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS)
+    job = Job(
+        team=team,
+        user=user,
+        flavor=flavor,
+        idempotency_key=idempotency_key or None,
+        state=JobState.PENDING,
+        **data,
+    )
+    event = JobEvent(
+        job=job,
+        from_state="",
+        to_state=JobState.PENDING,
+        reason="submitted",
+        actor=f"user:{user.get_username()}",
+    )
+    params = [
+        *sql_rows.insert_params(job),
+        bool(user.is_superuser),
+        team.pk,
+        user.pk,
+        *sql_rows.insert_params(event, skip=("job",)),
+    ]
+    try:
+        # Inside a caller's transaction a savepoint keeps a duplicate key from spoiling it;
+        # alone, the one statement is its own transaction.
+        with transaction.atomic() if connection.in_atomic_block else nullcontext():
+            with connection.cursor() as cursor:
+                cursor.execute(_insert_sql(), params)
+                row = cursor.fetchone()
+            if row is not None:
+                transaction.on_commit(nudge_cycle)
+    except IntegrityError:
+        existing = previous_submission(user, idempotency_key)
+        if existing is not None:
+            return Submitted(existing, created=False)
+        raise
+    if row is None:
         raise SubmissionRefused(
             f"you are not a member of team {team.slug}", field="team", status=403
         )
-    if idempotency_key:
-        existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
-        if existing is not None:
-            return Submitted(existing, created=False)
-    data = {key: value for key, value in fields.items() if key in JOB_FIELDS}
-    data.setdefault("checkpoint_grace_seconds", settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS)
-    try:
-        with transaction.atomic():
-            job = Job.objects.create(
-                team=team,
-                user=user,
-                flavor=flavor,
-                idempotency_key=idempotency_key or None,
-                state=JobState.PENDING,
-                **data,
-            )
-            JobEvent.objects.create(
-                job=job,
-                from_state="",
-                to_state=JobState.PENDING,
-                reason="submitted",
-                actor=f"user:{user.get_username()}",
-            )
-            transaction.on_commit(nudge_cycle)
-    except IntegrityError:
-        if idempotency_key:
-            existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
-            if existing is not None:
-                return Submitted(existing, created=False)
-        raise
+    job.pk = row[0]
+    event.job_id = job.pk
     return Submitted(job, created=True)
 
 
+def _q(name: str) -> str:
+    return str(connection.ops.quote_name(name))
+
+
+def _membership_exists(team_column: str) -> str:
+    """SQL: the user whose id is the parameter `%s` is a member of the team `team_column`."""
+    m = Membership._meta
+    return (
+        f"EXISTS (SELECT 1 FROM {_q(m.db_table)} {_q('m')} "
+        f"WHERE {_q('m')}.{_q(m.get_field('team').column)} = {team_column} "
+        f"AND {_q('m')}.{_q(m.get_field('user').column)} = %s)"
+    )
+
+
+@cache
+def _insert_sql() -> str:
+    """INSERT the job only if `%s` (the user is a site admin) or the user (`%s`, `%s`: team id,
+    user id) is a member of the team; INSERT its first event from the job's new id; return
+    the id (no row: not a member)."""
+    job, event = sql_rows.insert_columns(Job), sql_rows.insert_columns(JobEvent)
+    event_values = ", ".join(
+        f"{_q('new_job')}.{_q('id')}" if f.name == "job" else cast
+        for f, cast in zip(event.fields, event.casts, strict=True)
+    )
+    guard = _membership_exists("%s")
+    return (
+        f"WITH {_q('new_job')} AS ("
+        f"INSERT INTO {job.table} {job.column_list} SELECT {', '.join(job.casts)} "
+        f"WHERE %s OR {guard} RETURNING {_q('id')}), "
+        f"{_q('new_event')} AS ("
+        f"INSERT INTO {event.table} {event.column_list} SELECT {event_values} "
+        f"FROM {_q('new_job')}) "
+        f"SELECT {_q('id')} FROM {_q('new_job')}"
+    )
+
+
 NUDGE_DEBOUNCE_SECONDS = 1
+_last_nudge = float("-inf")  # time.monotonic() of this process's last nudge
 
 
 def nudge_cycle() -> None:
@@ -117,14 +211,21 @@ def nudge_cycle() -> None:
 
     At most one nudge per second is sent: a burst of submissions needs one cycle, not one task
     per job (a queue of identical cycles only repeats work, and publishing costs each request
-    a broker round trip).
+    a broker round trip). Each process first checks its own clock, so that under a burst only
+    its first submission each second pays the shared Redis check.
     """
     import logging
+    import time
 
     from django.core.cache import cache
 
     from gpuqueue.tasks import run_admission_cycle
 
+    global _last_nudge
+    now = time.monotonic()
+    if now - _last_nudge < NUDGE_DEBOUNCE_SECONDS:
+        return
+    _last_nudge = now
     try:
         if not cache.add("nudge-cycle", 1, timeout=NUDGE_DEBOUNCE_SECONDS):
             return

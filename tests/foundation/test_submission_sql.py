@@ -1,0 +1,95 @@
+"""The submission path's hand-written SQL writes and reads as the ORM would."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from gpuqueue.models import Job, JobEvent
+from gpuqueue.services.submit import (
+    SubmissionRefused,
+    flavor_named,
+    submit_job,
+    teams_for_submission,
+)
+from gpuqueue.states import JobState
+
+EVERY_FIELD = {
+    "name": "train-7b",
+    "image": "ghcr.io/acme/train@sha256:" + "a" * 64,
+    "command": ["torchrun", "--nproc", "8", "train.py", ""],
+    "env": {"LR": "3e-4", "UNICODE": "µ→✓", "QUOTE": 'it\'s "quoted" 100%'},
+    "labels": {"acme.io/project": "llm"},
+    "annotations": {"note": "multi\nline"},
+    "workers": 3,
+    "gpus_per_worker": 8,
+    "priority": -7,
+    "preemptible": False,
+    "checkpoint_grace_seconds": 0,
+    "max_runtime_seconds": None,
+    "expected_runtime_seconds": 3600,
+}
+
+
+def test_a_submitted_job_reads_back_through_the_orm_field_for_field(world: Any) -> None:
+    submitted = submit_job(world.alice, world.team_a, world.h100, dict(EVERY_FIELD), "key-1").job
+    stored = Job.objects.get(pk=submitted.pk)
+    for field, value in EVERY_FIELD.items():
+        assert getattr(stored, field) == value, field
+        assert getattr(submitted, field) == value, field
+    assert (stored.team_id, stored.user_id, stored.flavor_id) == (
+        world.team_a.pk,
+        world.alice.pk,
+        world.h100.pk,
+    )
+    assert stored.state == JobState.PENDING and stored.idempotency_key == "key-1"
+    assert stored.submitted_at == submitted.submitted_at
+    assert stored.placement == {} and stored.pending_reason is None and stored.attempts == 0
+    (event,) = JobEvent.objects.filter(job=stored)
+    assert (event.from_state, event.to_state, event.reason, event.actor) == (
+        "",
+        JobState.PENDING,
+        "submitted",
+        "user:alice",
+    )
+    assert event.details == {}
+
+
+def test_a_non_member_is_refused_and_nothing_is_written(world: Any) -> None:
+    with pytest.raises(SubmissionRefused) as refused:
+        submit_job(world.carol, world.team_a, world.h100, {"name": "n", "image": "i"})
+    assert refused.value.status == 403
+    assert Job.objects.count() == 0 and JobEvent.objects.count() == 0
+
+
+def test_a_site_admin_submits_to_any_team(world: Any) -> None:
+    job = submit_job(world.root, world.team_b, world.h100, {"name": "n", "image": "i"}).job
+    assert Job.objects.get(pk=job.pk).team_id == world.team_b.pk
+
+
+def test_a_duplicate_key_inside_a_callers_transaction_leaves_it_usable(world: Any) -> None:
+    with transaction.atomic():
+        first = submit_job(world.alice, world.team_a, world.h100, {"name": "a", "image": "i"}, "k")
+        again = submit_job(world.alice, world.team_a, world.h100, {"name": "b", "image": "i"}, "k")
+        assert again.job.pk == first.job.pk and not again.created
+        assert Job.objects.count() == 1  # the transaction still answers queries
+    assert JobEvent.objects.count() == 1
+
+
+def test_teams_for_submission_are_the_users_teams_or_any_for_a_site_admin(world: Any) -> None:
+    assert [t.slug for t in teams_for_submission(world.alice)] == ["team-a"]
+    assert [t.slug for t in teams_for_submission(world.alice, "team-a")] == ["team-a"]
+    assert teams_for_submission(world.alice, "team-b") == []
+    assert teams_for_submission(world.alice, "no-such-team") == []
+    assert [t.slug for t in teams_for_submission(world.root)] == ["team-a", "team-b"]
+    team = teams_for_submission(world.root, "team-b")[0]
+    assert (team.pk, team.name, team.namespace) == (world.team_b.pk, "Team B", "team-b")
+
+
+def test_flavor_named_reads_the_whole_row(world: Any) -> None:
+    flavor = flavor_named("h100")
+    assert flavor is not None and flavor.pk == world.h100.pk
+    assert flavor.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert flavor_named("H100") is None
