@@ -70,8 +70,14 @@ def load_teams() -> tuple[m.Team, ...]:
     )
 
 
-def load_snapshot(now: datetime) -> m.Snapshot:
-    """Nodes, teams with quotas, and active jobs: five queries."""
+# What the cycle last wrote on a pending job: (pending_reason, queue_position, cluster_position).
+StoredPending = tuple[Any, int | None, int | None]
+
+
+def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None) -> m.Snapshot:
+    """Nodes, teams with quotas, and active jobs: five queries. With `stored`, also fills it
+    with what each pending job shows now, so that the cycle writes only what changed without
+    reading the queue a second time."""
     nodes = load_nodes()
     snapshot_teams = load_teams()
     running: list[m.RunningJob] = []
@@ -95,6 +101,11 @@ def load_snapshot(now: datetime) -> m.Snapshot:
             "expected_runtime_seconds",
             "placement",
             "checkpoint_requested_at",
+            *(
+                ("pending_reason", "queue_position", "cluster_position")
+                if stored is not None
+                else ()
+            ),
         )
         .order_by("id")
     )
@@ -103,6 +114,12 @@ def load_snapshot(now: datetime) -> m.Snapshot:
             running.append(_running(row, min_runtime))
         else:
             pending.append(_pending(row))
+            if stored is not None:
+                stored[row["id"]] = (
+                    row["pending_reason"],
+                    row["queue_position"],
+                    row["cluster_position"],
+                )
     return m.Snapshot(
         now=now.timestamp(),
         nodes=nodes,
