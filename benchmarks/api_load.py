@@ -9,8 +9,9 @@
    benchmark; mint a token for a demo user with `manage.py create_api_token`.
 2. Wait until the API answers and knows a node of the flavor.
 3. Warm up, then run --threads submitters for --seconds, each POSTing jobs with its own
-   Idempotency-Key over a fresh HTTP connection (gunicorn's sync workers close after each
-   response). Latency is measured at the client, end to end.
+   Idempotency-Key over a connection it keeps open, as a pipeline's HTTP session does
+   (--no-keep-alive: a new connection per request). Latency is measured at the client, end
+   to end.
 4. Print throughput, p50/p90/p99/max and statuses; stop the service.
 
 The target (issue 5) is >= 300 submissions/s with p99 <= 100 ms on a 2-core machine. The client
@@ -51,9 +52,14 @@ def call(
     token: str,
     body: dict | None = None,
     headers: dict[str, str] | None = None,
+    conn: http.client.HTTPConnection | None = None,
 ) -> tuple[int, bytes]:
-    url = urllib.parse.urlsplit(base)
-    conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=30)
+    """One request, over `conn` when given (kept open, as a pipeline's HTTP session keeps it),
+    else over a connection of its own."""
+    own = conn is None
+    if conn is None:
+        url = urllib.parse.urlsplit(base)
+        conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=30)
     try:
         all_headers = {
             "Authorization": f"Bearer {token}",
@@ -66,9 +72,16 @@ def call(
             all_headers["Content-Type"] = "application/json"
         conn.request(method, path, body=data, headers=all_headers)
         response = conn.getresponse()
-        return response.status, response.read()
-    finally:
+        payload = response.read()
+        if response.will_close:
+            conn.close()  # http.client reconnects on the next request
+        return response.status, payload
+    except OSError:
         conn.close()
+        raise
+    finally:
+        if own:
+            conn.close()
 
 
 def start_service(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str, str, Path]:
@@ -96,6 +109,7 @@ def start_service(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], st
             str(port),
             "--web-workers",
             str(args.web_workers),
+            *(["--web-threads", str(args.web_threads)] if args.web_threads else []),
         ],
         cwd=ROOT,
         env=env,
@@ -163,16 +177,30 @@ def run_load(
     def submitter() -> None:
         mine: list[float] = []
         counts: dict[int, int] = {}
+        url = urllib.parse.urlsplit(base)
+        conn = (
+            http.client.HTTPConnection(url.hostname, url.port or 80, timeout=30)
+            if args.keep_alive
+            else None
+        )
         while time.monotonic() < stop_at:
             started = time.perf_counter()
             try:
                 status, _ = call(
-                    base, "POST", "/api/v1/jobs/", token, job, {"Idempotency-Key": uuid.uuid4().hex}
+                    base,
+                    "POST",
+                    "/api/v1/jobs/",
+                    token,
+                    job,
+                    {"Idempotency-Key": uuid.uuid4().hex},
+                    conn,
                 )
             except OSError:
                 status = 0
             mine.append(time.perf_counter() - started)
             counts[status] = counts.get(status, 0) + 1
+        if conn is not None:
+            conn.close()
         with lock:
             latencies.extend(mine)
             for k, v in counts.items():
@@ -203,6 +231,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--web-workers", type=int, default=4, help="gunicorn workers (embedded)")
+    parser.add_argument(
+        "--web-threads", type=int, default=None, help="threads per gunicorn worker (embedded)"
+    )
+    parser.add_argument(
+        "--keep-alive",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="each submitter keeps its connection open, as an HTTP session does (default on)",
+    )
     args = parser.parse_args()
 
     service = data_dir = None
@@ -220,7 +257,8 @@ def main() -> None:
         ok = sum(v for k, v in statuses.items() if k in (200, 201))
         print(
             f"api_load: {args.threads} submitters, {elapsed:.1f} s, {os.cpu_count()} CPUs "
-            f"(client, web, PostgreSQL, Redis, Celery on the same machine)"
+            f"(client, web, PostgreSQL, Redis, Celery on the same machine), "
+            f"connections {'kept open' if args.keep_alive else 'one per request'}"
         )
         print(
             f"  submissions: {len(latencies)}  ok: {ok}  statuses: {dict(sorted(statuses.items()))}"

@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--web-workers", type=int, default=int(os.environ.get("GPUQUEUE_WEB_WORKERS", "2"))
     )
+    parser.add_argument(
+        "--web-threads", type=int, default=int(os.environ.get("GPUQUEUE_WEB_THREADS", "4"))
+    )
     args = parser.parse_args(argv)
 
     data_dir = Path(os.environ.get("GPUQUEUE_DATA_DIR", ROOT / "data")).resolve()
@@ -79,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.host}:{args.port}",
                 "--workers",
                 str(args.web_workers),
+                # Threads (gunicorn's gthread worker) keep clients' connections open between
+                # requests and overlap one request's database waits with another's work.
+                "--threads",
+                str(args.web_threads),
                 "--access-logfile",
                 "-",
                 "--graceful-timeout",
