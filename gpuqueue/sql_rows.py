@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 
 M = TypeVar("M", bound=models.Model)
 
@@ -44,11 +44,12 @@ def columns(model: type[models.Model], alias: str) -> Columns:
 
 def instance(model: type[M], cols: Columns, row: tuple[Any, ...] | list[Any]) -> M:
     """A model instance from the slice of `row` that `cols` selected, as the ORM would build it."""
+    conn = connections[DEFAULT_DB_ALIAS]  # once: each use of the `connection` proxy is a lookup
     values = [
-        value if convert is None or value is None else convert(value, None, connection)
+        value if convert is None or value is None else convert(value, None, conn)
         for convert, value in zip(cols.converters, row, strict=True)
     ]
-    return model.from_db(connection.alias, list(cols.attnames), values)
+    return model.from_db(DEFAULT_DB_ALIAS, list(cols.attnames), values)
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,9 @@ def insert_columns(model: type[models.Model]) -> InsertColumns:
 def insert_params(obj: models.Model, *, skip: tuple[str, ...] = ()) -> list[Any]:
     """Every non-primary-key column's value for inserting `obj` (auto_now_add filled in, JSON
     adapted), in `insert_columns` order; fields named in `skip` are left out."""
+    conn = connections[DEFAULT_DB_ALIAS]
     return [
-        f.get_db_prep_save(f.pre_save(obj, True), connection)
+        f.get_db_prep_save(f.pre_save(obj, True), conn)
         for f in insert_columns(type(obj)).fields
         if f.name not in skip
     ]

@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from gpuqueue.api import validation as v
-from gpuqueue.api.cached_fields import FieldsBuiltOnce
+from gpuqueue.api.cached_fields import FieldsBoundOnce, FieldsBuiltOnce
 from gpuqueue.api.fields import (
     LookupField,
     StrictBooleanField,
@@ -177,7 +177,7 @@ def _checked(value: Any, rule: Any) -> Any:
     return value
 
 
-class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
+class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
     """A job as read back: state, the pending reason as a sentence and as data, positions,
     estimated start, placement, attempts."""
 
@@ -247,7 +247,7 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
         return describe_reason(job.pending_reason)
 
 
-class JobEventSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
+class JobEventSerializer(FieldsBoundOnce, serializers.ModelSerializer):
     details = serializers.JSONField(read_only=True)
 
     class Meta:

@@ -55,12 +55,7 @@ def previous_submission(user: Any, idempotency_key: str | None) -> Job | None:
     # Almost every key is new: probe the unique index for a primary key (one cursor query) and
     # load the whole job through the ORM only for a retry.
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {_q('id')} FROM {_q(Job._meta.db_table)} "
-            f"WHERE {_q(Job._meta.get_field('user').column)} = %s "
-            f"AND {_q(Job._meta.get_field('idempotency_key').column)} = %s",
-            [user.pk, idempotency_key],
-        )
+        cursor.execute(_previous_submission_sql(), [user.pk, idempotency_key])
         row = cursor.fetchone()
     if row is None:
         return None
@@ -71,31 +66,19 @@ def teams_for_submission(user: Any, slug: str | None = None, *, limit: int = 2) 
     """Teams `user` may submit to (every team for a site admin), or the one named `slug`.
 
     A cursor query: it runs on every API submission (see `gpuqueue.sql_rows`)."""
-    cols = sql_rows.columns(Team, "t")
-    where, params = [], []
-    if slug is not None:
-        where.append(f"{_q('t')}.{_q('slug')} = %s")
-        params.append(slug)
+    params: list[Any] = [] if slug is None else [slug]
     if not user.is_superuser:
-        where.append(_membership_exists(f"{_q('t')}.{_q('id')}"))
         params.append(user.pk)
-    sql = f"SELECT {cols.select} FROM {_q(Team._meta.db_table)} {_q('t')}"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += f" ORDER BY {_q('t')}.{_q('slug')} LIMIT {int(limit)}"
+    cols = sql_rows.columns(Team, "t")
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_teams_sql(slug is not None, not user.is_superuser, limit), params)
         return [sql_rows.instance(Team, cols, row) for row in cursor.fetchall()]
 
 
 def flavor_named(name: str) -> Flavor | None:
     cols = sql_rows.columns(Flavor, "f")
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {cols.select} FROM {_q(Flavor._meta.db_table)} {_q('f')} "
-            f"WHERE {_q('f')}.{_q('name')} = %s",
-            [name],
-        )
+        cursor.execute(_flavor_sql(), [name])
         row = cursor.fetchone()
     return None if row is None else sql_rows.instance(Flavor, cols, row)
 
@@ -166,8 +149,42 @@ def submit_job(
     return Submitted(job, created=True)
 
 
+# The statements are built once per process (`cache`): through Django's connection proxy even
+# quoting a name costs a thread-local lookup.
+
+
 def _q(name: str) -> str:
     return str(connection.ops.quote_name(name))
+
+
+@cache
+def _previous_submission_sql() -> str:
+    field = Job._meta.get_field
+    return (
+        f"SELECT {_q('id')} FROM {_q(Job._meta.db_table)} "
+        f"WHERE {_q(field('user').column)} = %s AND {_q(field('idempotency_key').column)} = %s"
+    )
+
+
+@cache
+def _teams_sql(by_slug: bool, members_only: bool, limit: int) -> str:
+    where = []
+    if by_slug:
+        where.append(f"{_q('t')}.{_q('slug')} = %s")
+    if members_only:
+        where.append(_membership_exists(f"{_q('t')}.{_q('id')}"))
+    sql = f"SELECT {sql_rows.columns(Team, 't').select} FROM {_q(Team._meta.db_table)} {_q('t')}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    return sql + f" ORDER BY {_q('t')}.{_q('slug')} LIMIT {int(limit)}"
+
+
+@cache
+def _flavor_sql() -> str:
+    return (
+        f"SELECT {sql_rows.columns(Flavor, 'f').select} FROM {_q(Flavor._meta.db_table)} "
+        f"{_q('f')} WHERE {_q('f')}.{_q('name')} = %s"
+    )
 
 
 def _membership_exists(team_column: str) -> str:
