@@ -230,9 +230,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--web-workers", type=int, default=4, help="gunicorn workers (embedded)")
+    parser.add_argument("--web-workers", type=int, default=4, help="web processes (embedded)")
     parser.add_argument(
-        "--web-threads", type=int, default=None, help="threads per gunicorn worker (embedded)"
+        "--web-threads", type=int, default=None, help="threads per web worker (embedded)"
     )
     parser.add_argument(
         "--keep-alive",

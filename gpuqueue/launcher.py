@@ -3,7 +3,7 @@
 1. Start PostgreSQL and Redis from their wheels (unless DATABASE_URL / REDIS_URL point at
    servers), with data under GPUQUEUE_DATA_DIR so that a restart finds everything again.
 2. Apply migrations and, in the embedded mode, seed the demo world once.
-3. Start the web server (gunicorn), a Celery worker, Celery beat and the cluster watcher.
+3. Start the web server (Granian), a Celery worker, Celery beat and the cluster watcher.
 4. Print where to sign in, then watch the children: if one dies, or on Ctrl-C / SIGTERM, stop
    them all (SIGTERM, then SIGKILL after a grace period), then Redis and PostgreSQL.
 """
@@ -24,6 +24,15 @@ from gpuqueue.embedded import EmbeddedPostgres, EmbeddedRedis, start_postgres, s
 
 ROOT = Path(__file__).resolve().parent.parent
 GRACE_SECONDS = 15.0
+# The web server's fixed arguments (deploy/, docker-compose.yml and the Dockerfile use the same).
+GRANIAN_WSGI = (
+    "--interface",
+    "wsgi",
+    "--access-log",
+    "--workers-kill-timeout",
+    "10",
+    "gpuqueue.wsgi:application",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         "--web-workers", type=int, default=int(os.environ.get("GPUQUEUE_WEB_WORKERS", "2"))
     )
     parser.add_argument(
-        "--web-threads", type=int, default=int(os.environ.get("GPUQUEUE_WEB_THREADS", "4"))
+        "--web-threads", type=int, default=int(os.environ.get("GPUQUEUE_WEB_THREADS", "2"))
     )
     args = parser.parse_args(argv)
 
@@ -76,20 +85,19 @@ def main(argv: list[str] | None = None) -> int:
         bin_dir = Path(sys.executable).parent
         commands = {
             "web": [
-                str(bin_dir / "gunicorn"),
-                "gpuqueue.wsgi",
-                "--bind",
-                f"{args.host}:{args.port}",
+                # Granian: its HTTP layer is Rust, which left a submission about a third
+                # less CPU than gunicorn's sync workers on these 2-core machines (docs/api.md).
+                str(bin_dir / "granian"),
+                *GRANIAN_WSGI,
+                "--host",
+                args.host,
+                "--port",
+                str(args.port),
                 "--workers",
                 str(args.web_workers),
-                # Threads (gunicorn's gthread worker) keep clients' connections open between
-                # requests and overlap one request's database waits with another's work.
-                "--threads",
+                # Threads per worker overlap one request's database waits with another's work.
+                "--blocking-threads",
                 str(args.web_threads),
-                "--access-logfile",
-                "-",
-                "--graceful-timeout",
-                "10",
             ],
             "worker": [
                 str(bin_dir / "celery"),
@@ -150,7 +158,7 @@ def _stop_children(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
         except subprocess.TimeoutExpired:
             _signal_group(child, signal.SIGKILL)
             child.wait()
-    for _, child in children:  # children of children (gunicorn and celery workers)
+    for _, child in children:  # children of children (Granian and Celery workers)
         _signal_group(child, signal.SIGKILL)
 
 

@@ -98,7 +98,7 @@ class RedisHistogram:
         return family
 
     def _ensure_flusher(self) -> None:
-        # Started lazily in the process that observes: gunicorn and Celery fork their workers,
+        # Started lazily in the process that observes: the web server and Celery fork their workers,
         # and a thread does not survive a fork.
         if self._flusher_pid == os.getpid():
             return

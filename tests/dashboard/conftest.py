@@ -137,7 +137,7 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """`python -m gpuqueue.launcher` on a fresh data folder and a free port: embedded
-    PostgreSQL and Redis, gunicorn, a Celery worker and beat, the simulated cluster, the demo
+    PostgreSQL and Redis, Granian, a Celery worker and beat, the simulated cluster, the demo
     teams and users (demo traffic off, so the only jobs are the tests')."""
     from tests.foundation.test_embedded_service import Service
 

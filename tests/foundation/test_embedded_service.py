@@ -1,4 +1,4 @@
-"""`make run` for real: the launcher starts PostgreSQL, Redis, gunicorn, a Celery worker, beat
+"""`make run` for real: the launcher starts PostgreSQL, Redis, Granian, a Celery worker, beat
 and the cluster watcher; a job goes through them end to end; a stop leaves no process behind and
 a restart loses nothing."""
 
