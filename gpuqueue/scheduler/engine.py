@@ -106,7 +106,18 @@ class _Cycle:
         wait = self.pending.append
         for job in self.order:
             if job.id not in starving:
-                hit = waits.get(_wait_kind(job))
+                # _wait_kind(job), inlined: this line runs for every pending job.
+                hit = waits.get(
+                    (
+                        job.team,
+                        job.flavor,
+                        job.workers,
+                        job.gpus_per_worker,
+                        job.priority,
+                        job.preemptible,
+                        job.max_runtime,
+                    )
+                )
                 if hit is not None and hit[0] == ledger.stamp:
                     key = (job.team, job.flavor)
                     ahead = waiting.get(key, 0)
@@ -120,8 +131,9 @@ class _Cycle:
         team_counts: dict[str, int] = {}
         pending: list[Pending] = []
         for position, (job, reason) in enumerate(self.pending, start=1):
-            team_counts[job.team] = team_counts.get(job.team, 0) + 1
-            pending.append(Pending(job.id, reason, team_counts[job.team], position))
+            team = job.team
+            in_team = team_counts[team] = team_counts.get(team, 0) + 1
+            pending.append(Pending(job.id, reason, in_team, position))
         return Plan(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),

@@ -48,6 +48,11 @@ def job_key(job: PendingJob, user_in_use: int) -> JobKey:
     return (-job.priority, user_in_use, job.submitted_at, job.id)
 
 
+def _own_key(job: PendingJob) -> tuple[int, float, int]:
+    """`job_key` inside one user's list, where the user's usage is the same for every job."""
+    return (-job.priority, job.submitted_at, job.id)
+
+
 class _Queue:
     """The pending jobs of one team for one flavor: one sorted list per user."""
 
@@ -85,23 +90,31 @@ class Order:
         self._heap: list[tuple[TeamKey, int, tuple[str, str]]] = []
         self.starving: list[PendingJob] = []
         now = snapshot.now
-        room: dict[tuple[str, str], int] = {}  # fair share minus GPUs in use, per queue
+        # Per queue: (the queue, its room under the fair share, whether the team holds nothing
+        # of the flavor). The ledger does not change while the order is built.
+        seen: dict[tuple[str, str], tuple[_Queue, int, bool]] = {}
         oldest: dict[tuple[str, str], PendingJob] = {}  # of teams that hold nothing (min_one_job)
         for job in snapshot.pending:
             key = (job.team, job.flavor)
-            queue = self._queues.get(key)
-            if queue is None:
+            entry = seen.get(key)
+            if entry is None:
+                in_use = ledger.in_use(job.team, job.flavor)
                 queue = self._queues[key] = _Queue(job.team, job.flavor)
-                room[key] = fair_share.get(key, 0) - ledger.in_use(job.team, job.flavor)
+                entry = seen[key] = (queue, fair_share.get(key, 0) - in_use, in_use == 0)
+            queue, room, holds_nothing = entry
             if now - job.submitted_at >= starving_after:
-                if job.gpus <= room[key]:
+                if job.gpus <= room:
                     self.starving.append(job)
                     continue
-                if min_one_job and ledger.in_use(job.team, job.flavor) == 0:
+                if min_one_job and holds_nothing:
                     other = oldest.get(key)
                     if other is None or starving_key(job) < starving_key(other):
                         oldest[key] = job
-            queue.jobs.setdefault(job.user, []).append(job)
+            jobs = queue.jobs.get(job.user)
+            if jobs is None:
+                queue.jobs[job.user] = [job]
+            else:
+                jobs.append(job)
         if oldest:
             # Only when the team has no other starving job: that one will give it GPUs.
             teams_starving = {(job.team, job.flavor) for job in self.starving}
@@ -120,7 +133,8 @@ class Order:
                 continue
             for user in sorted(queue.jobs):
                 jobs = queue.jobs[user]
-                jobs.sort(key=lambda j: job_key(j, 0), reverse=True)
+                # job_key with the same user usage for every job (it is one user's list).
+                jobs.sort(key=_own_key, reverse=True)
                 used = ledger.user_used.get((queue.team, user, queue.flavor), 0)
                 queue.heads.append((job_key(jobs[-1], used), user))
             heapq.heapify(queue.heads)
@@ -143,21 +157,35 @@ class Order:
     def __iter__(self) -> Iterator[PendingJob]:
         yield from self.starving
         heap = self._heap
+        queues = self._queues
         ledger = self._ledger
+        used = ledger.used
+        leaving = ledger.leaving
         while heap:
             key, version, qkey = heap[0]
-            queue = self._queues[qkey]
-            if version != queue.version or not queue.heads:
+            queue = queues[qkey]
+            heads = queue.heads
+            if version != queue.version or not heads:
                 heapq.heappop(heap)  # a stale entry: the queue was re-keyed or emptied since
                 continue
-            _, user = heapq.heappop(queue.heads)
-            jobs = queue.jobs[user]
-            job = jobs.pop()
-            yield job
-            # The caller has now admitted the job or not; re-key its user, and its team only
-            # if the team's usage moved (most jobs of a busy cycle change nothing).
-            if jobs:
-                used = ledger.user_used.get((queue.team, user, queue.flavor), 0)
-                heapq.heappush(queue.heads, (job_key(jobs[-1], used), user))
-            if queue.heads and ledger.in_use(queue.team, queue.flavor) != key[2]:
+            if len(heads) == 1:
+                # One user with jobs left: its list is already in order and no key between
+                # users needs computing (the entry is replaced before it is compared again).
+                jobs = queue.jobs[heads[0][1]]
+                job = jobs.pop()
+                if not jobs:
+                    heads.pop()
+                yield job
+            else:
+                _, user = heapq.heappop(heads)
+                jobs = queue.jobs[user]
+                job = jobs.pop()
+                yield job
+                # The caller has now admitted the job or not; re-key its user.
+                if jobs:
+                    user_used = ledger.user_used.get((queue.team, user, queue.flavor), 0)
+                    heapq.heappush(heads, (job_key(jobs[-1], user_used), user))
+            # Re-key the team only if its usage moved (most jobs of a busy cycle change
+            # nothing): `Ledger.in_use`, read straight from its tables (qkey is (team, flavor)).
+            if heads and used.get(qkey, 0) - leaving.get(qkey, 0) != key[2]:
                 self.touch(queue.team, queue.flavor)

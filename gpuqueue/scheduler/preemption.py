@@ -41,9 +41,22 @@ class VictimIndex:
 
     def __init__(self, running: tuple[RunningJob, ...]) -> None:
         self._raw: dict[tuple[str, str], list[RunningJob]] = {}
+        # The lowest priority per (team, flavor): `has_lower` asks it of most jobs that reach
+        # a victim search, and the answer needs no sorted list.
+        self.lowest: dict[tuple[str, str], int] = {}
+        raw = self._raw
+        lowest = self.lowest
         for job in running:
             if job.preemptible and job.preempting_since is None:
-                self._raw.setdefault((job.team, job.flavor), []).append(job)
+                key = (job.team, job.flavor)
+                jobs = raw.get(key)
+                if jobs is None:
+                    raw[key] = [job]
+                    lowest[key] = job.priority
+                else:
+                    jobs.append(job)
+                    if job.priority < lowest[key]:
+                        lowest[key] = job.priority
         self._sorted: dict[tuple[str, str], list[RunningJob]] = {}
         self.teams_by_flavor: dict[str, list[str]] = {}
         for team, flavor in sorted(self._raw):
@@ -80,16 +93,19 @@ class VictimSearch:
 
     def has_lower(self, job: PendingJob) -> bool:
         """Whether its own team runs anything preemptible of lower priority (a cheap early exit)."""
-        own = self.index.of(job.team, job.flavor)
-        return bool(own) and own[0].priority < job.priority
+        lowest = self.index.lowest.get((job.team, job.flavor))
+        return lowest is not None and lowest < job.priority
 
     def may_reclaim(self, job: PendingJob) -> bool:
         """A team (and its department) must stay within its fair share after admitting `job`."""
-        return all(
-            self.ledger.in_use(group, job.flavor) + job.gpus
-            <= self.fair_share.get((group, job.flavor), 0)
-            for group in self.chains.get(job.team, (job.team,))
-        )
+        in_use = self.ledger.in_use
+        fair_share = self.fair_share
+        flavor = job.flavor
+        gpus = job.gpus
+        for group in self.chains.get(job.team, (job.team,)):
+            if in_use(group, flavor) + gpus > fair_share.get((group, flavor), 0):
+                return False
+        return True
 
     def _victim_ok(self, job: PendingJob, victim: RunningJob) -> bool:
         """A victim team (and its department, if not the job's) stays at or above its share."""

@@ -58,19 +58,31 @@ class Reserver:
         events = self._events.get(fl.name)
         if events is None:
             events = []
+            name = fl.name
+            free = fl.free
+            victims = self.ledger.victims
+            now = self.now
             for job in self._running:
-                if job.flavor != fl.name or job.preempting_since is not None:
+                if job.flavor != name or job.preempting_since is not None:
                     continue  # leaving jobs are counted through the incoming GPUs below
-                if job.id in self.ledger.victims:
+                if job.id in victims:
                     continue
-                end = expected_end(job, self.policy)
+                # expected_end(job, self.policy) for a job that is not being preempted.
+                runtime = job.expected_runtime
+                if runtime is None:
+                    runtime = job.max_runtime
+                    if runtime is None:
+                        continue
+                end = job.started_at + runtime
                 if end == math.inf:
                     continue
+                at = end if end >= now else now  # max(end, now)
+                g = job.gpus_per_worker
                 for node, workers in job.placement:
-                    if node in fl.free:
-                        events.append((max(end, self.now), node, workers * job.gpus_per_worker))
+                    if node in free:
+                        events.append((at, node, workers * g))
             events.sort()
-            self._events[fl.name] = events
+            self._events[name] = events
         return events
 
     def reserve(self, job: PendingJob) -> Reservation | None:
@@ -88,8 +100,14 @@ class Reserver:
             return None
         g = job.gpus_per_worker
         owned = self.node_owner
-        avail = {n: max(f, 0) for n, f in fl.free.items() if (fl.name, n) not in owned}
-        fit = sum(v // g for v in avail.values())
+        if owned:
+            name = fl.name
+            avail = {n: f if f > 0 else 0 for n, f in fl.free.items() if (name, n) not in owned}
+        else:
+            avail = {n: f if f > 0 else 0 for n, f in fl.free.items()}
+        fit = 0
+        for v in avail.values():
+            fit += v // g
         start = self.now
         events = self._release_events(fl)
         if fl.incoming:
