@@ -32,11 +32,12 @@ def fast_password_hashing() -> None:
 
 
 @pytest.fixture(autouse=True)
-def forget_last_nudge() -> None:
+def fresh_process_state() -> None:
     """Each test starts as a fresh process would: its first submission nudges the cycle."""
     from gpuqueue.services import submit
 
     submit._last_nudge = float("-inf")
+    submit.forget_lookups()  # and has looked up no team or flavor yet
 
 
 @pytest.fixture

@@ -27,7 +27,8 @@ from gpuqueue.services.quotas import set_quota
 from gpuqueue.services.submit import (
     SubmissionRefused,
     check_fits,
-    flavor_named,
+    flavor_for_submission,
+    submittable_team,
     teams_for_submission,
 )
 from gpuqueue.states import JobState
@@ -69,10 +70,7 @@ def _signed_in(user: Any) -> bool:
 def _submittable_team(context: dict[str, Any], slug: str) -> Team | None:
     # A team the caller cannot see is "unknown", as its jobs answer 404.
     user = getattr(context.get("request"), "user", None)
-    if not _signed_in(user):
-        return None
-    found = teams_for_submission(user, slug, limit=1)
-    return found[0] if found else None
+    return submittable_team(user, slug) if _signed_in(user) else None
 
 
 class JobSubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
@@ -89,7 +87,7 @@ class JobSubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
         },
     )
     flavor = LookupField(
-        find=lambda field, name: flavor_named(name),
+        find=lambda field, name: flavor_for_submission(name),
         error_messages={
             "does_not_exist": "Unknown flavor {value}.",
             "invalid": "Must be a flavor name.",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from cachetools import TTLCache
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
@@ -75,6 +77,47 @@ def teams_for_submission(user: Any, slug: str | None = None, *, limit: int = 2) 
         return [sql_rows.instance(Team, cols, row) for row in cursor.fetchall()]
 
 
+# Per process, a few seconds: the names a submission resolves. Only hits are kept, so a new
+# team, flavor or membership works at once. A stale hit is harmless: membership is checked
+# again, atomically, by the insert's guard (a removed member is refused with 403 instead of
+# "unknown team"), and a flavor deleted meanwhile fails the insert's foreign key.
+LOOKUP_TTL_SECONDS = 5.0
+_lookups: TTLCache[tuple[Any, ...], Any] = TTLCache(maxsize=4096, ttl=LOOKUP_TTL_SECONDS)
+_lookups_lock = threading.Lock()
+
+
+def submittable_team(user: Any, slug: str) -> Team | None:
+    """The team named `slug` if `user` may submit to it (cached; see `_lookups`)."""
+    key = ("team", user.pk, bool(user.is_superuser), slug)
+    with _lookups_lock:
+        team = _lookups.get(key)
+    if team is None:
+        found = teams_for_submission(user, slug, limit=1)
+        team = found[0] if found else None
+        if team is not None:
+            with _lookups_lock:
+                _lookups[key] = team
+    return team
+
+
+def flavor_for_submission(name: str) -> Flavor | None:
+    """The flavor named `name` (cached; see `_lookups`)."""
+    key = ("flavor", name)
+    with _lookups_lock:
+        flavor = _lookups.get(key)
+    if flavor is None:
+        flavor = flavor_named(name)
+        if flavor is not None:
+            with _lookups_lock:
+                _lookups[key] = flavor
+    return flavor
+
+
+def forget_lookups() -> None:
+    with _lookups_lock:
+        _lookups.clear()
+
+
 def flavor_named(name: str) -> Flavor | None:
     cols = sql_rows.columns(Flavor, "f")
     with connection.cursor() as cursor:
@@ -139,6 +182,9 @@ def submit_job(
         existing = previous_submission(user, idempotency_key)
         if existing is not None:
             return Submitted(existing, created=False)
+        if not Flavor.objects.filter(pk=flavor.pk).exists():  # deleted since it was looked up
+            forget_lookups()
+            raise SubmissionRefused(f"Unknown flavor {flavor.name}.", field="flavor") from None
         raise
     if row is None:
         raise SubmissionRefused(
