@@ -88,29 +88,28 @@ _lookups_lock = threading.Lock()
 
 def submittable_team(user: Any, slug: str) -> Team | None:
     """The team named `slug` if `user` may submit to it (cached; see `_lookups`)."""
-    key = ("team", user.pk, bool(user.is_superuser), slug)
-    with _lookups_lock:
-        team = _lookups.get(key)
-    if team is None:
+
+    def load() -> Team | None:
         found = teams_for_submission(user, slug, limit=1)
-        team = found[0] if found else None
-        if team is not None:
-            with _lookups_lock:
-                _lookups[key] = team
-    return team
+        return found[0] if found else None
+
+    return _looked_up(("team", user.pk, bool(user.is_superuser), slug), load)
 
 
 def flavor_for_submission(name: str) -> Flavor | None:
     """The flavor named `name` (cached; see `_lookups`)."""
-    key = ("flavor", name)
+    return _looked_up(("flavor", name), lambda: flavor_named(name))
+
+
+def _looked_up(key: tuple[Any, ...], load: Any) -> Any:
     with _lookups_lock:
-        flavor = _lookups.get(key)
-    if flavor is None:
-        flavor = flavor_named(name)
-        if flavor is not None:
+        found = _lookups.get(key)
+    if found is None:
+        found = load()
+        if found is not None:
             with _lookups_lock:
-                _lookups[key] = flavor
-    return flavor
+                _lookups[key] = found
+    return found
 
 
 def forget_lookups() -> None:
