@@ -34,7 +34,7 @@ from gpuqueue.locks import try_xact_lock
 from gpuqueue.models import Job
 from gpuqueue.scheduler import model as m
 from gpuqueue.scheduler.runtime import paused_gc
-from gpuqueue.services.pending import update_pending_rows
+from gpuqueue.services.pending import update_estimated_starts, update_pending_rows
 from gpuqueue.services.transitions import transition
 from gpuqueue.snapshot import StoredPending, load_snapshot, policy_from_settings
 from gpuqueue.states import JobState
@@ -184,15 +184,14 @@ def _persist_pending(plan: m.Plan, stored: dict[int, StoredPending]) -> None:
         )
         if values != stored.get(decision.job_id):
             changed.append((decision.job_id, *values))
-    for start in range(0, len(changed), 1000):
-        update_pending_rows(changed[start : start + 1000])
+    update_pending_rows(changed)
 
 
 def refresh_forecasts(now: datetime | None = None) -> int:
     """Store an estimated start on every pending job; returns how many have one.
 
     Runs outside the admission lock on a snapshot of its own: an estimate a few seconds stale
-    is fine, a slow admission cycle is not.
+    is fine, a slow admission cycle is not. Only estimates that moved are written.
     """
     now = now or timezone.now()
     snapshot = load_snapshot(now)
@@ -200,14 +199,31 @@ def refresh_forecasts(now: datetime | None = None) -> int:
         return 0
     with paused_gc():
         starts = scheduler.forecast(snapshot, policy_from_settings())
-    jobs = list(
-        Job.objects.filter(pk__in=list(starts), state=JobState.PENDING).only(
+    stored = dict(
+        Job.objects.filter(pk__in=list(starts), state=JobState.PENDING).values_list(
             "id", "estimated_start"
         )
     )
-    for job in jobs:
-        start = starts.get(job.pk)
+    estimates = {}
+    for job_id in stored:
+        start = starts.get(job_id)
         known = start is not None and math.isfinite(start)
-        job.estimated_start = datetime.fromtimestamp(start, tz=UTC) if known else None
-    Job.objects.bulk_update(jobs, ["estimated_start"], batch_size=1000)
-    return sum(1 for job in jobs if job.estimated_start is not None)
+        estimates[job_id] = datetime.fromtimestamp(start, tz=UTC) if known else None
+    update_estimated_starts(
+        [(job_id, start) for job_id, start in estimates.items() if start != stored[job_id]]
+    )
+    return sum(1 for start in estimates.values() if start is not None)
+
+
+# Forecasts may take at most this share of a worker's time: at thousands of pending jobs one
+# forecast replays the engine for seconds, and running it every GPUQUEUE_FORECAST_SECONDS
+# regardless would starve everything else on a small machine.
+FORECAST_DUTY = 0.1
+
+
+def forecast_due(now: float, last_finished: float | None, last_seconds: float) -> bool:
+    """Whether a forecast may run at `now` (epoch seconds), given when the previous one ended
+    and how long it took: it waits (1 / FORECAST_DUTY - 1) times that long."""
+    if last_finished is None:
+        return True
+    return now >= last_finished + last_seconds * (1 / FORECAST_DUTY - 1)

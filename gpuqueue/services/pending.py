@@ -1,7 +1,9 @@
-"""The cycle's writes on pending jobs: why each waits and where it stands in line."""
+"""The cycle's writes on pending jobs: why each waits, where it stands in line, when it should
+start. Each is one UPDATE over a list of rows, guarded by the job's state."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
@@ -9,33 +11,44 @@ from django.db import connection
 from gpuqueue.models import Job
 from gpuqueue.states import JobState
 
-_COLUMNS = ("id", "pending_reason", "queue_position", "cluster_position")
-
 
 def update_pending_rows(rows: list[tuple[int, Any, int | None, int | None]]) -> int:
-    """Set (reason, team position, cluster position) on each job id that is still PENDING, in
-    one statement; a job that moved on since the cycle's snapshot is left alone. Returns the
-    number of rows written."""
-    if not rows:
-        return 0
+    """Set (reason, team position, cluster position) on each job id that is still PENDING; a
+    job that moved on since the cycle's snapshot is left alone. Returns the rows written."""
+    return _update_pending(("pending_reason", "queue_position", "cluster_position"), rows)
+
+
+def update_estimated_starts(rows: list[tuple[int, datetime | None]]) -> int:
+    """Set the estimated start on each job id that is still PENDING."""
+    return _update_pending(("estimated_start",), rows)
+
+
+def _update_pending(columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> int:
+    """UPDATE job SET columns FROM (VALUES (id, ...), ...) WHERE state = PENDING, a thousand
+    rows a statement: at thousands of pending jobs, model instances and `bulk_update`'s CASE
+    expressions cost more than the work itself."""
     quote = connection.ops.quote_name
-    fields = [Job._meta.get_field(name) for name in _COLUMNS]
+    fields = [Job._meta.get_field(name) for name in ("id", *columns)]
     row_sql = "(" + ", ".join(f"%s::{f.cast_db_type(connection)}" for f in fields) + ")"
-    params: list[Any] = []
-    for row in rows:
-        params.extend(
-            f.get_db_prep_save(value, connection) for f, value in zip(fields, row, strict=True)
-        )
     assignments = ", ".join(
         f"{quote(f.column)} = {quote('v')}.{quote(f.column)}" for f in fields[1:]
     )
-    sql = (
-        f"UPDATE {quote(Job._meta.db_table)} {quote('j')} SET {assignments} "
-        f"FROM (VALUES {', '.join([row_sql] * len(rows))}) "
-        f"AS {quote('v')} ({', '.join(quote(f.column) for f in fields)}) "
-        f"WHERE {quote('j')}.{quote('id')} = {quote('v')}.{quote('id')} "
-        f"AND {quote('j')}.{quote('state')} = %s"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, JobState.PENDING.value])
-        return int(cursor.rowcount)
+    written = 0
+    for start in range(0, len(rows), 1000):
+        chunk = rows[start : start + 1000]
+        params: list[Any] = []
+        for row in chunk:
+            params.extend(
+                f.get_db_prep_save(value, connection) for f, value in zip(fields, row, strict=True)
+            )
+        sql = (
+            f"UPDATE {quote(Job._meta.db_table)} {quote('j')} SET {assignments} "
+            f"FROM (VALUES {', '.join([row_sql] * len(chunk))}) "
+            f"AS {quote('v')} ({', '.join(quote(f.column) for f in fields)}) "
+            f"WHERE {quote('j')}.{quote('id')} = {quote('v')}.{quote('id')} "
+            f"AND {quote('j')}.{quote('state')} = %s"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, JobState.PENDING.value])
+            written += int(cursor.rowcount)
+    return written
