@@ -100,9 +100,12 @@ class JobQuerySet(models.QuerySet["Job"]):
 
 
 class Job(models.Model):
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    # No single-column indexes on team and user: job_team_recent and job_user_recent (and the
+    # idempotency key's unique index) lead with them and serve the same lookups, and every
+    # submission would pay for two more index insertions.
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs", db_index=False)
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs", db_index=False
     )
     name = models.CharField(max_length=63)
     image = models.CharField(max_length=512)
@@ -196,7 +199,8 @@ class Job(models.Model):
 class JobEvent(models.Model):
     """One state transition of a job: the job's timeline and the audit trail of the queue."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    # jobevent_job_timeline (job, at) serves lookups by job: no index of its own.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events", db_index=False)
     at = models.DateTimeField(auto_now_add=True)
     from_state = models.CharField(max_length=16, choices=JobState.choices, blank=True)
     to_state = models.CharField(max_length=16, choices=JobState.choices)
