@@ -7,7 +7,8 @@ Phases (each a method below):
    priority, user usage, submission (ordering.py);
 4. each job in that order: admit it whole, let it backfill, wait for GPUs already coming back,
    preempt for it, reserve nodes for it, or leave it pending with a reason (`_consider`);
-5. positions of the jobs left pending, in the order they were considered.
+5. positions of the jobs left pending, in the order they were considered (given as each job
+   is left pending).
 """
 
 from __future__ import annotations
@@ -34,15 +35,21 @@ from gpuqueue.scheduler.preemption import PRIORITY, VictimIndex, VictimSearch
 from gpuqueue.scheduler.starvation import Reserver
 
 
-def plan(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
-    """Admit, preempt and explain: the same snapshot and policy always give the same plan."""
-    return _Cycle(snapshot, policy or Policy()).run()
+def plan(snapshot: Snapshot, policy: Policy | None = None, *, explain: bool = True) -> Plan:
+    """Admit, preempt and explain: the same snapshot and policy always give the same plan.
+
+    `explain=False` leaves `Plan.pending` empty, for callers that read only the decisions (the
+    trace replay, the forecast): the admissions, preemptions, reservations and fair shares are
+    the same, and the plan is cheaper by the reason and positions of every pending job.
+    """
+    return _Cycle(snapshot, policy or Policy(), explain).run()
 
 
 class _Cycle:
-    def __init__(self, snapshot: Snapshot, policy: Policy) -> None:
+    def __init__(self, snapshot: Snapshot, policy: Policy, explain: bool = True) -> None:
         self.snapshot = snapshot
         self.policy = policy
+        self.explain = explain
         self.now = snapshot.now
         teams = {t.id: t for t in snapshot.teams}
         self.chains: dict[str, tuple[str, ...]] = {
@@ -70,7 +77,7 @@ class _Cycle:
         self.reserver = Reserver(self.ledger, snapshot.nodes, snapshot.running, policy, self.now)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
-        self.pending: list[tuple[PendingJob, Reason]] = []
+        self.pending: list[Pending] = []
         self.searches_left = policy.max_victim_searches_per_cycle
         # (team, flavor, gpus per worker, priority) -> fewest workers a victim search failed for:
         # nothing frees GPUs during a cycle, so a bigger gang of the same kind fails too.
@@ -99,11 +106,15 @@ class _Cycle:
         self.starving = {job.id for job in self.order.starving}
         # Phase 4: each job. The shortcut of `_consider` (a kind of job that waits) is inlined
         # here: it is taken for most jobs of a busy cycle.
+        # Phase 5: a job left pending gets its positions at once: the jobs are considered in
+        # the order that the positions count.
         starving = self.starving
         waits = self._waits
         ledger = self.ledger
         waiting = self.waiting_in_team
-        wait = self.pending.append
+        explain = self.explain
+        pending = self.pending
+        team_counts: dict[str, int] = {}
         for job in self.order:
             if job.id not in starving:
                 # _wait_kind(job), inlined: this line runs for every pending job.
@@ -119,25 +130,25 @@ class _Cycle:
                     )
                 )
                 if hit is not None and hit[0] == ledger.stamp:
+                    if not explain:
+                        continue  # the count of jobs waiting ahead only feeds the reason
                     key = (job.team, job.flavor)
                     ahead = waiting.get(key, 0)
                     waiting[key] = ahead + 1
-                    wait((job, reasons.no_capacity(job, hit[1], hit[2], ahead)))
+                    reason = reasons.no_capacity(job, hit[1], hit[2], ahead)
+                    team = job.team
+                    in_team = team_counts[team] = team_counts.get(team, 0) + 1
+                    pending.append(Pending(job.id, reason, in_team, len(pending) + 1))
                     continue
-            reason = self._consider(job)
-            if reason is not None:
-                wait((job, reason))
-        # Phase 5: positions among the jobs left pending.
-        team_counts: dict[str, int] = {}
-        pending: list[Pending] = []
-        for position, (job, reason) in enumerate(self.pending, start=1):
-            team = job.team
-            in_team = team_counts[team] = team_counts.get(team, 0) + 1
-            pending.append(Pending(job.id, reason, in_team, position))
+            why = self._consider(job)
+            if why is not None and explain:
+                team = job.team
+                in_team = team_counts[team] = team_counts.get(team, 0) + 1
+                pending.append(Pending(job.id, why, in_team, len(pending) + 1))
         return Plan(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),
-            pending=tuple(pending),
+            pending=tuple(self.pending),
             reservations=tuple(self.reserver.reservations),
             fair_shares=dict(sorted(self.fair_share.items())),
         )

@@ -180,7 +180,7 @@ class Reservation:
 class Plan:
     admissions: tuple[Admission, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
-    pending: tuple[Pending, ...] = ()
+    pending: tuple[Pending, ...] = ()  # empty when plan() was asked not to explain
     reservations: tuple[Reservation, ...] = ()
     # Fair share per (team, flavor), for the dashboard and metrics.
     fair_shares: Mapping[tuple[str, str], int] = field(default_factory=dict)

@@ -77,3 +77,34 @@ def test_a_window_on_the_engine_snapshot_changes_no_decision() -> None:
     windowed = simulate(jobs, CLUSTER, teams, "gpuqueue", SimConfig(window=16))
     assert [r.first_start for r in windowed.runs] == [r.first_start for r in full.runs]
     assert windowed.summary["snapshot_pending_max"] < full.summary["snapshot_pending_max"]
+
+
+def test_the_replay_plans_without_explanations_and_gets_the_same_decisions() -> None:
+    pytest.importorskip("gpuqueue.scheduler")
+    from dataclasses import replace
+
+    from gpuqueue.scheduler import plan
+    from gpuqueue.scheduler.model import Plan, Policy, Snapshot
+    from gpuqueue.sim.policies import make_policy
+    from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
+
+    jobs = synthetic_jobs(300, seed=5, mean_interarrival=40.0)
+    teams = proportional_quotas(jobs, CLUSTER)
+    compared: list[int] = []
+
+    def both(snapshot: Snapshot, policy: Policy | None = None, *, explain: bool = True) -> Plan:
+        assert not explain  # the replay reads only the decisions
+        lean = plan(snapshot, policy, explain=False)
+        assert lean == replace(plan(snapshot, policy), pending=())
+        compared.append(len(snapshot.pending))
+        return lean
+
+    def engine(ledger: object) -> GpuqueueEngine:
+        policy = make_policy("gpuqueue", ledger, CLUSTER, teams, window=16)  # type: ignore[arg-type]
+        assert isinstance(policy, GpuqueueEngine)
+        policy._plan = both
+        return policy
+
+    result = simulate(jobs, CLUSTER, teams, engine, SimConfig())
+    assert result.summary["jobs_finished"] == len(jobs)
+    assert len(compared) == result.summary["plans"] and max(compared) > 16

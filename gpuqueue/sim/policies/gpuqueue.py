@@ -235,7 +235,8 @@ class GpuqueueEngine(SchedulingPolicy):
         snapshot = self.snapshot(now)
         self.max_snapshot_pending = max(self.max_snapshot_pending, len(snapshot.pending))
         started = time.perf_counter()
-        plan = self._plan(snapshot, self.engine_policy)
+        # Only the decisions are read: no reasons or positions for the pending jobs.
+        plan = self._plan(snapshot, self.engine_policy, explain=False)
         spent = time.perf_counter() - started
         self.plan_seconds += spent
         self.plan_max_seconds = max(self.plan_max_seconds, spent)
