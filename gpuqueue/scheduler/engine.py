@@ -14,7 +14,7 @@ Phases (each a method below):
 from __future__ import annotations
 
 from gpuqueue.scheduler import reasons
-from gpuqueue.scheduler.fairshare import capacity_by_flavor, fair_shares
+from gpuqueue.scheduler.fairshare import fair_shares
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Admission,
@@ -59,12 +59,25 @@ class _Cycle:
         self.quotas: dict[tuple[str, str], Quota] = {
             (t.id, flavor): quota for t in snapshot.teams for flavor, quota in t.quotas.items()
         }
-        # Phase 1: the ledger (its per-team sums are the running part of the demand).
+        # Phase 1: the ledger (its per-team sums are the running part of the demand). Before
+        # any job is counted, each flavor's free GPUs are its capacity (`capacity_by_flavor`).
         self.ledger = Ledger(snapshot.nodes, self.chains)
+        self.capacity = {name: fl.total_free for name, fl in self.ledger.flavors.items()}
         running = self.ledger.hold_running(snapshot.running)
-        # Phase 2: fair shares.
-        self.capacity = capacity_by_flavor(snapshot)
-        self.fair_share = fair_shares(snapshot, self.capacity, running)
+        # Phase 2: fair shares. The pending jobs are grouped by queue (team and flavor) once,
+        # for the pending part of the demand and for the order.
+        self.queues: dict[tuple[str, str], list[PendingJob]] = {}
+        asked: dict[tuple[str, str], int] = {}
+        for job in snapshot.pending:
+            key = (job.team, job.flavor)
+            jobs = self.queues.get(key)
+            if jobs is None:
+                self.queues[key] = [job]
+                asked[key] = job.gpus
+            else:
+                jobs.append(job)
+                asked[key] += job.gpus
+        self.fair_share = fair_shares(snapshot, self.capacity, running, asked)
         self.search = VictimSearch(
             self.ledger,
             VictimIndex(snapshot.running),
@@ -102,6 +115,7 @@ class _Cycle:
             weights,
             self.policy.starvation_seconds,
             self.policy.min_one_job,
+            self.queues,
         )
         self.starving = {job.id for job in self.order.starving}
         # Phase 4: each job. The shortcut of `_consider` (a kind of job that waits) is inlined

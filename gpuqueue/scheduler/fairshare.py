@@ -32,38 +32,49 @@ def water_fill(total: int, claims: list[Claim]) -> dict[str, int]:
     2. The rest by weight, fixing every party that reaches its cap, until none does.
     3. Round down, then hand out the leftover GPUs by largest fraction (then id).
     """
+    return _fill(total, [(c.id, c.guarantee, c.cap, c.weight) for c in claims])
+
+
+# A claim as a plain tuple (id, guarantee, cap, weight): the engine fills every flavor on every
+# plan, and building a Claim per team cost more than the filling.
+_Claim = tuple[str, int, int, float]
+
+
+def _fill(total: int, claims: list[_Claim]) -> dict[str, int]:
+    """`water_fill` over tuples; the arithmetic is the same, in the same order."""
     total = max(total, 0)
-    base = {c.id: max(min(c.guarantee, c.cap), 0) for c in claims}
-    if sum(base.values()) >= total:
-        return _round(
-            {k: v * total / max(sum(base.values()), 1) for k, v in base.items()},
-            total,
-            {c.id: base[c.id] for c in claims},
-        )
+    base = {cid: max(min(guarantee, cap), 0) for cid, guarantee, cap, _ in claims}
+    given = sum(base.values())
+    if given >= total:
+        scale = max(given, 1)
+        return _round({k: v * total / scale for k, v in base.items()}, total, base)
     share: dict[str, float] = {k: float(v) for k, v in base.items()}
-    remaining = float(total - sum(base.values()))
-    active = [c for c in claims if c.cap > base[c.id] and c.weight > 0]
+    remaining = float(total - given)
+    active = [c for c in claims if c[2] > base[c[0]] and c[3] > 0]
     while active and remaining > 1e-9:
-        weights = sum(c.weight for c in active)
+        weights = sum(c[3] for c in active)
         per_weight = remaining / weights
-        saturated = [c for c in active if share[c.id] + c.weight * per_weight >= c.cap]
+        saturated = [c for c in active if share[c[0]] + c[3] * per_weight >= c[2]]
         if not saturated:
-            for c in active:
-                share[c.id] += c.weight * per_weight
+            for cid, _, _, weight in active:
+                share[cid] += weight * per_weight
             remaining = 0.0
             break
-        for c in saturated:
-            remaining -= c.cap - share[c.id]
-            share[c.id] = float(c.cap)
-        active = [c for c in active if share[c.id] < c.cap]
-    caps = {c.id: c.cap for c in claims}
-    return _round(share, min(total, sum(max(c.cap, 0) for c in claims)), caps)
+        for cid, _, cap, _ in saturated:
+            remaining -= cap - share[cid]
+            share[cid] = float(cap)
+        active = [c for c in active if share[c[0]] < c[2]]
+    caps = {c[0]: c[2] for c in claims}
+    return _round(share, min(total, sum(max(c[2], 0) for c in claims)), caps)
 
 
 def _round(share: Mapping[str, float], total: int, caps: Mapping[str, int]) -> dict[str, int]:
-    result = {k: min(math.floor(v + 1e-9), caps[k]) for k, v in share.items()}
+    floors = {k: math.floor(v + 1e-9) for k, v in share.items()}
+    result = {k: min(f, caps[k]) for k, f in floors.items()}
     leftover = total - sum(result.values())
-    order = sorted(share, key=lambda k: (-(share[k] - math.floor(share[k] + 1e-9)), k))
+    if leftover <= 0:
+        return result
+    order = sorted(share, key=lambda k: (-(share[k] - floors[k]), k))
     for k in order:
         if leftover <= 0:
             break
@@ -85,11 +96,14 @@ def capacity_by_flavor(snapshot: Snapshot) -> dict[str, int]:
 
 
 def demand_by_team(
-    snapshot: Snapshot, running: Mapping[tuple[str, str], int] | None = None
+    snapshot: Snapshot,
+    running: Mapping[tuple[str, str], int] | None = None,
+    asked: Mapping[tuple[str, str], int] | None = None,
 ) -> dict[tuple[str, str], int]:
     """GPUs each team holds or asks for, per flavor (preempting jobs will ask again).
 
-    `running` is the held part when the caller has summed it already (`Ledger.hold_running`).
+    `running` is the held part and `asked` the pending part, when the caller has summed them
+    already (`Ledger.hold_running`, the engine's queues).
     """
     get: Callable[[tuple[str, str], int], int]
     if running is not None:
@@ -101,6 +115,10 @@ def demand_by_team(
         for r in snapshot.running:
             key = (r.team, r.flavor)
             demand[key] = get(key, 0) + r.gpus
+    if asked is not None:
+        for key, gpus in asked.items():
+            demand[key] = get(key, 0) + gpus
+        return demand
     for p in snapshot.pending:
         key = (p.team, p.flavor)
         demand[key] = get(key, 0) + p.gpus
@@ -115,11 +133,12 @@ def fair_shares(
     snapshot: Snapshot,
     capacity: Mapping[str, int] | None = None,
     running: Mapping[tuple[str, str], int] | None = None,
+    asked: Mapping[tuple[str, str], int] | None = None,
 ) -> dict[tuple[str, str], int]:
     """Fair share per (team or department, flavor); only parties with a quota appear.
 
-    `capacity` is `capacity_by_flavor(snapshot)` and `running` the GPUs held per team and
-    flavor, when the caller has them already.
+    `capacity` is `capacity_by_flavor(snapshot)`, `running` the GPUs held and `asked` the GPUs
+    pending per team and flavor, when the caller has them already.
     """
     teams = {t.id: t for t in snapshot.teams}
     departments = {t.parent for t in snapshot.teams if t.parent in teams}
@@ -128,7 +147,7 @@ def fair_shares(
         if t.parent in teams:
             members.setdefault(t.parent, []).append(t.id)
     top = sorted(t.id for t in teams.values() if t.parent not in teams)
-    demand = demand_by_team(snapshot, running)
+    demand = demand_by_team(snapshot, running, asked)
     result: dict[tuple[str, str], int] = {}
     if capacity is None:
         capacity = capacity_by_flavor(snapshot)
@@ -136,12 +155,12 @@ def fair_shares(
         wants = {t: demand.get((t, flavor), 0) for t in teams}
         for dept in departments:
             wants[dept] += sum(wants[m] for m in members[dept])
-        claims = [
-            _claim(tid, wants[tid], teams[tid].quotas[flavor])
-            for tid in top
-            if flavor in teams[tid].quotas
-        ]
-        for tid, share in water_fill(total, claims).items():
+        claims = []
+        for tid in top:
+            quota = teams[tid].quotas.get(flavor)
+            if quota is not None:
+                claims.append((tid, quota.guarantee, min(quota.limit, wants[tid]), quota.weight))
+        for tid, share in _fill(total, claims).items():
             result[(tid, flavor)] = share
         for dept in sorted(departments):
             if (dept, flavor) not in result:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator, Mapping
+from operator import attrgetter
 
 from gpuqueue.scheduler.ledger import Ledger
 from gpuqueue.scheduler.model import PendingJob, Snapshot
@@ -48,9 +49,8 @@ def job_key(job: PendingJob, user_in_use: int) -> JobKey:
     return (-job.priority, user_in_use, job.submitted_at, job.id)
 
 
-def _own_key(job: PendingJob) -> tuple[int, float, int]:
-    """`job_key` inside one user's list, where the user's usage is the same for every job."""
-    return (-job.priority, job.submitted_at, job.id)
+_BY_SUBMISSION = attrgetter("submitted_at", "id")
+_BY_PRIORITY = attrgetter("priority")
 
 
 class _Queue:
@@ -82,7 +82,10 @@ class Order:
         weights: Mapping[tuple[str, str], float],
         starving_after: float,
         min_one_job: bool = False,
+        queues: Mapping[tuple[str, str], list[PendingJob]] | None = None,
     ) -> None:
+        """`queues`: the pending jobs per (team, flavor) when the caller has grouped them (the
+        order does not depend on the order of the jobs in the snapshot)."""
         self._ledger = ledger
         self._fair_share = fair_share
         self._weights = weights
@@ -90,31 +93,34 @@ class Order:
         self._heap: list[tuple[TeamKey, int, tuple[str, str]]] = []
         self.starving: list[PendingJob] = []
         now = snapshot.now
-        # Per queue: (the queue, its room under the fair share, whether the team holds nothing
-        # of the flavor). The ledger does not change while the order is built.
-        seen: dict[tuple[str, str], tuple[_Queue, int, bool]] = {}
+        if queues is None:
+            queues = {}
+            for job in snapshot.pending:
+                queues.setdefault((job.team, job.flavor), []).append(job)
         oldest: dict[tuple[str, str], PendingJob] = {}  # of teams that hold nothing (min_one_job)
-        for job in snapshot.pending:
-            key = (job.team, job.flavor)
-            entry = seen.get(key)
-            if entry is None:
-                in_use = ledger.in_use(job.team, job.flavor)
-                queue = self._queues[key] = _Queue(job.team, job.flavor)
-                entry = seen[key] = (queue, fair_share.get(key, 0) - in_use, in_use == 0)
-            queue, room, holds_nothing = entry
-            if now - job.submitted_at >= starving_after:
-                if job.gpus <= room:
-                    self.starving.append(job)
-                    continue
-                if min_one_job and holds_nothing:
-                    other = oldest.get(key)
-                    if other is None or starving_key(job) < starving_key(other):
-                        oldest[key] = job
-            jobs = queue.jobs.get(job.user)
-            if jobs is None:
-                queue.jobs[job.user] = [job]
-            else:
-                jobs.append(job)
+        starving = self.starving
+        for key, pending in queues.items():
+            team, flavor = key
+            # The ledger does not change while the order is built.
+            in_use = ledger.in_use(team, flavor)
+            room = fair_share.get(key, 0) - in_use
+            holds_nothing = min_one_job and in_use == 0
+            queue = self._queues[key] = _Queue(team, flavor)
+            users = queue.jobs
+            for job in pending:
+                if now - job.submitted_at >= starving_after:
+                    if job.gpus <= room:
+                        starving.append(job)
+                        continue
+                    if holds_nothing:
+                        other = oldest.get(key)
+                        if other is None or starving_key(job) < starving_key(other):
+                            oldest[key] = job
+                jobs = users.get(job.user)
+                if jobs is None:
+                    users[job.user] = [job]
+                else:
+                    jobs.append(job)
         if oldest:
             # Only when the team has no other starving job: that one will give it GPUs.
             teams_starving = {(job.team, job.flavor) for job in self.starving}
@@ -133,8 +139,11 @@ class Order:
                 continue
             for user in sorted(queue.jobs):
                 jobs = queue.jobs[user]
-                # job_key with the same user usage for every job (it is one user's list).
-                jobs.sort(key=_own_key, reverse=True)
+                # job_key with the same user usage for every job (it is one user's list), best
+                # last: by priority, then latest submission first. Two stable sorts on plain
+                # attributes cost less than one on a computed key (most lists come sorted).
+                jobs.sort(key=_BY_SUBMISSION, reverse=True)
+                jobs.sort(key=_BY_PRIORITY)
                 used = ledger.user_used.get((queue.team, user, queue.flavor), 0)
                 queue.heads.append((job_key(jobs[-1], used), user))
             heapq.heapify(queue.heads)

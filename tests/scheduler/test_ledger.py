@@ -5,7 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuqueue.scheduler.ledger import FlavorLedger
+from gpuqueue.scheduler.fairshare import capacity_by_flavor
+from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
+from gpuqueue.scheduler.model import Snapshot
+from tests.scheduler.test_properties import snapshots
 
 NODES = [f"n{i}" for i in range(6)]
 
@@ -43,3 +46,11 @@ def test_taking_every_running_job_at_once_leaves_the_buckets_as_one_move_per_nod
         one_by_one.move(name, one_by_one.free[name] - gpus)
     at_once.take_all(totals)
     assert _state(at_once) == _state(one_by_one)
+
+
+@settings(max_examples=200, deadline=None)
+@given(snapshots())
+def test_a_new_ledger_holds_each_flavor_s_capacity_free(snapshot: Snapshot) -> None:
+    """The engine reads the capacity from the ledger before counting the running jobs."""
+    ledger = Ledger(snapshot.nodes, {t.id: (t.id,) for t in snapshot.teams})
+    assert {f: fl.total_free for f, fl in ledger.flavors.items()} == capacity_by_flavor(snapshot)

@@ -3,13 +3,14 @@
 No node over-allocated; every gang all or nothing; no team (or department) past its limit;
 non-preemptible work within the guarantee; a team under its guarantee that could get room by
 reclaiming borrowed GPUs is never left simply waiting; the same snapshot gives the same plan, and
-the same decisions without explanations; applying a plan and planning again never preempts what
-was just admitted.
+the same decisions without explanations, whatever the order of its pending jobs; applying a plan
+and planning again never preempts what was just admitted.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
@@ -210,6 +211,16 @@ def test_a_plan_that_explains_nothing_makes_the_same_decisions(
     snapshot: Snapshot, policy: Policy
 ) -> None:
     assert plan(snapshot, policy, explain=False) == replace(plan(snapshot, policy), pending=())
+
+
+@SETTINGS
+@given(snapshots(), policies(), st.randoms(use_true_random=False))
+def test_the_order_of_the_pending_jobs_in_the_snapshot_changes_nothing(
+    snapshot: Snapshot, policy: Policy, rng: random.Random
+) -> None:
+    shuffled = list(snapshot.pending)
+    rng.shuffle(shuffled)
+    assert plan(replace(snapshot, pending=tuple(shuffled)), policy) == plan(snapshot, policy)
 
 
 @SETTINGS
