@@ -42,9 +42,17 @@ def wait(browser: Any, condition: Any, timeout: float = 60) -> Any:
 
 
 def text_of(browser: Any, element_id: str) -> str:
-    from selenium.webdriver.common.by import By
+    """The element's visible text, read in one script: htmx may swap the element between
+    Selenium finding it and reading it, which chromedriver reports as a generic error."""
+    from selenium.common.exceptions import NoSuchElementException
 
-    return str(browser.find_element(By.ID, element_id).text)
+    text = browser.execute_script(
+        "const e = document.getElementById(arguments[0]); return e ? e.innerText : null",
+        element_id,
+    )
+    if text is None:
+        raise NoSuchElementException(f"no element #{element_id}")
+    return str(text)
 
 
 def sign_in(browser: Any, service: Any, username: str) -> None:
