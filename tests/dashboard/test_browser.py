@@ -232,4 +232,4 @@ def test_screenshots_of_every_page(browser: Any, service: Any) -> None:
     finally:
         browser.set_window_size(1280, 1000)
     browser.get(f"{service.url}/utilization/")
-    assert "GPU-hours" in browser.find_element(By.ID, "idle-iron-total").text
+    assert "GPU-hours" in text_of(browser, "idle-iron-total")
