@@ -32,16 +32,18 @@ def water_fill(total: int, claims: list[Claim]) -> dict[str, int]:
     2. The rest by weight, fixing every party that reaches its cap, until none does.
     3. Round down, then hand out the leftover GPUs by largest fraction (then id).
     """
-    return _fill(total, [(c.id, c.guarantee, c.cap, c.weight) for c in claims])
+    return water_fill_tuples(total, [(c.id, c.guarantee, c.cap, c.weight) for c in claims])
 
 
 # A claim as a plain tuple (id, guarantee, cap, weight): the engine fills every flavor on every
-# plan, and building a Claim per team cost more than the filling.
-_Claim = tuple[str, int, int, float]
+# plan (and the replay its backlog's shares on most cycles), and building a Claim per team cost
+# more than the filling.
+ClaimTuple = tuple[str, int, int, float]
 
 
-def _fill(total: int, claims: list[_Claim]) -> dict[str, int]:
-    """`water_fill` over tuples; the arithmetic is the same, in the same order."""
+def water_fill_tuples(total: int, claims: list[ClaimTuple]) -> dict[str, int]:
+    """`water_fill` over (id, guarantee, cap, weight) tuples: the same arithmetic, in the same
+    order, so the same shares."""
     total = max(total, 0)
     base = {cid: max(min(guarantee, cap), 0) for cid, guarantee, cap, _ in claims}
     given = sum(base.values())
@@ -155,12 +157,12 @@ def fair_shares(
         wants = {t: demand.get((t, flavor), 0) for t in teams}
         for dept in departments:
             wants[dept] += sum(wants[m] for m in members[dept])
-        claims = []
+        claims: list[ClaimTuple] = []
         for tid in top:
             quota = teams[tid].quotas.get(flavor)
             if quota is not None:
                 claims.append((tid, quota.guarantee, min(quota.limit, wants[tid]), quota.weight))
-        for tid, share in _fill(total, claims).items():
+        for tid, share in water_fill_tuples(total, claims).items():
             result[(tid, flavor)] = share
         for dept in sorted(departments):
             if (dept, flavor) not in result:

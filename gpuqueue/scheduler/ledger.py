@@ -18,10 +18,12 @@ Per group (a team, or a department) and flavor it keeps `used` (GPUs held or pro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from operator import attrgetter
 
 from gpuqueue.scheduler.model import Node, Placement, RunningJob
 
 Undo = Callable[[], None]
+_NAME = attrgetter("name")
 
 
 class FlavorLedger:
@@ -145,7 +147,7 @@ class Ledger:
         # computed for one state can be reused until the next change (see _Cycle._consider).
         # The cycle also bumps it when its search budget or its reservations change.
         self.stamp = 0
-        for node in sorted(nodes, key=lambda n: n.name):
+        for node in sorted(nodes, key=_NAME):
             if not node.schedulable:
                 continue
             capacity = node.capacity
@@ -241,31 +243,36 @@ class Ledger:
         buckets once.
         """
         taken: dict[str, dict[str, int]] = {}  # flavor -> node -> GPUs held there
-        used: dict[tuple[str, str], int] = {}
+        by_user: dict[tuple[str, str, str], int] = {}
         nonpreemptible: dict[tuple[str, str], int] = {}
         leaving_by_team: dict[tuple[str, str], int] = {}
-        user_used = self.user_used
         flavors = self.flavors
+        # The flavor of the last job, its ledger and its nodes' totals: most clusters have
+        # one flavor, or a few, and this loop runs for every running job of every plan.
+        last: str | None = None
+        fl: FlavorLedger | None = None
+        free: dict[str, int] = {}
+        on_nodes: dict[str, int] = {}
         for job in jobs:
             gpus = job.gpus
             flavor = job.flavor
-            team = job.team
-            key = (team, flavor)
-            used[key] = used.get(key, 0) + gpus
+            user_key = (job.team, job.user, flavor)
+            by_user[user_key] = by_user.get(user_key, 0) + gpus
             if not job.preemptible:
+                key = (job.team, flavor)
                 nonpreemptible[key] = nonpreemptible.get(key, 0) + gpus
-            user_key = (team, job.user, flavor)
-            user_used[user_key] = user_used.get(user_key, 0) + gpus
             leaving = job.preempting_since is not None
             if leaving:
+                key = (job.team, flavor)
                 leaving_by_team[key] = leaving_by_team.get(key, 0) + gpus
-            on_nodes = taken.get(flavor)
-            if on_nodes is None:
-                if flavor not in flavors:
-                    continue
-                on_nodes = taken[flavor] = {}
-            fl = flavors[flavor]
-            free = fl.free
+            if flavor != last:
+                last = flavor
+                fl = flavors.get(flavor)
+                if fl is not None:
+                    free = fl.free
+                    on_nodes = taken.setdefault(flavor, {})
+            if fl is None:
+                continue
             g = job.gpus_per_worker
             for node, workers in job.placement:
                 if node not in free:
@@ -275,6 +282,13 @@ class Ledger:
                 if leaving:
                     fl.incoming[node] = fl.incoming.get(node, 0) + node_gpus
                     self.incoming_jobs.setdefault((flavor, node), []).append(job.id)
+        # Per user, then per team: a few users per team.
+        used: dict[tuple[str, str], int] = {}
+        user_used = self.user_used
+        for user_key, gpus in by_user.items():
+            user_used[user_key] = user_used.get(user_key, 0) + gpus
+            key = (user_key[0], user_key[2])
+            used[key] = used.get(key, 0) + gpus
         chains = self.chains
         for table, totals in (
             (self.used, used),

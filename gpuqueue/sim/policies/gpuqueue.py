@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gpuqueue.scheduler.fairshare import Claim, water_fill
+from gpuqueue.scheduler.fairshare import ClaimTuple, water_fill_tuples
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot, Team
 from gpuqueue.sim.cluster import Cluster
 from gpuqueue.sim.ledger import Ledger
@@ -68,6 +68,7 @@ class GpuqueueEngine(SchedulingPolicy):
         # A requeued job keeps its submission time (its place in line) unless this is set.
         self.requeue_at_back = requeue_at_back
         self.quotas = {(t.id, f): q for t in teams for f, q in t.quotas.items()}
+        self._sorted_quotas = sorted(self.quotas.items())
         self.capacity = {f: cluster.capacity(f) for f in cluster.flavors}
         self.used: dict[tuple[str, str], int] = defaultdict(int)  # GPUs held, per team/flavor
         self.asked: dict[tuple[str, str], int] = defaultdict(int)  # GPUs pending, per team/flavor
@@ -75,6 +76,7 @@ class GpuqueueEngine(SchedulingPolicy):
         self.fair_share: dict[tuple[str, str], int] = {}  # from the last plan
         self.dirty = True
         self._shares: dict[tuple[str, str], int] = {}
+        self._team_shares: dict[str, list[tuple[str, int]]] = {}  # team -> (flavor, share)
         self._shares_for: tuple[tuple[int, ...], dict[tuple[str, str], int]] | None = None
         self._window_memo: dict[
             str, tuple[tuple[int, tuple[tuple[str, int], ...]], list[PendingJob]]
@@ -167,22 +169,27 @@ class GpuqueueEngine(SchedulingPolicy):
         """Fair shares as the engine would compute them from every pending job.
 
         They depend only on each team's capped demand, which most cycles leave as it was: the
-        last answer is kept for the same demands.
+        last answer is kept for the same demands, with each team's shares (`_team_shares`).
         """
-        quotas = sorted(self.quotas.items())
-        caps = tuple(min(quota.limit, self.used[key] + self.asked[key]) for key, quota in quotas)
+        quotas = self._sorted_quotas
+        used = self.used
+        asked = self.asked
+        caps = tuple(min(quota.limit, used[key] + asked[key]) for key, quota in quotas)
         if self._shares_for is not None and self._shares_for[0] == caps:
             return self._shares_for[1]
         shares: dict[tuple[str, str], int] = {}
         for flavor, capacity in self.capacity.items():
-            claims = [
-                Claim(team, quota.guarantee, cap, quota.weight)
+            claims: list[ClaimTuple] = [
+                (team, quota.guarantee, cap, quota.weight)
                 for ((team, f), quota), cap in zip(quotas, caps, strict=True)
                 if f == flavor
             ]
-            for team, share in water_fill(capacity, claims).items():
+            for team, share in water_fill_tuples(capacity, claims).items():
                 shares[(team, flavor)] = share
         self._shares_for = (caps, shares)
+        self._team_shares = {}
+        for (team, flavor), share in shares.items():
+            self._team_shares.setdefault(team, []).append((flavor, share))
         return shares
 
     def _windowed(self, queue: OrderedQueue[PendingJob], team: str) -> list[PendingJob]:
@@ -190,10 +197,11 @@ class GpuqueueEngine(SchedulingPolicy):
         team's demand in the snapshot reaches its full-backlog fair share (or the backlog ends)."""
         assert self.window is not None
         shown: list[PendingJob] = []
-        short: dict[str, int] = {}
-        for (t, flavor), share in self._shares.items():
-            if t == team:
-                short[flavor] = share + 1 - self.used[(team, flavor)]
+        used = self.used
+        short = {
+            flavor: share + 1 - used[(team, flavor)]
+            for flavor, share in self._team_shares.get(team, ())
+        }
         # The same queue with the same shortfalls gives the same head: keep it between cycles.
         memo = (queue.version, tuple(short.items()))
         hit = self._window_memo.get(team)
