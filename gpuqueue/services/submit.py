@@ -139,7 +139,7 @@ def submit_job(
        retries race: the unique constraint decides, and the loser reads the winner's row.
        (Callers with a key look for the earlier job first, with `previous_submission`, so that
        a retry is answered before it is validated again.)
-    3. The job row and its first event are written by one statement (`_INSERT_SQL`), which
+    3. The job row and its first event are written by one statement (`_insert_sql`), which
        inserts nothing unless the user is a member: one round trip and one commit.
     4. After commit the admission cycle is nudged; if Redis is down the periodic cycle still
        picks the job up, so a lost nudge loses nothing.
