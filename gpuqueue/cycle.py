@@ -199,11 +199,8 @@ def refresh_forecasts(now: datetime | None = None) -> int:
         return 0
     with paused_gc():
         starts = scheduler.forecast(snapshot, policy_from_settings())
-    stored = dict(
-        Job.objects.filter(pk__in=list(starts), state=JobState.PENDING).values_list(
-            "id", "estimated_start"
-        )
-    )
+    # Every pending job: one the snapshot missed has no forecast, which it shows already.
+    stored = dict(Job.objects.filter(state=JobState.PENDING).values_list("id", "estimated_start"))
     estimates = {}
     for job_id in stored:
         start = starts.get(job_id)
@@ -227,3 +224,29 @@ def forecast_due(now: float, last_finished: float | None, last_seconds: float) -
     if last_finished is None:
         return True
     return now >= last_finished + last_seconds * (1 / FORECAST_DUTY - 1)
+
+
+FORECAST_TIMING_KEY = "gpuqueue:forecast:last"  # (finished at, seconds taken)
+
+
+def refresh_forecasts_when_due() -> int | None:
+    """`refresh_forecasts` unless the last forecast was so slow that running again now would
+    exceed its share of the worker (`forecast_due`); None when skipped. The timing lives in
+    the cache (Redis) so that every worker process sees it; without Redis, forecasts run on
+    the beat's period."""
+    from django.core.cache import cache
+
+    try:
+        last = cache.get(FORECAST_TIMING_KEY)
+    except Exception:  # noqa: BLE001
+        log.warning("forecast timing unavailable", exc_info=True)
+        last = None
+    if last is not None and not forecast_due(time.time(), last[0], last[1]):
+        return None
+    started = time.monotonic()
+    count = refresh_forecasts()
+    try:
+        cache.set(FORECAST_TIMING_KEY, (time.time(), time.monotonic() - started), timeout=3600)
+    except Exception:  # noqa: BLE001
+        log.warning("could not record the forecast time", exc_info=True)
+    return count

@@ -6,7 +6,7 @@ from celery import shared_task
 from django.db import OperationalError
 
 from gpuqueue.cluster import get_backend
-from gpuqueue.cycle import forecast_due, refresh_forecasts, run_cycle
+from gpuqueue.cycle import refresh_forecasts_when_due, run_cycle
 from gpuqueue.services.cluster_sync import sync_cluster
 
 # Every task that reads and writes the database: acknowledged after it ran (a worker killed
@@ -34,30 +34,7 @@ def run_admission_cycle() -> dict[str, object]:
     **RETRY_ON_DATABASE_ERRORS,
 )
 def refresh_forecasts_task() -> int | None:
-    """Refresh the estimates unless the last forecast was so slow that running again now
-    would exceed its share of the worker (`cycle.forecast_due`); None when skipped."""
-    import logging
-    import time
-
-    from django.core.cache import cache
-
-    try:
-        last = cache.get(FORECAST_TIMING_KEY)
-    except Exception:  # noqa: BLE001 - without Redis, forecast on the beat's period
-        logging.getLogger(__name__).warning("forecast timing unavailable", exc_info=True)
-        last = None
-    if last is not None and not forecast_due(time.time(), last[0], last[1]):
-        return None
-    started = time.monotonic()
-    count = refresh_forecasts()
-    try:
-        cache.set(FORECAST_TIMING_KEY, (time.time(), time.monotonic() - started), timeout=3600)
-    except Exception:  # noqa: BLE001
-        logging.getLogger(__name__).warning("could not record the forecast time", exc_info=True)
-    return count
-
-
-FORECAST_TIMING_KEY = "gpuqueue:forecast:last"  # (finished at, seconds taken)
+    return refresh_forecasts_when_due()
 
 
 @shared_task(

@@ -55,8 +55,8 @@ class ErrorSerializer(serializers.Serializer):
     error = ErrorBodySerializer()
 
 
-def _user(serializer: serializers.Serializer) -> Any:
-    request = serializer.context.get("request")
+def _user(serializer_or_field: serializers.Field) -> Any:
+    request = serializer_or_field.context.get("request")
     return getattr(request, "user", None)
 
 
@@ -67,9 +67,9 @@ def _signed_in(user: Any) -> bool:
     return user is not None and bool(user.is_authenticated)
 
 
-def _submittable_team(context: dict[str, Any], slug: str) -> Team | None:
+def _submittable_team(field: serializers.Field, slug: str) -> Team | None:
     # A team the caller cannot see is "unknown", as its jobs answer 404.
-    user = getattr(context.get("request"), "user", None)
+    user = _user(field)
     return submittable_team(user, slug) if _signed_in(user) else None
 
 
@@ -78,7 +78,7 @@ class JobSubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
     here, so that a bad request changes nothing and says which field is wrong."""
 
     team = LookupField(
-        find=lambda field, slug: _submittable_team(field.context, slug),
+        find=_submittable_team,
         required=False,
         help_text="Team slug; may be left out by a user who belongs to exactly one team.",
         error_messages={

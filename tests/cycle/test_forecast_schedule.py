@@ -12,9 +12,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from gpuqueue.cycle import forecast_due, refresh_forecasts, run_cycle
+from gpuqueue.cycle import FORECAST_TIMING_KEY, forecast_due, refresh_forecasts, run_cycle
 from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.tasks import FORECAST_TIMING_KEY, refresh_forecasts_task
+from gpuqueue.tasks import refresh_forecasts_task
 
 
 def test_a_forecast_waits_nine_times_as_long_as_the_last_one_took() -> None:
