@@ -56,6 +56,8 @@ class _Cycle:
             t.id: (t.id, t.parent) if t.parent is not None and t.parent in teams else (t.id,)
             for t in snapshot.teams
         }
+        # Time-based fair share needs the history (usage.py) and the policy's consent.
+        self.balance = snapshot.share_balance if policy.time_based_share else None
         self.quotas: dict[tuple[str, str], Quota] = {
             (t.id, flavor): quota for t in snapshot.teams for flavor, quota in t.quotas.items()
         }
@@ -86,6 +88,7 @@ class _Cycle:
             policy,
             self.now,
             {key: quota.guarantee for key, quota in self.quotas.items()},
+            self.balance,
         )
         self.reserver = Reserver(self.ledger, snapshot.nodes, snapshot.running, policy, self.now)
         self.admissions: list[Admission] = []
@@ -98,6 +101,7 @@ class _Cycle:
         self.waiting_in_team: dict[tuple[str, str], int] = {}
         self.order: Order | None = None
         self.starving: set[int] = set()  # ids of the starving jobs
+        self.owed: set[int] = set()  # of them, the first jobs of owed teams (ordering.py)
         self._behind: dict[str, tuple[int, Reason]] = {}
         self._blocked: dict[tuple[str, int, int, float | None], tuple[int, Reason]] = {}
         self._group_cache: dict[tuple[str, str], list[tuple[str, Quota | None]]] = {}
@@ -116,8 +120,11 @@ class _Cycle:
             self.policy.starvation_seconds,
             self.policy.min_one_job,
             self.queues,
+            self.balance,
+            self.policy.share_slice_seconds,
         )
         self.starving = {job.id for job in self.order.starving}
+        self.owed = self.order.owed
         # Phase 4: each job. The shortcut of `_consider` (a kind of job that waits) is inlined
         # here: it is taken for most jobs of a busy cycle.
         # Phase 5: a job left pending gets its positions at once: the jobs are considered in
@@ -251,6 +258,12 @@ class _Cycle:
                 if waiting is not None:
                     return waiting
                 return reasons.over_limit(job, _scope(job, group), quota.limit, in_use)
+        # 4b. Time-based fair share: a team that owes GPU-time borrows no more (`_in_debt`).
+        if self.balance is not None and self._in_debt(job):
+            in_use = ledger.in_use(job.team, flavor)
+            return reasons.over_fair_share(
+                job, "team", self.fair_share.get((job.team, flavor), 0), in_use
+            )
         workers = job.workers
         # Steps 5-7 depend only on the flavor's ledger (its version), the gang's shape and the
         # job's max runtime (backfill): the tens of thousands of jobs queued behind the same
@@ -301,7 +314,8 @@ class _Cycle:
             and self.searches_left > 0
             and len(self.preemptions) < policy.max_preemptions_per_cycle
         ):
-            reclaim = policy.reclaim and self.search.may_reclaim(job)
+            # The first job of a team that is owed GPU-time may reclaim beyond its share.
+            reclaim = policy.reclaim and (self.search.may_reclaim(job) or job.id in self.owed)
             waiting = self._preempt(job, fl, reclaim=reclaim)
             if waiting is not None:
                 return waiting
@@ -312,6 +326,18 @@ class _Cycle:
                 return reasons.reserved(job, reservation.expected_start, len(reservation.placement))
         # 11.
         return self._no_capacity(job)
+
+    def _in_debt(self, job: PendingJob) -> bool:
+        """Whether admitting `job` would take its team past its fair share while the team
+        holds Policy.share_slice_seconds x max(fair share, the job's GPUs) more than it was
+        entitled to (usage.py): borrowing then waits until the balance recovers."""
+        assert self.balance is not None
+        key = (job.team, job.flavor)
+        share = self.fair_share.get(key, 0)
+        if self.ledger.in_use(job.team, job.flavor) + job.gpus <= share:
+            return False
+        debt = -self.balance.get(key, 0.0)
+        return debt > self.policy.share_slice_seconds * max(share, job.gpus)
 
     def _groups(self, team: str, flavor: str) -> list[tuple[str, Quota | None]]:
         """The team and its department with their quotas for a flavor (None: no quota)."""

@@ -115,6 +115,19 @@ class Policy:
     # Hysteresis (issue 7): shares move with every team's demand, and without it borrowed GPUs
     # changed hands thousands of times in a Philly replay; 30 min is a common checkpoint period.
     reclaim_min_runtime_seconds: float = 1800.0
+    # Time-based fair share (issue 7, third pass; usage.py). Used only when the snapshot also
+    # carries `share_balance` (the trace replay gives it when this is on; the live cycle gives
+    # none yet, so it keeps the rules above whatever this says). With `min_one_job`: a team
+    # that holds nothing of a flavor and is not in debt (balance >= -share_slice_seconds / 2 x
+    # its oldest gang's GPUs) has that job put first at once and lets it reclaim borrowed GPUs,
+    # instead of waiting an hour and then for a node to drain; a team in debt by
+    # share_slice_seconds x the GPUs of its last job loses that job's protection, and its
+    # oldest job waits until the balance recovers. A team whose share is a fraction of a GPU
+    # then holds a GPU about that fraction of the time.
+    time_based_share: bool = True
+    share_slice_seconds: float = 3600.0
+    # How fast a balance is forgotten: the half-life its producer (ShareBalance) decays it with.
+    share_half_life_seconds: float = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +137,10 @@ class Snapshot:
     teams: tuple[Team, ...]
     running: tuple[RunningJob, ...]
     pending: tuple[PendingJob, ...]
+    # Per (team, flavor): GPU-seconds of fair share received less than entitled over time,
+    # decayed (usage.py; positive: owed, negative: in debt). None: no history, and the rules
+    # that read it stay off (Policy.share_slice_seconds).
+    share_balance: Mapping[tuple[str, str], float] | None = None
 
 
 class ReasonCode(str, Enum):  # noqa: UP042 -- callers compare and str() these as is

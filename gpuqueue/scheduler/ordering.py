@@ -28,6 +28,10 @@ JobKey = tuple[int, int, float, int]
 # contention) still runs something. A reclaim victim's team keeps at least its fair share,
 # so it never holds nothing because of a reclaim unless its share is zero, and then its last
 # job is not reclaimed (preemption.py).
+# With time-based fair share (the snapshot carries `share_balance`, usage.py), that exception
+# goes by the team's balance instead of the wait: a team that holds nothing and is not in debt
+# (`owed`) has its oldest job starving at once, and it may reclaim (engine.py); a team in debt
+# gets no exception and waits until its balance recovers.
 def starving_key(job: PendingJob) -> tuple[float, int]:
     return (job.submitted_at, job.id)
 
@@ -83,15 +87,20 @@ class Order:
         starving_after: float,
         min_one_job: bool = False,
         queues: Mapping[tuple[str, str], list[PendingJob]] | None = None,
+        balance: Mapping[tuple[str, str], float] | None = None,
+        slice_seconds: float = 0.0,
     ) -> None:
         """`queues`: the pending jobs per (team, flavor) when the caller has grouped them (the
-        order does not depend on the order of the jobs in the snapshot)."""
+        order does not depend on the order of the jobs in the snapshot). `balance`: the
+        snapshot's `share_balance`, with `slice_seconds` (Policy.share_slice_seconds)."""
         self._ledger = ledger
         self._fair_share = fair_share
         self._weights = weights
         self._queues: dict[tuple[str, str], _Queue] = {}
         self._heap: list[tuple[TeamKey, int, tuple[str, str]]] = []
         self.starving: list[PendingJob] = []
+        # Jobs starving by the balance rule (rule 1): they may reclaim beyond their share.
+        self.owed: set[int] = set()
         now = snapshot.now
         if queues is None:
             queues = {}
@@ -105,17 +114,18 @@ class Order:
             in_use = ledger.in_use(team, flavor)
             room = fair_share.get(key, 0) - in_use
             holds_nothing = min_one_job and in_use == 0
+            by_balance = holds_nothing and balance is not None
             queue = self._queues[key] = _Queue(team, flavor)
             users = queue.jobs
             for job in pending:
-                if now - job.submitted_at >= starving_after:
-                    if job.gpus <= room:
-                        starving.append(job)
-                        continue
-                    if holds_nothing:
-                        other = oldest.get(key)
-                        if other is None or starving_key(job) < starving_key(other):
-                            oldest[key] = job
+                waited = now - job.submitted_at >= starving_after
+                if waited and job.gpus <= room:
+                    starving.append(job)
+                    continue
+                if holds_nothing and (job.gpus > room if by_balance else waited):
+                    other = oldest.get(key)
+                    if other is None or starving_key(job) < starving_key(other):
+                        oldest[key] = job
                 jobs = users.get(job.user)
                 if jobs is None:
                     users[job.user] = [job]
@@ -126,6 +136,10 @@ class Order:
             teams_starving = {(job.team, job.flavor) for job in self.starving}
             for key, job in oldest.items():
                 if key not in teams_starving:
+                    if balance is not None:
+                        if balance.get(key, 0.0) < -slice_seconds / 2 * job.gpus:
+                            continue  # in debt: it waits for its balance to recover
+                        self.owed.add(job.id)
                     self.starving.append(job)
                     jobs = self._queues[key].jobs[job.user]
                     jobs.remove(job)

@@ -82,6 +82,7 @@ class VictimSearch:
         policy: Policy,
         now: float,
         guarantees: Mapping[tuple[str, str], int] | None = None,
+        balance: Mapping[tuple[str, str], float] | None = None,
     ) -> None:
         self.ledger = ledger
         self.index = index
@@ -90,6 +91,7 @@ class VictimSearch:
         self.policy = policy
         self.now = now
         self.guarantees = guarantees or {}
+        self.balance = balance  # Snapshot.share_balance
 
     def has_lower(self, job: PendingJob) -> bool:
         """Whether its own team runs anything preemptible of lower priority (a cheap early exit)."""
@@ -122,11 +124,21 @@ class VictimSearch:
                 and group == victim.team
                 and self.policy.min_one_job
                 and not self._within_guarantee(job)
+                and not self._in_debt(victim)
             ):
                 # A team with no share keeps its last job (ordering.py, rule 1), except
-                # against a team that claims its guarantee: guarantees are never waived.
+                # against a team that claims its guarantee: guarantees are never waived;
+                # and, with time-based fair share, except when the team is in debt.
                 return False
         return True
+
+    def _in_debt(self, victim: RunningJob) -> bool:
+        """The victim's team held Policy.share_slice_seconds of the victim's GPUs more than it
+        was entitled to (usage.py); never without balances."""
+        if self.balance is None:
+            return False
+        debt = -self.balance.get((victim.team, victim.flavor), 0.0)
+        return debt > self.policy.share_slice_seconds * victim.gpus
 
     def _within_guarantee(self, job: PendingJob) -> bool:
         return all(

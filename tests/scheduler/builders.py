@@ -127,6 +127,8 @@ class Case:
     running: tuple[RunningJob, ...] = ()
     pending: tuple[PendingJob, ...] = ()
     policy: Policy = field(default_factory=Policy)
+    # Snapshot.share_balance: GPU-seconds per (team, flavor); None: no history.
+    balance: dict[tuple[str, str], float] | None = None
     admitted: set[int] | None = None  # exactly these job ids are admitted
     placements: dict[int, dict[str, int]] | None = None
     borrowed: dict[int, bool] | None = None
@@ -140,7 +142,9 @@ class Case:
     forecasts: dict[int, float | None] | None = None
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(NOW, self.nodes, self.teams, self.running, self.pending)
+        return Snapshot(
+            NOW, self.nodes, self.teams, self.running, self.pending, share_balance=self.balance
+        )
 
 
 def placed(mapping: Mapping[str, int]) -> Placement:

@@ -130,7 +130,22 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         )
         for i in range(1, draw(st.integers(0, 7)) + 1)
     ]
-    return Snapshot(NOW, tuple(nodes), tuple(teams), tuple(running), tuple(pending))
+    # Time-based fair share (usage.py): no history, or a balance per team from deep in debt to
+    # owed, so that every invariant is also checked with the rules that read it.
+    balance = draw(
+        st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {
+                    (t, FLAVOR): st.sampled_from([-16 * HOUR, -HOUR, -1.0, 0.0, 2 * HOUR])
+                    for t in team_ids
+                }
+            ),
+        )
+    )
+    return Snapshot(
+        NOW, tuple(nodes), tuple(teams), tuple(running), tuple(pending), share_balance=balance
+    )
 
 
 def _held_after(snapshot: Snapshot, result: Plan) -> tuple[dict[str, int], dict[str, int]]:

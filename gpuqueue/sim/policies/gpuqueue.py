@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from gpuqueue.scheduler.fairshare import ClaimTuple, water_fill_tuples
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot, Team
+from gpuqueue.scheduler.usage import ShareBalance
 from gpuqueue.sim.cluster import Cluster
 from gpuqueue.sim.ledger import Ledger
 from gpuqueue.sim.policies.base import Decision, SchedulingPolicy
@@ -85,6 +86,13 @@ class GpuqueueEngine(SchedulingPolicy):
         self.teams = tuple(teams)
         self.queues: dict[str, OrderedQueue[PendingJob]] = {t.id: OrderedQueue() for t in teams}
         self.running: dict[int, RunningJob] = {}
+        # Time-based fair share: each team's balance, kept from cycle to cycle as the live cycle
+        # would keep it (usage.py), when the policy asks for it.
+        self.share_balance = (
+            ShareBalance(teams, self.capacity, self.engine_policy.share_half_life_seconds)
+            if self.engine_policy.time_based_share
+            else None
+        )
         self.plan_seconds = 0.0
         self.plan_max_seconds = 0.0
         self.plans = 0
@@ -119,6 +127,8 @@ class GpuqueueEngine(SchedulingPolicy):
         if self.ledger.free_by_flavor.get(job.flavor, 0) >= job.gpus:
             return True
         key = (job.team, job.flavor)
+        if self.share_balance is not None and self.used[key] == 0:
+            return True  # the first job of a team that holds nothing may reclaim (ordering.py)
         quota = self.quotas.get(key)
         if quota is None:
             return False
@@ -231,12 +241,17 @@ class GpuqueueEngine(SchedulingPolicy):
                     for team, q in self.queues.items()
                 )
             )
+        balance = None
+        if self.share_balance is not None:
+            self.share_balance.advance(now, self.used, self.asked)
+            balance = self.share_balance.snapshot()
         return Snapshot(
             now=now,
             nodes=self.nodes,
             teams=self.teams,
             running=tuple(self.running.values()),
             pending=pending,
+            share_balance=balance,
         )
 
     def cycle(self, now: float) -> Decision:

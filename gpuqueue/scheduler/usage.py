@@ -1,0 +1,126 @@
+"""Time-based fair share: what each team was entitled to over time against what it held.
+
+A fair share is whole GPUs at one instant. A team whose smallest gang is bigger than its share
+(a team with no guarantee while every GPU is someone's guarantee: its share is a fraction of a GPU
+that rounds to 0) either never runs or, once it runs, holds far more than it is entitled to. Real
+schedulers settle that over time: Slurm orders by usage decayed with a half-life, KAI Scheduler's
+time-based fair share compares historical usage with the historical share. Here each team and
+flavor carries a balance in GPU-seconds:
+
+    balance' = -balance / tau + (entitled - held)        tau = half_life / ln 2
+
+`entitled` is the team's max-min fair share of the flavor at that moment, as DESIGN.md defines
+it (guarantee first, then the idle rest by weight, capped by limit and by what it asks), kept as
+a fraction of a GPU; `held` is what it holds. Positive: the team received less than its share over
+the last half-lives (it is owed); negative: more (it is in debt). A team that holds and asks
+nothing is entitled to nothing and holds nothing, so its balance only decays toward 0.
+
+The engine reads the balances from `Snapshot.share_balance` (engine.py, ordering.py,
+preemption.py: `Policy.share_slice_seconds`); `ShareBalance` keeps them for a caller that sees
+the cluster cycle after cycle (the trace replay). Standard library only, like the engine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from gpuqueue.scheduler.model import Quota, Team
+
+Key = tuple[str, str]  # (team, flavor)
+
+
+def entitled_shares(
+    capacity: float, demand: Mapping[str, float], quotas: Mapping[str, Quota]
+) -> dict[str, float]:
+    """Max-min fair GPUs per team for one flavor, fractions kept.
+
+    1. Every team that asks gets what it asks, up to its guarantee.
+    2. What is left is shared by weight among the teams that still ask (water-filling: a team
+       that needs less than its weighted part gives the rest back to the others).
+    3. Nobody passes its limit or what it asks.
+    """
+    share: dict[str, float] = {}
+    cap: dict[str, float] = {}
+    for team in sorted(demand):
+        d = demand[team]
+        q = quotas.get(team)
+        if q is None or d <= 0:
+            continue
+        share[team] = min(d, q.guarantee)
+        cap[team] = min(d, q.limit)
+    left = capacity - sum(share.values())
+    active = [t for t in share if cap[t] > share[t] and quotas[t].weight > 0]
+    while left > 1e-9 and active:
+        per_weight = left / sum(quotas[t].weight for t in active)
+        full = [t for t in active if share[t] + quotas[t].weight * per_weight >= cap[t]]
+        if not full:
+            for t in active:
+                share[t] += quotas[t].weight * per_weight
+            break
+        for t in full:
+            left -= cap[t] - share[t]
+            share[t] = cap[t]
+        active = [t for t in active if share[t] < cap[t]]
+    return share
+
+
+class ShareBalance:
+    """The balances of every team and flavor, advanced by the caller from one cycle to the next.
+
+    `advance(now, held, asked)` credits the time since the previous call with the state it is
+    given (what the cycle sees now stood since the last cycle): GPUs held and GPUs asked for by
+    pending jobs, per (team, flavor). Balances below 1 GPU-second are dropped.
+    """
+
+    def __init__(
+        self, teams: Sequence[Team], capacity: Mapping[str, int], half_life_seconds: float
+    ) -> None:
+        self.capacity = dict(capacity)
+        self.quotas: dict[str, dict[str, Quota]] = {
+            f: {t.id: t.quotas[f] for t in teams if f in t.quotas} for f in sorted(capacity)
+        }
+        # 1/tau; 0 keeps the whole history.
+        self.rate = math.log(2) / half_life_seconds if half_life_seconds > 0 else 0.0
+        self.balance: dict[Key, float] = {}
+        self.last: float | None = None
+
+    def advance(self, now: float, held: Mapping[Key, int], asked: Mapping[Key, int]) -> None:
+        """1. Decay every balance over the time since the last call.
+        2. Add (entitled - held) over that time, integrated under the same decay.
+        """
+        last, self.last = self.last, now
+        if last is None or now <= last:
+            return
+        dt = now - last
+        if self.rate > 0:
+            keep = math.exp(-self.rate * dt)
+            weight = (1.0 - keep) / self.rate  # the integral of the decay over dt
+        else:
+            keep, weight = 1.0, dt
+        balance = self.balance
+        if keep != 1.0:
+            for key in list(balance):
+                value = balance[key] * keep
+                if -1.0 < value < 1.0:
+                    del balance[key]
+                else:
+                    balance[key] = value
+        for flavor, quotas in self.quotas.items():
+            demand: dict[str, float] = {}
+            for team in quotas:
+                d = held.get((team, flavor), 0) + asked.get((team, flavor), 0)
+                if d > 0:
+                    demand[team] = d
+            if not demand:
+                continue
+            shares = entitled_shares(self.capacity[flavor], demand, quotas)
+            for team in demand:
+                key = (team, flavor)
+                gap = shares.get(team, 0.0) - held.get(key, 0)
+                if gap:
+                    balance[key] = balance.get(key, 0.0) + gap * weight
+
+    def snapshot(self) -> dict[Key, float]:
+        """The balances now, for `Snapshot.share_balance` (a copy: the snapshot is frozen)."""
+        return dict(self.balance)

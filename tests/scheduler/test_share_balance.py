@@ -1,0 +1,161 @@
+"""Time-based fair share (usage.py): the balances and the rules that read them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gpuqueue.scheduler.model import Policy, Quota, ReasonCode
+from gpuqueue.scheduler.usage import ShareBalance, entitled_shares
+from tests.scheduler.builders import HOUR, NOW, Case, check, nodes, pending, running, team
+
+# A team holds a GPU for a slice of an hour's worth of its GPUs before it owes enough to yield.
+SLICE = Policy().share_slice_seconds
+
+
+def crowded(**changes: object) -> dict[str, object]:
+    """Team b (guarantee 8) holds the whole cluster (two nodes, 16 single-GPU jobs that ran two
+    hours); team a (weight 0: its share is 0) waits with one 8-GPU gang submitted a minute ago;
+    team c (guarantee 8) asks for a 16-GPU gang, which is more than its share of 8."""
+    fields: dict[str, object] = {
+        "nodes": nodes(2, h100=8),
+        "teams": (team("a", weight=0.0), team("b", guarantee=8), team("c", guarantee=8)),
+        "running": tuple(
+            running(100 + i, "b", {"n1" if i < 8 else "n2": 1}, started=NOW - 2 * HOUR)
+            for i in range(16)
+        ),
+        "pending": (
+            pending(1, "a", gpus=8, submitted=NOW - 60),
+            pending(2, "c", workers=2, gpus=8),
+        ),
+    }
+    fields.update(changes)
+    return fields
+
+
+def lone_gpu(balance: float, guarantee: int = 0) -> dict[str, object]:
+    """Team a (weight 0: share 0) runs one 1-GPU job that ran two hours; team b runs 8
+    non-preemptible GPUs on n2 and 7 on n1, and asks for one more, within its share."""
+    return {
+        "nodes": nodes(2, h100=8),
+        "teams": (team("a", weight=0.0), team("b", guarantee=guarantee, limit=16)),
+        "running": (
+            running(10, "a", {"n1": 1}, started=NOW - 2 * HOUR),
+            running(11, "b", {"n1": 7}, preemptible=False),
+            running(12, "b", {"n2": 1}, gpus=8, preemptible=False),
+        ),
+        "pending": (pending(1, "b"),),
+        "balance": {("a", "h100"): balance},
+    }
+
+
+CASES = [
+    Case(
+        "a team that holds nothing and owes nothing reclaims for its first gang at once",
+        **crowded(balance={}),  # type: ignore[arg-type]
+        shares={("a", "h100"): 0},
+        preempted={i: "reclaim" for i in range(108, 116)},
+        reasons={1: ReasonCode.WAITING_FOR_PREEMPTION},
+    ),
+    Case(
+        "without a history the same gang waits its hour, as before",
+        **crowded(),  # type: ignore[arg-type]
+        preempted={},
+        reasons={1: ReasonCode.NO_CAPACITY},
+    ),
+    Case(
+        "the policy can turn time-based fair share off even with a history",
+        **crowded(balance={}),  # type: ignore[arg-type]
+        policy=Policy(time_based_share=False),
+        preempted={},
+        reasons={1: ReasonCode.NO_CAPACITY},
+    ),
+    Case(
+        "a team in debt by half a slice of its gang waits for its balance to recover",
+        **crowded(balance={("a", "h100"): -SLICE / 2 * 8 - 1}),  # type: ignore[arg-type]
+        preempted={},
+        reasons={1: ReasonCode.NO_CAPACITY},
+    ),
+    Case(
+        "a team in debt by less than half a slice of its gang still reclaims",
+        **crowded(balance={("a", "h100"): -SLICE / 2 * 8 + 1}),  # type: ignore[arg-type]
+        preempted={i: "reclaim" for i in range(108, 116)},
+    ),
+    Case(
+        "a team in debt gets no reservation after its hour either",
+        **crowded(  # type: ignore[arg-type]
+            balance={("a", "h100"): -SLICE * 8},
+            pending=(pending(1, "a", gpus=8, submitted=NOW - 2 * HOUR),),
+        ),
+        preempted={},
+        reservations={},
+    ),
+    Case(
+        "the last job of a team with no share is kept while the team is not in debt",
+        **lone_gpu(balance=-SLICE + 1),  # type: ignore[arg-type]
+        preempted={},
+    ),
+    Case(
+        "the last job of a team with no share is reclaimed once the team owes a slice of it",
+        **lone_gpu(balance=-SLICE - 1),  # type: ignore[arg-type]
+        preempted={10: "reclaim"},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_share_balance_rules(case: Case) -> None:
+    check(case)
+
+
+def test_entitled_shares_split_the_rest_by_weight_and_keep_fractions() -> None:
+    quotas = {"a": Quota(4, 10), "b": Quota(0, 10), "c": Quota(0, 10, 2.0), "d": Quota(4, 10)}
+    shares = entitled_shares(10, {"a": 6, "b": 5, "c": 5, "d": 1}, quotas)
+    # Guarantees first (a 4, d 1 of its 4); 5 left by weight: b 5/3, c 10/3; a is full at 6?
+    # No: a's weighted part is 5/4 < 2, so a 4 + 5/4, b 5/4, c 5/2.
+    assert shares["d"] == 1
+    assert math.isclose(shares["a"], 4 + 5 / 4)
+    assert math.isclose(shares["b"], 5 / 4)
+    assert math.isclose(shares["c"], 5 / 2)
+    assert math.isclose(sum(shares.values()), 10)
+
+
+def test_a_balance_grows_while_a_team_waits_and_shrinks_while_it_holds_more() -> None:
+    teams = (team("a"), team("b", guarantee=8))
+    meter = ShareBalance(teams, {"h100": 8}, half_life_seconds=0)
+    meter.advance(0, {}, {})
+    # b holds all 8 GPUs and asks for 8 more; a asks for 8: a is entitled to 4 of the 8 left
+    # above b's guarantee? No: b's guarantee is all 8, a is entitled to 0 and b to 8.
+    meter.advance(HOUR, {("b", "h100"): 8}, {("a", "h100"): 8, ("b", "h100"): 8})
+    assert meter.snapshot() == {}
+    # Without b's guarantee in the way (b asks for nothing more), a is entitled to none of
+    # b's held GPUs either: the cluster is full. Then b stops: a is entitled to 8 and holds 0.
+    meter.advance(2 * HOUR, {}, {("a", "h100"): 8})
+    assert meter.snapshot() == {("a", "h100"): 8 * HOUR}
+    meter.advance(3 * HOUR, {("a", "h100"): 8}, {("a", "h100"): 0})
+    assert meter.snapshot() == {("a", "h100"): 8 * HOUR}
+
+
+def test_a_fractional_share_against_a_whole_gpu() -> None:
+    """a (no guarantee) and b (guarantee 7) share 8 GPUs while both ask for more: a is entitled
+    to half of the one GPU above b's guarantee. Holding a whole GPU for an hour puts it half
+    an hour in debt; waiting an hour with nothing gives that back."""
+    teams = (team("a"), team("b", guarantee=7))
+    meter = ShareBalance(teams, {"h100": 8}, half_life_seconds=0)
+    meter.advance(0, {}, {})
+    meter.advance(HOUR, {("a", "h100"): 1, ("b", "h100"): 7}, {("b", "h100"): 8})
+    assert meter.snapshot()[("a", "h100")] == pytest.approx(-HOUR / 2)
+    meter.advance(2 * HOUR, {("b", "h100"): 8}, {("a", "h100"): 1, ("b", "h100"): 8})
+    assert meter.snapshot().get(("a", "h100"), 0.0) == pytest.approx(0.0)
+
+
+def test_balances_decay_with_the_half_life() -> None:
+    teams = (team("a"),)
+    meter = ShareBalance(teams, {"h100": 8}, half_life_seconds=HOUR)
+    meter.advance(0, {}, {})
+    meter.balance[("a", "h100")] = 1000.0
+    meter.advance(HOUR, {}, {})
+    assert meter.snapshot()[("a", "h100")] == pytest.approx(500.0)
+    meter.advance(20 * HOUR, {}, {})
+    assert meter.snapshot() == {}  # below a GPU-second: forgotten
