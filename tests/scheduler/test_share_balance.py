@@ -50,6 +50,22 @@ def lone_gpu(balance: float, guarantee: int = 0) -> dict[str, object]:
     }
 
 
+def borrower(balance: float, held: int = 2) -> dict[str, object]:
+    """Team a (guarantee 2, share 2) holds `held` GPUs and asks for one more; team b (guarantee
+    6, share 6) holds 4 and waits with a 4-GPU job that does not fit the 2 free GPUs."""
+    return {
+        "nodes": nodes(1, h100=8),
+        "teams": (team("a", guarantee=2), team("b", guarantee=6)),
+        "running": (
+            running(10, "a", {"n1": held}),
+            running(11, "b", {"n1": 1}, gpus=4),
+        ),
+        "pending": (pending(1, "a"), pending(2, "b", gpus=4)),
+        "balance": {("a", "h100"): balance},
+        "shares": {("a", "h100"): 2, ("b", "h100"): 6},
+    }
+
+
 CASES = [
     Case(
         "a team that holds nothing and owes nothing reclaims for its first gang at once",
@@ -92,6 +108,24 @@ CASES = [
         reservations={},
     ),
     Case(
+        "a team within a slice of its share's debt borrows free GPUs",
+        **borrower(balance=-SLICE * 2 + 1),  # type: ignore[arg-type]
+        admitted={1},
+        borrowed={1: True},
+    ),
+    Case(
+        "a team in debt by a slice of its share borrows no more, even free GPUs",
+        **borrower(balance=-SLICE * 2 - 1),  # type: ignore[arg-type]
+        admitted=set(),
+        reasons={1: ReasonCode.OVER_FAIR_SHARE},
+    ),
+    Case(
+        "a team in debt still gets GPUs within its share",
+        **borrower(balance=-SLICE * 2 - 1, held=1),  # type: ignore[arg-type]
+        admitted={1},
+        borrowed={1: False},
+    ),
+    Case(
         "the last job of a team with no share is kept while the team is not in debt",
         **lone_gpu(balance=-SLICE + 1),  # type: ignore[arg-type]
         preempted={},
@@ -112,8 +146,8 @@ def test_share_balance_rules(case: Case) -> None:
 def test_entitled_shares_split_the_rest_by_weight_and_keep_fractions() -> None:
     quotas = {"a": Quota(4, 10), "b": Quota(0, 10), "c": Quota(0, 10, 2.0), "d": Quota(4, 10)}
     shares = entitled_shares(10, {"a": 6, "b": 5, "c": 5, "d": 1}, quotas)
-    # Guarantees first (a 4, d 1 of its 4); 5 left by weight: b 5/3, c 10/3; a is full at 6?
-    # No: a's weighted part is 5/4 < 2, so a 4 + 5/4, b 5/4, c 5/2.
+    # Guarantees first (a 4, d the 1 it asks); the 5 left by weight, 5/4 a weight: a 4 + 5/4
+    # (below the 6 it asks), b 5/4, c 5/2.
     assert shares["d"] == 1
     assert math.isclose(shares["a"], 4 + 5 / 4)
     assert math.isclose(shares["b"], 5 / 4)
@@ -121,19 +155,18 @@ def test_entitled_shares_split_the_rest_by_weight_and_keep_fractions() -> None:
     assert math.isclose(sum(shares.values()), 10)
 
 
-def test_a_balance_grows_while_a_team_waits_and_shrinks_while_it_holds_more() -> None:
+def test_a_balance_grows_only_while_a_team_is_entitled_to_more_than_it_holds() -> None:
     teams = (team("a"), team("b", guarantee=8))
     meter = ShareBalance(teams, {"h100": 8}, half_life_seconds=0)
     meter.advance(0, {}, {})
-    # b holds all 8 GPUs and asks for 8 more; a asks for 8: a is entitled to 4 of the 8 left
-    # above b's guarantee? No: b's guarantee is all 8, a is entitled to 0 and b to 8.
+    # b's guarantee is the whole flavor and b asks for more than it: a is entitled to nothing.
     meter.advance(HOUR, {("b", "h100"): 8}, {("a", "h100"): 8, ("b", "h100"): 8})
     assert meter.snapshot() == {}
-    # Without b's guarantee in the way (b asks for nothing more), a is entitled to none of
-    # b's held GPUs either: the cluster is full. Then b stops: a is entitled to 8 and holds 0.
+    # b gone: a is entitled to all 8 and held none for an hour.
     meter.advance(2 * HOUR, {}, {("a", "h100"): 8})
     assert meter.snapshot() == {("a", "h100"): 8 * HOUR}
-    meter.advance(3 * HOUR, {("a", "h100"): 8}, {("a", "h100"): 0})
+    # a holds what it asks: entitled to what it holds, the balance stays.
+    meter.advance(3 * HOUR, {("a", "h100"): 8}, {})
     assert meter.snapshot() == {("a", "h100"): 8 * HOUR}
 
 
