@@ -329,15 +329,15 @@ class _Cycle:
 
     def _in_debt(self, job: PendingJob) -> bool:
         """Whether admitting `job` would take its team past its fair share while the team
-        holds Policy.share_slice_seconds x max(fair share, the job's GPUs) more than it was
-        entitled to (usage.py): borrowing then waits until the balance recovers."""
+        holds Policy.share_borrow_debt_seconds x max(fair share, the job's GPUs) more than it
+        was entitled to (usage.py): borrowing then waits until the balance recovers."""
         assert self.balance is not None
         key = (job.team, job.flavor)
         share = self.fair_share.get(key, 0)
         if self.ledger.in_use(job.team, job.flavor) + job.gpus <= share:
             return False
         debt = -self.balance.get(key, 0.0)
-        return debt > self.policy.share_slice_seconds * max(share, job.gpus)
+        return debt > self.policy.share_borrow_debt_seconds * max(share, job.gpus)
 
     def _groups(self, team: str, flavor: str) -> list[tuple[str, Quota | None]]:
         """The team and its department with their quotas for a flavor (None: no quota)."""

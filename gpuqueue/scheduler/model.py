@@ -126,6 +126,11 @@ class Policy:
     # then holds a GPU about that fraction of the time.
     time_based_share: bool = True
     share_slice_seconds: float = 3600.0
+    # And a team in debt by this many seconds of max(its fair share, the job's GPUs) borrows
+    # no more beyond its share (engine.py, step 4b): over time it gets about its share, plus
+    # this much per time constant of the balance (half-life / ln 2), instead of filling every
+    # GPU that its small jobs fit into.
+    share_borrow_debt_seconds: float = 3600.0
     # How fast a balance is forgotten: the half-life its producer (ShareBalance) decays it with.
     share_half_life_seconds: float = 86400.0
 

@@ -12,6 +12,7 @@ from tests.scheduler.builders import HOUR, NOW, Case, check, nodes, pending, run
 
 # A team holds a GPU for a slice of an hour's worth of its GPUs before it owes enough to yield.
 SLICE = Policy().share_slice_seconds
+BORROW = Policy().share_borrow_debt_seconds
 
 
 def crowded(**changes: object) -> dict[str, object]:
@@ -109,19 +110,19 @@ CASES = [
     ),
     Case(
         "a team within a slice of its share's debt borrows free GPUs",
-        **borrower(balance=-SLICE * 2 + 1),  # type: ignore[arg-type]
+        **borrower(balance=-BORROW * 2 + 1),  # type: ignore[arg-type]
         admitted={1},
         borrowed={1: True},
     ),
     Case(
         "a team in debt by a slice of its share borrows no more, even free GPUs",
-        **borrower(balance=-SLICE * 2 - 1),  # type: ignore[arg-type]
+        **borrower(balance=-BORROW * 2 - 1),  # type: ignore[arg-type]
         admitted=set(),
         reasons={1: ReasonCode.OVER_FAIR_SHARE},
     ),
     Case(
         "a team in debt still gets GPUs within its share",
-        **borrower(balance=-SLICE * 2 - 1, held=1),  # type: ignore[arg-type]
+        **borrower(balance=-BORROW * 2 - 1, held=1),  # type: ignore[arg-type]
         admitted={1},
         borrowed={1: False},
     ),
