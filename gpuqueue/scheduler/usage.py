@@ -17,7 +17,9 @@ nothing is entitled to nothing and holds nothing, so its balance only decays tow
 
 The engine reads the balances from `Snapshot.share_balance` (engine.py, ordering.py,
 preemption.py: `Policy.share_slice_seconds`); `ShareBalance` keeps them for a caller that sees
-the cluster cycle after cycle (the trace replay). Standard library only, like the engine.
+the cluster cycle after cycle: the trace replay in memory, the live cycle from the balances and
+the time it stored in PostgreSQL (gpuqueue/services/share_balance.py). Standard library only,
+like the engine.
 """
 
 from __future__ import annotations
@@ -70,11 +72,17 @@ class ShareBalance:
 
     `advance(now, held, asked)` credits the time since the previous call with the state it is
     given (what the cycle sees now stood since the last cycle): GPUs held and GPUs asked for by
-    pending jobs, per (team, flavor). Balances below 1 GPU-second are dropped.
+    pending jobs, per (team, flavor). Balances below 1 GPU-second are dropped. `balance` and
+    `last` start it from stored balances and the time they were advanced to (the live cycle).
     """
 
     def __init__(
-        self, teams: Sequence[Team], capacity: Mapping[str, int], half_life_seconds: float
+        self,
+        teams: Sequence[Team],
+        capacity: Mapping[str, int],
+        half_life_seconds: float,
+        balance: Mapping[Key, float] | None = None,
+        last: float | None = None,
     ) -> None:
         self.capacity = dict(capacity)
         self.quotas: dict[str, dict[str, Quota]] = {
@@ -82,22 +90,34 @@ class ShareBalance:
         }
         # 1/tau; 0 keeps the whole history.
         self.rate = math.log(2) / half_life_seconds if half_life_seconds > 0 else 0.0
-        self.balance: dict[Key, float] = {}
-        self.last: float | None = None
+        self.balance: dict[Key, float] = dict(balance or {})
+        self.last: float | None = last
 
-    def advance(self, now: float, held: Mapping[Key, int], asked: Mapping[Key, int]) -> None:
+    def advance(
+        self,
+        now: float,
+        held: Mapping[Key, int],
+        asked: Mapping[Key, int],
+        max_credit_seconds: float | None = None,
+    ) -> None:
         """1. Decay every balance over the time since the last call.
-        2. Add (entitled - held) over that time, integrated under the same decay.
+        2. Add (entitled - held) over that time, integrated under the same decay; with
+           `max_credit_seconds`, over at most that much of it, the most recent: a caller that
+           did not see the cluster for a while (the live cycle after its worker was down)
+           does not pretend that what it sees now stood all along. The whole gap still decays.
         """
         last, self.last = self.last, now
         if last is None or now <= last:
             return
         dt = now - last
+        credited = dt if max_credit_seconds is None else min(dt, max_credit_seconds)
         if self.rate > 0:
             keep = math.exp(-self.rate * dt)
-            weight = (1.0 - keep) / self.rate  # the integral of the decay over dt
+            # The integral of the decay over the credited part (the last `credited` seconds).
+            kept = keep if credited == dt else math.exp(-self.rate * credited)
+            weight = (1.0 - kept) / self.rate
         else:
-            keep, weight = 1.0, dt
+            keep, weight = 1.0, credited
         balance = self.balance
         if keep != 1.0:
             for key in list(balance):
@@ -124,3 +144,14 @@ class ShareBalance:
     def snapshot(self) -> dict[Key, float]:
         """The balances now, for `Snapshot.share_balance` (a copy: the snapshot is frozen)."""
         return dict(self.balance)
+
+
+def seconds_to_recover(debt: float, threshold: float, half_life_seconds: float) -> float:
+    """How long a debt of `debt` GPU-seconds takes to decay below `threshold` while the team
+    holds no more than it is entitled to (no new debt): half-lives of log2(debt / threshold).
+    0 when it is below already; math.inf when it never decays or the threshold is 0."""
+    if debt <= threshold:
+        return 0.0
+    if threshold <= 0 or half_life_seconds <= 0:
+        return math.inf
+    return half_life_seconds * math.log2(debt / threshold)

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from gpuqueue.scheduler.model import Policy, Quota, ReasonCode
-from gpuqueue.scheduler.usage import ShareBalance, entitled_shares
+from gpuqueue.scheduler.usage import ShareBalance, entitled_shares, seconds_to_recover
 from tests.scheduler.builders import HOUR, NOW, Case, check, nodes, pending, running, team
 
 # A team holds a GPU for a slice of an hour's worth of its GPUs before it owes enough to yield.
@@ -193,3 +193,39 @@ def test_balances_decay_with_the_half_life() -> None:
     assert meter.snapshot()[("a", "h100")] == pytest.approx(500.0)
     meter.advance(20 * HOUR, {}, {})
     assert meter.snapshot() == {}  # below a GPU-second: forgotten
+
+
+def test_stored_balances_resume_from_their_time() -> None:
+    """The live cycle starts from the balances and the time it stored: the same as one meter
+    that never stopped."""
+    teams = (team("a"),)
+    kept = ShareBalance(teams, {"h100": 8}, half_life_seconds=HOUR)
+    kept.advance(0, {}, {})
+    kept.advance(HOUR, {}, {("a", "h100"): 8})
+    resumed = ShareBalance(teams, {"h100": 8}, HOUR, balance=kept.snapshot(), last=HOUR)
+    kept.advance(2 * HOUR, {}, {("a", "h100"): 8})
+    resumed.advance(2 * HOUR, {}, {("a", "h100"): 8})
+    assert resumed.snapshot() == kept.snapshot()
+
+
+def test_after_a_gap_only_the_credited_interval_counts_but_the_whole_gap_decays() -> None:
+    teams = (team("a"),)
+    meter = ShareBalance(teams, {"h100": 8}, HOUR, balance={("a", "h100"): 1000.0}, last=0)
+    meter.advance(HOUR, {}, {("a", "h100"): 8}, max_credit_seconds=60)
+    rate = math.log(2) / HOUR
+    credit = 8 * (1 - math.exp(-rate * 60)) / rate  # 8 GPUs owed over the last minute only
+    assert meter.snapshot()[("a", "h100")] == pytest.approx(500.0 + credit)
+    assert credit == pytest.approx(8 * 60, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("debt", "threshold", "half_life", "wait"),
+    [
+        (100.0, 200.0, HOUR, 0.0),  # under the threshold already
+        (400.0, 100.0, HOUR, 2 * HOUR),  # two halvings
+        (400.0, 0.0, HOUR, math.inf),  # no threshold to fall under
+        (400.0, 100.0, 0.0, math.inf),  # no decay
+    ],
+)
+def test_seconds_to_recover(debt: float, threshold: float, half_life: float, wait: float) -> None:
+    assert seconds_to_recover(debt, threshold, half_life) == pytest.approx(wait)
