@@ -20,6 +20,12 @@ def _when(timestamp: Any) -> str:
     return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _gpu_hours(seconds: Any) -> str:
+    if not isinstance(seconds, int | float):
+        return "?"
+    return f"{seconds / 3600:,.1f}"
+
+
 def _scope(n: dict[str, Any]) -> str:
     return "department's" if n.get("scope") == "department" else "team's"
 
@@ -47,6 +53,21 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
         return (
             f"Non-preemptible work may only use the {_scope(n)} guarantee: {n.get('in_use')} of "
             f"{n.get('guarantee')} {flavor} GPUs in use and this job asks for {n.get('requested')}."
+        )
+    if code == "in_share_debt":
+        recovers = n.get("recovers_at")
+        when = (
+            f"It should be back under that by {_when(recovers)} if the team holds no more "
+            "than its fair share until then."
+            if isinstance(recovers, int | float)
+            else "It is not expected to fall under that."
+        )
+        return (
+            f"The team has used {_gpu_hours(n.get('debt_seconds'))} {flavor} GPU-hours more "
+            f"than its fair share lately (older use counts less and less), and a team more than "
+            f"{_gpu_hours(n.get('threshold_seconds'))} GPU-hours in debt borrows no GPUs beyond "
+            f"its fair share of {n.get('fair_share')}: {n.get('in_use')} in use and this job "
+            f"asks for {n.get('requested')}. {when}"
         )
     if code in ("no_capacity", "queued_behind_team"):
         sentence = (

@@ -33,6 +33,7 @@ from gpuqueue.scheduler.ordering import Order
 from gpuqueue.scheduler.placement import fit_gang
 from gpuqueue.scheduler.preemption import PRIORITY, VictimIndex, VictimSearch
 from gpuqueue.scheduler.starvation import Reserver
+from gpuqueue.scheduler.usage import seconds_to_recover
 
 
 def plan(snapshot: Snapshot, policy: Policy | None = None, *, explain: bool = True) -> Plan:
@@ -260,10 +261,7 @@ class _Cycle:
                 return reasons.over_limit(job, _scope(job, group), quota.limit, in_use)
         # 4b. Time-based fair share: a team that owes GPU-time borrows no more (`_in_debt`).
         if self.balance is not None and self._in_debt(job):
-            in_use = ledger.in_use(job.team, flavor)
-            return reasons.over_fair_share(
-                job, "team", self.fair_share.get((job.team, flavor), 0), in_use
-            )
+            return self._in_debt_reason(job)
         workers = job.workers
         # Steps 5-7 depend only on the flavor's ledger (its version), the gang's shape and the
         # job's max runtime (backfill): the tens of thousands of jobs queued behind the same
@@ -338,6 +336,18 @@ class _Cycle:
             return False
         debt = -self.balance.get(key, 0.0)
         return debt > self.policy.share_borrow_debt_seconds * max(share, job.gpus)
+
+    def _in_debt_reason(self, job: PendingJob) -> Reason:
+        """The numbers of `_in_debt`, and when the debt should be back under the threshold."""
+        assert self.balance is not None
+        key = (job.team, job.flavor)
+        share = self.fair_share.get(key, 0)
+        debt = -self.balance.get(key, 0.0)
+        threshold = self.policy.share_borrow_debt_seconds * max(share, job.gpus)
+        wait = seconds_to_recover(debt, threshold, self.policy.share_half_life_seconds)
+        return reasons.in_share_debt(
+            job, share, self.ledger.in_use(job.team, job.flavor), debt, threshold, self.now + wait
+        )
 
     def _groups(self, team: str, flavor: str) -> list[tuple[str, Quota | None]]:
         """The team and its department with their quotas for a flavor (None: no quota)."""

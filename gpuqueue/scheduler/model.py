@@ -159,6 +159,9 @@ class ReasonCode(str, Enum):  # noqa: UP042 -- callers compare and str() these a
     QUEUED_BEHIND_TEAM = "queued_behind_team"  # earlier jobs of the team go first
     NEVER_FITS = "never_fits"  # no node of the flavor is big enough for one worker
     RESERVED = "reserved"  # starving: holds nodes that are draining for it (see Reservation)
+    # Time-based fair share: the team used so much more than its fair share lately that it may
+    # not borrow beyond it (engine.py, step 4b; usage.py).
+    IN_SHARE_DEBT = "in_share_debt"
 
 
 @dataclass(frozen=True, slots=True)

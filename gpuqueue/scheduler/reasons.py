@@ -14,6 +14,12 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 | WAITING_FOR_PREEMPTION | flavor, workers, gpus_per_worker; job_ids: the jobs being preempted |
 | BEHIND_RESERVATION     | flavor, expected_start; job_ids: the jobs holding the reservations  |
 | RESERVED               | flavor, expected_start (math.inf when unknown), nodes               |
+| IN_SHARE_DEBT          | flavor, fair_share, in_use, requested, debt_seconds, threshold_seconds, |
+|                        | recovers_at (math.inf when never)                                   |
+
+IN_SHARE_DEBT's seconds are GPU-seconds (usage.py): `debt_seconds` the team's debt now,
+`threshold_seconds` the debt above which it borrows no more, `recovers_at` when the debt is
+expected under the threshold if the team holds no more than its fair share until then.
 """
 
 from __future__ import annotations
@@ -47,6 +53,28 @@ def over_fair_share(job: PendingJob, scope: str, guarantee: int, in_use: int) ->
             "guarantee": guarantee,
             "in_use": in_use,
             "requested": job.gpus,
+        },
+    )
+
+
+def in_share_debt(
+    job: PendingJob,
+    fair_share: int,
+    in_use: int,
+    debt_seconds: float,
+    threshold_seconds: float,
+    recovers_at: float,
+) -> Reason:
+    return Reason(
+        ReasonCode.IN_SHARE_DEBT,
+        {
+            "flavor": job.flavor,
+            "fair_share": fair_share,
+            "in_use": in_use,
+            "requested": job.gpus,
+            "debt_seconds": round(debt_seconds),
+            "threshold_seconds": round(threshold_seconds),
+            "recovers_at": recovers_at,
         },
     )
 

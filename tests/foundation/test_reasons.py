@@ -74,6 +74,36 @@ from gpuqueue.reasons import describe_reason
             },
             "The free h100 GPUs are reserved for starving job #7, expected to start at an unknown time.",
         ),
+        (
+            {
+                "code": "in_share_debt",
+                "numbers": {
+                    "flavor": "h100",
+                    "fair_share": 8,
+                    "in_use": 8,
+                    "requested": 8,
+                    "debt_seconds": 360000,
+                    "threshold_seconds": 230400,
+                    "recovers_at": 1795000000.0,
+                },
+            },
+            "The team has used 100.0 h100 GPU-hours more than its fair share lately (older use counts less and less), and a team more than 64.0 GPU-hours in debt borrows no GPUs beyond its fair share of 8: 8 in use and this job asks for 8. It should be back under that by 2026-11-18 11:06 UTC if the team holds no more than its fair share until then.",
+        ),
+        (
+            {
+                "code": "in_share_debt",
+                "numbers": {
+                    "flavor": "l4",
+                    "fair_share": 0,
+                    "in_use": 0,
+                    "requested": 1,
+                    "debt_seconds": 7200,
+                    "threshold_seconds": 0,
+                    "recovers_at": None,
+                },
+            },
+            "The team has used 2.0 l4 GPU-hours more than its fair share lately (older use counts less and less), and a team more than 0.0 GPU-hours in debt borrows no GPUs beyond its fair share of 0: 0 in use and this job asks for 1. It is not expected to fall under that.",
+        ),
         (None, "Waiting for the next admission cycle."),
     ],
 )

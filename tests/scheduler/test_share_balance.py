@@ -118,7 +118,7 @@ CASES = [
         "a team in debt by a slice of its share borrows no more, even free GPUs",
         **borrower(balance=-BORROW * 2 - 1),  # type: ignore[arg-type]
         admitted=set(),
-        reasons={1: ReasonCode.OVER_FAIR_SHARE},
+        reasons={1: ReasonCode.IN_SHARE_DEBT},
     ),
     Case(
         "a team in debt still gets GPUs within its share",
