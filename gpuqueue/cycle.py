@@ -2,13 +2,16 @@
 
 1. Lock: a PostgreSQL advisory lock held for the cycle's transaction; if another cycle holds
    it, this one does nothing (the other is doing the same work).
-2. Snapshot: flavors, nodes, teams with quotas and active jobs, in a handful of queries.
+2. Snapshot: flavors, nodes, teams with quotas and active jobs, in a handful of queries;
+   with time-based fair share (GPUQUEUE_TIME_BASED_SHARE), each team's stored balance
+   advanced to now with what the snapshot shows (services/share_balance.py).
 3. Plan: the pure engine decides admissions, preemptions and pending reasons. (Estimated
    starts come from `refresh_forecasts`, a task of its own: the forecast replays the engine
    many times and must not slow admission down.)
 4. Persist, in the same transaction: admissions and preemptions as filtered state updates
    (a row that moved since the snapshot is skipped), each with its JobEvent; reasons,
-   positions and estimated starts on pending jobs.
+   positions and estimated starts on pending jobs; the advanced balances in one upsert (a
+   cycle that fails leaves them as they were).
 5. After commit: launch the admitted jobs and signal checkpoints on the backend. Both are
    idempotent, and the cluster sync retries what a crash here left undone.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,6 +38,7 @@ from gpuqueue.models import Job
 from gpuqueue.scheduler import model as m
 from gpuqueue.scheduler.runtime import paused_gc
 from gpuqueue.services.pending import update_estimated_starts, update_pending_rows
+from gpuqueue.services.share_balance import advance_balances, load_balances, store_balances
 from gpuqueue.services.transitions import transition
 from gpuqueue.snapshot import StoredPending, load_snapshot, policy_from_settings
 from gpuqueue.states import JobState
@@ -70,9 +74,13 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         # 2. Snapshot
         stored: dict[int, StoredPending] = {}
         snapshot = load_snapshot(now, stored)
+        policy = policy_from_settings()
+        balances = None
+        if policy.time_based_share:
+            balances = advance_balances(snapshot, policy.share_half_life_seconds)
+            snapshot = replace(snapshot, share_balance=balances.snapshot())
         lap("2_snapshot")
         # 3. Plan
-        policy = policy_from_settings()
         with paused_gc():
             plan = scheduler.plan(snapshot, policy)
         lap("3_plan")
@@ -80,6 +88,8 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         admitted = _persist_admissions(plan, now)
         preempted = _persist_preemptions(plan, now)
         _persist_pending(plan, stored)
+        if balances is not None:
+            store_balances(balances, now)
         lap("4_persist")
     # 5. After commit
     backend = backend or get_backend()
@@ -197,8 +207,12 @@ def refresh_forecasts(now: datetime | None = None) -> int:
     snapshot = load_snapshot(now)
     if not snapshot.pending:
         return 0
+    policy = policy_from_settings()
+    if policy.time_based_share:
+        # The balances as the last cycle left them (read only: only the cycle advances them).
+        snapshot = replace(snapshot, share_balance=load_balances()[0])
     with paused_gc():
-        starts = scheduler.forecast(snapshot, policy_from_settings())
+        starts = scheduler.forecast(snapshot, policy)
     # Every pending job: one the snapshot missed has no forecast, which it shows already.
     stored = dict(Job.objects.filter(state=JobState.PENDING).values_list("id", "estimated_start"))
     estimates = {}

@@ -59,6 +59,32 @@ class Quota(models.Model):
         return f"{self.team}/{self.flavor}: {self.guarantee}..{self.limit} w{self.weight:g}"
 
 
+class ShareBalance(models.Model):
+    """Time-based fair share (gpuqueue/scheduler/usage.py): GPU-seconds of fair share the team
+    was entitled to less GPU-seconds it held, decayed with a half-life. Positive: it is owed;
+    negative: it is in debt. Written only by the admission cycle, every row of a cycle with the
+    same `updated_at`: the time the balances were advanced to."""
+
+    # The unique (team, flavor) index serves lookups by team: no index of its own.
+    team = models.ForeignKey(
+        Team, on_delete=models.CASCADE, related_name="share_balances", db_index=False
+    )
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="share_balances")
+    balance = models.FloatField(
+        default=0.0, help_text="GPU-seconds; positive: owed, negative: debt"
+    )
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["team__slug", "flavor__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "flavor"], name="one_share_balance_per_team"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team}/{self.flavor}: {self.balance / 3600:+.1f} GPU-h"
+
+
 class Node(models.Model):
     name = models.CharField(max_length=253, unique=True)
     # Allocatable GPUs by Kubernetes resource name: {"nvidia.com/gpu": 8}.
