@@ -1,6 +1,7 @@
 """The queue overview: per flavor and team, guarantee, limit, fair share, allocated, borrowed,
-pending. Aggregates only (no job details), so every signed-in user may read all teams: fair
-share is only meaningful next to the others'."""
+pending, and the team's time-based fair share balance (owed or in debt). Aggregates only (no
+job details), so every signed-in user may read all teams: fair share is only meaningful next
+to the others'."""
 
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ class TeamRow:
     pending_jobs: int
     running_jobs: int
     bar: QuotaBar
+    balance_gpu_hours: float | None = None
+
+    @property
+    def balance(self) -> str:
+        """The balance in words: "12.5 GPU-h owed", "3.0 GPU-h in debt", "even" or "—"."""
+        return balance_label(self.balance_gpu_hours)
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,14 @@ class FlavorOverview:
     @property
     def utilization(self) -> int:
         return round(self.allocated * 100 / self.capacity) if self.capacity else 0
+
+
+def balance_label(hours: float | None) -> str:
+    if hours is None:
+        return "—"
+    if abs(hours) < 0.05:
+        return "even"
+    return f"{abs(hours):,.1f} GPU-h {'owed' if hours > 0 else 'in debt'}"
 
 
 def borrowed_gpus(allocated: int, guarantee: int) -> int:
@@ -98,7 +113,7 @@ def demand_snapshot(usage: list[FlavorUsage], now: datetime) -> m.Snapshot:
 
 
 def queue_overview(now: datetime | None = None) -> list[FlavorOverview]:
-    """1. Usage per flavor and team (four aggregate queries).
+    """1. Usage per flavor and team, with the balances the cycle keeps (five queries).
     2. Fair shares from the engine's own water-filling over that demand, so the page shows
        the numbers the next cycle will use.
     3. Bars on one scale per flavor."""
@@ -134,6 +149,7 @@ def queue_overview(now: datetime | None = None) -> list[FlavorOverview]:
                     pending=t.pending_gpus,
                     scale=scale,
                 ),
+                balance_gpu_hours=t.share_balance_gpu_hours,
             )
             for t, share in raw
         ]

@@ -436,6 +436,11 @@ class TeamUsageSerializer(serializers.Serializer):
     guarantee = serializers.IntegerField(allow_null=True)
     limit = serializers.IntegerField(allow_null=True)
     weight = serializers.FloatField(allow_null=True)
+    share_balance_gpu_hours = serializers.FloatField(
+        allow_null=True,
+        help_text="time-based fair share: GPU-hours received less than the fair share lately, "
+        "decayed with a one-day half-life; positive: owed, negative: in debt (null: none kept)",
+    )
 
 
 class FlavorUsageSerializer(serializers.Serializer):

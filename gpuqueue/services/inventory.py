@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, F, Q, Sum
 
-from gpuqueue.models import Flavor, Job, Node, Quota
+from gpuqueue.models import Flavor, Job, Node, Quota, ShareBalance
 from gpuqueue.states import HOLDING, JobState
 
 
@@ -74,6 +74,9 @@ class TeamUsage:
     guarantee: int | None = None
     limit: int | None = None
     weight: float | None = None
+    # Time-based fair share: GPU-hours the team received less than its fair share lately,
+    # decayed (positive: owed, negative: in debt); None before any cycle kept one.
+    share_balance_gpu_hours: float | None = None
 
 
 @dataclass
@@ -89,7 +92,7 @@ class FlavorUsage:
 
 
 def usage_now() -> list[FlavorUsage]:
-    """Cluster-wide figures per flavor and team, in four queries: aggregates only, no job
+    """Cluster-wide figures per flavor and team, in five queries: aggregates only, no job
     details, so that every signed-in user may read them."""
     flavors = list(Flavor.objects.all())
     nodes = list(Node.objects.all())
@@ -131,6 +134,10 @@ def usage_now() -> list[FlavorUsage]:
     for quota in Quota.objects.select_related("team", "flavor"):
         usage = team_usage(quota.flavor.name, quota.team.slug)
         usage.guarantee, usage.limit, usage.weight = quota.guarantee, quota.limit, quota.weight
+    balances = ShareBalance.objects.values_list("team__slug", "flavor__name", "balance")
+    for team, flavor_name, balance in balances.order_by():
+        if (flavor_name, team) in per_team:  # a team with no quota nor jobs left: not shown
+            per_team[(flavor_name, team)].share_balance_gpu_hours = round(balance / 3600, 2)
     by_flavor: dict[str, list[TeamUsage]] = defaultdict(list)
     for (flavor_name, _), usage in sorted(per_team.items()):
         by_flavor[flavor_name].append(usage)

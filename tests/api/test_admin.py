@@ -130,6 +130,20 @@ def test_utilization_shows_every_teams_figures_but_no_job_details(
     assert "jobs" not in str(team_b.keys()).replace("pending_jobs", "").replace("running_jobs", "")
 
 
+def test_utilization_shows_each_teams_fair_share_balance_in_gpu_hours(api: Any, world: Any) -> None:
+    from django.utils import timezone
+
+    from gpuqueue.models import ShareBalance
+
+    ShareBalance.objects.create(
+        team=world.team_a, flavor=world.h100, balance=-9000.0, updated_at=timezone.now()
+    )
+    body = api("carol").get("/api/v1/utilization/").json()
+    teams = {t["team"]: t for t in next(u for u in body if u["flavor"] == "h100")["teams"]}
+    assert teams["team-a"]["share_balance_gpu_hours"] == -2.5  # 2.5 GPU-hours in debt
+    assert teams["team-b"]["share_balance_gpu_hours"] is None  # no cycle kept one yet
+
+
 def test_metrics_expose_queue_fair_share_counters_and_latency(
     api: Any, world: Any, submit: Any
 ) -> None:

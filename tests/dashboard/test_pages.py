@@ -130,6 +130,21 @@ def test_queue_overview_shows_fair_share_allocated_borrowed_pending(
     assert "team-a on h100: 8 allocated, 0 of them borrowed, 32 pending" in body
 
 
+def test_queue_overview_shows_each_teams_balance_owed_or_in_debt(
+    clients: Any, jobs: Any, world: Any
+) -> None:
+    from django.utils import timezone
+
+    from gpuqueue.models import ShareBalance
+
+    now = timezone.now()
+    ShareBalance.objects.create(team=world.team_a, flavor=world.h100, balance=-9000, updated_at=now)
+    ShareBalance.objects.create(team=world.team_b, flavor=world.h100, balance=45000, updated_at=now)
+    body = clients["carol"].get("/queues/").content.decode()
+    assert '<td class="balance" data-balance="-2.5">2.5 GPU-h in debt</td>' in body
+    assert '<td class="balance" data-balance="12.5">12.5 GPU-h owed</td>' in body
+
+
 def test_utilization_page_shows_chart_and_idle_iron(clients: Any, samples: Any) -> None:
     body = clients["bob"].get("/utilization/?window=hour").content.decode()
     assert '<svg class="chart"' in body and 'id="idle-iron-total"' in body
