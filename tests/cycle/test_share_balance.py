@@ -22,10 +22,11 @@ RATE = math.log(2) / Policy().share_half_life_seconds  # 1 / the balance's time 
 HOUR = 3600.0
 
 
-def hold(job: Job, now: datetime) -> None:
-    """The job runs, one worker on each of the first H100 nodes (placement: node -> workers)."""
+def hold(job: Job, now: datetime, first: int = 0) -> None:
+    """The job runs, one worker on each H100 node from the `first` (placement: node -> workers),
+    admitted an hour ago."""
     nodes = Node.objects.order_by("name").filter(name__startswith="h100-")
-    placement = {node.name: 1 for node in nodes[: job.workers]}
+    placement = {node.name: 1 for node in nodes[first : first + job.workers]}
     Job.objects.filter(pk=job.pk).update(
         state=JobState.RUNNING, admitted_at=now - timedelta(hours=1), placement=placement
     )
@@ -182,3 +183,62 @@ def test_with_the_setting_off_debt_does_not_hold_a_team_back(
 ) -> None:
     job, now = in_debt_world(world, submit, backend, debt_hours=100)
     assert run_cycle(now=now, backend=backend).admitted == [job.pk]
+
+
+def no_share_world(world: Any, submit: Any, backend: Any, b_limit: int = 32) -> datetime:
+    """team-a has no share of H100 (no guarantee, no weight): what team-b may hold (its limit)
+    is team-b's to claim."""
+    sync_cluster(backend)
+    Quota.objects.filter(team=world.team_a, flavor=world.h100).update(guarantee=0, weight=0)
+    Quota.objects.filter(team=world.team_b, flavor=world.h100).update(limit=b_limit)
+    return timezone.now()
+
+
+def test_a_team_with_no_share_gets_its_turn_at_once(world: Any, submit: Any, backend: Any) -> None:
+    # team-b holds all 32 GPUs, 8 more than its limit now allows (an admin lowered it): 8
+    # GPUs that are nobody's fair share.
+    now = no_share_world(world, submit, backend, b_limit=24)
+    held = [submit(user=world.carol, team=world.team_b, gpus_per_worker=8) for _ in range(4)]
+    for node, job in enumerate(held):
+        hold(job, now, first=node)  # team-b holds all 32 GPUs, for an hour now
+    job = submit(gpus_per_worker=8)
+
+    result = run_cycle(now=now, backend=backend)
+
+    # Not in debt and holding nothing: its oldest job goes first and reclaims a node's worth.
+    assert len(result.preempted) == 1 and result.preempted[0] in {j.pk for j in held}
+    job.refresh_from_db()
+    assert job.pending_reason["code"] == "waiting_for_preemption"
+
+
+@override_settings(GPUQUEUE_TIME_BASED_SHARE=False)
+def test_without_balances_a_team_with_no_share_waits_its_hour(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    now = no_share_world(world, submit, backend, b_limit=24)
+    for node in range(4):
+        hold(submit(user=world.carol, team=world.team_b, gpus_per_worker=8), now, first=node)
+    submit(gpus_per_worker=8)
+    assert run_cycle(now=now, backend=backend).preempted == []
+
+
+@pytest.mark.parametrize(("debt_hours", "yields"), [(7.9, False), (8.1, True)])
+def test_a_team_with_no_share_yields_its_last_job_once_it_owes_an_hour_of_it(
+    world: Any, submit: Any, backend: Any, debt_hours: float, yields: bool
+) -> None:
+    """team-a's 8-GPU job has run a while; team-b asks for its guarantee back. The job is kept
+    until team-a owes an hour of its 8 GPUs (Policy.share_slice_seconds)."""
+    now = no_share_world(world, submit, backend)
+    last = submit(gpus_per_worker=8)
+    hold(last, now)
+    for node in range(1, 4):
+        hold(submit(user=world.carol, team=world.team_b, gpus_per_worker=8), now, first=node)
+    submit(user=world.carol, team=world.team_b, gpus_per_worker=8)
+    ShareBalance.objects.create(
+        team=world.team_a,
+        flavor=world.h100,
+        balance=-debt_hours * HOUR,
+        updated_at=now - timedelta(seconds=3),
+    )
+    result = run_cycle(now=now, backend=backend)
+    assert result.preempted == ([last.pk] if yields else [])
