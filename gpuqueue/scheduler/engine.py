@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from gpuqueue.scheduler import reasons
 from gpuqueue.scheduler.fairshare import fair_shares
+from gpuqueue.scheduler.holdings import Holdings
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Admission,
@@ -35,18 +36,36 @@ from gpuqueue.scheduler.preemption import PRIORITY, VictimIndex, VictimSearch
 from gpuqueue.scheduler.starvation import Reserver
 
 
-def plan(snapshot: Snapshot, policy: Policy | None = None, *, explain: bool = True) -> Plan:
+def plan(
+    snapshot: Snapshot,
+    policy: Policy | None = None,
+    *,
+    explain: bool = True,
+    holdings: Holdings | None = None,
+) -> Plan:
     """Admit, preempt and explain: the same snapshot and policy always give the same plan.
 
     `explain=False` leaves `Plan.pending` empty, for callers that read only the decisions (the
     trace replay, the forecast): the admissions, preemptions, reservations and fair shares are
     the same, and the plan is cheaper by the reason and positions of every pending job.
+
+    `holdings`: the snapshot's running jobs (in the snapshot's order), nodes and teams already
+    counted by a caller that keeps them up to date between plans (the trace replay); the plan is
+    the same, without counting every running job again.
     """
-    return _Cycle(snapshot, policy or Policy(), explain).run()
+    if holdings is not None and len(holdings.jobs) != len(snapshot.running):
+        raise ValueError("the holdings are not the snapshot's running jobs")
+    return _Cycle(snapshot, policy or Policy(), explain, holdings).run()
 
 
 class _Cycle:
-    def __init__(self, snapshot: Snapshot, policy: Policy, explain: bool = True) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        policy: Policy,
+        explain: bool = True,
+        holdings: Holdings | None = None,
+    ) -> None:
         self.snapshot = snapshot
         self.policy = policy
         self.explain = explain
@@ -61,9 +80,16 @@ class _Cycle:
         }
         # Phase 1: the ledger (its per-team sums are the running part of the demand). Before
         # any job is counted, each flavor's free GPUs are its capacity (`capacity_by_flavor`).
-        self.ledger = Ledger(snapshot.nodes, self.chains)
-        self.capacity = {name: fl.total_free for name, fl in self.ledger.flavors.items()}
-        running = self.ledger.hold_running(snapshot.running)
+        if holdings is None:
+            self.ledger = Ledger(snapshot.nodes, self.chains)
+            self.capacity = {name: fl.total_free for name, fl in self.ledger.flavors.items()}
+            running = self.ledger.hold_running(snapshot.running)
+            victims = VictimIndex(snapshot.running)
+        else:
+            self.capacity = holdings.capacity()
+            self.ledger = holdings.ledger()
+            running = holdings.running_totals()
+            victims = holdings.victim_index()
         # Phase 2: fair shares. The pending jobs are grouped by queue (team and flavor) once,
         # for the pending part of the demand and for the order.
         self.queues: dict[tuple[str, str], list[PendingJob]] = {}
@@ -80,7 +106,7 @@ class _Cycle:
         self.fair_share = fair_shares(snapshot, self.capacity, running, asked)
         self.search = VictimSearch(
             self.ledger,
-            VictimIndex(snapshot.running),
+            victims,
             self.fair_share,
             self.chains,
             policy,

@@ -84,6 +84,7 @@ def test_the_replay_plans_without_explanations_and_gets_the_same_decisions() -> 
     from dataclasses import replace
 
     from gpuqueue.scheduler import plan
+    from gpuqueue.scheduler.holdings import Holdings
     from gpuqueue.scheduler.model import Plan, Policy, Snapshot
     from gpuqueue.sim.policies import make_policy
     from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
@@ -92,9 +93,16 @@ def test_the_replay_plans_without_explanations_and_gets_the_same_decisions() -> 
     teams = proportional_quotas(jobs, CLUSTER)
     compared: list[int] = []
 
-    def both(snapshot: Snapshot, policy: Policy | None = None, *, explain: bool = True) -> Plan:
+    def both(
+        snapshot: Snapshot,
+        policy: Policy | None = None,
+        *,
+        explain: bool = True,
+        holdings: Holdings | None = None,
+    ) -> Plan:
         assert not explain  # the replay reads only the decisions
-        lean = plan(snapshot, policy, explain=False)
+        assert holdings is not None  # and counts its running jobs as they start and stop
+        lean = plan(snapshot, policy, explain=False, holdings=holdings)
         assert lean == replace(plan(snapshot, policy), pending=())
         compared.append(len(snapshot.pending))
         return lean

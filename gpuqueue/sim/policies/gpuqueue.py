@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpuqueue.scheduler.fairshare import ClaimTuple, water_fill_tuples
+from gpuqueue.scheduler.holdings import Holdings
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot, Team
 from gpuqueue.sim.cluster import Cluster
 from gpuqueue.sim.ledger import Ledger
@@ -84,7 +85,9 @@ class GpuqueueEngine(SchedulingPolicy):
         self.nodes = cluster.engine_nodes()
         self.teams = tuple(teams)
         self.queues: dict[str, OrderedQueue[PendingJob]] = {t.id: OrderedQueue() for t in teams}
-        self.running: dict[int, RunningJob] = {}
+        # The running jobs, counted as the engine counts them, kept up to date job by job: the
+        # plan copies their ledger instead of counting every running job on every cycle.
+        self.holdings = Holdings(self.nodes, self.teams)
         self.plan_seconds = 0.0
         self.plan_max_seconds = 0.0
         self.plans = 0
@@ -136,27 +139,29 @@ class GpuqueueEngine(SchedulingPolicy):
         self.asked[(job.team, job.flavor)] -= job.gpus
         self.used[(job.team, job.flavor)] += job.gpus
         self.running_priorities[job.team][job.priority] += 1
-        self.running[job.id] = RunningJob(
-            id=job.id,
-            team=job.team,
-            user=job.user or job.team,
-            flavor=job.flavor,
-            gpus_per_worker=job.gpus_per_worker,
-            placement=run.placement_tuple(),
-            priority=job.priority,
-            preemptible=job.preemptible,
-            started_at=now,
-            expected_runtime=run.remaining if self.runtime_estimates else None,
-            min_runtime_until=now + self.engine_policy.min_runtime_seconds,
+        self.holdings.add(
+            RunningJob(
+                id=job.id,
+                team=job.team,
+                user=job.user or job.team,
+                flavor=job.flavor,
+                gpus_per_worker=job.gpus_per_worker,
+                placement=run.placement_tuple(),
+                priority=job.priority,
+                preemptible=job.preemptible,
+                started_at=now,
+                expected_runtime=run.remaining if self.runtime_estimates else None,
+                min_runtime_until=now + self.engine_policy.min_runtime_seconds,
+            )
         )
 
     def preempting(self, run: JobRun, now: float) -> None:
-        old = self.running[run.job.id]
-        self.running[run.job.id] = replace(old, preempting_since=now)
+        old = self.holdings.jobs[run.job.id]
+        self.holdings.replace(replace(old, preempting_since=now))
 
     def stopped(self, run: JobRun, now: float) -> None:
         job = run.job
-        del self.running[job.id]
+        self.holdings.remove(job.id)
         self.used[(job.team, job.flavor)] -= job.gpus
         self.running_priorities[job.team][job.priority] -= 1
         if any(self.queues.values()):
@@ -235,7 +240,7 @@ class GpuqueueEngine(SchedulingPolicy):
             now=now,
             nodes=self.nodes,
             teams=self.teams,
-            running=tuple(self.running.values()),
+            running=tuple(self.holdings.jobs.values()),
             pending=pending,
         )
 
@@ -244,7 +249,7 @@ class GpuqueueEngine(SchedulingPolicy):
         self.max_snapshot_pending = max(self.max_snapshot_pending, len(snapshot.pending))
         started = time.perf_counter()
         # Only the decisions are read: no reasons or positions for the pending jobs.
-        plan = self._plan(snapshot, self.engine_policy, explain=False)
+        plan = self._plan(snapshot, self.engine_policy, explain=False, holdings=self.holdings)
         spent = time.perf_counter() - started
         self.plan_seconds += spent
         self.plan_max_seconds = max(self.plan_max_seconds, spent)
