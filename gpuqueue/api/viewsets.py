@@ -84,13 +84,15 @@ class JobViewSet(
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         key = idempotency_key(request)
-        # A retry returns the first job before anything is re-validated: the cluster may have
-        # changed since, and the pipeline must get the job it already has.
-        earlier = previous_submission(request.user, key)
-        if earlier is not None:
-            return Response(self.get_serializer(earlier).data, status=status.HTTP_200_OK)
         submission = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
-        submission.is_valid(raise_exception=True)
+        if not submission.is_valid():
+            # A retry gets the job it already has even when its body would be refused now (the
+            # cluster or the team may have changed since). A retry that validates is answered
+            # by `submit_job`, whose insert does nothing for a used key.
+            earlier = previous_submission(request.user, key)
+            if earlier is not None:
+                return Response(self.get_serializer(earlier).data, status=status.HTTP_200_OK)
+            raise serializers.ValidationError(submission.errors)
         data = dict(submission.validated_data)
         team, flavor = data.pop("team"), data.pop("flavor")
         result = submit_job(request.user, team, flavor, data, idempotency_key=key)
