@@ -58,6 +58,53 @@ def plan(
     return _Cycle(snapshot, policy or Policy(), explain, holdings).run()
 
 
+def plan_holds_later(snapshot: Snapshot, result: Plan, later: float, policy: Policy) -> bool:
+    """Whether `plan(replace(snapshot, now=later), policy)` is certain to equal `result`, the
+    plan of `snapshot`: a caller whose snapshot changed only by the clock may keep `result`.
+
+    The plan reads the clock in these places only, each checked here for the same answer at
+    `snapshot.now` and at `later`:
+    1. the order, rule 1: a pending job starves once `now - submitted_at >= starvation_seconds`;
+    2. the victim search: a running job is out of its minimum runtime once
+       `now >= min_runtime_until` (or `started_at + min_runtime_seconds`);
+    3. the victim search, reclaim beyond a guarantee (hysteresis): a running job is taken only
+       once `started_at <= now - reclaim_min_runtime_seconds`;
+    4. the reservations (starvation.py): their expected start, the running jobs' expected ends
+       clamped to now, the checkpoint grace of jobs being preempted, a backfill job's end.
+       With every answer of 1-3 the same the plan takes the same steps, so the same jobs try
+       to reserve; `result` must have no reservation. Then each of those tries failed for a
+       reason the clock does not touch (no flavor, the reservation budget, or the gang not
+       fitting even once every running job of the flavor has ended, which counts the same
+       GPUs at any time), and fails again; no GPU is held, so backfill and "behind a
+       reservation" never come up.
+    Nothing else reads the clock (fair shares, placement, ledger and the other rules do not),
+    so every step, decision and reason of the later plan is the same.
+    """
+    now = snapshot.now
+    if later == now:
+        return True
+    if result.reservations:
+        return False
+    starving_after = policy.starvation_seconds
+    for job in snapshot.pending:
+        if (now - job.submitted_at >= starving_after) != (
+            later - job.submitted_at >= starving_after
+        ):
+            return False
+    settled_now = now - policy.reclaim_min_runtime_seconds
+    settled_later = later - policy.reclaim_min_runtime_seconds
+    min_runtime = policy.min_runtime_seconds
+    for held in snapshot.running:
+        until = held.min_runtime_until
+        if until is None:
+            until = held.started_at + min_runtime
+        if (now >= until) != (later >= until):
+            return False
+        if (held.started_at > settled_now) != (held.started_at > settled_later):
+            return False
+    return True
+
+
 class _Cycle:
     def __init__(
         self,
