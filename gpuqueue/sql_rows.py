@@ -76,10 +76,14 @@ def insert_columns(model: type[models.Model]) -> InsertColumns:
 
 
 # Django's own field classes whose `pre_save` and `get_db_prep_save` hand back a value of this
-# exact Python type unchanged (or None), except that PostgreSQL's backend wraps integers in a
-# sized type (`adapt_integerfield_value`; auto fields excepted). Exact classes only: a subclass
-# may convert. tests/foundation/test_submission_sql.py checks the shortcut against the fields.
+# exact Python type (any str, choices included) unchanged, and None as None, except that
+# PostgreSQL's backend wraps integers in a sized type (`adapt_integerfield_value`; auto fields
+# excepted). Exact classes only: a subclass may convert. tests/foundation/test_submission_sql.py
+# checks the shortcut against the fields' own path.
 _AS_IS: dict[type, type] = {
+    # Dates and JSON: only None (SQL NULL) takes the shortcut.
+    models.DateTimeField: type(None),
+    models.JSONField: type(None),
     models.CharField: str,
     models.TextField: str,
     models.BooleanField: bool,
@@ -143,7 +147,7 @@ def insert_params(obj: models.Model, *, skip: tuple[str, ...] = ()) -> list[Any]
             if value is None:
                 params.append(None)
                 continue
-            if type(value) is as_is.type:
+            if type(value) is as_is.type or (as_is.type is str and isinstance(value, str)):
                 params.append(value if as_is.adapt is None else as_is.adapt(value))
                 continue
         params.append(f.get_db_prep_save(f.pre_save(obj, True), conn))

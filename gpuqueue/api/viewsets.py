@@ -48,7 +48,8 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 
 
 def idempotency_key(request: Request) -> str | None:
-    key = request.headers.get("Idempotency-Key")
+    # From META: `request.headers` parses every header of the request on first use.
+    key = request.META.get("HTTP_IDEMPOTENCY_KEY")
     if key is None or key == "":
         return None
     if len(key) > 200 or not key.isprintable() or not key.isascii():

@@ -131,5 +131,6 @@ def test_insert_params_pass_plain_values_as_the_fields_own_conversion_would(worl
             if getattr(field, "auto_now_add", False):
                 assert isinstance(a, datetime) and isinstance(b, datetime), field.name
             else:
+                assert type(a) is type(b), field.name  # NULL and JSON null differ
                 assert unwrapped(a) == unwrapped(b), field.name
                 assert type(unwrapped(a)) is type(unwrapped(b)), field.name
