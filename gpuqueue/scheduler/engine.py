@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from gpuqueue.scheduler import reasons
 from gpuqueue.scheduler.fairshare import fair_shares
-from gpuqueue.scheduler.holdings import Holdings
+from gpuqueue.scheduler.holdings import Holdings, TeamTables
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Admission,
@@ -53,8 +53,12 @@ def plan(
     counted by a caller that keeps them up to date between plans (the trace replay); the plan is
     the same, without counting every running job again.
     """
-    if holdings is not None and len(holdings.jobs) != len(snapshot.running):
-        raise ValueError("the holdings are not the snapshot's running jobs")
+    if holdings is not None and (
+        len(holdings.jobs) != len(snapshot.running)
+        or holdings.nodes != snapshot.nodes
+        or holdings.teams != snapshot.teams
+    ):
+        raise ValueError("the holdings are not the snapshot's running jobs, nodes and teams")
     return _Cycle(snapshot, policy or Policy(), explain, holdings).run()
 
 
@@ -117,14 +121,12 @@ class _Cycle:
         self.policy = policy
         self.explain = explain
         self.now = snapshot.now
-        teams = {t.id: t for t in snapshot.teams}
-        self.chains: dict[str, tuple[str, ...]] = {
-            t.id: (t.id, t.parent) if t.parent is not None and t.parent in teams else (t.id,)
-            for t in snapshot.teams
-        }
-        self.quotas: dict[tuple[str, str], Quota] = {
-            (t.id, flavor): quota for t in snapshot.teams for flavor, quota in t.quotas.items()
-        }
+        # The teams' tables (chains, quotas, weights, guarantees) depend on the teams only: the
+        # holdings keep them between plans.
+        tables = TeamTables(snapshot.teams) if holdings is None else holdings.tables
+        self.tables = tables
+        self.chains: dict[str, tuple[str, ...]] = tables.chains
+        self.quotas: dict[tuple[str, str], Quota] = tables.quotas
         # Phase 1: the ledger (its per-team sums are the running part of the demand). Before
         # any job is counted, each flavor's free GPUs are its capacity (`capacity_by_flavor`).
         if holdings is None:
@@ -158,7 +160,7 @@ class _Cycle:
             self.chains,
             policy,
             self.now,
-            {key: quota.guarantee for key, quota in self.quotas.items()},
+            tables.guarantees,
         )
         self.reserver = Reserver(self.ledger, snapshot.nodes, snapshot.running, policy, self.now)
         self.admissions: list[Admission] = []
@@ -173,19 +175,18 @@ class _Cycle:
         self.starving: set[int] = set()  # ids of the starving jobs
         self._behind: dict[str, tuple[int, Reason]] = {}
         self._blocked: dict[tuple[str, int, int, float | None], tuple[int, Reason]] = {}
-        self._group_cache: dict[tuple[str, str], list[tuple[str, Quota | None]]] = {}
+        self._group_cache = tables.groups
         # Kinds of job that fell through to step 11 of `_consider`: the ledger stamp they did
         # so at, and the numbers of their reason (workers that fit, free GPUs).
         self._waits: dict[WaitKind, tuple[int, int, int]] = {}
 
     def run(self) -> Plan:
         # Phase 3: the order.
-        weights = {key: quota.weight for key, quota in self.quotas.items()}
         self.order = Order(
             self.snapshot,
             self.ledger,
             self.fair_share,
-            weights,
+            self.tables.weights,
             self.policy.starvation_seconds,
             self.policy.min_one_job,
             self.queues,
@@ -204,18 +205,8 @@ class _Cycle:
         team_counts: dict[str, int] = {}
         for job in self.order:
             if job.id not in starving:
-                # _wait_kind(job), inlined: this line runs for every pending job.
-                hit = waits.get(
-                    (
-                        job.team,
-                        job.flavor,
-                        job.workers,
-                        job.gpus_per_worker,
-                        job.priority,
-                        job.preemptible,
-                        job.max_runtime,
-                    )
-                )
+                # _wait_kind(job), made with the job: this line runs for every pending job.
+                hit = waits.get(job.kind)
                 if hit is not None and hit[0] == ledger.stamp:
                     if not explain:
                         continue  # the count of jobs waiting ahead only feeds the reason
@@ -266,19 +257,26 @@ class _Cycle:
         """
         if job.id in self.starving:
             return self._decide(job)
-        kind = _wait_kind(job)
+        kind = job.kind
         stamp = self.ledger.stamp
         hit = self._waits.get(kind)
         if hit is not None and hit[0] == stamp:
             return self._no_capacity(job)
         reason = self._decide(job)
         if reason is not None and reason.code in _WAITS and self.ledger.stamp == stamp:
-            fl = self.ledger.flavors[job.flavor]
-            self._waits[kind] = (stamp, fl.fit_count(job.gpus_per_worker, "", None), fl.total_free)
+            if self.explain:
+                fl = self.ledger.flavors[job.flavor]
+                free = fl.total_free
+                self._waits[kind] = (stamp, fl.fit_count(job.gpus_per_worker, "", None), free)
+            else:
+                self._waits[kind] = (stamp, 0, 0)  # the numbers only feed reasons
         return reason
 
     def _no_capacity(self, job: PendingJob) -> Reason:
-        """Step 11 of `_consider`."""
+        """Step 11 of `_consider`. Without explanations every job that waits gets one shared
+        reason with no numbers (nobody reads it: `Plan.pending` stays empty)."""
+        if not self.explain:
+            return _NO_CAPACITY
         fl = self.ledger.flavors[job.flavor]
         key = (job.team, job.flavor)
         ahead = self.waiting_in_team.get(key, 0)
@@ -478,6 +476,7 @@ class _Cycle:
 
 WaitKind = tuple[str, str, int, int, int, bool, float | None]
 _WAITS = (ReasonCode.NO_CAPACITY, ReasonCode.QUEUED_BEHIND_TEAM)
+_NO_CAPACITY = Reason(ReasonCode.NO_CAPACITY)
 
 
 def _wait_kind(job: PendingJob) -> WaitKind:
