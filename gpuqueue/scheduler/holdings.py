@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import TypeVar
 
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
-from gpuqueue.scheduler.model import Node, RunningJob, Team
+from gpuqueue.scheduler.model import Node, Quota, RunningJob, Team
 from gpuqueue.scheduler.preemption import VictimIndex, victim_key
 
 K = TypeVar("K")
@@ -26,6 +26,25 @@ def team_chains(teams: Iterable[Team]) -> dict[str, tuple[str, ...]]:
         t.id: (t.id, t.parent) if t.parent is not None and t.parent in ids else (t.id,)
         for t in teams
     }
+
+
+class TeamTables:
+    """What a plan reads of the teams, by key: made once per plan, or once for all the plans
+    of one set of teams (`Holdings.tables`). Nothing here changes during a plan."""
+
+    __slots__ = ("chains", "groups", "guarantees", "quotas", "weights")
+
+    def __init__(self, teams: Iterable[Team]) -> None:
+        teams = tuple(teams)
+        self.chains = team_chains(teams)
+        self.quotas: dict[tuple[str, str], Quota] = {
+            (t.id, flavor): quota for t in teams for flavor, quota in t.quotas.items()
+        }
+        self.weights = {key: quota.weight for key, quota in self.quotas.items()}
+        self.guarantees = {key: quota.guarantee for key, quota in self.quotas.items()}
+        # (team, flavor) -> the team and its department with their quotas (None: no quota),
+        # filled as plans ask (engine._Cycle._groups).
+        self.groups: dict[tuple[str, str], list[tuple[str, Quota | None]]] = {}
 
 
 def _bump(table: dict[K, int], key: K, delta: int) -> None:
@@ -54,7 +73,9 @@ class Holdings:
 
     def __init__(self, nodes: tuple[Node, ...], teams: Iterable[Team]) -> None:
         self.nodes = nodes
-        self.chains = team_chains(teams)
+        self.teams = tuple(teams)
+        self.tables = TeamTables(self.teams)
+        self.chains = self.tables.chains
         self.jobs: dict[int, RunningJob] = {}
         self._seq: dict[int, int] = {}  # job id -> its place in the order (grows with each add)
         self._next = 0
