@@ -8,6 +8,7 @@ capacity of jobs being preempted, or GPUs a reservation holds that a backfill jo
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from operator import itemgetter
 
 from gpuqueue.scheduler.ledger import FlavorLedger
 from gpuqueue.scheduler.model import Placement, PlacementStrategy
@@ -48,7 +49,8 @@ def fit_on(
         # _spread: the emptiest nodes first (by count, largest first, then name).
         room: list[tuple[str, int]] = []
         capacity = 0
-        for node, count in sorted(avail.items(), key=_by_count_down_then_name):
+        # By name, then (a stable sort) by count, largest first.
+        for node, count in sorted(sorted(avail.items()), key=_COUNT, reverse=True):
             per_node = count // g
             if per_node <= 0:
                 break
@@ -70,7 +72,7 @@ def fit_on(
         return tuple(sorted(chosen.items()))
     # _binpack: the fullest single node that holds the gang, else the fullest nodes in turn.
     need = workers * g
-    ordered = sorted(avail.items(), key=_by_count_then_name)
+    ordered = sorted(avail.items(), key=_COUNT_THEN_NAME)
     for node, count in ordered:
         if count >= need:
             return ((node, workers),)
@@ -88,12 +90,8 @@ def fit_on(
     return None
 
 
-def _by_count_then_name(item: tuple[str, int]) -> tuple[int, str]:
-    return (item[1], item[0])
-
-
-def _by_count_down_then_name(item: tuple[str, int]) -> tuple[int, str]:
-    return (-item[1], item[0])
+_COUNT = itemgetter(1)  # of a (node, GPUs) pair
+_COUNT_THEN_NAME = itemgetter(1, 0)
 
 
 class _View:
