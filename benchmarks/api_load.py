@@ -295,7 +295,7 @@ end
 def run_wrk(base: str, token: str, args: argparse.Namespace, seconds: float) -> dict[str, float]:
     """The same load from wrk (a C client: about a tenth of the Python client's CPU per
     request, which runs on the same two cores as the service). --threads is its connection
-    count; it uses two threads of its own."""
+    count; it uses two threads of its own (one for a single connection)."""
     script = Path(tempfile.mkstemp(suffix=".lua", prefix="gq-wrk-")[1])
     script.write_text(WRK_SCRIPT)
     body = {**submission(args)}
@@ -305,7 +305,7 @@ def run_wrk(base: str, token: str, args: argparse.Namespace, seconds: float) -> 
             [
                 "wrk",
                 "-t",
-                "2",
+                str(min(2, args.threads)),
                 "-c",
                 str(args.threads),
                 "-d",
