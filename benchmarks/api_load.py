@@ -12,7 +12,9 @@
    Idempotency-Key over a connection it keeps open, as a pipeline's HTTP session does
    (--no-keep-alive: a new connection per request). Latency is measured at the client, end
    to end.
-4. Print throughput, p50/p90/p99/max and statuses; stop the service.
+4. Print throughput, p50/p90/p99/max and statuses, and (embedded, on Linux) the CPU each part
+   of the service used per submission, read from /proc: unlike throughput, that does not move
+   when something else shares the machine; stop the service.
 
 The target (issue 5) is >= 300 submissions/s with p99 <= 100 ms on a 2-core machine. The client
 runs on the same cores as the service, PostgreSQL and Redis, so the numbers are a lower bound.
@@ -156,10 +158,8 @@ def wait_for_nodes(base: str, token: str, flavor: str) -> None:
     raise SystemExit(f"no node of flavor {flavor} became known")
 
 
-def run_load(
-    base: str, token: str, args: argparse.Namespace, seconds: float
-) -> tuple[list[float], dict[int, int], float]:
-    job = {
+def submission(args: argparse.Namespace) -> dict[str, object]:
+    job: dict[str, object] = {
         "flavor": args.flavor,
         "image": "ghcr.io/acme/train:1",
         "name": "bench",
@@ -169,6 +169,13 @@ def run_load(
     }
     if args.team:
         job["team"] = args.team
+    return job
+
+
+def run_load(
+    base: str, token: str, args: argparse.Namespace, seconds: float
+) -> tuple[list[float], dict[int, int], float]:
+    job = submission(args)
     latencies: list[float] = []
     statuses: dict[int, int] = {}
     lock = threading.Lock()
@@ -215,6 +222,118 @@ def run_load(
     return latencies, statuses, time.monotonic() - began
 
 
+def _proc_stats() -> dict[int, tuple[int, int, float, str]]:
+    """pid -> (parent pid, session id, CPU seconds used, command line), for every process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        cpu = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        found[int(entry)] = (int(fields[1]), int(fields[3]), cpu, cmdline)
+    return found
+
+
+PARTS = (("granian", "web"), ("postgres", "PostgreSQL"), ("redis", "Redis"), ("celery", "Celery"))
+
+
+def service_cpu(service_pid: int, data_dir: Path) -> dict[str, float]:
+    """CPU seconds used so far by the service's processes, by part: its session (the launcher
+    starts one) and the embedded PostgreSQL (which leaves the session), with their children.
+    Processes that have exited are not counted: read it before and after, while they run."""
+    stats = _proc_stats()
+    ours = {pid for pid, (_, sid, _, cmd) in stats.items() if sid == service_pid}
+    ours |= {pid for pid, (_, _, _, cmd) in stats.items() if str(data_dir) in cmd}
+    grew = True
+    while grew:
+        children = {pid for pid, (ppid, *_) in stats.items() if ppid in ours} - ours
+        ours |= children
+        grew = bool(children)
+    parts: dict[str, float] = {}
+    for pid in ours:
+        cmd = stats[pid][3]
+        part = next((name for key, name in PARTS if key in cmd), "other")
+        parts[part] = parts.get(part, 0.0) + stats[pid][2]
+    return parts
+
+
+# wrk's Lua hooks: a POST with its own Idempotency-Key each time, and a JSON summary at the end
+# (latencies in microseconds; "non_2xx" is wrk's count of statuses above 399).
+WRK_SCRIPT = """
+local counter = 0
+local prefix = tostring(math.random(1, 1e9))
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer " .. os.getenv("GQ_TOKEN")
+wrk.body = os.getenv("GQ_BODY")
+function setup(thread) thread:set("id", tostring(math.random(1, 1e9))) end
+function request()
+  counter = counter + 1
+  local headers = {}
+  for name, value in pairs(wrk.headers) do headers[name] = value end
+  headers["Idempotency-Key"] = prefix .. "-" .. id .. "-" .. counter
+  return wrk.format(nil, nil, headers)
+end
+function done(summary, latency, requests)
+  io.write(string.format(
+    '{"requests": %d, "duration_us": %d, "p50": %d, "p90": %d, "p99": %d, "max": %d, '
+    .. '"mean": %.1f, "errors": %d, "non_2xx": %d}\\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), latency.max, latency.mean,
+    summary.errors.connect + summary.errors.read + summary.errors.write
+      + summary.errors.timeout, summary.errors.status))
+end
+"""
+
+
+def run_wrk(base: str, token: str, args: argparse.Namespace, seconds: float) -> dict[str, float]:
+    """The same load from wrk (a C client: about a tenth of the Python client's CPU per
+    request, which runs on the same two cores as the service). --threads is its connection
+    count; it uses two threads of its own (one for a single connection)."""
+    script = Path(tempfile.mkstemp(suffix=".lua", prefix="gq-wrk-")[1])
+    script.write_text(WRK_SCRIPT)
+    body = {**submission(args)}
+    env = dict(os.environ, GQ_TOKEN=token, GQ_BODY=json.dumps(body))
+    try:
+        out = subprocess.run(
+            [
+                "wrk",
+                "-t",
+                str(min(2, args.threads)),
+                "-c",
+                str(args.threads),
+                "-d",
+                f"{max(1, round(seconds))}s",  # whole seconds only
+                "--timeout",
+                "30s",
+                "-s",
+                str(script),
+                f"{base}/api/v1/jobs/",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        script.unlink()
+    if out.returncode != 0:
+        raise SystemExit(f"wrk failed: {out.stderr or out.stdout}")
+    out = out.stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def client_seconds() -> float:
+    """CPU used by this process and the children it waited for (wrk)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
@@ -235,6 +354,13 @@ def main() -> None:
         "--web-threads", type=int, default=None, help="threads per web worker (embedded)"
     )
     parser.add_argument(
+        "--client",
+        choices=("python", "wrk"),
+        default="python",
+        help="python: threads of http.client (default); wrk: the C load generator "
+        "(apt-get install wrk), whose own CPU use is about a tenth",
+    )
+    parser.add_argument(
         "--keep-alive",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -252,24 +378,48 @@ def main() -> None:
         service, base, token, data_dir = start_service(args)
     try:
         wait_for_nodes(base, token, args.flavor)
-        run_load(base, token, args, args.warmup)
-        latencies, statuses, elapsed = run_load(base, token, args, args.seconds)
-        ok = sum(v for k, v in statuses.items() if k in (200, 201))
+        measure_cpu = service is not None and Path("/proc/self/stat").exists()
+        if args.client == "wrk":
+            run_wrk(base, token, args, args.warmup)
+        else:
+            run_load(base, token, args, args.warmup)
+        if measure_cpu:
+            cpu_before, client_before = service_cpu(service.pid, data_dir), client_seconds()
+        if args.client == "wrk":
+            result = run_wrk(base, token, args, args.seconds)
+            elapsed = result["duration_us"] / 1e6
+            ok = result["requests"] - result["non_2xx"] - result["errors"]
+            submitted, statuses = result["requests"], {"4xx/5xx": result["non_2xx"]}
+            us = {k: result[k] / 1000 for k in ("p50", "p90", "p99", "max", "mean")}
+        else:
+            latencies, counts, elapsed = run_load(base, token, args, args.seconds)
+            ok = sum(v for k, v in counts.items() if k in (200, 201))
+            submitted, statuses = len(latencies), dict(sorted(counts.items()))
+            us = {f"p{p}": percentile(latencies, p) * 1000 for p in (50, 90, 99)}
+            us |= {"max": max(latencies) * 1000, "mean": statistics.fmean(latencies) * 1000}
+        if measure_cpu:
+            cpu_after, client_after = service_cpu(service.pid, data_dir), client_seconds()
+        who = "connections (wrk)" if args.client == "wrk" else "submitters"
+        kept = args.keep_alive or args.client == "wrk"
         print(
-            f"api_load: {args.threads} submitters, {elapsed:.1f} s, {os.cpu_count()} CPUs "
+            f"api_load: {args.threads} {who}, {elapsed:.1f} s, {os.cpu_count()} CPUs "
             f"(client, web, PostgreSQL, Redis, Celery on the same machine), "
-            f"connections {'kept open' if args.keep_alive else 'one per request'}"
+            f"connections {'kept open' if kept else 'one per request'}"
         )
-        print(
-            f"  submissions: {len(latencies)}  ok: {ok}  statuses: {dict(sorted(statuses.items()))}"
-        )
+        print(f"  submissions: {submitted}  ok: {ok}  statuses: {statuses}")
         print(f"  throughput:  {ok / elapsed:.1f} submissions/s")
         print(
-            f"  latency ms:  p50 {percentile(latencies, 50) * 1000:.1f}  "
-            f"p90 {percentile(latencies, 90) * 1000:.1f}  "
-            f"p99 {percentile(latencies, 99) * 1000:.1f}  "
-            f"max {max(latencies) * 1000:.1f}  mean {statistics.fmean(latencies) * 1000:.1f}"
+            f"  latency ms:  p50 {us['p50']:.1f}  p90 {us['p90']:.1f}  p99 {us['p99']:.1f}  "
+            f"max {us['max']:.1f}  mean {us['mean']:.1f}"
         )
+        if measure_cpu and ok:
+            used = {p: cpu_after[p] - cpu_before.get(p, 0.0) for p in cpu_after}
+            used["client"] = client_after - client_before
+            print(
+                "  CPU ms per submission: "
+                + "  ".join(f"{p} {v / ok * 1000:.2f}" for p, v in sorted(used.items()))
+                + f"  (all {sum(used.values()) / ok * 1000:.2f})"
+            )
         try:
             load = os.getloadavg()
             print(f"  load average during the run: {load[0]:.2f} (1 min)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -125,8 +126,18 @@ def main(argv: list[str] | None = None) -> int:
         }
         for name, command in commands.items():
             # Own session: Ctrl-C reaches only the launcher, which then stops children in order.
+            nice = background_nice() if name in BACKGROUND else 0
             children.append(
-                (name, subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True))
+                (
+                    name,
+                    subprocess.Popen(
+                        command,
+                        cwd=ROOT,
+                        env=env,
+                        start_new_session=True,
+                        preexec_fn=functools.partial(os.nice, nice) if nice else None,
+                    ),
+                )
             )
         # 4. Watch
         print(_banner(args.host, args.port, seeded), flush=True)
@@ -145,6 +156,22 @@ def main(argv: list[str] | None = None) -> int:
         if postgres is not None:
             postgres.stop()
         print("gpuqueue stopped", flush=True)
+
+
+# The admission cycle's processes yield the CPU to the web server when both want it: on a
+# machine where they share cores (the embedded service), a cycle over thousands of pending jobs
+# otherwise stalls API requests behind it. They still get their share; they only wait their
+# turn. docs/api.md#load has the numbers.
+BACKGROUND = ("worker", "beat")
+DEFAULT_BACKGROUND_NICE = 5
+
+
+def background_nice() -> int:
+    """The nice increment for BACKGROUND processes (GPUQUEUE_BACKGROUND_NICE, 0 to 19)."""
+    value = int(os.environ.get("GPUQUEUE_BACKGROUND_NICE", DEFAULT_BACKGROUND_NICE))
+    if not 0 <= value <= 19:
+        raise SystemExit(f"GPUQUEUE_BACKGROUND_NICE must be 0 to 19, not {value}")
+    return value
 
 
 def _stop_children(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:

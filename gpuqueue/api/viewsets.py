@@ -48,7 +48,8 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 
 
 def idempotency_key(request: Request) -> str | None:
-    key = request.headers.get("Idempotency-Key")
+    # From META: `request.headers` parses every header of the request on first use.
+    key = request.META.get("HTTP_IDEMPOTENCY_KEY")
     if key is None or key == "":
         return None
     if len(key) > 200 or not key.isprintable() or not key.isascii():
@@ -84,13 +85,15 @@ class JobViewSet(
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         key = idempotency_key(request)
-        # A retry returns the first job before anything is re-validated: the cluster may have
-        # changed since, and the pipeline must get the job it already has.
-        earlier = previous_submission(request.user, key)
-        if earlier is not None:
-            return Response(self.get_serializer(earlier).data, status=status.HTTP_200_OK)
         submission = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
-        submission.is_valid(raise_exception=True)
+        if not submission.is_valid():
+            # A retry gets the job it already has even when its body would be refused now (the
+            # cluster or the team may have changed since). A retry that validates is answered
+            # by `submit_job`, whose insert does nothing for a used key.
+            earlier = previous_submission(request.user, key)
+            if earlier is not None:
+                return Response(self.get_serializer(earlier).data, status=status.HTTP_200_OK)
+            raise serializers.ValidationError(submission.errors)
         data = dict(submission.validated_data)
         team, flavor = data.pop("team"), data.pop("flavor")
         result = submit_job(request.user, team, flavor, data, idempotency_key=key)

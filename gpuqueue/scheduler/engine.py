@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from gpuqueue.scheduler import reasons
 from gpuqueue.scheduler.fairshare import fair_shares
+from gpuqueue.scheduler.holdings import Holdings, TeamTables
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Admission,
@@ -36,37 +37,111 @@ from gpuqueue.scheduler.starvation import Reserver
 from gpuqueue.scheduler.usage import seconds_to_recover
 
 
-def plan(snapshot: Snapshot, policy: Policy | None = None, *, explain: bool = True) -> Plan:
+def plan(
+    snapshot: Snapshot,
+    policy: Policy | None = None,
+    *,
+    explain: bool = True,
+    holdings: Holdings | None = None,
+) -> Plan:
     """Admit, preempt and explain: the same snapshot and policy always give the same plan.
 
     `explain=False` leaves `Plan.pending` empty, for callers that read only the decisions (the
     trace replay, the forecast): the admissions, preemptions, reservations and fair shares are
     the same, and the plan is cheaper by the reason and positions of every pending job.
+
+    `holdings`: the snapshot's running jobs (in the snapshot's order), nodes and teams already
+    counted by a caller that keeps them up to date between plans (the trace replay); the plan is
+    the same, without counting every running job again.
     """
-    return _Cycle(snapshot, policy or Policy(), explain).run()
+    if holdings is not None and (
+        len(holdings.jobs) != len(snapshot.running)
+        or holdings.nodes != snapshot.nodes
+        or holdings.teams != snapshot.teams
+    ):
+        raise ValueError("the holdings are not the snapshot's running jobs, nodes and teams")
+    return _Cycle(snapshot, policy or Policy(), explain, holdings).run()
+
+
+def plan_holds_later(snapshot: Snapshot, result: Plan, later: float, policy: Policy) -> bool:
+    """Whether `plan(replace(snapshot, now=later), policy)` is certain to equal `result`, the
+    plan of `snapshot`: a caller whose snapshot changed only by the clock may keep `result`.
+
+    The plan reads the clock in these places only, each checked here for the same answer at
+    `snapshot.now` and at `later`:
+    1. the order, rule 1: a pending job starves once `now - submitted_at >= starvation_seconds`;
+    2. the victim search: a running job is out of its minimum runtime once
+       `now >= min_runtime_until` (or `started_at + min_runtime_seconds`);
+    3. the victim search, reclaim beyond a guarantee (hysteresis): a running job is taken only
+       once `started_at <= now - reclaim_min_runtime_seconds`;
+    4. the reservations (starvation.py): their expected start, the running jobs' expected ends
+       clamped to now, the checkpoint grace of jobs being preempted, a backfill job's end.
+       With every answer of 1-3 the same the plan takes the same steps, so the same jobs try
+       to reserve; `result` must have no reservation. Then each of those tries failed for a
+       reason the clock does not touch (no flavor, the reservation budget, or the gang not
+       fitting even once every running job of the flavor has ended, which counts the same
+       GPUs at any time), and fails again; no GPU is held, so backfill and "behind a
+       reservation" never come up.
+    Nothing else reads the clock (fair shares, placement, ledger and the other rules do not),
+    so every step, decision and reason of the later plan is the same.
+    """
+    now = snapshot.now
+    if later == now:
+        return True
+    if result.reservations:
+        return False
+    starving_after = policy.starvation_seconds
+    for job in snapshot.pending:
+        if (now - job.submitted_at >= starving_after) != (
+            later - job.submitted_at >= starving_after
+        ):
+            return False
+    settled_now = now - policy.reclaim_min_runtime_seconds
+    settled_later = later - policy.reclaim_min_runtime_seconds
+    min_runtime = policy.min_runtime_seconds
+    for held in snapshot.running:
+        until = held.min_runtime_until
+        if until is None:
+            until = held.started_at + min_runtime
+        if (now >= until) != (later >= until):
+            return False
+        if (held.started_at > settled_now) != (held.started_at > settled_later):
+            return False
+    return True
 
 
 class _Cycle:
-    def __init__(self, snapshot: Snapshot, policy: Policy, explain: bool = True) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        policy: Policy,
+        explain: bool = True,
+        holdings: Holdings | None = None,
+    ) -> None:
         self.snapshot = snapshot
         self.policy = policy
         self.explain = explain
         self.now = snapshot.now
-        teams = {t.id: t for t in snapshot.teams}
-        self.chains: dict[str, tuple[str, ...]] = {
-            t.id: (t.id, t.parent) if t.parent is not None and t.parent in teams else (t.id,)
-            for t in snapshot.teams
-        }
+        # The teams' tables (chains, quotas, weights, guarantees) depend on the teams only: the
+        # holdings keep them between plans.
+        tables = TeamTables(snapshot.teams) if holdings is None else holdings.tables
+        self.tables = tables
+        self.chains: dict[str, tuple[str, ...]] = tables.chains
+        self.quotas: dict[tuple[str, str], Quota] = tables.quotas
         # Time-based fair share needs the history (usage.py) and the policy's consent.
         self.balance = snapshot.share_balance if policy.time_based_share else None
-        self.quotas: dict[tuple[str, str], Quota] = {
-            (t.id, flavor): quota for t in snapshot.teams for flavor, quota in t.quotas.items()
-        }
         # Phase 1: the ledger (its per-team sums are the running part of the demand). Before
         # any job is counted, each flavor's free GPUs are its capacity (`capacity_by_flavor`).
-        self.ledger = Ledger(snapshot.nodes, self.chains)
-        self.capacity = {name: fl.total_free for name, fl in self.ledger.flavors.items()}
-        running = self.ledger.hold_running(snapshot.running)
+        if holdings is None:
+            self.ledger = Ledger(snapshot.nodes, self.chains)
+            self.capacity = {name: fl.total_free for name, fl in self.ledger.flavors.items()}
+            running = self.ledger.hold_running(snapshot.running)
+            victims = VictimIndex(snapshot.running)
+        else:
+            self.capacity = holdings.capacity()
+            self.ledger = holdings.ledger()
+            running = holdings.running_totals()
+            victims = holdings.victim_index()
         # Phase 2: fair shares. The pending jobs are grouped by queue (team and flavor) once,
         # for the pending part of the demand and for the order.
         self.queues: dict[tuple[str, str], list[PendingJob]] = {}
@@ -83,12 +158,12 @@ class _Cycle:
         self.fair_share = fair_shares(snapshot, self.capacity, running, asked)
         self.search = VictimSearch(
             self.ledger,
-            VictimIndex(snapshot.running),
+            victims,
             self.fair_share,
             self.chains,
             policy,
             self.now,
-            {key: quota.guarantee for key, quota in self.quotas.items()},
+            tables.guarantees,
             self.balance,
         )
         self.reserver = Reserver(self.ledger, snapshot.nodes, snapshot.running, policy, self.now)
@@ -105,19 +180,18 @@ class _Cycle:
         self.owed: set[int] = set()  # of them, the first jobs of owed teams (ordering.py)
         self._behind: dict[str, tuple[int, Reason]] = {}
         self._blocked: dict[tuple[str, int, int, float | None], tuple[int, Reason]] = {}
-        self._group_cache: dict[tuple[str, str], list[tuple[str, Quota | None]]] = {}
+        self._group_cache = tables.groups
         # Kinds of job that fell through to step 11 of `_consider`: the ledger stamp they did
         # so at, and the numbers of their reason (workers that fit, free GPUs).
         self._waits: dict[WaitKind, tuple[int, int, int]] = {}
 
     def run(self) -> Plan:
         # Phase 3: the order.
-        weights = {key: quota.weight for key, quota in self.quotas.items()}
         self.order = Order(
             self.snapshot,
             self.ledger,
             self.fair_share,
-            weights,
+            self.tables.weights,
             self.policy.starvation_seconds,
             self.policy.min_one_job,
             self.queues,
@@ -139,18 +213,8 @@ class _Cycle:
         team_counts: dict[str, int] = {}
         for job in self.order:
             if job.id not in starving:
-                # _wait_kind(job), inlined: this line runs for every pending job.
-                hit = waits.get(
-                    (
-                        job.team,
-                        job.flavor,
-                        job.workers,
-                        job.gpus_per_worker,
-                        job.priority,
-                        job.preemptible,
-                        job.max_runtime,
-                    )
-                )
+                # _wait_kind(job), made with the job: this line runs for every pending job.
+                hit = waits.get(job.kind)
                 if hit is not None and hit[0] == ledger.stamp:
                     if not explain:
                         continue  # the count of jobs waiting ahead only feeds the reason
@@ -201,19 +265,26 @@ class _Cycle:
         """
         if job.id in self.starving:
             return self._decide(job)
-        kind = _wait_kind(job)
+        kind = job.kind
         stamp = self.ledger.stamp
         hit = self._waits.get(kind)
         if hit is not None and hit[0] == stamp:
             return self._no_capacity(job)
         reason = self._decide(job)
         if reason is not None and reason.code in _WAITS and self.ledger.stamp == stamp:
-            fl = self.ledger.flavors[job.flavor]
-            self._waits[kind] = (stamp, fl.fit_count(job.gpus_per_worker, "", None), fl.total_free)
+            if self.explain:
+                fl = self.ledger.flavors[job.flavor]
+                free = fl.total_free
+                self._waits[kind] = (stamp, fl.fit_count(job.gpus_per_worker, "", None), free)
+            else:
+                self._waits[kind] = (stamp, 0, 0)  # the numbers only feed reasons
         return reason
 
     def _no_capacity(self, job: PendingJob) -> Reason:
-        """Step 11 of `_consider`."""
+        """Step 11 of `_consider`. Without explanations every job that waits gets one shared
+        reason with no numbers (nobody reads it: `Plan.pending` stays empty)."""
+        if not self.explain:
+            return _NO_CAPACITY
         fl = self.ledger.flavors[job.flavor]
         key = (job.team, job.flavor)
         ahead = self.waiting_in_team.get(key, 0)
@@ -441,6 +512,7 @@ class _Cycle:
 
 WaitKind = tuple[str, str, int, int, int, bool, float | None]
 _WAITS = (ReasonCode.NO_CAPACITY, ReasonCode.QUEUED_BEHIND_TEAM)
+_NO_CAPACITY = Reason(ReasonCode.NO_CAPACITY)
 
 
 def _wait_kind(job: PendingJob) -> WaitKind:

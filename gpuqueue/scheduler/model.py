@@ -81,9 +81,27 @@ class PendingJob:
     max_runtime: float | None = None
     expected_runtime: float | None = None
     gpus: int = field(init=False, repr=False, compare=False)  # workers x GPUs per worker
+    # What the engine's steps before "wait for capacity" read of a job (its id aside), made
+    # once: a plan looks it up for every pending job (engine._wait_kind).
+    kind: tuple[str, str, int, int, int, bool, float | None] = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.workers * self.gpus_per_worker)
+        object.__setattr__(
+            self,
+            "kind",
+            (
+                self.team,
+                self.flavor,
+                self.workers,
+                self.gpus_per_worker,
+                self.priority,
+                self.preemptible,
+                self.max_runtime,
+            ),
+        )
 
 
 class PlacementStrategy(str, Enum):  # noqa: UP042 -- callers compare and str() these as is

@@ -8,6 +8,7 @@ capacity of jobs being preempted, or GPUs a reservation holds that a backfill jo
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from operator import itemgetter
 
 from gpuqueue.scheduler.ledger import FlavorLedger
 from gpuqueue.scheduler.model import Placement, PlacementStrategy
@@ -33,13 +34,64 @@ def fit_gang(
 def fit_on(
     avail: Mapping[str, int], workers: int, gpus_per_worker: int, strategy: PlacementStrategy
 ) -> Placement | None:
-    """The same placement over a plain node -> free GPUs mapping (used for reservations)."""
-    fl = FlavorLedger("")
-    for node in sorted(avail):
-        fl.free[node] = avail[node]
-        fl.buckets.setdefault(avail[node], {})[node] = None
-        fl.total_free += max(avail[node], 0)
-    return fit_gang(fl, workers, gpus_per_worker, strategy)
+    """The same placement over a plain node -> free GPUs mapping (used for reservations).
+
+    `fit_gang` on a ledger holding `avail` (nodes inserted by name) visits nodes by count, then
+    name: one sort of the nodes gives that order without building the ledger (each starving
+    job's reservation is placed this way on every plan).
+    """
+    if workers <= 0 or gpus_per_worker <= 0:
+        return None
+    g = gpus_per_worker
+    if sum(v for v in avail.values() if v > 0) < workers * g:
+        return None
+    if strategy is PlacementStrategy.SPREAD:
+        # _spread: the emptiest nodes first (by count, largest first, then name).
+        room: list[tuple[str, int]] = []
+        capacity = 0
+        # By name, then (a stable sort) by count, largest first.
+        for node, count in sorted(sorted(avail.items()), key=_COUNT, reverse=True):
+            per_node = count // g
+            if per_node <= 0:
+                break
+            room.append((node, per_node))
+            capacity += per_node
+            if len(room) >= workers:
+                break
+        if capacity < workers:
+            return None
+        chosen: dict[str, int] = {}
+        left = workers
+        while left:
+            for node, per_node in room:
+                if chosen.get(node, 0) < per_node:
+                    chosen[node] = chosen.get(node, 0) + 1
+                    left -= 1
+                    if left == 0:
+                        break
+        return tuple(sorted(chosen.items()))
+    # _binpack: the fullest single node that holds the gang, else the fullest nodes in turn.
+    need = workers * g
+    ordered = sorted(avail.items(), key=_COUNT_THEN_NAME)
+    for node, count in ordered:
+        if count >= need:
+            return ((node, workers),)
+    taken: dict[str, int] = {}
+    left = workers
+    for node, count in ordered:
+        per_node = count // g
+        if per_node <= 0:
+            continue
+        take = min(per_node, left)
+        taken[node] = take
+        left -= take
+        if left == 0:
+            return tuple(sorted(taken.items()))
+    return None
+
+
+_COUNT = itemgetter(1)  # of a (node, GPUs) pair
+_COUNT_THEN_NAME = itemgetter(1, 0)
 
 
 class _View:

@@ -62,6 +62,18 @@ class VictimIndex:
         for team, flavor in sorted(self._raw):
             self.teams_by_flavor.setdefault(flavor, []).append(team)
 
+    @classmethod
+    def from_sorted(cls, lists: Mapping[tuple[str, str], list[RunningJob]]) -> VictimIndex:
+        """The index of the jobs in `lists`, each list already sorted by `victim_key` and not
+        empty (`Holdings` keeps them): the lists are shared, never changed here."""
+        index = cls(())
+        index._sorted = dict(lists)
+        for key, jobs in lists.items():
+            index.lowest[key] = jobs[0].priority
+        for team, flavor in sorted(lists):
+            index.teams_by_flavor.setdefault(flavor, []).append(team)
+        return index
+
     def of(self, team: str, flavor: str) -> list[RunningJob]:
         key = (team, flavor)
         jobs = self._sorted.get(key)

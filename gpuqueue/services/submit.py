@@ -136,9 +136,9 @@ def submit_job(
 
     1. The user must belong to the team (site admins may submit anywhere).
     2. A repeated idempotency key from the same user returns the first job, even when the
-       retries race: the unique constraint decides, and the loser reads the winner's row.
-       (Callers with a key look for the earlier job first, with `previous_submission`, so that
-       a retry is answered before it is validated again.)
+       retries race: the unique index decides (the insert does nothing on a conflict), and
+       the loser reads the winner's row. A new key, almost every submission, costs no probe.
+       (Callers answer a retry whose body no longer validates with `previous_submission`.)
     3. The job row and its first event are written by one statement (`_insert_sql`), which
        inserts nothing unless the user is a member: one round trip and one commit.
     4. After commit the admission cycle is nudged; if Redis is down the periodic cycle still
@@ -178,14 +178,16 @@ def submit_job(
             if row is not None:
                 transaction.on_commit(nudge_cycle)
     except IntegrityError:
-        existing = previous_submission(user, idempotency_key)
-        if existing is not None:
-            return Submitted(existing, created=False)
         if not Flavor.objects.filter(pk=flavor.pk).exists():  # deleted since it was looked up
             forget_lookups()
             raise SubmissionRefused(f"Unknown flavor {flavor.name}.", field="flavor") from None
         raise
     if row is None:
+        # Nothing inserted: the key was used before (the earlier job stands), or the user is
+        # not a member.
+        existing = previous_submission(user, idempotency_key)
+        if existing is not None:
+            return Submitted(existing, created=False)
         raise SubmissionRefused(
             f"you are not a member of team {team.slug}", field="team", status=403
         )
@@ -245,8 +247,8 @@ def _membership_exists(team_column: str) -> str:
 @cache
 def _insert_sql() -> str:
     """INSERT the job only if `%s` (the user is a site admin) or the user (`%s`, `%s`: team id,
-    user id) is a member of the team; INSERT its first event from the job's new id; return
-    the id (no row: not a member)."""
+    user id) is a member of the team, and its idempotency key is new; INSERT its first event
+    from the job's new id; return the id (no row: a used key, or not a member)."""
     job, event = sql_rows.insert_columns(Job), sql_rows.insert_columns(JobEvent)
     event_values = ", ".join(
         f"{_q('new_job')}.{_q('id')}" if f.name == "job" else cast
@@ -256,7 +258,7 @@ def _insert_sql() -> str:
     return (
         f"WITH {_q('new_job')} AS ("
         f"INSERT INTO {job.table} {job.column_list} SELECT {', '.join(job.casts)} "
-        f"WHERE %s OR {guard} RETURNING {_q('id')}), "
+        f"WHERE %s OR {guard} ON CONFLICT DO NOTHING RETURNING {_q('id')}), "
         f"{_q('new_event')} AS ("
         f"INSERT INTO {event.table} {event.column_list} SELECT {event_values} "
         f"FROM {_q('new_job')}) "

@@ -201,6 +201,17 @@ def test_make_run_serves_a_job_end_to_end_and_survives_a_restart(service: Servic
     assert sum(done["placement"].values()) == 2
     assert service.events(job["id"]) == ["PENDING", "ADMITTED", "RUNNING", "SUCCEEDED"]
 
+    # The admission cycle's processes yield the CPU to the web server (launcher.BACKGROUND).
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert service.process is not None
+    nice = {
+        p.pid: (p.nice(), " ".join(p.cmdline()))
+        for p in psutil.Process(service.process.pid).children(recursive=True)
+    }
+    celery = {n for n, cmd in nice.values() if "celery" in cmd}
+    granian = {n for n, cmd in nice.values() if "granian" in cmd}
+    assert celery == {own + 5} and granian == {own}, nice
+
     # 2. A cancel works.
     long = service.api("POST", "/api/v1/jobs/", token, job_body(duration=600, workers=1))
     service.wait_for(token, long["id"], "RUNNING")

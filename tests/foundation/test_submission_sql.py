@@ -93,3 +93,44 @@ def test_flavor_named_reads_the_whole_row(world: Any) -> None:
     assert flavor is not None and flavor.pk == world.h100.pk
     assert flavor.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert flavor_named("H100") is None
+
+
+def test_insert_params_pass_plain_values_as_the_fields_own_conversion_would(world: Any) -> None:
+    """`insert_params` skips the field's conversion for plain values; it must give what the
+    conversion gives, for every field of a job and an event (None, str subclasses, JSON,
+    dates and foreign keys included)."""
+    from datetime import UTC, datetime
+
+    from django.db import connection
+
+    from gpuqueue.sql_rows import insert_columns, insert_params
+
+    job = Job(
+        team=world.team_a,
+        user=world.alice,
+        flavor=world.h100,
+        state=JobState.PENDING,  # a str subclass: converted by the field
+        idempotency_key=None,
+        exit_code=-3,
+        message="",
+        queue_position=0,
+        admitted_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        **EVERY_FIELD,
+    )
+    event = JobEvent(job=Job(pk=41), to_state="PENDING", reason="r", actor="a", details={"x": 1})
+
+    def unwrapped(value: Any) -> Any:
+        return getattr(value, "obj", value)  # JSON arrives wrapped for psycopg
+
+    for obj in (job, event):
+        fast = insert_params(obj)
+        fields = insert_columns(type(obj)).fields
+        slow = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+        assert len(fast) == len(slow) == len(fields)
+        for field, a, b in zip(fields, fast, slow, strict=True):
+            if getattr(field, "auto_now_add", False):
+                assert isinstance(a, datetime) and isinstance(b, datetime), field.name
+            else:
+                assert type(a) is type(b), field.name  # NULL and JSON null differ
+                assert unwrapped(a) == unwrapped(b), field.name
+                assert type(unwrapped(a)) is type(unwrapped(b)), field.name

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from gpuqueue.scheduler.fairshare import capacity_by_flavor
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
-from gpuqueue.scheduler.model import Snapshot
+from gpuqueue.scheduler.model import Placement, PlacementStrategy, Snapshot
+from gpuqueue.scheduler.placement import fit_gang, fit_on
 from tests.scheduler.test_properties import snapshots
 
 NODES = [f"n{i}" for i in range(6)]
@@ -54,3 +55,29 @@ def test_a_new_ledger_holds_each_flavor_s_capacity_free(snapshot: Snapshot) -> N
     """The engine reads the capacity from the ledger before counting the running jobs."""
     ledger = Ledger(snapshot.nodes, {t.id: (t.id,) for t in snapshot.teams})
     assert {f: fl.total_free for f, fl in ledger.flavors.items()} == capacity_by_flavor(snapshot)
+
+
+def _fit_on_a_ledger(
+    avail: dict[str, int], workers: int, gpus_per_worker: int, strategy: PlacementStrategy
+) -> Placement | None:
+    """What `fit_on` did before it sorted the nodes itself: a ledger of `avail`, `fit_gang`."""
+    fl = FlavorLedger("")
+    for name in sorted(avail):
+        fl.free[name] = avail[name]
+        fl.buckets.setdefault(avail[name], {})[name] = None
+        fl.total_free += max(avail[name], 0)
+    return fit_gang(fl, workers, gpus_per_worker, strategy)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    avail=st.dictionaries(st.sampled_from(NODES), st.integers(-2, 16), max_size=len(NODES)),
+    workers=st.integers(0, 6),
+    gpus_per_worker=st.sampled_from([0, 1, 2, 4, 8]),
+    strategy=st.sampled_from(list(PlacementStrategy)),
+)
+def test_a_reservation_is_placed_on_the_nodes_a_ledger_of_the_same_gpus_would_give(
+    avail: dict[str, int], workers: int, gpus_per_worker: int, strategy: PlacementStrategy
+) -> None:
+    want = _fit_on_a_ledger(avail, workers, gpus_per_worker, strategy)
+    assert fit_on(avail, workers, gpus_per_worker, strategy) == want

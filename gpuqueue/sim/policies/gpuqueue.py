@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpuqueue.scheduler.fairshare import ClaimTuple, water_fill_tuples
-from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot, Team
+from gpuqueue.scheduler.holdings import Holdings
+from gpuqueue.scheduler.model import PendingJob, Plan, Policy, RunningJob, Snapshot, Team
 from gpuqueue.scheduler.usage import ShareBalance
 from gpuqueue.sim.cluster import Cluster
 from gpuqueue.sim.ledger import Ledger
@@ -41,6 +42,14 @@ class GpuqueueEngine(SchedulingPolicy):
       one while jobs wait. Otherwise the next change or idle cycle picks the job up. This is an
       approximation: a cycle can also act on other jobs (a reservation, a preemption whose
       victim's minimum runtime has just passed), which then waits for the next change.
+
+    One more shortcut changes no decision (`keep_clock_only_plans`, proven by
+    `plan_holds_later` and tested against planning every cycle): a cycle that nothing but the
+    clock separates from the last plan (no callback since, typically a cycle every
+    `idle_cycle_interval` of a long wait) keeps that plan when no rule that reads the clock
+    (starvation, minimum runtimes, the reclaim hysteresis, reservations) answers differently.
+    Such cycles still count in `plans`; `plans_kept` says how many were kept. Not with
+    time-based fair share: the balances move with the clock, so every cycle plans.
     """
 
     name = "gpuqueue"
@@ -57,11 +66,22 @@ class GpuqueueEngine(SchedulingPolicy):
         runtime_estimates: bool = True,
         skip_idle_changes: bool = True,
         requeue_at_back: bool = False,
+        keep_clock_only_plans: bool = True,
     ) -> None:
         super().__init__(ledger)
-        from gpuqueue.scheduler import plan  # imported late: the baselines run without the engine
+        # Imported late: the baselines run without the engine.
+        from gpuqueue.scheduler import plan
+        from gpuqueue.scheduler.engine import plan_holds_later
 
         self._plan = plan
+        self._plan_holds_later = plan_holds_later
+        # A cycle that nothing but the clock separates from the last plan keeps that plan when
+        # no rule that reads the clock answers differently (`plan_holds_later`): no decision
+        # changes, and a cycle every `idle_cycle_interval` of a long wait costs no plan.
+        self.keep_clock_only_plans = keep_clock_only_plans
+        self._changes = 0  # bumped by every callback: what the next snapshot is made of
+        self._last: tuple[int, Snapshot, Plan, Decision] | None = None
+        self.plans_kept = 0
         self.engine_policy = engine_policy or Policy()
         self.window = window
         self.runtime_estimates = runtime_estimates
@@ -85,7 +105,9 @@ class GpuqueueEngine(SchedulingPolicy):
         self.nodes = cluster.engine_nodes()
         self.teams = tuple(teams)
         self.queues: dict[str, OrderedQueue[PendingJob]] = {t.id: OrderedQueue() for t in teams}
-        self.running: dict[int, RunningJob] = {}
+        # The running jobs, counted as the engine counts them, kept up to date job by job: the
+        # plan copies their ledger instead of counting every running job on every cycle.
+        self.holdings = Holdings(self.nodes, self.teams)
         # Time-based fair share: each team's balance, kept from cycle to cycle as the live cycle
         # would keep it (usage.py), when the policy asks for it.
         self.share_balance = (
@@ -116,6 +138,7 @@ class GpuqueueEngine(SchedulingPolicy):
         # 2. earlier submission (a requeued job keeps its place); 3. job id. The engine orders
         # again on its own.
         key = (-float(job.priority), pending.submitted_at, float(job.id))
+        self._changes += 1
         self.queues.setdefault(job.team, OrderedQueue()).push(job.id, key, pending)
         self.asked[(job.team, job.flavor)] += job.gpus
         if not self.dirty:
@@ -140,33 +163,41 @@ class GpuqueueEngine(SchedulingPolicy):
             n > 0 and p < job.priority for p, n in priorities.items()
         )
 
+    def placed(self, run: JobRun, now: float) -> None:
+        self._changes += 1
+
     def started(self, run: JobRun, now: float) -> None:
         job = run.job
+        self._changes += 1
         self.queues[job.team].remove(job.id)
         self.asked[(job.team, job.flavor)] -= job.gpus
         self.used[(job.team, job.flavor)] += job.gpus
         self.running_priorities[job.team][job.priority] += 1
-        self.running[job.id] = RunningJob(
-            id=job.id,
-            team=job.team,
-            user=job.user or job.team,
-            flavor=job.flavor,
-            gpus_per_worker=job.gpus_per_worker,
-            placement=run.placement_tuple(),
-            priority=job.priority,
-            preemptible=job.preemptible,
-            started_at=now,
-            expected_runtime=run.remaining if self.runtime_estimates else None,
-            min_runtime_until=now + self.engine_policy.min_runtime_seconds,
+        self.holdings.add(
+            RunningJob(
+                id=job.id,
+                team=job.team,
+                user=job.user or job.team,
+                flavor=job.flavor,
+                gpus_per_worker=job.gpus_per_worker,
+                placement=run.placement_tuple(),
+                priority=job.priority,
+                preemptible=job.preemptible,
+                started_at=now,
+                expected_runtime=run.remaining if self.runtime_estimates else None,
+                min_runtime_until=now + self.engine_policy.min_runtime_seconds,
+            )
         )
 
     def preempting(self, run: JobRun, now: float) -> None:
-        old = self.running[run.job.id]
-        self.running[run.job.id] = replace(old, preempting_since=now)
+        self._changes += 1
+        old = self.holdings.jobs[run.job.id]
+        self.holdings.replace(replace(old, preempting_since=now))
 
     def stopped(self, run: JobRun, now: float) -> None:
         job = run.job
-        del self.running[job.id]
+        self._changes += 1
+        self.holdings.remove(job.id)
         self.used[(job.team, job.flavor)] -= job.gpus
         self.running_priorities[job.team][job.priority] -= 1
         if any(self.queues.values()):
@@ -249,33 +280,56 @@ class GpuqueueEngine(SchedulingPolicy):
             now=now,
             nodes=self.nodes,
             teams=self.teams,
-            running=tuple(self.running.values()),
+            running=tuple(self.holdings.jobs.values()),
             pending=pending,
             share_balance=balance,
         )
 
     def cycle(self, now: float) -> Decision:
+        last = self._last
+        if (
+            self.keep_clock_only_plans
+            # Balances move with the clock, and `plan_holds_later` does not ask the rules that
+            # read them (time-based fair share): with balances every cycle plans.
+            and self.share_balance is None
+            and last is not None
+            and last[0] == self._changes
+            and self._plan_holds_later(last[1], last[2], now, self.engine_policy)
+        ):
+            # Nothing but the clock changed, and no rule that reads it answers differently:
+            # the plan would be the last one (its fair shares included), so are the decisions.
+            self.plans += 1
+            self.plans_kept += 1
+            self.dirty = False
+            return Decision(list(last[3].placements), list(last[3].preemptions))
         snapshot = self.snapshot(now)
         self.max_snapshot_pending = max(self.max_snapshot_pending, len(snapshot.pending))
         started = time.perf_counter()
         # Only the decisions are read: no reasons or positions for the pending jobs.
-        plan = self._plan(snapshot, self.engine_policy, explain=False)
+        plan = self._plan(snapshot, self.engine_policy, explain=False, holdings=self.holdings)
         spent = time.perf_counter() - started
         self.plan_seconds += spent
         self.plan_max_seconds = max(self.plan_max_seconds, spent)
         self.plans += 1
         self.fair_share = dict(plan.fair_shares)
         self.dirty = False
-        return Decision(
+        decision = Decision(
             placements=[(a.job_id, a.placement) for a in plan.admissions],
             preemptions=[(p.job_id, p.reason) for p in plan.preemptions],
         )
+        if self.keep_clock_only_plans:
+            self._last = (self._changes, snapshot, plan, decision)
+            return Decision(list(decision.placements), list(decision.preemptions))
+        return decision
 
     def stats(self) -> dict[str, float]:
         return {
             "plans": self.plans,
             "plan_seconds_total": round(self.plan_seconds, 3),
-            "plan_ms_mean": round(1000 * self.plan_seconds / max(self.plans, 1), 3),
+            "plan_ms_mean": round(
+                1000 * self.plan_seconds / max(self.plans - self.plans_kept, 1), 3
+            ),
             "plan_ms_max": round(1000 * self.plan_max_seconds, 3),
             "snapshot_pending_max": self.max_snapshot_pending,
+            "plans_kept": self.plans_kept,
         }
