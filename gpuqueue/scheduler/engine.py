@@ -332,7 +332,7 @@ class _Cycle:
                 return reasons.over_limit(job, _scope(job, group), quota.limit, in_use)
         # 4b. Time-based fair share: a team that owes GPU-time borrows no more (`_in_debt`).
         if self.balance is not None and self._in_debt(job):
-            return self._in_debt_reason(job)
+            return self._in_debt_reason(job) if self.explain else _IN_SHARE_DEBT
         workers = job.workers
         # Steps 5-7 depend only on the flavor's ledger (its version), the gang's shape and the
         # job's max runtime (backfill): the tens of thousands of jobs queued behind the same
@@ -402,10 +402,12 @@ class _Cycle:
         was entitled to (usage.py): borrowing then waits until the balance recovers."""
         assert self.balance is not None
         key = (job.team, job.flavor)
+        debt = -self.balance.get(key, 0.0)
+        if debt <= 0:  # most teams, and the cheapest test (the threshold is never negative)
+            return False
         share = self.fair_share.get(key, 0)
         if self.ledger.in_use(job.team, job.flavor) + job.gpus <= share:
             return False
-        debt = -self.balance.get(key, 0.0)
         return debt > self.policy.share_borrow_debt_seconds * max(share, job.gpus)
 
     def _in_debt_reason(self, job: PendingJob) -> Reason:
@@ -513,6 +515,7 @@ class _Cycle:
 WaitKind = tuple[str, str, int, int, int, bool, float | None]
 _WAITS = (ReasonCode.NO_CAPACITY, ReasonCode.QUEUED_BEHIND_TEAM)
 _NO_CAPACITY = Reason(ReasonCode.NO_CAPACITY)
+_IN_SHARE_DEBT = Reason(ReasonCode.IN_SHARE_DEBT)  # without explanations: no numbers either
 
 
 def _wait_kind(job: PendingJob) -> WaitKind:
