@@ -122,6 +122,12 @@ class QueueCollector:
         schedulable = GaugeMetricFamily(
             "gpuqueue_schedulable_gpus", "GPUs on nodes open to new work", labels=["flavor"]
         )
+        balance = GaugeMetricFamily(
+            "gpuqueue_share_balance_gpu_hours",
+            "Time-based fair share: GPU-hours of fair share owed to the team (negative: in "
+            "debt), decayed; only teams with a kept balance",
+            labels=["team", "flavor"],
+        )
         for f in usage:
             capacity.add_metric([f.flavor], f.capacity)
             schedulable.add_metric([f.flavor], f.schedulable_capacity)
@@ -132,7 +138,10 @@ class QueueCollector:
                 if t.guarantee is not None:
                     guarantee.add_metric([t.team, f.flavor], t.guarantee)
                     limit.add_metric([t.team, f.flavor], t.limit or 0)
+                if t.share_balance_gpu_hours is not None:
+                    balance.add_metric([t.team, f.flavor], t.share_balance_gpu_hours)
         yield from (pending_jobs, pending_gpus, allocated, guarantee, limit, capacity, schedulable)
+        yield balance
         yield self._fair_share()
 
         # Counters from the event table: every transition is a row.

@@ -142,6 +142,9 @@ def test_utilization_shows_each_teams_fair_share_balance_in_gpu_hours(api: Any, 
     teams = {t["team"]: t for t in next(u for u in body if u["flavor"] == "h100")["teams"]}
     assert teams["team-a"]["share_balance_gpu_hours"] == -2.5  # 2.5 GPU-hours in debt
     assert teams["team-b"]["share_balance_gpu_hours"] is None  # no cycle kept one yet
+    metrics = api(None).get("/metrics").content.decode()
+    assert 'gpuqueue_share_balance_gpu_hours{flavor="h100",team="team-a"} -2.5' in metrics
+    assert 'gpuqueue_share_balance_gpu_hours{flavor="h100",team="team-b"}' not in metrics
 
 
 def test_metrics_expose_queue_fair_share_counters_and_latency(
