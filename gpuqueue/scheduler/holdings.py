@@ -11,7 +11,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable
 from typing import TypeVar
 
-from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
+from gpuqueue.scheduler.ledger import FlavorLedger, Ledger, buckets_after
 from gpuqueue.scheduler.model import Node, Quota, RunningJob, Team
 from gpuqueue.scheduler.preemption import VictimIndex, victim_key
 
@@ -236,21 +236,9 @@ class Holdings:
         """The free-GPU buckets of a flavor with their nodes in `take_all`'s order."""
         base = self._base.flavors[flavor]
         taken = self._taken[flavor]
-        buckets: dict[int, dict[str, None]] = {}
-        for count, nodes in base.buckets.items():
-            for node in nodes:
-                if node not in taken:
-                    bucket = buckets.get(count)
-                    if bucket is None:
-                        buckets[count] = {node: None}
-                    else:
-                        bucket[node] = None
         free = base.free
-        for node in sorted(taken, key=self._first[flavor].__getitem__):
-            new = free[node] - taken[node]
-            bucket = buckets.get(new)
-            if bucket is None:
-                buckets[new] = {node: None}
-            else:
-                bucket[node] = None
-        return buckets
+        moved = {
+            node: free[node] - taken[node]
+            for node in sorted(taken, key=self._first[flavor].__getitem__)
+        }
+        return buckets_after(base.buckets, moved)

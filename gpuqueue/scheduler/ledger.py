@@ -26,6 +26,30 @@ Undo = Callable[[], None]
 _NAME = attrgetter("name")
 
 
+def buckets_after(
+    buckets: Mapping[int, dict[str, None]], moved: Mapping[str, int]
+) -> dict[int, dict[str, None]]:
+    """Free-GPU buckets after the nodes of `moved` went to their new counts: each node that
+    did not move keeps its place in its bucket, moved nodes follow in the order of `moved`
+    (as one `move` per node would leave them; placement takes nodes in bucket order)."""
+    result: dict[int, dict[str, None]] = {}
+    for count, nodes in buckets.items():
+        for node in nodes:
+            if node not in moved:
+                bucket = result.get(count)
+                if bucket is None:
+                    result[count] = {node: None}
+                else:
+                    bucket[node] = None
+    for node, new in moved.items():
+        bucket = result.get(new)
+        if bucket is None:
+            result[new] = {node: None}
+        else:
+            bucket[node] = None
+    return result
+
+
 class FlavorLedger:
     """The GPUs of one flavor, node by node."""
 
@@ -82,27 +106,13 @@ class FlavorLedger:
         if not moved:
             return
         self.version += 1
-        buckets: dict[int, dict[str, None]] = {}
-        for count, nodes in self.buckets.items():
-            for node in nodes:
-                if node not in moved:
-                    bucket = buckets.get(count)
-                    if bucket is None:
-                        buckets[count] = {node: None}
-                    else:
-                        bucket[node] = None
+        self.buckets = buckets_after(self.buckets, moved)
         total = self.total_free
         for node, new in moved.items():
             old = free[node]
             free[node] = new
             total += (new if new > 0 else 0) - (old if old > 0 else 0)
-            bucket = buckets.get(new)
-            if bucket is None:
-                buckets[new] = {node: None}
-            else:
-                bucket[node] = None
         self.total_free = total
-        self.buckets = buckets
 
     def workers_fit(self, gpus_per_worker: int, extra: Mapping[str, int] | None = None) -> int:
         """How many workers of this size fit now on free GPUs (plus `extra` per node)."""

@@ -60,16 +60,7 @@ def fit_on(
                 break
         if capacity < workers:
             return None
-        chosen: dict[str, int] = {}
-        left = workers
-        while left:
-            for node, per_node in room:
-                if chosen.get(node, 0) < per_node:
-                    chosen[node] = chosen.get(node, 0) + 1
-                    left -= 1
-                    if left == 0:
-                        break
-        return tuple(sorted(chosen.items()))
+        return _deal(room, workers)
     # _binpack: the fullest single node that holds the gang, else the fullest nodes in turn.
     need = workers * g
     ordered = sorted(avail.items(), key=_COUNT_THEN_NAME)
@@ -168,6 +159,12 @@ def _spread(
             break
     if capacity < workers:
         return None
+    return _deal(room, workers)
+
+
+def _deal(room: list[tuple[str, int]], workers: int) -> Placement:
+    """Spread's last step: one worker per node in `room` order, round after round, each node
+    up to its room (the caller checked the room holds them all)."""
     chosen: dict[str, int] = {}
     left = workers
     while left:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, F, Q, Sum
 
-from gpuqueue.models import Flavor, Job, Node, Quota, ShareBalance
+from gpuqueue.models import Flavor, Job, Node, Quota
+from gpuqueue.services.share_balance import balance_hours
 from gpuqueue.states import HOLDING, JobState
 
 
@@ -134,10 +135,9 @@ def usage_now() -> list[FlavorUsage]:
     for quota in Quota.objects.select_related("team", "flavor"):
         usage = team_usage(quota.flavor.name, quota.team.slug)
         usage.guarantee, usage.limit, usage.weight = quota.guarantee, quota.limit, quota.weight
-    balances = ShareBalance.objects.values_list("team__slug", "flavor__name", "balance")
-    for team, flavor_name, balance in balances.order_by():
+    for (team, flavor_name), hours in balance_hours().items():
         if (flavor_name, team) in per_team:  # a team with no quota nor jobs left: not shown
-            per_team[(flavor_name, team)].share_balance_gpu_hours = round(balance / 3600, 2)
+            per_team[(flavor_name, team)].share_balance_gpu_hours = round(hours, 2)
     by_flavor: dict[str, list[TeamUsage]] = defaultdict(list)
     for (flavor_name, _), usage in sorted(per_team.items()):
         by_flavor[flavor_name].append(usage)

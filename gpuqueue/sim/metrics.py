@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpuqueue.scheduler.model import Quota, Team
+from gpuqueue.scheduler.usage import entitled_shares
 from gpuqueue.sim.cluster import Cluster
-from gpuqueue.sim.fairness import entitlements, jain
+from gpuqueue.sim.fairness import jain
 from gpuqueue.sim.run import JobRun
 
 TeamFlavor = tuple[str, str]
@@ -115,7 +116,7 @@ class Recorder:
 
         1. A flavor is contended when its teams ask for more than it has.
         2. Under contention each asking team is entitled to its max-min fair share
-           (`entitlements`), and we credit what it holds against that.
+           (`entitled_shares`), and we credit what it holds against that.
         3. A team waits in violation of its guarantee when a pending job of it would fit within
            its guarantee while another team holds more than its own guarantee.
         """
@@ -133,7 +134,7 @@ class Recorder:
             if sum(demand.values()) <= capacity:
                 continue
             self.contended_seconds += dt
-            for t, e in entitlements(capacity, demand, quotas).items():
+            for t, e in entitled_shares(capacity, demand, quotas).items():
                 if e > 0:
                     self.entitled_gs[t] += e * dt
                     self.received_gs[t] += min(self.held_by[(t, flavor)], demand[t]) * dt

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuqueue.scheduler.model import Quota
+from gpuqueue.scheduler.usage import entitled_shares
 from gpuqueue.sim import (
     gang_shape,
     helios_quotas,
@@ -15,7 +16,7 @@ from gpuqueue.sim import (
     quotas_from_yaml,
     uniform_cluster,
 )
-from gpuqueue.sim.fairness import entitlements, jain
+from gpuqueue.sim.fairness import jain
 from gpuqueue.sim.traces import load_openb_nodes, load_openb_pods, load_philly
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -99,7 +100,7 @@ def test_helios_quotas_give_the_biggest_vc_share_to_the_busiest_team() -> None:
 
 def test_entitlements_give_guarantees_first_then_share_the_rest_by_weight() -> None:
     quotas = {"a": Quota(2, 10), "b": Quota(2, 10, weight=3.0), "c": Quota(4, 10)}
-    got = entitlements(10, {"a": 8, "b": 8, "c": 1}, quotas)
+    got = entitled_shares(10, {"a": 8, "b": 8, "c": 1}, quotas)
     # c asks for 1 of its 4; a and b get their 2 each; the 5 left go by weight 1:3.
     assert got == pytest.approx({"a": 3.25, "b": 5.75, "c": 1.0})
 
