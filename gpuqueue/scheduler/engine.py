@@ -13,6 +13,9 @@ Phases (each a method below):
 
 from __future__ import annotations
 
+from itertools import groupby
+from operator import attrgetter
+
 from gpuqueue.scheduler import reasons
 from gpuqueue.scheduler.fairshare import fair_shares
 from gpuqueue.scheduler.holdings import Holdings, TeamTables
@@ -82,6 +85,8 @@ def plan_holds_later(snapshot: Snapshot, result: Plan, later: float, policy: Pol
        fitting even once every running job of the flavor has ended, which counts the same
        GPUs at any time), and fails again; no GPU is held, so backfill and "behind a
        reservation" never come up.
+    5. the reason of a job held back by its share debt: its expected recovery is a time
+       (`now` plus the wait); `result` must explain no such job.
     Nothing else reads the clock (fair shares, placement, ledger and the other rules do not),
     so every step, decision and reason of the later plan is the same.
     """
@@ -89,6 +94,8 @@ def plan_holds_later(snapshot: Snapshot, result: Plan, later: float, policy: Pol
     if later == now:
         return True
     if result.reservations:
+        return False
+    if any(p.reason.code is ReasonCode.IN_SHARE_DEBT for p in result.pending):
         return False
     starving_after = policy.starvation_seconds
     for job in snapshot.pending:
@@ -143,19 +150,20 @@ class _Cycle:
             running = holdings.running_totals()
             victims = holdings.victim_index()
         # Phase 2: fair shares. The pending jobs are grouped by queue (team and flavor) once,
-        # for the pending part of the demand and for the order.
+        # for the pending part of the demand and for the order. (By runs of one queue, with
+        # C-level passes: a snapshot lists each queue's jobs together as a rule.)
         self.queues: dict[tuple[str, str], list[PendingJob]] = {}
         asked: dict[tuple[str, str], int] = {}
-        for job in snapshot.pending:
-            key = (job.team, job.flavor)
+        for key, run in groupby(snapshot.pending, _QUEUE):
             jobs = self.queues.get(key)
             if jobs is None:
-                self.queues[key] = [job]
-                asked[key] = job.gpus
+                jobs = self.queues[key] = list(run)
+                asked[key] = sum(map(_GPUS, jobs))
             else:
-                jobs.append(job)
-                asked[key] += job.gpus
-        self.fair_share = fair_shares(snapshot, self.capacity, running, asked)
+                more = list(run)
+                jobs.extend(more)
+                asked[key] += sum(map(_GPUS, more))
+        self.fair_share = fair_shares(snapshot, self.capacity, running, asked, tables.shares)
         self.search = VictimSearch(
             self.ledger,
             victims,
@@ -204,28 +212,32 @@ class _Cycle:
         # here: it is taken for most jobs of a busy cycle.
         # Phase 5: a job left pending gets its positions at once: the jobs are considered in
         # the order that the positions count.
-        starving = self.starving
         waits = self._waits
         ledger = self.ledger
         waiting = self.waiting_in_team
         explain = self.explain
         pending = self.pending
         team_counts: dict[str, int] = {}
-        for job in self.order:
-            if job.id not in starving:
-                # _wait_kind(job), made with the job: this line runs for every pending job.
-                hit = waits.get(job.kind)
-                if hit is not None and hit[0] == ledger.stamp:
-                    if not explain:
-                        continue  # the count of jobs waiting ahead only feeds the reason
-                    key = (job.team, job.flavor)
-                    ahead = waiting.get(key, 0)
-                    waiting[key] = ahead + 1
-                    reason = reasons.no_capacity(job, hit[1], hit[2], ahead)
-                    team = job.team
-                    in_team = team_counts[team] = team_counts.get(team, 0) + 1
-                    pending.append(Pending(job.id, reason, in_team, len(pending) + 1))
-                    continue
+        for job in self.order.starving:
+            why = self._consider(job)
+            if why is not None and explain:
+                team = job.team
+                in_team = team_counts[team] = team_counts.get(team, 0) + 1
+                pending.append(Pending(job.id, why, in_team, len(pending) + 1))
+        for job in self.order.queued():
+            # _wait_kind(job), made with the job: this line runs for every pending job.
+            hit = waits.get(job.kind)
+            if hit is not None and hit[0] == ledger.stamp:
+                if not explain:
+                    continue  # the count of jobs waiting ahead only feeds the reason
+                key = (job.team, job.flavor)
+                ahead = waiting.get(key, 0)
+                waiting[key] = ahead + 1
+                reason = reasons.no_capacity(job, hit[1], hit[2], ahead)
+                team = job.team
+                in_team = team_counts[team] = team_counts.get(team, 0) + 1
+                pending.append(Pending(job.id, reason, in_team, len(pending) + 1))
+                continue
             why = self._consider(job)
             if why is not None and explain:
                 team = job.team
@@ -261,7 +273,9 @@ class _Cycle:
         budget and its reservations; the ledger's stamp changes with any of them. When a job
         of the same kind fell through to step 11 at the same stamp, this one does too, and
         goes straight there: most jobs of a busy cycle wait, and the same few kinds repeat
-        down each team's queue.
+        down each team's queue. Without explanations a job held back by its team's share debt
+        (step 4b, which reads no more than steps 1-4) is remembered the same way: its reason
+        is read by nobody.
         """
         if job.id in self.starving:
             return self._decide(job)
@@ -271,7 +285,11 @@ class _Cycle:
         if hit is not None and hit[0] == stamp:
             return self._no_capacity(job)
         reason = self._decide(job)
-        if reason is not None and reason.code in _WAITS and self.ledger.stamp == stamp:
+        if (
+            reason is not None
+            and (reason.code in _WAITS or (reason is _IN_SHARE_DEBT and not self.explain))
+            and self.ledger.stamp == stamp
+        ):
             if self.explain:
                 fl = self.ledger.flavors[job.flavor]
                 free = fl.total_free
@@ -513,6 +531,8 @@ class _Cycle:
 
 
 WaitKind = tuple[str, str, int, int, int, bool, float | None]
+_QUEUE = attrgetter("team", "flavor")
+_GPUS = attrgetter("gpus")
 _WAITS = (ReasonCode.NO_CAPACITY, ReasonCode.QUEUED_BEHIND_TEAM)
 _NO_CAPACITY = Reason(ReasonCode.NO_CAPACITY)
 _IN_SHARE_DEBT = Reason(ReasonCode.IN_SHARE_DEBT)  # without explanations: no numbers either

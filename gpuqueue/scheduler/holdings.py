@@ -11,6 +11,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable
 from typing import TypeVar
 
+from gpuqueue.scheduler.fairshare import ShareTables
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger, buckets_after
 from gpuqueue.scheduler.model import Node, Quota, RunningJob, Team
 from gpuqueue.scheduler.preemption import VictimIndex, victim_key
@@ -32,11 +33,12 @@ class TeamTables:
     """What a plan reads of the teams, by key: made once per plan, or once for all the plans
     of one set of teams (`Holdings.tables`). Nothing here changes during a plan."""
 
-    __slots__ = ("chains", "groups", "guarantees", "quotas", "weights")
+    __slots__ = ("chains", "groups", "guarantees", "quotas", "shares", "weights")
 
     def __init__(self, teams: Iterable[Team]) -> None:
         teams = tuple(teams)
         self.chains = team_chains(teams)
+        self.shares = ShareTables(teams)  # what fair_shares reads, and its last fillings
         self.quotas: dict[tuple[str, str], Quota] = {
             (t.id, flavor): quota for t in teams for flavor, quota in t.quotas.items()
         }
@@ -83,6 +85,10 @@ class Holdings:
         flavors = self._base.flavors
         # flavor -> node -> GPUs its running jobs hold there (only nodes of the ledger).
         self._taken: dict[str, dict[str, int]] = {f: {} for f in flavors}
+        # flavor -> node -> free GPUs, and the flavor's free total, kept with `_taken`: what a
+        # new ledger starts from (copied per plan instead of recounted node by node).
+        self._free: dict[str, dict[str, int]] = {f: dict(fl.free) for f, fl in flavors.items()}
+        self._total_free: dict[str, int] = {f: fl.total_free for f, fl in flavors.items()}
         # flavor -> node -> job id -> (the job's place, the node's place in its placement)
         self._on_node: dict[str, dict[str, dict[int, tuple[int, int]]]] = {f: {} for f in flavors}
         self._first: dict[str, dict[str, tuple[int, int]]] = {f: {} for f in flavors}
@@ -155,7 +161,8 @@ class Holdings:
         taken = self._taken.get(flavor)
         if taken is None:
             return  # no schedulable node offers the flavor
-        free = self._base.flavors[flavor].free
+        free = self._free[flavor]
+        total = self._total_free[flavor]
         on_node = self._on_node[flavor]
         first = self._first[flavor]
         incoming = self._incoming[flavor]
@@ -165,6 +172,9 @@ class Holdings:
                 continue  # an unschedulable node
             node_gpus = sign * workers * g
             _bump(taken, node, node_gpus)
+            old = free[node]
+            new = free[node] = old - node_gpus
+            total += (new if new > 0 else 0) - (old if old > 0 else 0)
             if leaving:
                 _bump(incoming, node, node_gpus)
             jobs = on_node.get(node)
@@ -183,6 +193,7 @@ class Holdings:
                         del first[node]
                 if not jobs:
                     del on_node[node]
+        self._total_free[flavor] = total
 
     # --- what plan() reads -------------------------------------------------------------------
 
@@ -211,13 +222,8 @@ class Holdings:
         for name, base in self._base.flavors.items():
             fl = flavors[name] = FlavorLedger(name)
             fl.max_node = base.max_node
-            fl.free = free = dict(base.free)
-            total = base.total_free
-            for node, gpus in self._taken[name].items():
-                old = free[node]
-                new = free[node] = old - gpus
-                total += (new if new > 0 else 0) - (old if old > 0 else 0)
-            fl.total_free = total
+            fl.free = dict(self._free[name])
+            fl.total_free = self._total_free[name]
             fl.buckets = {count: dict(nodes) for count, nodes in self._buckets[name].items()}
             fl.incoming = dict(self._incoming[name])
         if self._leaving_jobs:

@@ -55,6 +55,9 @@ def job_key(job: PendingJob, user_in_use: int) -> JobKey:
 
 _BY_SUBMISSION = attrgetter("submitted_at", "id")
 _BY_PRIORITY = attrgetter("priority")
+_GPUS = attrgetter("gpus")
+_SUBMITTED = attrgetter("submitted_at")
+_USER = attrgetter("user")
 
 
 class _Queue:
@@ -117,6 +120,24 @@ class Order:
             by_balance = holds_nothing and balance is not None
             queue = self._queues[key] = _Queue(team, flavor)
             users = queue.jobs
+            # Most queues of a busy cycle have no starving job: the team is at its fair share
+            # (no job fits the room) or nothing has waited long enough. Their jobs are only
+            # grouped by user (one user, often: one list), with C-level passes.
+            if not holds_nothing and (
+                min(map(_GPUS, pending)) > room
+                or now - min(map(_SUBMITTED, pending)) < starving_after  # the oldest has not
+            ):
+                first = pending[0].user
+                if all(map(first.__eq__, map(_USER, pending))):
+                    users[first] = list(pending)
+                    continue
+                for job in pending:
+                    jobs = users.get(job.user)
+                    if jobs is None:
+                        users[job.user] = [job]
+                    else:
+                        jobs.append(job)
+                continue
             for job in pending:
                 waited = now - job.submitted_at >= starving_after
                 if waited and job.gpus <= room:
@@ -179,6 +200,10 @@ class Order:
 
     def __iter__(self) -> Iterator[PendingJob]:
         yield from self.starving
+        yield from self.queued()
+
+    def queued(self) -> Iterator[PendingJob]:
+        """The jobs after the starving ones (`__iter__` without `starving`)."""
         heap = self._heap
         queues = self._queues
         ledger = self._ledger
@@ -194,11 +219,20 @@ class Order:
             if len(heads) == 1:
                 # One user with jobs left: its list is already in order and no key between
                 # users needs computing (the entry is replaced before it is compared again).
+                # While the team's usage stays and no team is re-keyed (`touch` pushes onto
+                # the heap), this queue stays first: its jobs follow one another.
                 jobs = queue.jobs[heads[0][1]]
-                job = jobs.pop()
-                if not jobs:
-                    heads.pop()
-                yield job
+                in_use = key[2]
+                entries = len(heap)
+                while True:
+                    job = jobs.pop()
+                    if not jobs:
+                        heads.pop()
+                        yield job
+                        break
+                    yield job
+                    if len(heap) != entries or used.get(qkey, 0) - leaving.get(qkey, 0) != in_use:
+                        break
             else:
                 _, user = heapq.heappop(heads)
                 jobs = queue.jobs[user]

@@ -134,3 +134,24 @@ def test_plan_holds_later(case: Case) -> None:
         assert later == result
     if case.differs:
         assert later != result
+
+
+def test_a_plan_that_explains_a_share_debt_is_not_kept() -> None:
+    """The reason of a job held back by its team's share debt says when the debt should be
+    back under the threshold: a time that moves with the clock (found by Hypothesis)."""
+    debt = Policy().share_borrow_debt_seconds * 2 + 1
+    snapshot = _snapshot(
+        teams=(team("a", guarantee=2), team("b", guarantee=6)),
+        running=(running(10, "a", {"n1": 2}), running(11, "b", {"n1": 1}, gpus=4)),
+        pending=(pending(1, "a"), pending(2, "b", gpus=4)),
+        share_balance={("a", "h100"): -debt},
+    )
+    result = plan(snapshot)
+    why = {p.job_id: p.reason.code for p in result.pending}
+    assert why[1] == "in_share_debt"
+    assert not plan_holds_later(snapshot, result, NOW + 60, Policy())
+    assert plan(replace(snapshot, now=NOW + 60)) != result
+    # Without explanations the same plan holds: no reason is given, and the decisions are.
+    quiet = plan(snapshot, explain=False)
+    assert plan_holds_later(snapshot, quiet, NOW + 60, Policy())
+    assert plan(replace(snapshot, now=NOW + 60), explain=False) == quiet
