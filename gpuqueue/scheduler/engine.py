@@ -224,25 +224,30 @@ class _Cycle:
                 team = job.team
                 in_team = team_counts[team] = team_counts.get(team, 0) + 1
                 pending.append(Pending(job.id, why, in_team, len(pending) + 1))
-        for job in self.order.queued():
-            # _wait_kind(job), made with the job: this line runs for every pending job.
-            hit = waits.get(job.kind)
-            if hit is not None and hit[0] == ledger.stamp:
-                if not explain:
-                    continue  # the count of jobs waiting ahead only feeds the reason
-                key = (job.team, job.flavor)
-                ahead = waiting.get(key, 0)
-                waiting[key] = ahead + 1
-                reason = reasons.no_capacity(job, hit[1], hit[2], ahead)
-                team = job.team
-                in_team = team_counts[team] = team_counts.get(team, 0) + 1
-                pending.append(Pending(job.id, reason, in_team, len(pending) + 1))
-                continue
-            why = self._consider(job)
-            if why is not None and explain:
-                team = job.team
-                in_team = team_counts[team] = team_counts.get(team, 0) + 1
-                pending.append(Pending(job.id, why, in_team, len(pending) + 1))
+        for run in self.order.runs():
+            while run:
+                stamp = ledger.stamp
+                job = run.pop()
+                # _wait_kind(job), made with the job: this line runs for every pending job.
+                hit = waits.get(job.kind)
+                if hit is not None and hit[0] == stamp:
+                    if not explain:
+                        continue  # the count of jobs waiting ahead only feeds the reason
+                    key = (job.team, job.flavor)
+                    ahead = waiting.get(key, 0)
+                    waiting[key] = ahead + 1
+                    reason = reasons.no_capacity(job, hit[1], hit[2], ahead)
+                    team = job.team
+                    in_team = team_counts[team] = team_counts.get(team, 0) + 1
+                    pending.append(Pending(job.id, reason, in_team, len(pending) + 1))
+                    continue
+                why = self._consider(job)
+                if why is not None and explain:
+                    team = job.team
+                    in_team = team_counts[team] = team_counts.get(team, 0) + 1
+                    pending.append(Pending(job.id, why, in_team, len(pending) + 1))
+                if ledger.stamp != stamp:
+                    break  # the order may have moved: the next run (Order.runs)
         return Plan(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),

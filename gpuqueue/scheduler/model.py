@@ -86,9 +86,13 @@ class PendingJob:
     kind: tuple[str, str, int, int, int, bool, float | None] = field(
         init=False, repr=False, compare=False
     )
+    # Its place among one user's jobs, best first: higher priority, earlier submission, smaller
+    # id (ordering.py, rules 3, 5 and 6), made once: a plan sorts every queue by it.
+    rank: tuple[int, float, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.workers * self.gpus_per_worker)
+        object.__setattr__(self, "rank", (-self.priority, self.submitted_at, self.id))
         object.__setattr__(
             self,
             "kind",
