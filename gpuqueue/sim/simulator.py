@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from gpuqueue import native
 from gpuqueue.scheduler.model import Placement, Policy, Team
 from gpuqueue.sim.cluster import Cluster
 from gpuqueue.sim.jobs import SimJob
@@ -236,6 +237,7 @@ class _Replay:
         runs = [self.runs[j.id] for j in self.jobs]
         summary = summarize(runs, self.recorder, self.recorder.now)
         summary["wall_s"] = round(wall, 3)
+        summary["native"] = native.active()  # compiled with `make native` (gpuqueue/native.py)
         summary["cycles"] = self.cycles
         summary.update(self.policy.stats())
         for anomaly, count in sorted(self.anomalies.items()):
