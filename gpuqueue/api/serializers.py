@@ -25,6 +25,7 @@ from gpuqueue.reasons import describe_reason
 from gpuqueue.services.flavors import save_flavor
 from gpuqueue.services.quotas import set_quota
 from gpuqueue.services.submit import (
+    TEAM_REQUIRED,
     SubmissionRefused,
     check_fits,
     flavor_for_submission,
@@ -148,13 +149,11 @@ class JobSubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "team" not in attrs:
-            user = _user(self)
-            teams = teams_for_submission(user) if _signed_in(user) else []
-            if len(teams) != 1:
-                raise serializers.ValidationError(
-                    {"team": ["Required: you belong to several teams (or none)."]}
-                )
-            attrs["team"] = teams[0]
+            if not _signed_in(_user(self)):
+                raise serializers.ValidationError({"team": [TEAM_REQUIRED]})
+            # None: the submitter's only team, which `submit_job` finds as it writes the job
+            # (refusing with TeamRequired when there are none or several).
+            attrs["team"] = None
         if not attrs.get("name"):
             base = attrs["image"].split("@")[0].rsplit("/", 1)[-1].split(":")[0]
             attrs["name"] = re.sub(r"[^A-Za-z0-9_.-]", "-", base)[:63].strip("-_.") or "job"
@@ -164,6 +163,9 @@ class JobSubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
         try:
             check_fits(attrs["flavor"], attrs["gpus_per_worker"])
         except SubmissionRefused as exc:
+            if attrs["team"] is None and len(teams_for_submission(_user(self))) != 1:
+                # As before the team was left to the insert: a missing team is reported first.
+                raise serializers.ValidationError({"team": [TEAM_REQUIRED]}) from exc
             raise serializers.ValidationError({exc.field or "flavor": [str(exc)]}) from exc
         return attrs
 

@@ -35,7 +35,7 @@ from gpuqueue.services.flavors import delete_flavor
 from gpuqueue.services.inventory import usage_now
 from gpuqueue.services.nodes import set_drained
 from gpuqueue.services.quotas import delete_quota
-from gpuqueue.services.submit import previous_submission, submit_job
+from gpuqueue.services.submit import TeamRequired, previous_submission, submit_job
 from teams.models import Membership
 
 IDEMPOTENCY_KEY = OpenApiParameter(
@@ -95,8 +95,11 @@ class JobViewSet(
                 return Response(self.get_serializer(earlier).data, status=status.HTTP_200_OK)
             raise serializers.ValidationError(submission.errors)
         data = dict(submission.validated_data)
-        team, flavor = data.pop("team"), data.pop("flavor")
-        result = submit_job(request.user, team, flavor, data, idempotency_key=key)
+        team, flavor = data.pop("team"), data.pop("flavor")  # team None: the user's only team
+        try:
+            result = submit_job(request.user, team, flavor, data, idempotency_key=key)
+        except TeamRequired as exc:  # as the serializer would have refused it
+            raise serializers.ValidationError({"team": [str(exc)]}) from exc
         return Response(
             self.get_serializer(result.job).data,
             status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,

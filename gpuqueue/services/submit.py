@@ -27,6 +27,16 @@ class SubmissionRefused(Exception):
         self.status = status
 
 
+TEAM_REQUIRED = "Required: you belong to several teams (or none)."
+
+
+class TeamRequired(SubmissionRefused):
+    """A submission without a team from someone who does not have exactly one."""
+
+    def __init__(self) -> None:
+        super().__init__(TEAM_REQUIRED, field="team")
+
+
 @dataclass(frozen=True)
 class Submitted:
     job: Job
@@ -127,12 +137,12 @@ def flavor_named(name: str) -> Flavor | None:
 
 def submit_job(
     user: Any,
-    team: Team,
+    team: Team | None,
     flavor: Flavor,
     fields: dict[str, Any],
     idempotency_key: str | None = None,
 ) -> Submitted:
-    """Create a PENDING job for `user` in `team`.
+    """Create a PENDING job for `user` in `team` (None: the only team `user` may submit to).
 
     1. The user must belong to the team (site admins may submit anywhere).
     2. A repeated idempotency key from the same user returns the first job, even when the
@@ -140,7 +150,10 @@ def submit_job(
        the loser reads the winner's row. A new key, almost every submission, costs no probe.
        (Callers answer a retry whose body no longer validates with `previous_submission`.)
     3. The job row and its first event are written by one statement (`_insert_sql`), which
-       inserts nothing unless the user is a member: one round trip and one commit.
+       inserts nothing unless the user is a member: one round trip and one commit. Without a
+       team, the same statement takes the user's teams (every team for a site admin) and
+       inserts nothing unless there is exactly one: no lookup beforehand, and nothing about
+       memberships is kept between submissions.
     4. After commit the admission cycle is nudged; if Redis is down the periodic cycle still
        picks the job up, so a lost nudge loses nothing.
     """
@@ -161,19 +174,27 @@ def submit_job(
         reason="submitted",
         actor=f"user:{user.get_username()}",
     )
-    params = [
-        *sql_rows.insert_params(job),
-        bool(user.is_superuser),
-        team.pk,
-        user.pk,
-        *sql_rows.insert_params(event, skip=("job",)),
-    ]
+    if team is None:
+        params = [
+            bool(user.is_superuser),
+            user.pk,
+            *sql_rows.insert_params(job, skip=("team",)),
+            *sql_rows.insert_params(event, skip=("job",)),
+        ]
+    else:
+        params = [
+            *sql_rows.insert_params(job),
+            bool(user.is_superuser),
+            team.pk,
+            user.pk,
+            *sql_rows.insert_params(event, skip=("job",)),
+        ]
     try:
         # Inside a caller's transaction a savepoint keeps a duplicate key from spoiling it;
         # alone, the one statement is its own transaction.
         with transaction.atomic() if connection.in_atomic_block else nullcontext():
             with connection.cursor() as cursor:
-                cursor.execute(_insert_sql(), params)
+                cursor.execute(_insert_sql(team is None), params)
                 row = cursor.fetchone()
             if row is not None:
                 transaction.on_commit(nudge_cycle)
@@ -183,15 +204,23 @@ def submit_job(
             raise SubmissionRefused(f"Unknown flavor {flavor.name}.", field="flavor") from None
         raise
     if row is None:
-        # Nothing inserted: the key was used before (the earlier job stands), or the user is
-        # not a member.
+        # Nothing inserted: the key was used before (the earlier job stands), the user is not
+        # a member, or (without a team) the user does not have exactly one team.
         existing = previous_submission(user, idempotency_key)
         if existing is not None:
             return Submitted(existing, created=False)
+        if team is None:
+            teams = teams_for_submission(user)
+            if len(teams) != 1:
+                raise TeamRequired()
+            # The user's teams changed between the two statements: take the one there is now.
+            return submit_job(user, teams[0], flavor, fields, idempotency_key)
         raise SubmissionRefused(
             f"you are not a member of team {team.slug}", field="team", status=403
         )
     job.pk = row[0]
+    if team is None:
+        job.team = sql_rows.instance(Team, sql_rows.columns(Team, "t"), row[1:])
     event.job_id = job.pk
     return Submitted(job, created=True)
 
@@ -245,24 +274,58 @@ def _membership_exists(team_column: str) -> str:
 
 
 @cache
-def _insert_sql() -> str:
+def _insert_sql(implicit_team: bool) -> str:
     """INSERT the job only if `%s` (the user is a site admin) or the user (`%s`, `%s`: team id,
     user id) is a member of the team, and its idempotency key is new; INSERT its first event
-    from the job's new id; return the id (no row: a used key, or not a member)."""
+    from the job's new id; return the id (no row: a used key, or not a member).
+
+    With `implicit_team` the statement starts with `%s` (the user is a site admin) and `%s`
+    (the user's id), and the job's team is the one team the user may submit to (every team
+    for a site admin; no row when there are none or several); it returns the id and that
+    team's columns."""
     job, event = sql_rows.insert_columns(Job), sql_rows.insert_columns(JobEvent)
     event_values = ", ".join(
         f"{_q('new_job')}.{_q('id')}" if f.name == "job" else cast
         for f, cast in zip(event.fields, event.casts, strict=True)
     )
-    guard = _membership_exists("%s")
+    team_table = _q(Team._meta.db_table)
+    team_column = _q(Job._meta.get_field("team").column)
+    if implicit_team:
+        # One row (the team's id) only when exactly one team qualifies.
+        team_id = f"{_q('t')}.{_q('id')}"
+        only_team = (
+            f"{_q('only_team')} AS (SELECT min({team_id}) AS {_q('id')} "
+            f"FROM {team_table} {_q('t')} WHERE %s OR {_membership_exists(team_id)} "
+            f"HAVING count(*) = 1), "
+        )
+        job_values = ", ".join(
+            f"{_q('only_team')}.{_q('id')}" if f.name == "team" else cast
+            for f, cast in zip(job.fields, job.casts, strict=True)
+        )
+        insert_job = (
+            f"INSERT INTO {job.table} {job.column_list} SELECT {job_values} "
+            f"FROM {_q('only_team')} ON CONFLICT DO NOTHING "
+            f"RETURNING {_q('id')}, {team_column}"
+        )
+        result = (
+            f"SELECT {_q('new_job')}.{_q('id')}, {sql_rows.columns(Team, 't').select} "
+            f"FROM {_q('new_job')} JOIN {team_table} {_q('t')} "
+            f"ON {_q('t')}.{_q('id')} = {_q('new_job')}.{team_column}"
+        )
+    else:
+        only_team = ""
+        insert_job = (
+            f"INSERT INTO {job.table} {job.column_list} SELECT {', '.join(job.casts)} "
+            f"WHERE %s OR {_membership_exists('%s')} ON CONFLICT DO NOTHING "
+            f"RETURNING {_q('id')}"
+        )
+        result = f"SELECT {_q('id')} FROM {_q('new_job')}"
     return (
-        f"WITH {_q('new_job')} AS ("
-        f"INSERT INTO {job.table} {job.column_list} SELECT {', '.join(job.casts)} "
-        f"WHERE %s OR {guard} ON CONFLICT DO NOTHING RETURNING {_q('id')}), "
+        f"WITH {only_team}{_q('new_job')} AS ({insert_job}), "
         f"{_q('new_event')} AS ("
         f"INSERT INTO {event.table} {event.column_list} SELECT {event_values} "
         f"FROM {_q('new_job')}) "
-        f"SELECT {_q('id')} FROM {_q('new_job')}"
+        f"{result}"
     )
 
 

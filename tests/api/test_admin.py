@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpuqueue.models import Job, Quota
 from gpuqueue.states import JobState
 from teams.models import ApiToken, AuditEntry, Membership
@@ -187,3 +189,45 @@ def test_a_token_over_its_rate_gets_429_with_retry_after(api: Any, settings: Any
     assert response.json()["error"]["code"] == "throttled"
     assert int(response.headers["Retry-After"]) >= 1
     assert api("alice").get("/api/v1/me/").status_code == 200  # per token, not global
+
+
+def test_a_rate_window_is_one_counter_that_expires(api: Any, settings: Any, tokens: Any) -> None:
+    """The window's counter is made with its expiry by the same command that counts (a day's
+    window, so that it does not turn during the test)."""
+    import time
+
+    from gpuqueue.api import redis as api_redis
+
+    settings.GPUQUEUE_API_RATE = "5/day"
+    client = api("carol")
+    assert [client.get("/api/v1/me/").status_code for _ in range(2)] == [200, 200]
+    prefix = tokens["carol"].removeprefix("gq_").partition("_")[0]
+    key = f"gpuqueue:throttle:token:{prefix}:86400:{int(time.time() // 86400)}"
+    assert int(api_redis.client().get(key)) == 2
+    assert 86000 < api_redis.client().ttl(key) <= 86401
+
+
+def test_the_rate_count_survives_a_redis_that_forgot_its_scripts(api: Any, settings: Any) -> None:
+    from gpuqueue.api import redis as api_redis
+
+    settings.GPUQUEUE_API_RATE = "2/day"
+    client = api("carol")
+    assert client.get("/api/v1/me/").status_code == 200
+    api_redis.client().script_flush()  # as after a restart of Redis
+    assert [client.get("/api/v1/me/").status_code for _ in range(2)] == [200, 429]
+
+
+def test_requests_are_let_through_while_redis_is_down(
+    api: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuqueue.api import redis as api_redis
+
+    settings.GPUQUEUE_API_RATE = "1/min"
+
+    def unreachable() -> Any:
+        raise ConnectionError("redis is down")
+
+    client = api("carol")
+    with monkeypatch.context() as m:
+        m.setattr(api_redis, "client", unreachable)
+        assert [client.get("/api/v1/me/").status_code for _ in range(3)] == [200, 200, 200]

@@ -48,3 +48,24 @@ def test_submissions_validate_the_same_as_with_drfs_own_fields(world: Any) -> No
         assert ours.is_valid() == theirs.is_valid()
         assert ours.errors == theirs.errors
     assert not JobSubmitSerializer(data=bad, context={"request": request}).is_valid()
+
+
+def test_a_built_field_is_copied_as_copy_copy_would() -> None:
+    """`shallow_copy` skips `copy.copy`'s protocol, which is only the same for classes that
+    do not customise it."""
+    import copy
+
+    from gpuqueue.api.cached_fields import shallow_copy
+
+    JobSubmitSerializer(data={}).fields  # noqa: B018 - builds the class's fields
+    built = JobSubmitSerializer._built_fields  # type: ignore[attr-defined]
+    assert len(built) == 15
+    for name, field in built.items():
+        for cls in type(field).__mro__:
+            assert "__slots__" not in vars(cls) or cls is object, (name, cls)
+            assert not {"__copy__", "__setstate__", "__reduce_ex__"} & set(vars(cls)) or (
+                cls is object
+            ), (name, cls)
+        ours, theirs = shallow_copy(field), copy.copy(field)
+        assert type(ours) is type(theirs) and ours is not field
+        assert vars(ours) == vars(theirs), name

@@ -10,6 +10,7 @@ from django.db import transaction
 from gpuqueue.models import Job, JobEvent
 from gpuqueue.services.submit import (
     SubmissionRefused,
+    TeamRequired,
     flavor_named,
     submit_job,
     teams_for_submission,
@@ -67,6 +68,67 @@ def test_a_non_member_is_refused_and_nothing_is_written(world: Any) -> None:
 def test_a_site_admin_submits_to_any_team(world: Any) -> None:
     job = submit_job(world.root, world.team_b, world.h100, {"name": "n", "image": "i"}).job
     assert Job.objects.get(pk=job.pk).team_id == world.team_b.pk
+
+
+def test_without_a_team_the_job_reads_back_as_with_it(world: Any) -> None:
+    """The statement that finds the only team writes the same row and event."""
+    implicit = submit_job(world.alice, None, world.h100, dict(EVERY_FIELD), "key-i").job
+    named = submit_job(world.alice, world.team_a, world.h100, dict(EVERY_FIELD), "key-n").job
+    assert implicit.team == world.team_a and implicit.team.slug == "team-a"
+    assert vars(implicit.team) | {"_state": None} == vars(named.team) | {"_state": None}
+    columns = [f.attname for f in Job._meta.concrete_fields if f.attname not in ("id",)]
+    one, other = Job.objects.values(*columns).filter(pk__in=[implicit.pk, named.pk]).order_by("id")
+    different = {k for k in columns if one[k] != other[k]}
+    assert different == {"idempotency_key", "submitted_at"}, different
+    events = JobEvent.objects.filter(job__in=[implicit.pk, named.pk]).order_by("id")
+    assert [(e.to_state, e.reason, e.actor) for e in events] == [
+        (JobState.PENDING, "submitted", "user:alice")
+    ] * 2
+
+
+def test_without_a_team_one_of_several_or_none_is_refused(world: Any) -> None:
+    from teams.models import Membership, Role
+
+    Membership.objects.create(user=world.carol, team=world.team_a, role=Role.MEMBER)
+    for user in (world.carol, world.root):  # two teams; a site admin, two teams in all
+        with pytest.raises(TeamRequired) as refused:
+            submit_job(user, None, world.h100, {"name": "n", "image": "i"})
+        assert (refused.value.field, refused.value.status) == ("team", 400)
+    Membership.objects.filter(user=world.carol).delete()
+    with pytest.raises(TeamRequired):
+        submit_job(world.carol, None, world.h100, {"name": "n", "image": "i"})
+    assert Job.objects.count() == 0 and JobEvent.objects.count() == 0
+
+
+def test_without_a_team_a_change_of_teams_between_the_statements_takes_the_team_of_now(
+    world: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The insert saw two teams; by the lookup that explains it, one was left."""
+    from gpuqueue.services import submit
+    from teams.models import Membership, Role
+
+    Membership.objects.create(user=world.carol, team=world.team_a, role=Role.MEMBER)
+    real = submit.teams_for_submission
+
+    def left_team_a_meanwhile(user: Any, *args: Any, **kwargs: Any) -> Any:
+        Membership.objects.filter(user=world.carol, team=world.team_a).delete()
+        return real(user, *args, **kwargs)
+
+    monkeypatch.setattr(submit, "teams_for_submission", left_team_a_meanwhile)
+    result = submit_job(world.carol, None, world.h100, {"name": "n", "image": "i"}, "k")
+    assert result.created and result.job.team == world.team_b
+    assert Job.objects.get().team_id == world.team_b.pk and JobEvent.objects.count() == 1
+
+
+def test_without_a_team_inside_a_callers_transaction(world: Any) -> None:
+    with transaction.atomic():
+        first = submit_job(world.alice, None, world.h100, {"name": "a", "image": "i"}, "k")
+        again = submit_job(world.alice, None, world.h100, {"name": "b", "image": "i"}, "k")
+        assert again.job.pk == first.job.pk and not again.created
+        with pytest.raises(TeamRequired):
+            submit_job(world.root, None, world.h100, {"name": "c", "image": "i"})
+        assert Job.objects.count() == 1  # the transaction still answers queries
+    assert JobEvent.objects.count() == 1
 
 
 def test_a_duplicate_key_inside_a_callers_transaction_leaves_it_usable(world: Any) -> None:
