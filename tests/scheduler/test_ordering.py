@@ -1,0 +1,55 @@
+"""The order's runs (`Order.runs`): taking a run's jobs one after another while the ledger does
+not change gives the order of one job at a time (`Order.queued`)."""
+
+from __future__ import annotations
+
+from gpuqueue.scheduler.ledger import Ledger
+from gpuqueue.scheduler.model import Snapshot
+from gpuqueue.scheduler.ordering import Order
+from tests.scheduler.builders import HOUR, NOW, nodes, pending, team
+
+
+def _order() -> tuple[Order, Ledger]:
+    """Teams a and b, a fair share of 4 each on one 8-GPU node, nothing running. Team a has a
+    job that starves (two hours old) and two recent ones; team b two recent ones. Team a is
+    keyed first (no usage either, and 'a' < 'b')."""
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=nodes(1, h100=8),
+        teams=(team("a", guarantee=4), team("b", guarantee=4)),
+        running=(),
+        pending=(
+            pending(1, "a", submitted=NOW - 2 * HOUR),
+            pending(2, "a"),
+            pending(3, "a"),
+            pending(4, "b"),
+            pending(5, "b"),
+        ),
+    )
+    ledger = Ledger(snapshot.nodes, {"a": ("a",), "b": ("b",)})
+    shares = {("a", "h100"): 4, ("b", "h100"): 4}
+    order = Order(snapshot, ledger, shares, {("a", "h100"): 1.0, ("b", "h100"): 1.0}, HOUR)
+    return order, ledger
+
+
+def _admit_the_starving_job(order: Order, ledger: Ledger) -> None:
+    assert [job.id for job in order.starving] == [1]
+    ledger.admit("a", "u", "h100", 1, True, (("n1", 1),))
+
+
+def test_a_team_keyed_before_its_starving_job_was_admitted_gets_one_job_then_is_rekeyed() -> None:
+    """Once its starving job runs, team a holds 1 GPU and team b none: a's next job was already
+    first in line (keyed before), then b goes first, and a's last job comes after b's."""
+    order, ledger = _order()
+    _admit_the_starving_job(order, ledger)
+    assert [job.id for job in order.queued()] == [2, 4, 5, 3]
+
+
+def test_runs_taken_whole_while_nothing_changes_give_the_same_order() -> None:
+    order, ledger = _order()
+    _admit_the_starving_job(order, ledger)
+    taken = []
+    for run in order.runs():
+        while run:
+            taken.append(run.pop().id)  # nothing is admitted: the ledger's stamp stays
+    assert taken == [2, 4, 5, 3]
