@@ -183,6 +183,7 @@ class _Cycle:
         # nothing frees GPUs during a cycle, so a bigger gang of the same kind fails too.
         self.failed_search: dict[tuple[str, str, int, int, bool], int] = {}
         self.waiting_in_team: dict[tuple[str, str], int] = {}
+        self._in_team: dict[str, int] = {}  # jobs left pending so far, per team (positions)
         self.order: Order | None = None
         self.starving: set[int] = set()  # ids of the starving jobs
         self.owed: set[int] = set()  # of them, the first jobs of owed teams (ordering.py)
@@ -216,14 +217,10 @@ class _Cycle:
         ledger = self.ledger
         waiting = self.waiting_in_team
         explain = self.explain
-        pending = self.pending
-        team_counts: dict[str, int] = {}
         for job in self.order.starving:
             why = self._consider(job)
             if why is not None and explain:
-                team = job.team
-                in_team = team_counts[team] = team_counts.get(team, 0) + 1
-                pending.append(Pending(job.id, why, in_team, len(pending) + 1))
+                self._left_pending(job, why)
         for run in self.order.runs():
             while run:
                 stamp = ledger.stamp
@@ -231,21 +228,15 @@ class _Cycle:
                 # _wait_kind(job), made with the job: this line runs for every pending job.
                 hit = waits.get(job.kind)
                 if hit is not None and hit[0] == stamp:
-                    if not explain:
-                        continue  # the count of jobs waiting ahead only feeds the reason
-                    key = (job.team, job.flavor)
-                    ahead = waiting.get(key, 0)
-                    waiting[key] = ahead + 1
-                    reason = reasons.no_capacity(job, hit[1], hit[2], ahead)
-                    team = job.team
-                    in_team = team_counts[team] = team_counts.get(team, 0) + 1
-                    pending.append(Pending(job.id, reason, in_team, len(pending) + 1))
+                    if explain:  # the count of jobs waiting ahead only feeds the reason
+                        key = (job.team, job.flavor)
+                        ahead = waiting.get(key, 0)
+                        waiting[key] = ahead + 1
+                        self._left_pending(job, reasons.no_capacity(job, hit[1], hit[2], ahead))
                     continue
                 why = self._consider(job)
                 if why is not None and explain:
-                    team = job.team
-                    in_team = team_counts[team] = team_counts.get(team, 0) + 1
-                    pending.append(Pending(job.id, why, in_team, len(pending) + 1))
+                    self._left_pending(job, why)
                 if ledger.stamp != stamp:
                     break  # the order may have moved: the next run (Order.runs)
         return Plan(
@@ -255,6 +246,11 @@ class _Cycle:
             reservations=tuple(self.reserver.reservations),
             fair_shares=dict(sorted(self.fair_share.items())),
         )
+
+    def _left_pending(self, job: PendingJob, reason: Reason) -> None:
+        """Phase 5: the job's reason and positions, in its team and in the cluster."""
+        in_team = self._in_team[job.team] = self._in_team.get(job.team, 0) + 1
+        self.pending.append(Pending(job.id, reason, in_team, len(self.pending) + 1))
 
     # --- one job --------------------------------------------------------------------------------
 

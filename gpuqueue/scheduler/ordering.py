@@ -130,13 +130,7 @@ class Order:
                 if all(map(first.__eq__, map(_USER, pending))):
                     users[first] = list(pending)
                     continue
-                for job in pending:
-                    jobs = users.get(job.user)
-                    if jobs is None:
-                        users[job.user] = [job]
-                    else:
-                        jobs.append(job)
-                continue
+                # Several users: grouped below, where no job turns out to starve either.
             for job in pending:
                 waited = now - job.submitted_at >= starving_after
                 if waited and job.gpus <= room:

@@ -3,6 +3,7 @@ build whose sources changed since is refused before anything imports it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -28,8 +29,6 @@ def _layout(root: Path, text: str = "x = 1\n") -> Path:
 
 
 def _stamp(root: Path, text: str) -> None:
-    import hashlib
-
     digest = hashlib.sha256(text.encode()).hexdigest()
     (root / native.STAMP).write_text(json.dumps({SOURCE: digest}))
 
