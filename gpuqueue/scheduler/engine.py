@@ -33,7 +33,7 @@ from gpuqueue.scheduler.model import (
     ReasonCode,
     Snapshot,
 )
-from gpuqueue.scheduler.ordering import Order
+from gpuqueue.scheduler.ordering import Order, QueueJobs
 from gpuqueue.scheduler.placement import fit_gang
 from gpuqueue.scheduler.preemption import PRIORITY, VictimIndex, VictimSearch
 from gpuqueue.scheduler.starvation import Reserver
@@ -152,17 +152,21 @@ class _Cycle:
         # Phase 2: fair shares. The pending jobs are grouped by queue (team and flavor) once,
         # for the pending part of the demand and for the order. (By runs of one queue, with
         # C-level passes: a snapshot lists each queue's jobs together as a rule.)
-        self.queues: dict[tuple[str, str], list[PendingJob]] = {}
-        asked: dict[tuple[str, str], int] = {}
+        grouped: dict[tuple[str, str], list[PendingJob]] = {}
         for key, run in groupby(snapshot.pending, _QUEUE):
-            jobs = self.queues.get(key)
+            jobs = grouped.get(key)
             if jobs is None:
-                jobs = self.queues[key] = list(run)
-                asked[key] = sum(map(_GPUS, jobs))
+                grouped[key] = list(run)
             else:
-                more = list(run)
-                jobs.extend(more)
-                asked[key] += sum(map(_GPUS, more))
+                jobs.extend(run)
+        # What the order reads of each queue: kept with the holdings, for the queues whose
+        # jobs are the last plan's (most of them).
+        if holdings is None:
+            self.queues = {key: QueueJobs(jobs) for key, jobs in grouped.items()}
+        else:
+            memo = holdings.queues
+            self.queues = {key: memo.get(key, jobs) for key, jobs in grouped.items()}
+        asked = {key: queue.gpus for key, queue in self.queues.items()}
         self.fair_share = fair_shares(snapshot, self.capacity, running, asked, tables.shares)
         self.search = VictimSearch(
             self.ledger,
@@ -174,7 +178,14 @@ class _Cycle:
             tables.guarantees,
             self.balance,
         )
-        self.reserver = Reserver(self.ledger, snapshot.nodes, snapshot.running, policy, self.now)
+        self.reserver = Reserver(
+            self.ledger,
+            snapshot.nodes,
+            snapshot.running,
+            policy,
+            self.now,
+            None if holdings is None else holdings.release_events(),
+        )
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.pending: list[Pending] = []
@@ -533,7 +544,6 @@ class _Cycle:
 
 WaitKind = tuple[str, str, int, int, int, bool, float | None]
 _QUEUE = attrgetter("team", "flavor")
-_GPUS = attrgetter("gpus")
 _WAITS = (ReasonCode.NO_CAPACITY, ReasonCode.QUEUED_BEHIND_TEAM)
 _NO_CAPACITY = Reason(ReasonCode.NO_CAPACITY)
 _IN_SHARE_DEBT = Reason(ReasonCode.IN_SHARE_DEBT)  # without explanations: no numbers either

@@ -14,7 +14,9 @@ from typing import TypeVar
 from gpuqueue.scheduler.fairshare import ShareTables
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger, buckets_after
 from gpuqueue.scheduler.model import Node, Quota, RunningJob, Team
+from gpuqueue.scheduler.ordering import QueueMemo
 from gpuqueue.scheduler.preemption import VictimIndex, victim_key
+from gpuqueue.scheduler.starvation import ReleaseEvent, release_time
 
 K = TypeVar("K")
 
@@ -78,6 +80,9 @@ class Holdings:
         self.teams = tuple(teams)
         self.tables = TeamTables(self.teams)
         self.chains = self.tables.chains
+        # What the order reads of each queue of pending jobs, kept for the next plan: a memo,
+        # checked against the snapshot's jobs queue by queue (ordering.py).
+        self.queues = QueueMemo()
         self.jobs: dict[int, RunningJob] = {}
         self._seq: dict[int, int] = {}  # job id -> its place in the order (grows with each add)
         self._next = 0
@@ -93,6 +98,9 @@ class Holdings:
         self._on_node: dict[str, dict[str, dict[int, tuple[int, int]]]] = {f: {} for f in flavors}
         self._first: dict[str, dict[str, tuple[int, int]]] = {f: {} for f in flavors}
         self._incoming: dict[str, dict[str, int]] = {f: {} for f in flavors}
+        # flavor -> (expected end, node, GPUs, job id) of the running jobs not being preempted,
+        # sorted: the release events a reservation replays (starvation.Reserver).
+        self._ends: dict[str, list[ReleaseEvent]] = {f: [] for f in flavors}
         self._leaving_jobs: dict[int, RunningJob] = {}
         self._used: dict[tuple[str, str], int] = {}
         self._leaving: dict[tuple[str, str], int] = {}
@@ -167,6 +175,8 @@ class Holdings:
         first = self._first[flavor]
         incoming = self._incoming[flavor]
         g = job.gpus_per_worker
+        end = None if leaving else release_time(job)
+        ends = self._ends[flavor]
         for place, (node, workers) in enumerate(job.placement):
             if node not in free:
                 continue  # an unschedulable node
@@ -177,6 +187,12 @@ class Holdings:
             total += (new if new > 0 else 0) - (old if old > 0 else 0)
             if leaving:
                 _bump(incoming, node, node_gpus)
+            elif end is not None:
+                event = (end, node, workers * g, job.id)
+                if sign > 0:
+                    insort(ends, event)
+                else:
+                    del ends[bisect_left(ends, event)]
             jobs = on_node.get(node)
             if sign > 0:
                 if jobs is None:
@@ -204,6 +220,11 @@ class Holdings:
     def running_totals(self) -> dict[tuple[str, str], int]:
         """What `Ledger.hold_running` returns: GPUs of each team's own jobs, per flavor."""
         return dict(self._team_used)
+
+    def release_events(self) -> dict[str, list[ReleaseEvent]]:
+        """flavor -> when the running jobs not being preempted are expected to give GPUs back:
+        (expected end, node, GPUs, job id), sorted (shared: plan() only reads them)."""
+        return self._ends
 
     def victim_index(self) -> VictimIndex:
         """`VictimIndex(jobs)`, sharing the sorted lists kept here (plan() only reads them)."""

@@ -59,15 +59,68 @@ _SUBMITTED = attrgetter("submitted_at")
 _USER = attrgetter("user")
 
 
+class QueueJobs:
+    """One queue's pending jobs (a team's, for one flavor) and what the order reads of them
+    whatever the ledger holds: a pure function of the jobs, so a caller that plans again and
+    again (the trace replay) keeps them in a `QueueMemo`, and a queue whose jobs are those of
+    the last plan costs one comparison of two lists instead of a sort."""
+
+    __slots__ = ("_by_user", "gpus", "jobs", "oldest", "smallest")
+
+    def __init__(self, jobs: list[PendingJob]) -> None:
+        if not jobs:
+            raise ValueError("a queue has at least one job")
+        self.jobs = jobs
+        self.gpus = sum(map(_GPUS, jobs))  # the queue's pending demand
+        self.smallest = min(map(_GPUS, jobs))
+        self.oldest = min(map(_SUBMITTED, jobs))
+        self._by_user: dict[str, list[PendingJob]] | None = None
+
+    def by_user(self) -> dict[str, list[PendingJob]]:
+        """user -> the user's jobs best last (rules 3, 5 and 6), users by name. Shared: the
+        caller copies a list before taking jobs from it."""
+        if self._by_user is None:
+            jobs = self.jobs
+            first = jobs[0].user
+            if all(map(first.__eq__, map(_USER, jobs))):  # one user, often
+                self._by_user = {first: sorted(jobs, key=_RANK, reverse=True)}
+            else:
+                users: dict[str, list[PendingJob]] = {}
+                for job in jobs:
+                    users.setdefault(job.user, []).append(job)
+                self._by_user = {
+                    user: sorted(users[user], key=_RANK, reverse=True) for user in sorted(users)
+                }
+        return self._by_user
+
+
+class QueueMemo:
+    """`QueueJobs` kept between plans, one per queue, reused while the queue's jobs compare
+    equal to those it was made of (the same objects, as a rule: one C-level pass)."""
+
+    __slots__ = ("_queues",)
+
+    def __init__(self) -> None:
+        self._queues: dict[tuple[str, str], QueueJobs] = {}
+
+    def get(self, key: tuple[str, str], jobs: list[PendingJob]) -> QueueJobs:
+        hit = self._queues.get(key)
+        if hit is not None and hit.jobs == jobs:
+            return hit
+        made = self._queues[key] = QueueJobs(jobs)
+        return made
+
+
 class _Queue:
     """The pending jobs of one team for one flavor: one sorted list per user."""
 
-    __slots__ = ("flavor", "heads", "jobs", "team", "version")
+    __slots__ = ("flavor", "heads", "jobs", "sorted", "team", "version")
 
     def __init__(self, team: str, flavor: str) -> None:
         self.team = team
         self.flavor = flavor
         self.jobs: dict[str, list[PendingJob]] = {}  # user -> jobs, best last (popped cheaply)
+        self.sorted = False  # whether `jobs` is in order already (users by name, each list)
         self.heads: list[tuple[JobKey, str]] = []  # one entry per user with jobs left
         self.version = 0
 
@@ -88,12 +141,13 @@ class Order:
         weights: Mapping[tuple[str, str], float],
         starving_after: float,
         min_one_job: bool = False,
-        queues: Mapping[tuple[str, str], list[PendingJob]] | None = None,
+        queues: Mapping[tuple[str, str], QueueJobs] | None = None,
         balance: Mapping[tuple[str, str], float] | None = None,
         slice_seconds: float = 0.0,
     ) -> None:
         """`queues`: the pending jobs per (team, flavor) when the caller has grouped them (the
-        order does not depend on the order of the jobs in the snapshot). `balance`: the
+        order does not depend on the order of the jobs in the snapshot nor on the order of
+        the queues). `balance`: the
         snapshot's `share_balance`, with `slice_seconds` (Policy.share_slice_seconds)."""
         self._ledger = ledger
         self._fair_share = fair_share
@@ -105,12 +159,13 @@ class Order:
         self.owed: set[int] = set()
         now = snapshot.now
         if queues is None:
-            queues = {}
+            grouped: dict[tuple[str, str], list[PendingJob]] = {}
             for job in snapshot.pending:
-                queues.setdefault((job.team, job.flavor), []).append(job)
+                grouped.setdefault((job.team, job.flavor), []).append(job)
+            queues = {key: QueueJobs(jobs) for key, jobs in grouped.items()}
         oldest: dict[tuple[str, str], PendingJob] = {}  # of teams that hold nothing (min_one_job)
         starving = self.starving
-        for key, pending in queues.items():
+        for key, facts in queues.items():
             team, flavor = key
             # The ledger does not change while the order is built.
             in_use = ledger.in_use(team, flavor)
@@ -121,17 +176,15 @@ class Order:
             users = queue.jobs
             # Most queues of a busy cycle have no starving job: the team is at its fair share
             # (no job fits the room) or nothing has waited long enough. Their jobs are only
-            # grouped by user (one user, often: one list), with C-level passes.
+            # grouped by user and sorted, which the queue's facts have done already.
             if not holds_nothing and (
-                min(map(_GPUS, pending)) > room
-                or now - min(map(_SUBMITTED, pending)) < starving_after  # the oldest has not
+                facts.smallest > room or now - facts.oldest < starving_after  # the oldest has not
             ):
-                first = pending[0].user
-                if all(map(first.__eq__, map(_USER, pending))):
-                    users[first] = list(pending)
-                    continue
-                # Several users: grouped below, where no job turns out to starve either.
-            for job in pending:
+                for user, mine in facts.by_user().items():
+                    users[user] = list(mine)
+                queue.sorted = True
+                continue
+            for job in facts.jobs:
                 waited = now - job.submitted_at >= starving_after
                 if waited and job.gpus <= room:
                     starving.append(job)
@@ -165,11 +218,12 @@ class Order:
             if not queue.jobs:
                 del self._queues[key]  # every job of the queue is starving
                 continue
-            for user in sorted(queue.jobs):
+            for user in queue.jobs if queue.sorted else sorted(queue.jobs):
                 jobs = queue.jobs[user]
-                # job_key with the same user usage for every job (it is one user's list), best
-                # last: the job's rank, made with the job, read by one C-level sort.
-                jobs.sort(key=_RANK, reverse=True)
+                if not queue.sorted:
+                    # job_key with the same user usage for every job (it is one user's list),
+                    # best last: the job's rank, made with the job, read by one C-level sort.
+                    jobs.sort(key=_RANK, reverse=True)
                 used = ledger.user_used.get((queue.team, user, queue.flavor), 0)
                 queue.heads.append((job_key(jobs[-1], used), user))
             heapq.heapify(queue.heads)

@@ -21,6 +21,9 @@ from gpuqueue.scheduler.model import (
 )
 from gpuqueue.scheduler.placement import fit_on
 
+# (expected end, node, GPUs, job id): GPUs a running job should give back on a node.
+ReleaseEvent = tuple[float, str, int, int]
+
 
 def expected_end(job: RunningJob, policy: Policy) -> float:
     """When a running job should give its GPUs back; math.inf when nobody can tell."""
@@ -29,6 +32,17 @@ def expected_end(job: RunningJob, policy: Policy) -> float:
     if job.preempting_since is not None:
         end = min(end, job.preempting_since + policy.preemption_grace_seconds)
     return end
+
+
+def release_time(job: RunningJob) -> float | None:
+    """`expected_end` of a job that is not being preempted; None when nobody can tell."""
+    runtime = job.expected_runtime
+    if runtime is None:
+        runtime = job.max_runtime
+        if runtime is None:
+            return None
+    end = job.started_at + runtime
+    return None if end == math.inf else end
 
 
 class Reserver:
@@ -41,48 +55,60 @@ class Reserver:
         running: tuple[RunningJob, ...],
         policy: Policy,
         now: float,
+        ends: dict[str, list[ReleaseEvent]] | None = None,
     ) -> None:
+        """`ends`: the running jobs' release events per flavor, sorted, when a caller keeps
+        them (`Holdings.release_events`); otherwise they are made from `running`."""
         self.ledger = ledger
         self.policy = policy
         self.now = now
         self._nodes = nodes
         self._running = running
-        self._events: dict[str, list[tuple[float, str, int]]] = {}
+        self._ends = ends
+        self._events: dict[str, list[ReleaseEvent]] = {}
         self.reservations: list[Reservation] = []
         self.node_owner: dict[tuple[str, str], Reservation] = {}  # (flavor, node) -> reservation
         self._holders: dict[str, tuple[int, list[Reservation]]] = {}
         self._rooms: dict[tuple[str, float], tuple[int, str, dict[str, int]]] = {}
 
-    def _release_events(self, fl: FlavorLedger) -> list[tuple[float, str, int]]:
-        """(time, node, GPUs) at which running jobs of the flavor are expected to end, sorted."""
+    def release_events(self, fl: FlavorLedger) -> list[ReleaseEvent]:
+        """(time, node, GPUs, job) at which running jobs of the flavor are expected to give
+        GPUs back (not before now), sorted; without the jobs being preempted (they count
+        through the incoming GPUs) and the victims of this cycle."""
         events = self._events.get(fl.name)
-        if events is None:
+        if events is not None:
+            return events
+        name = fl.name
+        victims = self.ledger.victims
+        now = self.now
+        if self._ends is not None:
+            kept = self._ends.get(name, [])
+            if (not kept or kept[0][0] >= now) and not victims:
+                events = kept  # shared, read only
+            else:
+                events = [
+                    (at if at >= now else now, node, gpus, job)
+                    for at, node, gpus, job in kept
+                    if job not in victims
+                ]
+                if events and events[0][0] <= now:
+                    events.sort()  # ends clamped to now: in order by node among themselves
+        else:
             events = []
-            name = fl.name
             free = fl.free
-            victims = self.ledger.victims
-            now = self.now
             for job in self._running:
-                if job.flavor != name or job.preempting_since is not None:
-                    continue  # leaving jobs are counted through the incoming GPUs below
-                if job.id in victims:
+                if job.flavor != name or job.preempting_since is not None or job.id in victims:
                     continue
-                # expected_end(job, self.policy) for a job that is not being preempted.
-                runtime = job.expected_runtime
-                if runtime is None:
-                    runtime = job.max_runtime
-                    if runtime is None:
-                        continue
-                end = job.started_at + runtime
-                if end == math.inf:
+                end = release_time(job)
+                if end is None:
                     continue
                 at = end if end >= now else now  # max(end, now)
                 g = job.gpus_per_worker
                 for node, workers in job.placement:
                     if node in free:
-                        events.append((at, node, workers * g))
+                        events.append((at, node, workers * g, job.id))
             events.sort()
-            self._events[name] = events
+        self._events[name] = events
         return events
 
     def reserve(self, job: PendingJob) -> Reservation | None:
@@ -109,14 +135,14 @@ class Reserver:
         for v in avail.values():
             fit += v // g
         start = self.now
-        events = self._release_events(fl)
+        events = self.release_events(fl)
         if fl.incoming:
             back = self.now + self.policy.preemption_grace_seconds
-            coming = [(back, n, gpus) for n, gpus in fl.incoming.items() if n in avail]
+            coming = [(back, n, gpus, -1) for n, gpus in fl.incoming.items() if n in avail]
             events = sorted(events + coming)
         if fit < job.workers:
             start = math.inf
-            for time, node, gpus in events:
+            for time, node, gpus, _ in events:
                 old = avail.get(node)
                 if old is None:
                     continue

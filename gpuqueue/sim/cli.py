@@ -86,7 +86,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.out:
         doc = {
             "trace": args.trace,
-            "config": vars(args),
+            # The options as given (not the subcommand's function, whose repr names an
+            # address: two runs of the same command write the same file).
+            "config": {k: v for k, v in vars(args).items() if k != "run"},
             "offered_load": w.offered_load,
             **result.to_json(),
         }

@@ -7,6 +7,7 @@ the order `Ledger.hold_running` leaves them, not only hold the same counts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -17,6 +18,7 @@ from gpuqueue.scheduler.holdings import Holdings, team_chains
 from gpuqueue.scheduler.ledger import Ledger
 from gpuqueue.scheduler.model import Node, Policy, Quota, RunningJob, Snapshot, Team
 from gpuqueue.scheduler.preemption import VictimIndex
+from gpuqueue.scheduler.starvation import Reserver
 from tests.scheduler.test_properties import SETTINGS, policies, snapshots
 
 NODES = (
@@ -50,6 +52,8 @@ def running_jobs(draw: st.DrawFn, job_id: int) -> RunningJob:
         priority=draw(st.integers(0, 2)),
         preemptible=draw(st.booleans()),
         started_at=draw(st.sampled_from([0.0, 60.0, 120.0])),
+        max_runtime=draw(st.sampled_from([None, 600.0, math.inf])),
+        expected_runtime=draw(st.sampled_from([None, None, 60.0, 300.0])),
         preempting_since=draw(st.sampled_from([None, None, 30.0])),
     )
 
@@ -87,13 +91,21 @@ def _index_state(index: VictimIndex, jobs: tuple[RunningJob, ...]) -> tuple[obje
     )
 
 
-def _check(holdings: Holdings) -> None:
+def _check(holdings: Holdings, data: st.DataObject) -> None:
     jobs = tuple(holdings.jobs.values())
     fresh = Ledger(NODES, team_chains(TEAMS))
     totals = fresh.hold_running(jobs)
     assert _ledger_state(holdings.ledger()) == _ledger_state(fresh)
     assert holdings.running_totals() == totals
     assert _index_state(holdings.victim_index(), jobs) == _index_state(VictimIndex(jobs), jobs)
+    # The release events a reservation replays, at a time before, between or after the ends
+    # (which are then clamped to it), with some jobs chosen as this cycle's victims.
+    now = data.draw(st.sampled_from([0.0, 200.0, 400.0, 10_000.0]))
+    fresh.victims = set(data.draw(st.lists(st.sampled_from([0, *holdings.jobs]))))
+    kept = Reserver(fresh, NODES, jobs, Policy(), now, holdings.release_events())
+    made = Reserver(fresh, NODES, jobs, Policy(), now)
+    for fl in fresh.flavors.values():
+        assert kept.release_events(fl) == made.release_events(fl)
 
 
 @settings(max_examples=300, deadline=None)
@@ -113,7 +125,7 @@ def test_holdings_changed_job_by_job_give_the_ledger_and_victims_of_a_fresh_coun
         else:
             job = holdings.jobs[data.draw(st.sampled_from(sorted(holdings.jobs)))]
             holdings.replace(replace(job, preempting_since=90.0))
-        _check(holdings)
+        _check(holdings, data)
 
 
 def test_holdings_refuse_a_job_that_holds_no_gpus_on_a_node() -> None:
@@ -155,3 +167,27 @@ def test_a_plan_from_holdings_kept_job_by_job_is_the_plan_of_the_snapshot(
     got = plan(snapshot, policy, explain=False, holdings=holdings)
     assert got == replace(plan(snapshot, policy), pending=())
     assert plan(snapshot, policy, holdings=holdings) == plan(snapshot, policy)
+
+
+@SETTINGS
+@given(snapshots(), policies(), st.data())
+def test_plans_from_the_same_holdings_over_changing_queues_are_the_plans_of_the_snapshots(
+    snapshot: Snapshot, policy: Policy, data: st.DataObject
+) -> None:
+    """The holdings keep what the order read of each queue (`QueueMemo`) from plan to plan:
+    a queue whose jobs changed since (jobs gone, jobs back, an equal copy of a job, another
+    order) must be read again, and one that did not gives the same order as a fresh read."""
+    holdings = Holdings(snapshot.nodes, snapshot.teams)
+    for job in snapshot.running:
+        holdings.add(job)
+    for _ in range(3):
+        pending = list(snapshot.pending)
+        if pending and data.draw(st.booleans()):
+            pending = data.draw(st.permutations(pending))
+        if pending and data.draw(st.booleans()):
+            del pending[data.draw(st.integers(0, len(pending) - 1))]
+        if pending and data.draw(st.booleans()):
+            i = data.draw(st.integers(0, len(pending) - 1))
+            pending[i] = replace(pending[i])  # equal, not the same object
+        later = replace(snapshot, pending=tuple(pending))
+        assert plan(later, policy, holdings=holdings) == plan(later, policy)
