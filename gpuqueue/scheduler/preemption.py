@@ -235,7 +235,7 @@ class VictimSearch:
             and self._out_of_minimum_runtime(victim)
             and not (kind == RECLAIM and beyond_guarantee and victim.started_at > settled)
         ]
-        if not candidates:
+        if not candidates or not self._may_fit(job, fl, candidates):
             return None
         g = job.gpus_per_worker
         start = fl.workers_fit(g, fl.incoming)
@@ -257,6 +257,38 @@ class VictimSearch:
             ledger.commit(mark)
             return chosen
         return None
+
+    def _may_fit(
+        self, job: PendingJob, fl: FlavorLedger, candidates: list[tuple[RunningJob, str]]
+    ) -> bool:
+        """Whether the candidates could free enough GPUs at all: free and incoming GPUs plus
+        what the candidates could give must cover the gang (a necessary condition, cheap next
+        to the search; most searches of a busy replay fail, and most of them here).
+
+        A reclaim victim is taken only while its team keeps its fair share (`_victim_ok`), and
+        nothing the search does raises a team's usage: a team gives at most what it holds
+        beyond its share at the start, and none of its jobs bigger than that.
+        """
+        total = fl.total_free + sum(fl.incoming.values())
+        mine = self.chains.get(job.team, (job.team,))
+        flavor = job.flavor
+        beyond: dict[str, int] = {}  # team -> GPUs it holds beyond its share
+        given: dict[str, int] = {}  # team -> GPUs of its candidates that fit in that
+        for victim, kind in candidates:
+            team = victim.team
+            if kind != RECLAIM or team in mine:
+                total += victim.gpus  # no share to keep
+                continue
+            extra = beyond.get(team)
+            if extra is None:
+                extra = beyond[team] = self.ledger.in_use(team, flavor) - self.fair_share.get(
+                    (team, flavor), 0
+                )
+            if victim.gpus <= extra:
+                given[team] = given.get(team, 0) + victim.gpus
+        for team, gpus in given.items():
+            total += min(gpus, beyond[team])
+        return total >= job.gpus
 
     def _take(self, job: PendingJob, fl: FlavorLedger, victim: RunningJob, kind: str) -> int:
         """Release one victim if its team can give it up; the workers it adds (-1: refused)."""

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
+from unittest.mock import patch
 
-from gpuqueue.scheduler.model import Policy, ReasonCode
+import pytest
+from hypothesis import given
+
+from gpuqueue.scheduler import plan
+from gpuqueue.scheduler.model import Policy, ReasonCode, Snapshot
+from gpuqueue.scheduler.preemption import VictimSearch
 from tests.scheduler.builders import HOUR, NOW, Case, check, node, nodes, pending, running, team
+from tests.scheduler.test_properties import SETTINGS, policies, snapshots
 
 
 def morning_grab(policy: Policy | None = None, **want: object) -> dict[str, object]:
@@ -274,3 +281,62 @@ CASES = PRIORITY + RECLAIM
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_preemption(case: Case) -> None:
     check(case)
+
+
+@SETTINGS
+@given(snapshots(), policies())
+def test_searches_cut_short_by_what_the_candidates_could_free_decide_as_full_searches(
+    snapshot: Snapshot, policy: Policy
+) -> None:
+    """`VictimSearch._may_fit` only skips searches that would fail anyway: every plan (its
+    preemptions, admissions and reasons) is the same with every search run to the end."""
+    cut = plan(snapshot, policy)
+    with patch.object(VictimSearch, "_may_fit", lambda *_: True):
+        full = plan(snapshot, policy)
+    assert cut == full
+
+
+def test_a_team_gives_no_job_bigger_than_what_it_holds_beyond_its_share() -> None:
+    """Team a holds 10 GPUs with a share of 8: its 8-GPU job cannot go (a would keep 2), its
+    2-GPU job is not enough, and team c's work cannot be preempted; so team b's 8-GPU job,
+    within b's share, waits, and the search is cut short before trying the candidates."""
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=nodes(2, h100=8),
+        teams=(team("a", guarantee=8), team("b", guarantee=8), team("c")),
+        running=(
+            running(10, "a", {"n1": 1}, gpus=8, started=NOW - 2 * HOUR),
+            running(11, "a", {"n2": 1}, gpus=2, started=NOW - 2 * HOUR),
+            running(12, "c", {"n2": 1}, gpus=6, preemptible=False, started=NOW - 2 * HOUR),
+        ),
+        pending=(pending(1, "b", gpus=8),),
+    )
+    searched: list[bool] = []
+    real = VictimSearch._may_fit
+
+    def spy(self: VictimSearch, *args: object) -> bool:
+        searched.append(real(self, *args))  # type: ignore[arg-type]
+        return searched[-1]
+
+    with patch.object(VictimSearch, "_may_fit", spy):
+        result = plan(snapshot, Policy())
+    assert not result.admissions and not result.preemptions
+    assert searched == [False]
+
+
+def test_gpus_already_coming_back_count_toward_what_a_search_may_free() -> None:
+    """Team a's 4-GPU job is being preempted; with a's 2-GPU job those 4 GPUs make room for
+    team b's 6-GPU job, within b's guarantee: the search is not cut short."""
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=nodes(1, h100=8),
+        teams=(team("a"), team("b", guarantee=6), team("c", guarantee=2)),
+        running=(
+            replace(running(10, "a", {"n1": 1}, gpus=4), preempting_since=NOW - 30),
+            running(11, "a", {"n1": 1}, gpus=2, started=NOW - 2 * HOUR),
+            running(12, "c", {"n1": 1}, gpus=2, preemptible=False),
+        ),
+        pending=(pending(1, "b", gpus=6),),
+    )
+    result = plan(snapshot, Policy())
+    assert [(p.job_id, p.for_job_id) for p in result.preemptions] == [(11, 1)]
