@@ -7,8 +7,10 @@ the extension instead of the source, and a Philly replay runs about a quarter fa
 `make clean-native` removes the build.
 
 An extension outlives edits to its source, and Python would keep importing the old code. The
-build therefore records a hash of each source (`STAMP`), and `check()`, run when `gpuqueue` is
-imported, refuses extensions whose sources changed since, naming the command that mends it.
+build therefore records a hash of each source (`STAMP`), and `check()`, run when
+`gpuqueue.scheduler` or `gpuqueue.sim` (the packages with compiled modules) is imported,
+refuses extensions whose sources changed since, naming the command that mends it; this module
+imports neither, so that `python -m gpuqueue.native build` can replace a stale build.
 """
 
 from __future__ import annotations

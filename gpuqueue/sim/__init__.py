@@ -12,6 +12,11 @@ From Python (the what-if command feeds it jobs from the database the same way):
 From the shell: `python -m gpuqueue.sim replay --help` and `python -m gpuqueue.sim compare --help`.
 """
 
+from gpuqueue.native import check as _check_native_build
+
+_check_native_build()  # compiled modules (`make native`) must match their sources
+
+# ruff: noqa: E402 -- after the guard
 from gpuqueue.sim.cluster import Cluster, SimNode, parse_cluster_spec, uniform_cluster
 from gpuqueue.sim.jobs import SimJob, gang_shape
 from gpuqueue.sim.policies import POLICIES

@@ -70,6 +70,25 @@ def test_clean_removes_the_build(tmp_path: Path) -> None:
     assert source.exists()
 
 
+def test_a_stale_build_can_be_rebuilt_or_removed_from_the_command_line(tmp_path: Path) -> None:
+    """`make native` runs `python -m gpuqueue.native`: importing it must not run the guard that
+    refuses the stale build it is there to replace."""
+    package = Path(native.__file__).resolve().parent
+    source = _layout(tmp_path)
+    _stamp(tmp_path, "x = 1\n")
+    source.write_text("x = 2\n")
+    for name in ("__init__.py", "native.py"):
+        shutil.copy(package / name, tmp_path / "gpuqueue" / name)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuqueue.native", "clean"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not native.active(tmp_path)
+
+
 def _compiler() -> str | None:
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
     return shutil.which("cc") if headers.exists() else None
