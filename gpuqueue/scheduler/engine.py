@@ -232,7 +232,7 @@ class _Cycle:
             why = self._consider(job)
             if why is not None and explain:
                 self._left_pending(job, why)
-        for run in self.order.runs():
+        for run, streaks in self.order.runs():
             while run:
                 stamp = ledger.stamp
                 job = run.pop()
@@ -244,6 +244,11 @@ class _Cycle:
                         ahead = waiting.get(key, 0)
                         waiting[key] = ahead + 1
                         self._left_pending(job, reasons.no_capacity(job, hit[1], hit[2], ahead))
+                    elif streaks is not None:
+                        # The jobs next in the run of the same kind wait too, changing nothing
+                        # and leaving no trace without explanations: all at once.
+                        left = len(run)  # the job's place in the run
+                        del run[left + 1 - streaks[left] :]
                     continue
                 why = self._consider(job)
                 if why is not None and explain:

@@ -65,7 +65,7 @@ class QueueJobs:
     again (the trace replay) keeps them in a `QueueMemo`, and a queue whose jobs are those of
     the last plan costs one comparison of two lists instead of a sort."""
 
-    __slots__ = ("_by_user", "gpus", "jobs", "oldest", "smallest")
+    __slots__ = ("_by_user", "_streaks", "gpus", "jobs", "oldest", "smallest")
 
     def __init__(self, jobs: list[PendingJob]) -> None:
         if not jobs:
@@ -75,6 +75,7 @@ class QueueJobs:
         self.smallest = min(map(_GPUS, jobs))
         self.oldest = min(map(_SUBMITTED, jobs))
         self._by_user: dict[str, list[PendingJob]] | None = None
+        self._streaks: dict[str, list[int]] | None = None
 
     def by_user(self) -> dict[str, list[PendingJob]]:
         """user -> the user's jobs best last (rules 3, 5 and 6), users by name. Shared: the
@@ -92,6 +93,22 @@ class QueueJobs:
                     user: sorted(users[user], key=_RANK, reverse=True) for user in sorted(users)
                 }
         return self._by_user
+
+    def streaks(self) -> dict[str, list[int]]:
+        """user -> for each place i in the user's list (`by_user`), how many jobs from i down
+        share the job's kind (`PendingJob.kind`): i's and the ones before it, unbroken."""
+        if self._streaks is None:
+            streaks: dict[str, list[int]] = {}
+            for user, jobs in self.by_user().items():
+                counts = streaks[user] = []
+                last = None
+                count = 0
+                for job in jobs:
+                    count = count + 1 if job.kind == last else 1
+                    last = job.kind
+                    counts.append(count)
+            self._streaks = streaks
+        return self._streaks
 
 
 class QueueMemo:
@@ -114,13 +131,16 @@ class QueueMemo:
 class _Queue:
     """The pending jobs of one team for one flavor: one sorted list per user."""
 
-    __slots__ = ("flavor", "heads", "jobs", "sorted", "team", "version")
+    __slots__ = ("flavor", "heads", "jobs", "sorted", "streaks", "team", "version")
 
     def __init__(self, team: str, flavor: str) -> None:
         self.team = team
         self.flavor = flavor
         self.jobs: dict[str, list[PendingJob]] = {}  # user -> jobs, best last (popped cheaply)
         self.sorted = False  # whether `jobs` is in order already (users by name, each list)
+        # The lists' streaks of one kind (`QueueJobs.streaks`), when `jobs` are copies of the
+        # queue's lists (only taken from at the end); None otherwise.
+        self.streaks: dict[str, list[int]] | None = None
         self.heads: list[tuple[JobKey, str]] = []  # one entry per user with jobs left
         self.version = 0
 
@@ -183,6 +203,7 @@ class Order:
                 for user, mine in facts.by_user().items():
                     users[user] = list(mine)
                 queue.sorted = True
+                queue.streaks = facts.streaks()
                 continue
             for job in facts.jobs:
                 waited = now - job.submitted_at >= starving_after
@@ -249,15 +270,18 @@ class Order:
 
     def queued(self) -> Iterator[PendingJob]:
         """The jobs after the starving ones (`__iter__` without `starving`)."""
-        for run in self.runs():
+        for run, _ in self.runs():
             yield run.pop()
 
-    def runs(self) -> Iterator[list[PendingJob]]:
+    def runs(self) -> Iterator[tuple[list[PendingJob], list[int] | None]]:
         """The jobs after the starving ones, as runs: lists of the jobs that come next, best
-        last. The caller takes at least one job from the end of a run (`pop`), and asks for
-        the next run once the ledger changed (its stamp moved) or the run is empty: until then
-        nothing re-keys a team, so the same queue stays first. Jobs left in a run stay in the
-        order. (A run, not a job at a time: most jobs of a busy cycle change nothing.)"""
+        last. The caller takes at least one job from the end of a run (`pop`, or `del` of a
+        tail), and asks for the next run once the ledger changed (its stamp moved) or the run
+        is empty: until then nothing re-keys a team, so the same queue stays first. Jobs left
+        in a run stay in the order. (A run, not a job at a time: most jobs of a busy cycle
+        change nothing.) With each run its streaks of one kind (`QueueJobs.streaks`), by
+        place in the run, when known: a caller that skips the jobs of a kind that waits may
+        drop the whole streak at once."""
         heap = self._heap
         queues = self._queues
         ledger = self._ledger
@@ -273,19 +297,20 @@ class Order:
             if len(heads) == 1:
                 # One user with jobs left: its list is already in order and no key between
                 # users needs computing (the entry is replaced before it is compared again).
-                jobs = queue.jobs[heads[0][1]]
+                user = heads[0][1]
+                jobs = queue.jobs[user]
                 if used.get(qkey, 0) - leaving.get(qkey, 0) == key[2]:
-                    yield jobs
+                    yield jobs, None if queue.streaks is None else queue.streaks[user]
                 else:
                     # The team's usage moved since it was keyed (a starving job of the team
                     # was admitted first): one job, then the team is re-keyed below.
-                    yield [jobs.pop()]
+                    yield [jobs.pop()], None
                 if not jobs:
                     heads.pop()
             else:
                 _, user = heapq.heappop(heads)
                 jobs = queue.jobs[user]
-                yield [jobs.pop()]
+                yield [jobs.pop()], None
                 # The caller has now admitted the job or not; re-key its user.
                 if jobs:
                     user_used = ledger.user_used.get((queue.team, user, queue.flavor), 0)

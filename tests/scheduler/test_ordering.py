@@ -1,12 +1,14 @@
 """The order's runs (`Order.runs`): taking a run's jobs one after another while the ledger does
-not change gives the order of one job at a time (`Order.queued`)."""
+not change gives the order of one job at a time (`Order.queued`), and dropping a streak of one
+kind that waits drops nothing else."""
 
 from __future__ import annotations
 
+from gpuqueue.scheduler import plan
 from gpuqueue.scheduler.ledger import Ledger
-from gpuqueue.scheduler.model import Snapshot
+from gpuqueue.scheduler.model import Policy, Snapshot
 from gpuqueue.scheduler.ordering import Order
-from tests.scheduler.builders import HOUR, NOW, nodes, pending, team
+from tests.scheduler.builders import HOUR, NOW, nodes, pending, running, team
 
 
 def _order() -> tuple[Order, Ledger]:
@@ -49,7 +51,26 @@ def test_runs_taken_whole_while_nothing_changes_give_the_same_order() -> None:
     order, ledger = _order()
     _admit_the_starving_job(order, ledger)
     taken = []
-    for run in order.runs():
+    for run, _ in order.runs():
         while run:
             taken.append(run.pop().id)  # nothing is admitted: the ledger's stamp stays
     assert taken == [2, 4, 5, 3]
+
+
+def test_a_streak_of_one_kind_that_waits_is_skipped_whole_and_no_further() -> None:
+    """Team a's two 8-GPU jobs wait (one GPU is free, team c's work cannot be preempted);
+    without explanations the second is dropped with the first's verdict, and the 1-GPU job
+    after them (another kind) is still considered and admitted, as with explanations."""
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=nodes(1, h100=8),
+        teams=(team("a", guarantee=2), team("c", guarantee=6)),
+        running=(
+            running(10, "a", {"n1": 1}),
+            running(11, "c", {"n1": 1}, gpus=6, preemptible=False),
+        ),
+        pending=(pending(1, "a", gpus=8), pending(2, "a", gpus=8), pending(3, "a")),
+    )
+    explained = plan(snapshot, Policy())
+    assert [a.job_id for a in explained.admissions] == [3]
+    assert plan(snapshot, Policy(), explain=False).admissions == explained.admissions
