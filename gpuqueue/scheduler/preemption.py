@@ -14,9 +14,8 @@ tried on free plus incoming GPUs, and the whole attempt is rolled back if it doe
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterator, Mapping
-from itertools import islice
+from itertools import chain, islice
 
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob
@@ -176,7 +175,10 @@ class VictimSearch:
                 share = self.fair_share.get((team, job.flavor), 0)
                 if self.ledger.in_use(team, job.flavor) > share:
                     lists.append(self.index.of(team, job.flavor))
-            for victim in heapq.merge(*lists, key=victim_key):
+            # One sort of the sorted lists together (C-level: it finds and merges the runs)
+            # rather than heapq.merge, a Python generator: the keys are unique (job ids).
+            merged = lists[0] if len(lists) == 1 else sorted(chain(*lists), key=victim_key)
+            for victim in merged:
                 yield victim, RECLAIM
         if priority:
             for victim in self.index.of(job.team, job.flavor):
