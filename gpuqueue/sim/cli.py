@@ -78,6 +78,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     jobs = load_jobs(
         args.trace, args.format, args.gpus_per_node, args.sample, args.seed, args.fractional
     )
+    if not jobs:
+        raise ValueError(f"{args.trace}: no jobs to replay")
     cluster = build_cluster(jobs, args.cluster, args.nodes, args.load, args.gpus_per_node)
     w = workload(jobs, cluster, args.quotas)
     progress = None if args.quiet else _progress(args.policy)
@@ -211,4 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     fill.set_defaults(run=cmd_fillup)
 
     args = parser.parse_args(argv)
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except (OSError, ValueError) as e:  # a missing or malformed trace, node list or option
+        print(f"error: {e}", file=sys.stderr)
+        return 2

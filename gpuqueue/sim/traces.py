@@ -11,9 +11,25 @@ import random
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TextIO
 
 from gpuqueue.sim.cluster import Cluster, SimNode
 from gpuqueue.sim.jobs import SimJob, gang_shape
+
+PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
+OPENB_NODE_COLUMNS = ("sn", "gpu", "model")
+OPENB_POD_COLUMNS = ("num_gpu", "gpu_milli", "creation_time", "deletion_time")
+
+
+def _reader(f: TextIO, path: str | Path, what: str, columns: tuple[str, ...]) -> csv.DictReader:
+    """A CSV reader that first checks the header names every column the loader reads."""
+    reader = csv.DictReader(f)
+    missing = [c for c in columns if c not in (reader.fieldnames or ())]
+    if missing:
+        raise ValueError(
+            f"{path}: not {what}: no column {', '.join(missing)} (needs {', '.join(columns)})"
+        )
+    return reader
 
 
 def load_philly(path: str | Path, node_size: int = 8, flavor: str = "gpu") -> list[SimJob]:
@@ -24,13 +40,16 @@ def load_philly(path: str | Path, node_size: int = 8, flavor: str = "gpu") -> li
     """
     raw: list[tuple[float, int, float, int, str]] = []
     with open(path, newline="") as f:
-        for row_no, row in enumerate(csv.DictReader(f)):
+        reader = _reader(f, path, "a Philly jobs CSV", PHILLY_COLUMNS)
+        for row_no, row in enumerate(reader):
             if not row.get("timestamp"):
                 continue  # the file ends with a blank line
-            submitted = datetime.fromisoformat(row["timestamp"]).timestamp()
-            raw.append(
-                (submitted, row_no, float(row["duration"]), int(row["num_gpus"]), row["cluster"])
-            )
+            try:
+                submitted = datetime.fromisoformat(row["timestamp"]).timestamp()
+                duration, num_gpus = float(row["duration"]), int(row["num_gpus"])
+            except ValueError as e:
+                raise ValueError(f"{path}, line {reader.line_num}: {e}") from None
+            raw.append((submitted, row_no, duration, num_gpus, row["cluster"]))
     raw.sort()
     start = raw[0][0] if raw else 0.0
     jobs = []
@@ -59,8 +78,12 @@ def load_openb_nodes(path: str | Path, flavor_by_model: bool = False) -> Cluster
     """
     nodes = []
     with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            gpus = int(row["gpu"])
+        reader = _reader(f, path, "an openb node list", OPENB_NODE_COLUMNS)
+        for row in reader:
+            try:
+                gpus = int(row["gpu"])
+            except ValueError as e:
+                raise ValueError(f"{path}, line {reader.line_num}: {e}") from None
             if gpus <= 0:
                 continue
             flavor = row["model"] if flavor_by_model else "gpu"
@@ -95,17 +118,22 @@ def load_openb_pods(
     raw: list[tuple[float, int, float, int, str]] = []
     cpu_only = shared = 0
     with open(path, newline="") as f:
-        for row_no, row in enumerate(csv.DictReader(f)):
-            num_gpu = int(row["num_gpu"])
+        reader = _reader(f, path, "an openb pod list", OPENB_POD_COLUMNS)
+        for row_no, row in enumerate(reader):
+            try:
+                num_gpu = int(row["num_gpu"])
+                milli = int(row["gpu_milli"])
+                created = float(row["creation_time"] or 0)
+                deleted = float(row["deletion_time"] or created + 1)
+            except ValueError as e:
+                raise ValueError(f"{path}, line {reader.line_num}: {e}") from None
             if num_gpu == 0:
                 cpu_only += 1
                 continue
-            if num_gpu == 1 and int(row["gpu_milli"]) < 1000:
+            if num_gpu == 1 and milli < 1000:
                 shared += 1
                 if fractional == "skip":
                     continue
-            created = float(row["creation_time"] or 0)
-            deleted = float(row["deletion_time"] or created + 1)
             spec = (row.get("gpu_spec") or "").split("|")[0]
             raw.append((created, row_no, max(deleted - created, 1.0), num_gpu, spec or flavor))
     raw.sort()

@@ -52,6 +52,13 @@ def build_cluster(
     if spec:
         return parse_cluster_spec(spec)
     span = _span(jobs)
+    if span <= 0:
+        raise ValueError(
+            "cannot size a cluster for an offered load: the trace's jobs were all submitted "
+            "at one instant (or there are none); give --cluster NODESxGPUS"
+        )
+    if load is not None and load <= 0:
+        raise ValueError(f"--load must be above 0, not {load}")
     nodes = nodes_for_load(total_gpu_seconds(jobs), span, gpus_per_node, load or 1.0)
     return uniform_cluster(nodes, gpus_per_node)
 
