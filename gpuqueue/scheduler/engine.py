@@ -217,6 +217,7 @@ class _Cycle:
             self.queues,
             self.balance,
             self.policy.share_slice_seconds,
+            streaks=not self.explain,  # only skipped without explanations
         )
         self.starving = {job.id for job in self.order.starving}
         self.owed = self.order.owed

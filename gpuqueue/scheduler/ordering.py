@@ -164,11 +164,13 @@ class Order:
         queues: Mapping[tuple[str, str], QueueJobs] | None = None,
         balance: Mapping[tuple[str, str], float] | None = None,
         slice_seconds: float = 0.0,
+        streaks: bool = False,
     ) -> None:
         """`queues`: the pending jobs per (team, flavor) when the caller has grouped them (the
-        order does not depend on the order of the jobs in the snapshot nor on the order of
-        the queues). `balance`: the
-        snapshot's `share_balance`, with `slice_seconds` (Policy.share_slice_seconds)."""
+        order depends neither on the order of the jobs in the snapshot nor on that of the
+        queues). `balance`: the snapshot's `share_balance`, with `slice_seconds`
+        (Policy.share_slice_seconds). `streaks`: give the runs' streaks of one kind, for a
+        caller that skips them (`runs`)."""
         self._ledger = ledger
         self._fair_share = fair_share
         self._weights = weights
@@ -203,7 +205,8 @@ class Order:
                 for user, mine in facts.by_user().items():
                     users[user] = list(mine)
                 queue.sorted = True
-                queue.streaks = facts.streaks()
+                if streaks:
+                    queue.streaks = facts.streaks()
                 continue
             for job in facts.jobs:
                 waited = now - job.submitted_at >= starving_after
