@@ -20,10 +20,10 @@ class StrictCharField(serializers.CharField):
 
 
 class LookupField(StrictCharField):
-    """A name that stands for a row, found by `find(field, name)` (None: unknown).
+    """A name that stands for a row, found by `find(context, name)` (None: unknown).
 
     For the submission path, where DRF's SlugRelatedField would build an ORM query per
-    request; `find` can use the serializer's context through `field.context`."""
+    request; `find` gets the serializer's context (the request is in it)."""
 
     default_error_messages = {"invalid": "Must be a string.", "does_not_exist": "Unknown {value}."}
 
@@ -34,7 +34,7 @@ class LookupField(StrictCharField):
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, str):
             self.fail("invalid")
-        found = self.find(self, data)
+        found = self.find(self.context, data)
         if found is None:
             self.fail("does_not_exist", value=data)
         return found
