@@ -1,11 +1,6 @@
 import os
 
-import django
+from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuqueue.settings")
-django.setup(set_prefix=False)  # as django.core.wsgi.get_wsgi_application does
-
-from gpuqueue.handler import ApiWSGIHandler  # noqa: E402 - needs the apps loaded
-
-# Django's WSGIHandler, with a shorter middleware chain for token API requests.
-application = ApiWSGIHandler()
+application = get_wsgi_application()
