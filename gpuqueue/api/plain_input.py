@@ -49,24 +49,28 @@ def _validators(field: Any, value: Any) -> Any:
     return value
 
 
-def _string(field: Any, value: Any, context: Any) -> Any:
-    # CharField.run_validation, then StrictCharField.to_internal_value on a str.
+def _blank(field: Any, value: Any) -> bool:
+    # CharField.run_validation's blank test on a str: True for a blank value the field allows
+    # (it returns "" at once); a blank value it refuses, or no str, is DRF's to answer.
     if type(value) is not str:
         raise _NotPlain
     if value == "" or (field.trim_whitespace and value.strip() == ""):
         if not field.allow_blank:
             raise _NotPlain
+        return True
+    return False
+
+
+def _string(field: Any, value: Any, context: Any) -> Any:
+    # CharField.run_validation, then StrictCharField.to_internal_value on a str.
+    if _blank(field, value):
         return ""
     return _validators(field, value.strip() if field.trim_whitespace else value)
 
 
 def _lookup(field: Any, value: Any, context: Any) -> Any:
     # CharField.run_validation's blank test, then LookupField.to_internal_value.
-    if type(value) is not str:
-        raise _NotPlain
-    if value == "" or (field.trim_whitespace and value.strip() == ""):
-        if not field.allow_blank:
-            raise _NotPlain
+    if _blank(field, value):
         return ""
     found = field.find(context, value)
     if found is None:

@@ -61,8 +61,11 @@ class ErrorSerializer(serializers.Serializer):
 
 
 def _user(serializer_or_field: serializers.Field) -> Any:
-    request = serializer_or_field.context.get("request")
-    return getattr(request, "user", None)
+    return _user_in(serializer_or_field.context)
+
+
+def _user_in(context: dict[str, Any]) -> Any:
+    return getattr(context.get("request"), "user", None)
 
 
 # --- Jobs ---------------------------------------------------------------------------------------
@@ -74,7 +77,7 @@ def _signed_in(user: Any) -> bool:
 
 def _submittable_team(context: dict[str, Any], slug: str) -> Team | None:
     # A team the caller cannot see is "unknown", as its jobs answer 404.
-    user = getattr(context.get("request"), "user", None)
+    user = _user_in(context)
     return submittable_team(user, slug) if _signed_in(user) else None
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from gpuqueue.models import Job, JobEvent
 
@@ -128,16 +126,3 @@ def test_a_retry_without_the_team_returns_the_job_made_with_it(api: Any, body: A
     retry = client.post("/api/v1/jobs/", body, format="json", HTTP_IDEMPOTENCY_KEY="k2")
     assert (first.status_code, retry.status_code) == (201, 200)
     assert retry.json()["id"] == first.json()["id"] and Job.objects.count() == 1
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_submission_without_a_team_makes_two_queries_and_one_commit(api: Any, body: Any) -> None:
-    """The token, and the statement that finds the only team and writes the job and its
-    event: no lookup of the team beforehand."""
-    client = api("alice")
-    assert client.post("/api/v1/jobs/", body, format="json").status_code == 201
-    with CaptureQueriesContext(connection) as queries:
-        response = client.post("/api/v1/jobs/", body, format="json", HTTP_IDEMPOTENCY_KEY="q")
-    assert response.status_code == 201
-    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
-    assert statements == ["SELECT", "WITH"], statements
