@@ -49,39 +49,62 @@ def create_token(
 
 def authenticate_token(secret: str) -> ApiToken | None:
     """The live token for `secret`, or None: looked up by prefix, compared in constant time."""
-    if not secret.startswith(TOKEN_PREFIX):
+    prefix = token_prefix(secret)
+    row = token_row(prefix) if prefix else None
+    if row is None:
         return None
-    prefix, _, rest = secret[len(TOKEN_PREFIX) :].partition("_")
-    if not rest:
-        return None
-    token = _token_with_user(prefix)
-    if token is None or not hmac.compare_digest(token.token_hash, hash_secret(secret)):
-        return None
+    token = token_from_row(row)
     now = timezone.now()
-    if token.revoked_at or (token.expires_at and token.expires_at <= now):
+    if not usable(token, hash_secret(secret), now):
         return None
-    if not token.user.is_active:
-        return None
-    # Write last-used at most once a minute, so a busy pipeline does not write on every call.
-    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    record_use(token, now)
     return token
 
 
-def _token_with_user(prefix: str) -> ApiToken | None:
-    """The token with `prefix` and its user, in one cursor query: every API call makes it,
-    and through the ORM it cost about 1 ms of CPU (see `gpuqueue.sql_rows`)."""
-    user_model = ApiToken._meta.get_field("user").related_model
-    token_cols = sql_rows.columns(ApiToken, "t")
-    user_cols = sql_rows.columns(user_model, "u")
+def token_prefix(secret: str) -> str | None:
+    """The prefix of a well-formed secret (gq_<prefix>_<rest>), else None."""
+    if not secret.startswith(TOKEN_PREFIX):
+        return None
+    prefix, _, rest = secret[len(TOKEN_PREFIX) :].partition("_")
+    return prefix if rest else None
+
+
+def usable(token: ApiToken, secret_hash: str, now: datetime) -> bool:
+    """The secret is the token's (compared in constant time), which is neither revoked nor
+    expired, and its user is active."""
+    if not hmac.compare_digest(token.token_hash, secret_hash):
+        return False
+    if token.revoked_at or (token.expires_at and token.expires_at <= now):
+        return False
+    return bool(token.user.is_active)
+
+
+def record_use(token: ApiToken, now: datetime) -> bool:
+    """Write last-used at most once a minute, so a busy pipeline does not write on every call.
+    True when it wrote (and `token.last_used_at` is now `now`)."""
+    if token.last_used_at is not None and (now - token.last_used_at).total_seconds() <= 60:
+        return False
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    token.last_used_at = now
+    return True
+
+
+def token_row(prefix: str) -> tuple[Any, ...] | None:
+    """The token with `prefix` and its user's columns, in one cursor query: through the ORM it
+    cost about 1 ms of CPU (see `gpuqueue.sql_rows`)."""
     with connection.cursor() as cursor:
         cursor.execute(_token_with_user_sql(), [prefix])
         row = cursor.fetchone()
-    if row is None:
-        return None
+    return None if row is None else tuple(row)
+
+
+def token_from_row(row: tuple[Any, ...]) -> ApiToken:
+    """New instances of the token and its user from a `token_row`."""
+    user_model = ApiToken._meta.get_field("user").related_model
+    token_cols = sql_rows.columns(ApiToken, "t")
     split = len(token_cols.fields)
     token = sql_rows.instance(ApiToken, token_cols, row[:split])
-    token.user = sql_rows.instance(user_model, user_cols, row[split:])
+    token.user = sql_rows.instance(user_model, sql_rows.columns(user_model, "u"), row[split:])
     return token
 
 

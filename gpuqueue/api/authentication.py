@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
+from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from teams.services import authenticate_token
+from gpuqueue.api import throttling
+from teams import services, token_cache
+from teams.models import ApiToken
+
+log = logging.getLogger(__name__)
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
@@ -18,10 +25,52 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             return None
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'.")
-        token = authenticate_token(header[1])
+        token = live_token(header[1], request)
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
         return token.user, token
 
     def authenticate_header(self, request: Any) -> str:
         return 'Bearer realm="gpuqueue"'
+
+
+def live_token(secret: str, request: Any) -> ApiToken | None:
+    """The live token for `secret`, as `teams.services.authenticate_token` finds it, from the
+    row this process keeps while the auth epoch is unchanged (`teams.token_cache`).
+
+    A kept token's request is counted for its rate in the same Redis round trip that reads
+    the epoch (its secret matched a valid token's hash, so an impostor cannot spend a real
+    token's rate), and the count is left on the request for the throttle. Otherwise the epoch
+    is read first, then the row, so that a change between the two makes the kept row stale."""
+    prefix = services.token_prefix(secret)
+    if prefix is None:
+        return None
+    digest = services.hash_secret(secret)
+    entry = token_cache.kept(digest)
+    counted = throttling.token_counter(prefix, time.time()) if entry is not None else None
+    try:
+        epoch, count = throttling.count_and_epoch(counted)
+    except Exception:  # noqa: BLE001 - without the epoch, ask the database
+        log.warning("auth epoch unavailable; reading the token from the database", exc_info=True)
+        epoch = None
+    else:
+        if counted is not None:
+            setattr(request, throttling.TokenRateThrottle.COUNTED_ATTR, (counted.key, count))
+    now = timezone.now()
+    if entry is not None and token_cache.trusted(digest, entry, epoch):
+        token = services.token_from_row(entry.row)
+        if entry.last_used_at is not None:
+            token.last_used_at = entry.last_used_at
+        if not services.usable(token, digest, now):  # expired since it was kept
+            return None
+    else:
+        row = services.token_row(prefix)
+        if row is None:
+            return None
+        token = services.token_from_row(row)
+        if not services.usable(token, digest, now):
+            return None
+        entry = token_cache.remember(digest, epoch, row) if epoch is not None else None
+    if services.record_use(token, now) and entry is not None:
+        entry.last_used_at = now
+    return token
