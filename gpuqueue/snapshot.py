@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -79,8 +80,9 @@ StoredPending = tuple[Any, int | None, int | None]
 
 
 def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None) -> m.Snapshot:
-    """Nodes, teams with quotas, and active jobs: six queries. With `stored`, also fills it
-    with what each pending job shows now, so that the cycle writes only what changed without
+    """Nodes, teams with quotas, and active jobs, in a handful of queries; pending jobs are
+    read whole only when new or changed (`PendingRows`). With `stored`, also fills it with
+    what each pending job shows now, so that the cycle writes only what changed without
     reading the queue a second time.
 
     The jobs are read through a cursor (see `gpuqueue.sql_rows`): with thousands pending, the
@@ -93,16 +95,10 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     with connection.cursor() as cursor:
         cursor.execute(_running_sql(), [JobState.PREEMPTING.value, sorted(HOLDING)])
         running = [_running(row, min_runtime) for row in cursor.fetchall()]
-        cursor.execute(_pending_sql(stored is not None), [JobState.PENDING.value])
-        rows = cursor.fetchall()
-    pending = [_pending(row) for row in rows]
+        read = _PENDING_ROWS.read(cursor)
+    pending = [job for job, _ in read]
     if stored is not None:
-        decoded: dict[str | None, Any] = {None: None}
-        for row in rows:
-            text = row[_REASON]
-            if text not in decoded:
-                decoded[text] = json.loads(text)
-            stored[row[0]] = (decoded[text], row[_REASON + 1], row[_REASON + 2])
+        stored.update((job.id, shown) for job, shown in read)
     return m.Snapshot(
         now=now.timestamp(),
         nodes=nodes,
@@ -145,26 +141,96 @@ def _running_sql() -> str:
 
 
 @cache
-def _pending_sql(with_stored: bool) -> str:
+def _pending_sql(by_id: bool) -> str:
+    """Pending jobs (those with ids in `%s` when `by_id`), with what the cycle last wrote on
+    them and their row version."""
     quote, jobs, teams, flavors = _sql_names()
     j = f"{quote('j')}."
-    stored = (
-        f", {j}{quote('pending_reason')}::text, {j}{quote('queue_position')}, "
-        f"{j}{quote('cluster_position')}"
-        if with_stored
-        else ""
-    )
+    where = f"{j}{quote('state')} = %s" + (f" AND {j}{quote('id')} = ANY(%s)" if by_id else "")
     return (
         f"SELECT {j}{quote('id')}, {quote('t')}.{quote('slug')}, {j}{quote(_USER)}, "
         f"{quote('f')}.{quote('name')}, {j}{quote('workers')}, {j}{quote('gpus_per_worker')}, "
         f"{j}{quote('priority')}, {j}{quote('preemptible')}, {_epoch(quote, 'submitted_at')}, "
-        f"{j}{quote('max_runtime_seconds')}, {j}{quote('expected_runtime_seconds')}{stored} "
+        f"{j}{quote('max_runtime_seconds')}, {j}{quote('expected_runtime_seconds')}, "
+        f"{j}{quote('pending_reason')}::text, {j}{quote('queue_position')}, "
+        f"{j}{quote('cluster_position')}, {j}{quote('xmin')}::text "
         f"FROM {jobs} {teams} {flavors} "
+        f"WHERE {where} ORDER BY {j}{quote('id')}"
+    )
+
+
+@cache
+def _pending_versions_sql() -> str:
+    """Each pending job's id and row version, with the names the engine reads from joins."""
+    quote, jobs, teams, flavors = _sql_names()
+    j = f"{quote('j')}."
+    return (
+        f"SELECT {j}{quote('id')}, {j}{quote('xmin')}::text, {quote('t')}.{quote('slug')}, "
+        f"{quote('f')}.{quote('name')} FROM {jobs} {teams} {flavors} "
         f"WHERE {j}{quote('state')} = %s ORDER BY {j}{quote('id')}"
     )
 
 
+class PendingRows:
+    """The pending jobs' rows, read whole only when they changed since the last read.
+
+    With thousands of jobs pending, reading and converting every row was most of a cycle
+    (and of PostgreSQL's work) while a burst of submissions grows the queue. PostgreSQL's
+    `xmin` names the transaction that wrote a row's current version, so a row whose `xmin`
+    (and team slug and flavor name, read through joins) is the one kept is the row kept;
+    only new and changed rows are read whole.
+
+    Rows are kept only from a transaction that has written nothing: a transaction that
+    wrote a row could write it again with the same `xmin`, while a committed one cannot.
+    Everything is read again every MAX_AGE_SECONDS (transaction ids wrap around).
+    """
+
+    MAX_AGE_SECONDS = 600.0
+
+    def __init__(self) -> None:
+        # id -> (xmin, team slug, flavor name, job, what it shows); replaced whole, never
+        # mutated, so that threads of one process may share it.
+        self._kept: dict[int, tuple[str, str, str, m.PendingJob, StoredPending]] = {}
+        self._since = time.monotonic()
+
+    def read(self, cursor: Any) -> list[tuple[m.PendingJob, StoredPending]]:
+        """Every pending job, in id order, with what the cycle last wrote on it."""
+        if time.monotonic() - self._since > self.MAX_AGE_SECONDS:
+            self._kept, self._since = {}, time.monotonic()
+        kept = self._kept
+        cursor.execute(_pending_versions_sql(), [JobState.PENDING.value])
+        versions = cursor.fetchall()
+        stale = [
+            job_id
+            for job_id, xmin, team, flavor in versions
+            if (held := kept.get(job_id)) is None or held[:3] != (xmin, team, flavor)
+        ]
+        fresh: dict[int, tuple[str, str, str, m.PendingJob, StoredPending]] = {}
+        if stale:
+            cursor.execute(_pending_sql(True), [JobState.PENDING.value, stale])
+            decoded: dict[str | None, Any] = {None: None}
+            for row in cursor.fetchall():
+                text = row[_REASON]
+                if text not in decoded:
+                    decoded[text] = json.loads(text)
+                shown = (decoded[text], row[_REASON + 1], row[_REASON + 2])
+                fresh[row[0]] = (row[_XMIN], row[1], row[3], _pending(row), shown)
+        now_kept = {}
+        for job_id, *_ in versions:
+            held = fresh.get(job_id) or kept.get(job_id)
+            if held is not None:  # else no longer pending since the first query
+                now_kept[job_id] = held
+        cursor.execute("SELECT pg_current_xact_id_if_assigned() IS NULL")
+        if cursor.fetchone()[0]:
+            self._kept = now_kept
+        return [(held[3], held[4]) for held in now_kept.values()]
+
+
+_PENDING_ROWS = PendingRows()
+
+
 _REASON = 11  # the pending query's column of the stored reason
+_XMIN = 14  # ... and of the row version
 _USER = Job._meta.get_field("user").column
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from django.test.utils import override_settings
 from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuqueue.models import Job
 from gpuqueue.scheduler import model as m
@@ -109,3 +112,101 @@ def test_jobs_reach_the_engine_with_their_times_placements_and_stored_reasons(
     )
     assert stored == {waiting.pk: (REASON, 2, 5), plain.pk: (None, None, None)}
     assert load_snapshot(now) == snapshot  # the same without asking for stored values
+
+
+# --- Pending rows kept between loads (gpuqueue.snapshot.PendingRows) ---------------------------
+
+
+def _whole_reads(queries: Any) -> list[str]:
+    """The statements that read pending rows whole (by id)."""
+    return [q["sql"] for q in queries.captured_queries if '"id" = ANY(' in q["sql"]]
+
+
+def _load_both(now: Any) -> tuple[m.Snapshot, dict[int, StoredPending]]:
+    """A load through the process's kept rows, checked against one through fresh ones."""
+    from gpuqueue import snapshot as snapshot_module
+
+    stored: dict[int, StoredPending] = {}
+    kept = load_snapshot(now, stored)
+    original = snapshot_module._PENDING_ROWS
+    snapshot_module._PENDING_ROWS = snapshot_module.PendingRows()
+    try:
+        fresh_stored: dict[int, StoredPending] = {}
+        assert load_snapshot(now, fresh_stored) == kept
+        assert fresh_stored == stored
+    finally:
+        snapshot_module._PENDING_ROWS = original
+    return kept, stored
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unchanged_pending_rows_are_not_read_again(world: Any, submit: Any) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from teams.models import Team
+
+    now = timezone.now()
+    jobs = [submit() for _ in range(3)] + [submit(user=world.carol, team=world.team_b)]
+    load_snapshot(now)
+    with CaptureQueriesContext(connection) as queries:
+        first, _ = _load_both(now)
+    assert [j.id for j in first.pending] == [j.pk for j in jobs]
+    assert len(_whole_reads(queries)) == 1  # only the fresh load read them whole
+
+    Job.objects.filter(pk=jobs[1].pk).update(priority=7, pending_reason=REASON, queue_position=4)
+    Job.objects.filter(pk=jobs[2].pk).update(state=JobState.CANCELLED)
+    Team.objects.filter(pk=world.team_b.pk).update(slug="team-b2")
+    later = submit()
+    stored: dict[int, StoredPending] = {}
+    with CaptureQueriesContext(connection) as queries:
+        snapshot = load_snapshot(now, stored)
+    assert len(_whole_reads(queries)) == 1
+    by_id = {job.id: job for job in snapshot.pending}
+    assert list(by_id) == [jobs[0].pk, jobs[1].pk, jobs[3].pk, later.pk]
+    assert by_id[jobs[1].pk].priority == 7 and by_id[jobs[3].pk].team == "team-b2"
+    assert stored[jobs[1].pk] == (REASON, 4, None)
+    assert _load_both(now)[0] == snapshot
+
+
+def test_rows_written_by_the_reading_transaction_are_not_kept(world: Any, submit: Any) -> None:
+    """The test's own transaction wrote these rows: it could write them again under the same
+    row version, so every load reads them whole."""
+    now = timezone.now()
+    job = submit()
+    Job.objects.filter(pk=job.pk).update(priority=4)
+    assert load_snapshot(now).pending[0].priority == 4
+    Job.objects.filter(pk=job.pk).update(priority=5)  # the same transaction: the same xmin
+    assert load_snapshot(now).pending[0].priority == 5
+
+
+@pytest.mark.django_db(transaction=True)
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["submit", "priority", "cancel", "reason", "rename", "load"]),
+            st.integers(0, 5),
+        ),
+        max_size=14,
+    )
+)
+def test_loads_through_kept_rows_equal_fresh_loads(world: Any, submit: Any, steps: Any) -> None:
+    from teams.models import Team
+
+    Job.objects.all().delete()
+    now = timezone.now()
+    for action, n in steps:
+        pending = list(Job.objects.filter(state=JobState.PENDING).order_by("pk"))
+        target = pending[n % len(pending)] if pending else None
+        if action == "submit":
+            submit(user=world.carol, team=world.team_b) if n % 2 else submit()
+        elif action == "priority" and target:
+            Job.objects.filter(pk=target.pk).update(priority=n)
+        elif action == "cancel" and target:
+            Job.objects.filter(pk=target.pk).update(state=JobState.CANCELLED)
+        elif action == "reason" and target:
+            Job.objects.filter(pk=target.pk).update(pending_reason=REASON, cluster_position=n)
+        elif action == "rename":
+            Team.objects.filter(pk=world.team_b.pk).update(slug=f"team-b-{n}")
+        _load_both(now)
