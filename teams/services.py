@@ -47,20 +47,6 @@ def create_token(
     return token, secret
 
 
-def authenticate_token(secret: str) -> ApiToken | None:
-    """The live token for `secret`, or None: looked up by prefix, compared in constant time."""
-    prefix = token_prefix(secret)
-    row = token_row(prefix) if prefix else None
-    if row is None:
-        return None
-    token = token_from_row(row)
-    now = timezone.now()
-    if not usable(token, hash_secret(secret), now):
-        return None
-    record_use(token, now)
-    return token
-
-
 def token_prefix(secret: str) -> str | None:
     """The prefix of a well-formed secret (gq_<prefix>_<rest>), else None."""
     if not secret.startswith(TOKEN_PREFIX):

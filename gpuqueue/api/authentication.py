@@ -35,8 +35,9 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
 
 
 def live_token(secret: str, request: Any) -> ApiToken | None:
-    """The live token for `secret`, as `teams.services.authenticate_token` finds it, from the
-    row this process keeps while the auth epoch is unchanged (`teams.token_cache`).
+    """The live token for `secret` (its prefix finds the row, its hash must match, and it must
+    be neither revoked nor expired, for an active user), from the row this process keeps
+    while the auth epoch is unchanged (`teams.token_cache`), else from the database.
 
     A kept token's request is counted for its rate in the same Redis round trip that reads
     the epoch (its secret matched a valid token's hash, so an impostor cannot spend a real
