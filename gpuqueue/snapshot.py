@@ -141,12 +141,11 @@ def _running_sql() -> str:
 
 
 @cache
-def _pending_sql(by_id: bool) -> str:
-    """Pending jobs (those with ids in `%s` when `by_id`), with what the cycle last wrote on
-    them and their row version."""
+def _pending_sql() -> str:
+    """The pending jobs with ids in the second `%s`, with what the cycle last wrote on them
+    and their row version (in no order: `PendingRows` orders them by the versions' query)."""
     quote, jobs, teams, flavors = _sql_names()
     j = f"{quote('j')}."
-    where = f"{j}{quote('state')} = %s" + (f" AND {j}{quote('id')} = ANY(%s)" if by_id else "")
     return (
         f"SELECT {j}{quote('id')}, {quote('t')}.{quote('slug')}, {j}{quote(_USER)}, "
         f"{quote('f')}.{quote('name')}, {j}{quote('workers')}, {j}{quote('gpus_per_worker')}, "
@@ -155,7 +154,7 @@ def _pending_sql(by_id: bool) -> str:
         f"{j}{quote('pending_reason')}::text, {j}{quote('queue_position')}, "
         f"{j}{quote('cluster_position')}, {j}{quote('xmin')}::text "
         f"FROM {jobs} {teams} {flavors} "
-        f"WHERE {where} ORDER BY {j}{quote('id')}"
+        f"WHERE {j}{quote('state')} = %s AND {j}{quote('id')} = ANY(%s)"
     )
 
 
@@ -207,7 +206,7 @@ class PendingRows:
         ]
         fresh: dict[int, tuple[str, str, str, m.PendingJob, StoredPending]] = {}
         if stale:
-            cursor.execute(_pending_sql(True), [JobState.PENDING.value, stale])
+            cursor.execute(_pending_sql(), [JobState.PENDING.value, stale])
             decoded: dict[str | None, Any] = {None: None}
             for row in cursor.fetchall():
                 text = row[_REASON]

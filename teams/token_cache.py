@@ -70,10 +70,6 @@ def remember(digest: str, epoch: bytes, row: tuple[Any, ...]) -> Entry:
     return entry
 
 
-def clear() -> None:
-    _entries.clear()
-
-
 def new_epoch() -> str:
     return secrets.token_hex(16)
 

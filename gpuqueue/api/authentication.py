@@ -59,19 +59,19 @@ def live_token(secret: str, request: Any) -> ApiToken | None:
             setattr(request, throttling.TokenRateThrottle.COUNTED_ATTR, (counted.key, count))
     now = timezone.now()
     if entry is not None and token_cache.trusted(digest, entry, epoch):
-        token = services.token_from_row(entry.row)
-        if entry.last_used_at is not None:
-            token.last_used_at = entry.last_used_at
-        if not services.usable(token, digest, now):  # expired since it was kept
-            return None
+        row = entry.row
     else:
+        entry = None
         row = services.token_row(prefix)
         if row is None:
             return None
-        token = services.token_from_row(row)
-        if not services.usable(token, digest, now):
-            return None
-        entry = token_cache.remember(digest, epoch, row) if epoch is not None else None
+    token = services.token_from_row(row)
+    if entry is not None and entry.last_used_at is not None:
+        token.last_used_at = entry.last_used_at
+    if not services.usable(token, digest, now):  # a kept token may have expired since
+        return None
+    if entry is None and epoch is not None:
+        entry = token_cache.remember(digest, epoch, row)
     if services.record_use(token, now) and entry is not None:
         entry.last_used_at = now
     return token
