@@ -1,0 +1,504 @@
+"""A real Kubernetes control plane on this machine: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok (fake kubelets), built from Go modules and cached outside the repository.
+
+    python -m tests.kube.controlplane build     # build what is missing (make kube-build)
+    python -m tests.kube.controlplane up        # build, start with GPU nodes, print KUBECONFIG
+
+The components are pinned in scripts/controlplane/ (go.mod for Kubernetes and etcd, KWOK_VERSION
+for kwok); the cache's folder name carries a digest of those pins, so changing one rebuilds.
+kwok plays every node annotated `kwok.x-k8s.io/node=fake` by the stages in
+scripts/controlplane/kwok.yaml: a pod runs as soon as it is bound, finishes after the seconds of
+its `gpuqueue.dev/sim-duration-seconds` annotation with the exit code of
+`gpuqueue.dev/sim-exit-code` (the simulated backend's annotations), and a deleted pod lingers up
+to its grace period, as a real one does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULE = ROOT / "scripts" / "controlplane"
+KWOK_CONFIG = MODULE / "kwok.yaml"
+KUBE_VERSION = "v1.34.4"
+KWOK_VERSION = "v0.8.0"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+ADMIN_TOKEN = "gpuqueue-test-admin"  # noqa: S105 - a loopback-only test cluster's token
+FAKE_NODE = {"kwok.x-k8s.io/node": "fake"}
+DEFAULT_NODES = ROOT / "gpuqueue" / "cluster" / "default_cluster.yaml"
+
+
+class Unavailable(RuntimeError):
+    """The control plane cannot be built or started here (no Go, a failed build)."""
+
+
+# Building ----------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """Where the binaries live: $GPUQUEUE_KUBE_CACHE, else ~/.cache/gpuqueue/controlplane-<pins>."""
+    if explicit := os.environ.get("GPUQUEUE_KUBE_CACHE"):
+        return Path(explicit)
+    pins = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        pins.update((MODULE / name).read_bytes())
+    pins.update(KWOK_VERSION.encode())
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "gpuqueue" / f"controlplane-{KUBE_VERSION}-{pins.hexdigest()[:12]}"
+
+
+def missing_binaries(where: Path | None = None) -> list[str]:
+    where = where or cache_dir()
+    return [name for name in BINARIES if not (where / name).is_file()]
+
+
+def build(log: Any = sys.stderr) -> Path:
+    """Build the missing binaries into the cache (a lock keeps two builds apart); returns it.
+
+    1. etcd and the three Kubernetes commands from our module (one `go build`).
+    2. kwok with `go install` at its pinned version (its module has no replacements).
+    """
+    target = cache_dir()
+    if not missing_binaries(target):
+        return target
+    go = shutil.which("go")
+    if go is None:
+        raise Unavailable("Go is not installed (needed once to build the Kubernetes control plane)")
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        missing = missing_binaries(target)
+        if not missing:
+            return target
+        started = time.monotonic()
+        print(f"building the control plane ({', '.join(missing)}) into {target}", file=log)
+        staging = Path(tempfile.mkdtemp(prefix="build-", dir=target))
+        try:
+            ldflags = (
+                "-s -w"
+                f" -X k8s.io/component-base/version.gitVersion={KUBE_VERSION}"
+                f" -X k8s.io/component-base/version.gitMajor=1"
+                f" -X k8s.io/component-base/version.gitMinor={KUBE_VERSION.split('.')[1]}"
+            )
+            kube = [b for b in missing if b != "kwok"]
+            if kube:
+                packages = {
+                    "etcd": "go.etcd.io/etcd/server/v3",
+                    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+                    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+                    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+                }
+                for name in kube:
+                    _go(
+                        [go, "build", "-trimpath", "-ldflags", ldflags, "-o",
+                         str(staging / name), packages[name]],
+                        cwd=MODULE,
+                    )
+            if "kwok" in missing:
+                _go(
+                    [go, "install", "-trimpath", "-ldflags", "-s -w",
+                     f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"],
+                    cwd=staging,
+                    env={"GOBIN": str(staging), "GOFLAGS": "-mod=mod"},
+                )
+            for name in missing:
+                (staging / name).rename(target / name)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        print(f"built in {time.monotonic() - started:.0f} s", file=log)
+    return target
+
+
+def _go(command: list[str], cwd: Path, env: Mapping[str, str] | None = None) -> None:
+    result = subprocess.run(
+        command,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise Unavailable(f"{' '.join(command[:2])} failed:\n{result.stderr[-4000:]}")
+
+
+# Nodes -------------------------------------------------------------------------------------
+
+
+def node_manifests(cluster_file: Path = DEFAULT_NODES) -> list[dict[str, Any]]:
+    """kwok Nodes from a cluster file in the simulated backend's format (name with `{i}`,
+    count, labels, capacity in GPUs, optional taints), so both backends can offer the same nodes."""
+    data = yaml.safe_load(cluster_file.read_text()) or {}
+    nodes = []
+    for entry in data.get("nodes") or []:
+        for i in range(int(entry.get("count", 1))):
+            name = str(entry["name"]).format(i=i)
+            nodes.append(
+                fake_node(
+                    name,
+                    {str(k): int(v) for k, v in (entry.get("capacity") or {}).items()},
+                    labels={str(k): str(v) for k, v in (entry.get("labels") or {}).items()},
+                    taints=list(entry.get("taints") or []),
+                )
+            )
+    return nodes
+
+
+def fake_node(
+    name: str,
+    gpus: Mapping[str, int],
+    *,
+    labels: Mapping[str, str] | None = None,
+    taints: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    """A Node that kwok plays, with its GPUs in capacity and allocatable."""
+    resources = {"cpu": "128", "memory": "1Ti", "pods": "110", **{k: str(v) for k, v in gpus.items()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "type": "kwok",
+                **(labels or {}),
+            },
+            "annotations": dict(FAKE_NODE),
+        },
+        "spec": {"taints": [dict(t) for t in taints]},
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+# Running -----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ControlPlane:
+    """One running control plane; `start()` returns once the API answers and kwok plays nodes."""
+
+    workdir: Path
+    bin_dir: Path = field(default_factory=cache_dir)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    etcd_url: str = ""
+    server: str = ""
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    def start(self) -> ControlPlane:
+        """1. Keys and the admin token. 2. etcd. 3. kube-apiserver, until /readyz.
+        4. kubeconfig with the apiserver's own certificate as CA. 5. controller-manager,
+        scheduler and kwok."""
+        missing = missing_binaries(self.bin_dir)
+        if missing:
+            raise Unavailable(f"not built: {', '.join(missing)} (run make kube-build)")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        pki = self.workdir / "pki"
+        pki.mkdir(exist_ok=True)
+        # 1.
+        key, pub = pki / "sa.key", pki / "sa.pub"
+        if not key.exists():
+            subprocess.run(
+                ["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True
+            )
+            subprocess.run(
+                ["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(pub)],
+                check=True,
+                capture_output=True,
+            )
+        tokens = pki / "tokens.csv"
+        tokens.write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n')
+        # 2.
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        self._spawn(
+            "etcd",
+            "--name=gq",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={self.etcd_url}",
+            f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=gq=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        )
+        # 3.
+        self.start_apiserver(free_port())
+        # 4.
+        self.write_kubeconfig()
+        # 5.
+        kubeconfig = str(self.kubeconfig)
+        self._spawn(
+            "kube-controller-manager",
+            f"--kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--secure-port=0",
+            f"--service-account-private-key-file={key}",
+            f"--root-ca-file={pki / 'apiserver.crt'}",
+            "--use-service-account-credentials=false",
+            "--concurrent-job-syncs=20",
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+            "--v=1",
+        )
+        self._spawn(
+            "kube-scheduler",
+            f"--kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+            "--v=1",
+        )
+        self._spawn(
+            "kwok",
+            f"--kubeconfig={kubeconfig}",
+            f"--config={KWOK_CONFIG}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--node-ip=10.244.0.1",
+            "--cidr=10.244.0.1/16",
+            "--server-address=",
+            "--node-lease-duration-seconds=40",
+            "--v=-4",
+        )
+        return self
+
+    def start_apiserver(self, port: int | None = None) -> None:
+        """Start (or restart, on the same port) kube-apiserver and wait until it is ready."""
+        port = port or int(self.server.rsplit(":", 1)[1])
+        self.server = f"https://127.0.0.1:{port}"
+        pki = self.workdir / "pki"
+        self._spawn(
+            "kube-apiserver",
+            f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={pki}",
+            f"--token-auth-file={pki / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--max-requests-inflight=1000",
+            "--max-mutating-requests-inflight=500",
+            "--profiling=false",
+            "--v=0",
+        )
+        self.wait_ready()
+
+    def stop_apiserver(self) -> None:
+        self._stop("kube-apiserver")
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # readiness only; clients verify with the CA
+        deadline = time.monotonic() + timeout
+        request = urllib.request.Request(
+            f"{self.server}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        )
+        while True:
+            self._check_alive()
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise Unavailable(f"kube-apiserver not ready in {timeout:.0f} s; see {self.workdir}")
+            time.sleep(0.2)
+
+    def write_kubeconfig(self) -> None:
+        ca = (self.workdir / "pki" / "apiserver.crt").read_bytes()
+        import base64
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "gpuqueue-test",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": base64.b64encode(ca).decode(),
+                    },
+                }
+            ],
+            "users": [{"name": "admin", "user": {"token": ADMIN_TOKEN}}],
+            "contexts": [
+                {"name": "gpuqueue-test", "context": {"cluster": "gpuqueue-test", "user": "admin"}}
+            ],
+            "current-context": "gpuqueue-test",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config))
+
+    def _spawn(self, name: str, *args: str) -> None:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - kept by the process
+        self.processes[name] = subprocess.Popen(
+            [str(self.bin_dir / name), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def _check_alive(self) -> None:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
+                raise Unavailable(f"{name} exited with status {process.returncode}:\n{tail}")
+
+    def _stop(self, name: str, timeout: float = 10.0) -> None:
+        process = self.processes.pop(name, None)
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def stop(self) -> None:
+        """Stop in the reverse order of start: nothing is left running."""
+        for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+            self._stop(name)
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:  # noqa: A002
+        return subprocess.run(
+            ["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+
+@contextlib.contextmanager
+def running(workdir: Path) -> Iterator[ControlPlane]:
+    plane = ControlPlane(workdir, build())
+    try:
+        yield plane.start()
+    finally:
+        plane.stop()
+
+
+def create_nodes(api_client: Any, nodes: Sequence[Mapping[str, Any]]) -> None:
+    """Create (or leave) each Node; kwok marks them Ready once it sees them."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api_client)
+    for node in nodes:
+        try:
+            core.create_node(node, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
+def wait_nodes_ready(api_client: Any, names: Sequence[str], timeout: float = 60.0) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = json.loads(core.list_node(_preload_content=False).data)
+        ready = {
+            item["metadata"]["name"]
+            for item in listed["items"]
+            for condition in (item.get("status") or {}).get("conditions") or []
+            if condition.get("type") == "Ready" and condition.get("status") == "True"
+        }
+        if set(names) <= ready:
+            return
+        if time.monotonic() > deadline:
+            raise Unavailable(f"nodes not ready in {timeout:.0f} s: {sorted(set(names) - ready)}")
+        time.sleep(0.2)
+
+
+def api_client_for(kubeconfig: Path) -> Any:
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.kube.controlplane", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build", help="build the missing components into the cache")
+    up = sub.add_parser("up", help="start a control plane with GPU nodes until Ctrl-C")
+    up.add_argument("--workdir", type=Path, default=ROOT / "data" / "kube")
+    up.add_argument("--nodes", type=Path, default=MODULE / "nodes.yaml")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            print(build())
+            return 0
+        plane = ControlPlane(args.workdir, build())
+        stop = {"now": False}
+
+        def _stop(signum: int, frame: Any) -> None:
+            stop["now"] = True
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        shutil.rmtree(args.workdir, ignore_errors=True)  # a fresh cluster each time
+        plane.start()
+        try:
+            api = api_client_for(plane.kubeconfig)
+            nodes = node_manifests(args.nodes)
+            create_nodes(api, nodes)
+            wait_nodes_ready(api, [n["metadata"]["name"] for n in nodes])
+            print(f"control plane up: {len(nodes)} kwok nodes")
+            print(f"export KUBECONFIG={plane.kubeconfig}", flush=True)
+            while not stop["now"]:
+                plane._check_alive()
+                time.sleep(0.5)
+        finally:
+            plane.stop()
+            print("control plane stopped")
+        return 0
+    except Unavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
