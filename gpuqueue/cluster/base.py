@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -23,6 +23,9 @@ class NodeInfo:
     ready: bool = True
     cordoned: bool = False
     used_externally: Mapping[str, int] = field(default_factory=dict)
+    # When the node stopped being Ready (None while Ready): its gangs are torn down only after
+    # GPUQUEUE_NODE_LOST_GRACE_SECONDS, as Kubernetes itself waits before evicting.
+    not_ready_since: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,7 @@ class LaunchSpec:
     checkpoint_grace_seconds: int
     max_runtime_seconds: int | None
     checkpoint_location: str = ""  # where the previous attempt saved, for resuming
+    tolerations: Sequence[Mapping[str, str]] = ()  # the flavor's, for its tainted nodes
 
 
 class Phase(enum.StrEnum):
@@ -67,6 +71,9 @@ class WorkloadStatus:
     # Set when the workload acknowledged a checkpoint request (the simulated cluster does this
     # itself; on Kubernetes the workload calls the API instead).
     checkpoint_location: str | None = None
+    # The gang could not be started (its pods refused, or its planned nodes taken): requeued
+    # with backoff, and failed after GPUQUEUE_MAX_START_ATTEMPTS.
+    start_failure: bool = False
 
 
 class ClusterError(Exception):
@@ -81,7 +88,9 @@ class ClusterBackend(abc.ABC):
     name: str
 
     @abc.abstractmethod
-    def list_nodes(self) -> list[NodeInfo]: ...
+    def list_nodes(self, live: Collection[tuple[int, int]] | None = None) -> list[NodeInfo]:
+        """Every node; GPUs held by anything but the `live` (job id, attempt) pairs count as
+        used by others."""
 
     @abc.abstractmethod
     def launch(self, spec: LaunchSpec) -> None:
@@ -98,3 +107,8 @@ class ClusterBackend(abc.ABC):
     @abc.abstractmethod
     def observe(self) -> list[WorkloadStatus]:
         """The status of every gpuqueue workload that exists on the cluster."""
+
+    def release_gangs(self) -> int:
+        """Let launched gangs that wait for their placement start (Kubernetes: pods behind a
+        scheduling gate); returns how many workers were released. Nothing waits by default."""
+        return 0

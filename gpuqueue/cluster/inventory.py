@@ -6,7 +6,8 @@ Input is the API's JSON (dicts, as listed or watched); no I/O here.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from gpuqueue.cluster.base import NodeInfo
@@ -46,6 +47,24 @@ def is_ready(node: Mapping[str, Any]) -> bool:
     return False  # a node that never reported Ready is not ready
 
 
+def not_ready_since(node: Mapping[str, Any]) -> datetime | None:
+    """When the node's Ready condition last left True (None while Ready). A node that never
+    reported counts from its creation."""
+    if is_ready(node):
+        return None
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return _time(condition.get("lastTransitionTime"))
+    return _time((node.get("metadata") or {}).get("creationTimestamp"))
+
+
+def _time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+
+
 def pod_gpus(pod: Mapping[str, Any]) -> dict[str, int]:
     """GPUs a pod holds: the larger of its containers' sum and its largest init container, as
     kube-scheduler counts them (GPUs must be limits; a request without a limit is refused)."""
@@ -65,14 +84,26 @@ def pod_gpus(pod: Mapping[str, Any]) -> dict[str, int]:
     return {name: count for name, count in total.items() if count > 0}
 
 
-def external_gpu_use(pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
-    """{node: {resource: GPUs}} held by live pods that gpuqueue did not create."""
+def external_gpu_use(
+    pods: Iterable[Mapping[str, Any]], live: Collection[tuple[int, int]] | None = None
+) -> dict[str, dict[str, int]]:
+    """{node: {resource: GPUs}} held by unfinished pods that no live gpuqueue job accounts for.
+
+    That is every pod gpuqueue did not create (bound, or nominated to a node by preemption),
+    and gpuqueue's own pods that are terminating or belong to an attempt that is no longer
+    `live` (a requeued job's previous attempt holds its GPUs until its pods are gone). With
+    `live` None, gpuqueue's pods count only while terminating.
+    """
     used: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        phase = (pod.get("status") or {}).get("phase")
-        if not node or phase in FINISHED_POD_PHASES or attempt_of(pod) is not None:
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        node = spec.get("nodeName") or status.get("nominatedNodeName")
+        if not node or status.get("phase") in FINISHED_POD_PHASES:
             continue
+        key = attempt_of(pod)
+        if key is not None and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+            if live is None or key in live:
+                continue
         for name, count in pod_gpus(pod).items():
             used[node][name] += count
     return {node: dict(by_name) for node, by_name in used.items()}
@@ -92,14 +123,17 @@ def node_info(node: Mapping[str, Any], used_externally: Mapping[str, int]) -> No
         ready=is_ready(node),
         cordoned=bool(spec.get("unschedulable", False)),
         used_externally=dict(used_externally),
+        not_ready_since=not_ready_since(node),
     )
 
 
 def inventory(
-    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    live: Collection[tuple[int, int]] | None = None,
 ) -> list[NodeInfo]:
     """Every node, GPU or not (a node without GPUs simply offers none), by name."""
-    used = external_gpu_use(pods)
+    used = external_gpu_use(pods, live)
     infos = [node_info(n, used.get(n["metadata"]["name"], {})) for n in nodes]
     return sorted(infos, key=lambda info: info.name)
 

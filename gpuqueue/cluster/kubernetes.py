@@ -13,7 +13,9 @@ import contextlib
 import json
 import logging
 import secrets
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,13 +24,17 @@ from kubernetes import client
 
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster.base import ClusterBackend, ClusterError, LaunchSpec, NodeInfo, WorkloadStatus
-from gpuqueue.cluster.inventory import inventory
+from gpuqueue.cluster.gates import Release, releases
+from gpuqueue.cluster.inventory import inventory, not_ready_since
 from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound
 from gpuqueue.cluster.k8s_watch import Store
-from gpuqueue.cluster.status import workload_statuses
+from gpuqueue.cluster.status import parse_time, workload_statuses
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
+Key = tuple[int, int]  # (job id, attempt)
+# A Job still short of pods this long after its creation: read why (FailedCreate events).
+REFUSAL_CHECK = timedelta(seconds=3)
 
 
 def _json(response: Any) -> Obj:
@@ -72,6 +78,8 @@ class KubernetesBackend(ClusterBackend):
         image_pull_timeout_seconds: float = 300.0,
         namespaces: Callable[[], list[str]] = team_namespaces,
         clock: Callable[[], datetime] = timezone.now,
+        node_lost_grace_seconds: float = 300.0,
+        concurrency: int = 16,
     ) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
@@ -85,8 +93,16 @@ class KubernetesBackend(ClusterBackend):
         # Filled by the watcher; while it is live, reads come from it instead of the API.
         self.store = Store()
         self._hostnames: dict[str, str] = {}
-        self._ready: dict[str, bool] | None = None
+        self.node_lost_grace = timedelta(seconds=node_lost_grace_seconds)
+        self.concurrency = concurrency
+        self._not_ready: dict[str, datetime | None] | None = None
         self._pods_seen: list[Obj] | None = None
+        self._nodes_seen: list[Obj] | None = None
+        self._jobs_seen: list[Obj] | None = None
+        self._all_pods: list[Obj] | None = None
+        self._held: dict[Key, str] = {}
+        self._refused: dict[Key, str] = {}
+        self._refusals_checked: dict[str, datetime] = {}
         self._namespace_of: dict[tuple[int, int], str] = {}
         self._first_seen: dict[tuple[int, int], datetime] = {}
 
@@ -121,6 +137,7 @@ class KubernetesBackend(ClusterBackend):
             ),
             timeout_seconds=settings.GPUQUEUE_K8S_API_TIMEOUT_SECONDS,
             image_pull_timeout_seconds=settings.GPUQUEUE_K8S_IMAGE_PULL_TIMEOUT_SECONDS,
+            node_lost_grace_seconds=settings.GPUQUEUE_NODE_LOST_GRACE_SECONDS,
         )
 
     # Reading -----------------------------------------------------------------------------
@@ -153,27 +170,30 @@ class KubernetesBackend(ClusterBackend):
             return self.store.items("nodes"), self.store.items("pods"), self.store.items("jobs")
         return self.list_raw_nodes()["items"], self.list_raw_pods()["items"], None
 
-    def list_nodes(self) -> list[NodeInfo]:
+    def list_nodes(self, live: Collection[tuple[int, int]] | None = None) -> list[NodeInfo]:
         nodes, pods, _ = self._current()
         self._remember_nodes(nodes)
         self._pods_seen = pods  # observe() in the same pass needs them too
-        return inventory(nodes, pods)
+        return inventory(nodes, pods, live)
 
     def _remember_nodes(self, nodes: list[Obj]) -> None:
+        self._nodes_seen = nodes
         for node in nodes:
             meta = node.get("metadata") or {}
             labels = meta.get("labels") or {}
             self._hostnames[meta["name"]] = str(labels.get("kubernetes.io/hostname", meta["name"]))
-        self._ready = {n.name: n.ready for n in inventory(nodes, [])}
+        self._not_ready = {n["metadata"]["name"]: not_ready_since(n) for n in nodes}
 
     def observe(self) -> list[WorkloadStatus]:
+        """The phase of every gpuqueue workload. A gang whose pods the API refused (FailedCreate
+        events of its Job) or that release_gangs() held back is a failed start."""
         if self.store.live:
             nodes, pods, jobs = self._current()
             assert jobs is not None
             self._remember_nodes(nodes)
         else:
             # sync_cluster lists nodes (and so pods) just before; otherwise list them now.
-            if self._pods_seen is None or self._ready is None:
+            if self._pods_seen is None or self._not_ready is None:
                 self.list_nodes()
             pods, self._pods_seen = self._pods_seen or [], None
             jobs = [
@@ -186,55 +206,159 @@ class KubernetesBackend(ClusterBackend):
             if (key := mf.attempt_of(job)) is not None:
                 self._namespace_of[key] = job["metadata"].get("namespace", "")
                 self._first_seen.setdefault(key, now)
+        self._jobs_seen, self._all_pods = jobs, pods
+        problems = {**self._refusals(jobs, pods, now), **self._held}
         return workload_statuses(
-            jobs, pods, self._ready or {}, now, self.pull_timeout, self._first_seen
+            jobs,
+            pods,
+            self._not_ready or {},
+            now,
+            self.pull_timeout,
+            self._first_seen,
+            node_lost_grace=self.node_lost_grace,
+            start_problems=problems,
         )
+
+    def _refusals(self, jobs: list[Obj], pods: list[Obj], now: datetime) -> dict[Key, str]:
+        """Why the API refused the pods of Jobs that still lack some after REFUSAL_CHECK: the
+        Job controller's FailedCreate events (a ResourceQuota, Pod Security, a webhook). One
+        LIST of those events per namespace that has such a Job, at most every REFUSAL_CHECK."""
+        have: dict[Key, int] = defaultdict(int)
+        for pod in pods:
+            if (key := mf.attempt_of(pod)) is not None:
+                have[key] += 1
+        short: dict[str, dict[str, Key]] = defaultdict(dict)  # namespace -> {job uid: attempt}
+        for job in jobs:
+            key, meta = mf.attempt_of(job), job.get("metadata") or {}
+            created = parse_time(meta.get("creationTimestamp")) or now
+            workers = int((job.get("spec") or {}).get("parallelism") or 0)
+            if (
+                key is not None
+                and have[key] < workers
+                and now - created >= REFUSAL_CHECK
+                and not meta.get("deletionTimestamp")
+            ):
+                short[meta.get("namespace", "")][meta.get("uid", "")] = key
+        found: dict[Key, str] = {}
+        for namespace, by_uid in short.items():
+            last = self._refusals_checked.get(namespace)
+            if last is not None and now - last < REFUSAL_CHECK:
+                found.update(
+                    {k: v for k, v in self._refused.items() if k in by_uid.values()}
+                )
+                continue
+            self._refusals_checked[namespace] = now
+            try:
+                events = self._list(
+                    f"list events in {namespace}",
+                    self.core.list_namespaced_event,
+                    namespace,
+                    field_selector="involvedObject.kind=Job,reason=FailedCreate",
+                )["items"]
+            except ClusterError as exc:
+                log.warning("cannot read why pods were refused: %s", exc)
+                continue
+            for event in events:
+                key = by_uid.get((event.get("involvedObject") or {}).get("uid", ""))
+                if key is not None:
+                    message = str(event.get("message") or "").removeprefix("Error creating: ")
+                    found[key] = self._refused[key] = f"pods refused: {message}"
+        return found
+
+    def release_gangs(self) -> int:
+        """Release every gated gang whose pods all exist and whose planned nodes have room,
+        each pod to its planned node (gpuqueue.cluster.gates); remember the gangs held back
+        for the next observe(). Returns how many pods were released."""
+        if self.store.live:
+            nodes, pods, jobs = self._current()
+            assert jobs is not None
+        elif self._jobs_seen is not None and self._all_pods is not None:
+            nodes, pods, jobs = self._nodes_seen or [], self._all_pods, self._jobs_seen
+        else:
+            return 0
+        out, self._held = releases(jobs, pods, nodes)
+        for why in self._held.values():
+            log.info("gang held back: %s", why)
+
+        def release(one: Release) -> bool:
+            try:
+                self.call(
+                    f"release pod {one.namespace}/{one.name}",
+                    self.core.patch_namespaced_pod,
+                    one.name,
+                    one.namespace,
+                    one.patch(),
+                    _content_type="application/json-patch+json",
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                )
+            except (NotFound, ClusterError) as exc:
+                log.warning("release of pod %s/%s deferred: %s", one.namespace, one.name, exc)
+                return False
+            return True
+
+        if len(out) <= 1:
+            return sum(release(one) for one in out)
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return sum(pool.map(release, out))
 
     # Writing -----------------------------------------------------------------------------
 
     def launch(self, spec: LaunchSpec) -> None:
-        """Create the attempt's Secret, Service and Job, in that order (pods need the first two
-        when they start); any of them already there is adopted, so launching twice is harmless.
+        """Create the attempt's Job, then its Secret and Service owned by it (Kubernetes deletes
+        them with the Job); anything already there is adopted, so launching twice is harmless.
 
-        1. Name the planned nodes by their hostname label, for the Job's node affinity.
-        2. The token Secret: a new token, or the one an earlier launch already stored there;
+        1. Name the planned nodes by their hostname label, for the plan the pods carry.
+        2. The Indexed Job: its pods wait behind the placement gate until the gang is released
+           (release_gates), so they never start before the Secret and Service exist.
+        3. The token Secret: a new token, or the one an earlier launch already stored there;
            either way its hash goes on the job row so the API accepts that token.
-        3. The headless Service, then the Indexed Job.
+        4. The headless Service.
         """
         key = (spec.job_id, spec.attempt)
         self._namespace_of[key] = spec.namespace
         self._first_seen.setdefault(key, self.clock())
         # 1.
-        missing = [n for n in spec.placement if n not in self._hostnames]
-        if missing:
+        if any(n not in self._hostnames for n in spec.placement):
             self._remember_nodes(self.list_raw_nodes()["items"])
-        hostnames = [self._hostnames.get(n, n) for n in sorted(spec.placement)]
+        hostnames = {n: self._hostnames.get(n, n) for n in spec.placement}
         # 2.
+        job = mf.job_manifest(spec, self.options, hostnames)
+        try:
+            owner = self._create("job", self.batch.create_namespaced_job, spec.namespace, job)
+        except Conflict:
+            owner = self._read_job(spec.namespace, job["metadata"]["name"])
+        # 3.
         token = f"gqj_{spec.job_id}_{secrets.token_urlsafe(32)}"
-        secret = mf.secret_manifest(spec, token)
+        secret = mf.secret_manifest(spec, token, owner)
         try:
             self._create("secret", self.core.create_namespaced_secret, spec.namespace, secret)
         except Conflict:
             token = self._existing_token(spec) or token
         store_token_hash(spec.job_id, token)
-        # 3.
-        for kind, fn, body in (
-            ("service", self.core.create_namespaced_service, mf.service_manifest(spec)),
-            (
-                "job",
-                self.batch.create_namespaced_job,
-                mf.job_manifest(spec, self.options, hostnames),
-            ),
-        ):
-            try:
-                self._create(kind, fn, spec.namespace, body)
-            except Conflict:
-                log.info("%s %s/%s exists: adopted", kind, spec.namespace, body["metadata"]["name"])
+        # 4.
+        service = mf.service_manifest(spec, owner)
+        try:
+            self._create("service", self.core.create_namespaced_service, spec.namespace, service)
+        except Conflict:
+            log.info("service %s/%s exists: adopted", spec.namespace, service["metadata"]["name"])
 
-    def _create(self, kind: str, fn: Callable[..., Any], namespace: str, body: Obj) -> None:
+    def _read_job(self, namespace: str, name: str) -> Obj:
+        response = self.call(
+            f"read job {namespace}/{name}",
+            self.batch.read_namespaced_job,
+            name,
+            namespace,
+            _preload_content=False,
+            _request_timeout=self.timeout,
+        )
+        return _json(response)
+
+    def _create(self, kind: str, fn: Callable[..., Any], namespace: str, body: Obj) -> Obj:
+        """Create one object; returns it as the API stored it."""
         name = body["metadata"]["name"]
         try:
-            self.call(
+            response = self.call(
                 f"create {kind} {namespace}/{name}",
                 fn,
                 namespace,
@@ -246,6 +370,7 @@ class KubernetesBackend(ClusterBackend):
             raise ClusterError(
                 f"create {kind} {namespace}/{name}: {exc.message}", transient=False
             ) from exc
+        return _json(response)
 
     def _existing_token(self, spec: LaunchSpec) -> str | None:
         name = mf.token_secret_name(spec.job_id, spec.attempt)

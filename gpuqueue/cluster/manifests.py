@@ -7,7 +7,8 @@ sent by the official client unchanged and validated through its models. No I/O h
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +32,10 @@ ANNOTATIONS_FILE = f"{PODINFO_DIR}/annotations"
 TOKEN_KEY = "token"
 CONTAINER = "worker"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+# Pods are created gated and carry the plan; gpuqueue releases each to its one planned node
+# (gpuqueue.cluster.gates), so the gang lands exactly as planned.
+PLACEMENT_GATE = "gpuqueue.dev/placement"
+PLACEMENT_ANNOTATION = "gpuqueue.dev/placement"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,29 +70,52 @@ def attempt_selector(job_id: int, attempt: int) -> str:
     return f"{SELECTOR},{LABEL_JOB_ID}={job_id},{LABEL_ATTEMPT}={attempt}"
 
 
-def _metadata(spec: LaunchSpec, name: str) -> dict[str, Any]:
-    return {"name": name, "namespace": spec.namespace, "labels": owner_labels(spec)}
+def _metadata(
+    spec: LaunchSpec, name: str, owner: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": spec.namespace,
+        "labels": owner_labels(spec),
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [owner_reference(owner)]
+    return metadata
 
 
-def secret_manifest(spec: LaunchSpec, token: str) -> dict[str, Any]:
+def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
+    """Owned by the attempt's Job: Kubernetes deletes the Secret and Service with it, whoever
+    deletes the Job and whatever became of gpuqueue."""
+    meta = job.get("metadata") or {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": meta["name"],
+        "uid": meta["uid"],
+    }
+
+
+def secret_manifest(
+    spec: LaunchSpec, token: str, owner: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The per-attempt token the workload acknowledges its checkpoint with."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(spec, token_secret_name(spec.job_id, spec.attempt)),
+        "metadata": _metadata(spec, token_secret_name(spec.job_id, spec.attempt), owner),
         "type": "Opaque",
         "stringData": {TOKEN_KEY: token},
     }
 
 
-def service_manifest(spec: LaunchSpec) -> dict[str, Any]:
+def service_manifest(spec: LaunchSpec, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Headless, so that each worker has a stable DNS name `<job>-<index>.<service>`; it
     publishes not-ready addresses because workers must find the leader before they are ready."""
     name = workload_name(spec.job_id, spec.attempt)
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(spec, name),
+        "metadata": _metadata(spec, name, owner),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
@@ -99,15 +127,27 @@ def service_manifest(spec: LaunchSpec) -> dict[str, Any]:
     }
 
 
+def planned_slots(spec: LaunchSpec, hostnames: Mapping[str, str]) -> list[list[Any]]:
+    """The plan as `[[hostname, workers], ...]` in node order: completion index i runs in the
+    i-th slot (gpuqueue.cluster.gates.planned_hostname)."""
+    return [
+        [hostnames.get(node, node), int(workers)]
+        for node, workers in sorted(spec.placement.items())
+        if int(workers) > 0
+    ]
+
+
 def job_manifest(
-    spec: LaunchSpec, options: ClusterOptions, hostnames: Sequence[str]
+    spec: LaunchSpec, options: ClusterOptions, hostnames: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The Indexed Job: one pod per worker, only on the planned nodes (`hostnames`, the values of
-    their `kubernetes.io/hostname` labels)."""
+    """The Indexed Job: one pod per worker, created behind the placement gate and released by
+    gpuqueue to its planned node (`hostnames`: node name to `kubernetes.io/hostname` label)."""
     name = workload_name(spec.job_id, spec.attempt)
     labels = {**{str(k): str(v) for k, v in spec.labels.items()}, **owner_labels(spec)}
+    slots = planned_slots(spec, hostnames)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "schedulingGates": [{"name": PLACEMENT_GATE}],
         # SIGTERM comes this long before SIGKILL: the grace of workloads that only handle SIGTERM.
         "terminationGracePeriodSeconds": spec.checkpoint_grace_seconds,
         "subdomain": name,
@@ -120,7 +160,7 @@ def job_manifest(
                                 {
                                     "key": "kubernetes.io/hostname",
                                     "operator": "In",
-                                    "values": sorted(set(hostnames)),
+                                    "values": sorted({host for host, _ in slots}),
                                 }
                             ]
                         }
@@ -128,7 +168,10 @@ def job_manifest(
                 }
             }
         },
-        "tolerations": [{"key": options.gpu_taint, "operator": "Exists"}],
+        "tolerations": [
+            {"key": options.gpu_taint, "operator": "Exists"},
+            *({str(k): str(v) for k, v in t.items()} for t in spec.tolerations),
+        ],
         "containers": [_container(spec, options, name)],
         "volumes": [
             {
@@ -169,7 +212,10 @@ def job_manifest(
         "template": {
             "metadata": {
                 "labels": dict(labels),
-                "annotations": {str(k): str(v) for k, v in spec.annotations.items()},
+                "annotations": {
+                    **{str(k): str(v) for k, v in spec.annotations.items()},
+                    PLACEMENT_ANNOTATION: json.dumps(slots, separators=(",", ":")),
+                },
             },
             "spec": pod_spec,
         },

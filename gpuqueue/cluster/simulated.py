@@ -11,7 +11,7 @@ resumed attempt only runs what was left.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -91,7 +91,7 @@ class SimulatedBackend(ClusterBackend):
             checkpoint_seconds=settings.GPUQUEUE_SIM_CHECKPOINT_SECONDS,
         )
 
-    def list_nodes(self) -> list[NodeInfo]:
+    def list_nodes(self, live: Collection[tuple[int, int]] | None = None) -> list[NodeInfo]:
         mtime = self.cluster_file.stat().st_mtime
         if self._nodes_cache is None or self._nodes_cache[0] != mtime:
             self._nodes_cache = (mtime, load_cluster_file(self.cluster_file))

@@ -61,12 +61,24 @@ def _failed_worker(pods: list[Obj]) -> tuple[int | None, str]:
     return None, ""
 
 
-def _lost(pods: list[Obj], ready_nodes: Mapping[str, bool]) -> str:
-    """Why the gang is broken, or "" when it is not."""
+def _lost(
+    pods: list[Obj],
+    nodes: Mapping[str, datetime | None],
+    now: datetime,
+    grace: timedelta,
+) -> str:
+    """Why the gang is broken, or "" when it is not. A node that is not ready breaks it only
+    after `grace` (a kubelet restart must not end a multi-day gang); a node gone breaks it."""
     for pod in sorted(pods, key=_rank):
         node = (pod.get("spec") or {}).get("nodeName")
-        if node and not ready_nodes.get(node, False):
-            return f"node {node} of worker {_rank(pod)} is not ready"
+        if node and node not in nodes:
+            return f"node {node} of worker {_rank(pod)} is gone"
+        since = nodes.get(node or "")
+        if node and since is not None and now - since >= grace:
+            return (
+                f"node {node} of worker {_rank(pod)} has not been ready for"
+                f" {(now - since).total_seconds():.0f} s"
+            )
         if disrupted := _condition(pod, "DisruptionTarget"):
             return f"worker {_rank(pod)} was disrupted ({disrupted.get('reason', 'unknown')})"
         status = pod.get("status") or {}
@@ -100,22 +112,47 @@ def _waiting(
     return False, ""
 
 
+def _unplaceable(pods: list[Obj]) -> str:
+    """A released worker that kube-scheduler cannot bind to its planned node (something took
+    the room after the release): the gang would sit half-bound, so it is a failed start."""
+    for pod in sorted(pods, key=_rank):
+        spec = pod.get("spec") or {}
+        if (spec.get("schedulingGates") or []) or spec.get("nodeName"):
+            continue
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            if (
+                condition.get("type") == "PodScheduled"
+                and condition.get("status") == "False"
+                and condition.get("reason") == "Unschedulable"
+            ):
+                detail = condition.get("message") or "unschedulable"
+                return f"worker {_rank(pod)} cannot be bound to its planned node: {detail}"
+    return ""
+
+
 def workload_status(
     job: Obj,
     pods: Iterable[Obj],
-    ready_nodes: Mapping[str, bool],
+    nodes: Mapping[str, datetime | None],
     now: datetime,
     pull_timeout: timedelta,
     first_seen: datetime | None = None,
+    *,
+    node_lost_grace: timedelta = timedelta(0),
+    start_problem: str = "",
 ) -> WorkloadStatus:
-    """The phase of one attempt.
+    """The phase of one attempt. `nodes` maps each node to when it stopped being ready (None
+    while ready); `start_problem` is why its gang cannot start, when the caller knows (pods
+    refused by the API, planned nodes taken).
 
     1. Finished: the Job's Complete or Failed condition (with the failing worker's exit code
        and reason, e.g. OOMKilled, or the Job's own reason, e.g. DeadlineExceeded).
-    2. Lost: a worker's node is not ready or the worker was disrupted or evicted.
-    3. Failed without the Job knowing yet: an image that cannot be pulled (after the timeout)
+    2. Lost: a worker's node is gone, or not ready for longer than the grace, or the worker
+       was disrupted or evicted.
+    3. A failed start: the caller's `start_problem`, or a released worker that cannot be bound.
+    4. Failed without the Job knowing yet: an image that cannot be pulled (after the timeout)
        or a container that cannot be created.
-    4. Running once every worker runs; starting until then, saying what holds it back.
+    5. Running once every worker runs; starting until then, saying what holds it back.
     """
     key = attempt_of(job)
     assert key is not None, "only gpuqueue Jobs have a workload status"
@@ -149,16 +186,21 @@ def workload_status(
             message=message,
         )
     # 2. Lost
-    if lost := _lost(pods, ready_nodes):
+    if lost := _lost(pods, nodes, now, node_lost_grace):
         return WorkloadStatus(job_id, attempt, Phase.LOST, now, message=lost)
-    # 3. Failed before the Job controller noticed (it never does for a stuck image pull).
+    # 3. A failed start
+    if problem := (start_problem or _unplaceable(pods)):
+        return WorkloadStatus(
+            job_id, attempt, Phase.LOST, now, message=problem, start_failure=True
+        )
+    # 4. Failed before the Job controller noticed (it never does for a stuck image pull).
     fail, message = _waiting(pods, created, now, pull_timeout)
     code, exited = _failed_worker(pods)
     if exited:
         return WorkloadStatus(job_id, attempt, Phase.FAILED, now, exit_code=code, message=exited)
     if fail:
         return WorkloadStatus(job_id, attempt, Phase.FAILED, now, message=message)
-    # 4. Running or starting
+    # 5. Running or starting
     running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
     if len(running) >= workers:
         starts = [parse_time((p.get("status") or {}).get("startTime")) for p in running]
@@ -171,10 +213,13 @@ def workload_status(
 def workload_statuses(
     jobs: Iterable[Obj],
     pods: Iterable[Obj],
-    ready_nodes: Mapping[str, bool],
+    nodes: Mapping[str, datetime | None],
     now: datetime,
     pull_timeout: timedelta,
     first_seen: Mapping[tuple[int, int], datetime] | None = None,
+    *,
+    node_lost_grace: timedelta = timedelta(0),
+    start_problems: Mapping[tuple[int, int], str] | None = None,
 ) -> list[WorkloadStatus]:
     """One status per gpuqueue Job (objects of anyone else are ignored), by job and attempt."""
     by_attempt: dict[tuple[int, int], list[Obj]] = defaultdict(list)
@@ -189,10 +234,12 @@ def workload_statuses(
             workload_status(
                 job,
                 by_attempt.get(key, []),
-                ready_nodes,
+                nodes,
                 now,
                 pull_timeout,
                 (first_seen or {}).get(key),
+                node_lost_grace=node_lost_grace,
+                start_problem=(start_problems or {}).get(key, ""),
             )
         )
     return sorted(statuses, key=lambda s: (s.job_id, s.attempt))

@@ -341,10 +341,11 @@ class _Cycle:
             fl is None
             or gpus <= 0  # a malformed gang (no workers or no GPUs) can never be placed either
             or fl.max_node < g
-            or self.capacity.get(flavor, 0) < gpus
+            or fl.total_capacity < gpus
         ):
-            largest = fl.max_node if fl is not None else 0
-            return reasons.never_fits(job, largest, self.capacity.get(flavor, 0))
+            if fl is None:
+                return reasons.never_fits(job, 0, 0)
+            return reasons.never_fits(job, fl.max_node, fl.total_capacity)
         groups = self._groups(job.team, flavor)
         # 2.
         for group, quota in groups:

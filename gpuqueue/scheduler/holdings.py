@@ -243,6 +243,7 @@ class Holdings:
         for name, base in self._base.flavors.items():
             fl = flavors[name] = FlavorLedger(name)
             fl.max_node = base.max_node
+            fl.total_capacity = base.total_capacity
             fl.free = dict(self._free[name])
             fl.total_free = self._total_free[name]
             fl.buckets = {count: dict(nodes) for count, nodes in self._buckets[name].items()}

@@ -61,6 +61,7 @@ class FlavorLedger:
         "incoming",
         "max_node",
         "name",
+        "total_capacity",
         "total_free",
         "version",
     )
@@ -73,7 +74,10 @@ class FlavorLedger:
         self.incoming: dict[str, int] = {}
         self.held: dict[str, int] = {}
         self.total_free = 0
-        self.max_node = 0  # the largest capacity of one schedulable node
+        # The largest schedulable node and all of them, counting GPUs that others hold: those
+        # come free in time, so only these say that a job can never start.
+        self.max_node = 0
+        self.total_capacity = 0
         # Bumped by every change, so that counts computed for one state are reused until the
         # next change: most jobs of a busy cycle do not fit and change nothing.
         self.version = 0
@@ -170,7 +174,8 @@ class Ledger:
                 fl.free[node.name] = free
                 fl.buckets.setdefault(free, {})[node.name] = None
                 fl.total_free += max(free, 0)
-                fl.max_node = max(fl.max_node, free)
+                fl.total_capacity += capacity[flavor]
+                fl.max_node = max(fl.max_node, capacity[flavor])
 
     # --- checkpoints -------------------------------------------------------------------------
 
