@@ -36,12 +36,13 @@ from tests.kube.controlplane import (
 NAMESPACES = ("team-a", "team-b", "others")
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 L4 = {"nvidia.com/gpu.product": "NVIDIA-L4"}
+SPOT = {**H100, "gpuqueue.dev/capacity": "spot"}
 SPOT_TAINT = {"key": "gpuqueue.dev/spot", "value": "true", "effect": "NoSchedule"}
 # The test cluster: 4 × 8 H100, 2 × 4 L4, and one H100 node tainted for spot capacity.
 NODES = [
     *(fake_node(f"h100-{i}", {"nvidia.com/gpu": 8}, labels=H100) for i in range(4)),
     *(fake_node(f"l4-{i}", {"nvidia.com/gpu": 4}, labels=L4) for i in range(2)),
-    fake_node("h100-spot-0", {"nvidia.com/gpu": 8}, labels=H100, taints=[SPOT_TAINT]),
+    fake_node("h100-spot-0", {"nvidia.com/gpu": 8}, labels=SPOT, taints=[SPOT_TAINT]),
 ]
 _skip_reason: list[str] = []
 

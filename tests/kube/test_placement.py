@@ -10,7 +10,7 @@ from gpuqueue.cycle import run_cycle
 from gpuqueue.models import Flavor, Job, Quota
 from gpuqueue.reasons import describe_reason
 from gpuqueue.states import JobState
-from tests.kube.conftest import H100, SPOT_TAINT, Kube
+from tests.kube.conftest import SPOT, SPOT_TAINT, Kube
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
 
@@ -101,7 +101,7 @@ def test_a_tainted_node_is_used_only_by_a_flavor_that_tolerates_it(
     kube: Kube, submit: Any, world: Any
 ) -> None:
     spot = Flavor.objects.create(
-        name="h100-spot", resource_name="nvidia.com/gpu", node_selector=H100,
+        name="h100-spot", resource_name="nvidia.com/gpu", node_selector=SPOT,
         tolerations=[{"key": SPOT_TAINT["key"], "operator": "Exists"}],
     )
     Quota.objects.create(team=world.team_a, flavor=spot, guarantee=0, limit=40, weight=1)
@@ -118,6 +118,7 @@ def test_a_tainted_node_is_used_only_by_a_flavor_that_tolerates_it(
     tolerant = submit(flavor=spot, workers=1, gpus_per_worker=8, annotations=LONG)
     run_cycle(backend=kube.backend)
     tolerant.refresh_from_db()
+    # The plain flavor's labels match the spot node too: only its taint keeps the fifth out.
     assert tolerant.state == JobState.ADMITTED and tolerant.placement == {"h100-spot-0": 1}
     assert Job.objects.filter(pk__in=[j.pk for j in plain], state=JobState.PENDING).count() == 1
 
