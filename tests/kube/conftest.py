@@ -217,5 +217,6 @@ def api_for(kubeconfig: Path) -> client.ApiClient:
 def kube(control_plane: ControlPlane, world: Any) -> Iterator[Kube]:
     k = Kube(control_plane)
     k.reset()
+    k.sync_until(lambda: True)  # the inventory, as the watcher's first pass takes it
     yield k
     k.reset()
