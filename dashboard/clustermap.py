@@ -89,7 +89,9 @@ def cluster_map(visible_job_ids: set[int] | None = None) -> tuple[list[FlavorMap
             holders[(node, flavor)].append((team, shown, int(workers) * gpw))
     maps = {f.name: FlavorMap(f.name, f.description) for f in flavors}
     for node in Node.objects.order_by("name"):
-        for flavor, gpus in node_capacity_by_flavor(node.capacity, node.labels, flavors).items():
+        for flavor, gpus in node_capacity_by_flavor(
+            node.capacity, node.labels, flavors, taints=node.taints
+        ).items():
             external = int(node.used_externally.get(by_resource[flavor], 0) or 0)
             maps[flavor].nodes.append(
                 NodeView(

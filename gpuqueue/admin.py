@@ -5,7 +5,7 @@ from gpuqueue.models import Flavor, Job, JobEvent, Node, Quota, SimulatedWorkloa
 
 @admin.register(Flavor)
 class FlavorAdmin(admin.ModelAdmin):
-    list_display = ["name", "resource_name", "node_selector", "description"]
+    list_display = ["name", "resource_name", "node_selector", "tolerations", "description"]
 
 
 @admin.register(Quota)
@@ -56,6 +56,8 @@ class JobAdmin(admin.ModelAdmin):
         "placement",
         "pending_reason",
         "attempts",
+        "start_failures",
+        "not_before",
     ]
 
 

@@ -43,6 +43,9 @@ def launch_spec(job: Job) -> LaunchSpec:
         checkpoint_grace_seconds=job.checkpoint_grace_seconds,
         max_runtime_seconds=job.max_runtime_seconds,
         checkpoint_location=job.checkpoint_location,
+        tolerations=tuple(
+            {str(k): str(v) for k, v in toleration.items()} for toleration in job.flavor.tolerations
+        ),
     )
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 
 from gpuqueue.states import ACTIVE, FINAL, HOLDING, JobState
+from gpuqueue.taints import EXISTS, schedulable_for, toleration_errors
 from teams.models import Team
 
 
@@ -25,6 +28,12 @@ class Flavor(models.Model):
         help_text="labels a node must carry, e.g. "
         '{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}',
     )
+    tolerations = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Kubernetes tolerations of its pods, for tainted nodes: "
+        '[{"key": …, "operator": "Equal" or "Exists", "value": …, "effect": …}]',
+    )
     description = models.CharField(max_length=200, blank=True)
 
     class Meta:
@@ -33,8 +42,27 @@ class Flavor(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        if self.tolerations is None:  # an emptied admin field
+            self.tolerations = []
+        errors = toleration_errors(self.tolerations)
+        if errors:
+            raise ValidationError({"tolerations": errors})
+
     def matches(self, labels: dict[str, str]) -> bool:
         return all(labels.get(key) == value for key, value in self.node_selector.items())
+
+    def pod_tolerations(self) -> list[Mapping[str, str]]:
+        """The tolerations its pods carry: its own and the GPU taint's, which the manifests
+        add to every pod gpuqueue creates."""
+        tolerations: list[Mapping[str, str]] = list(self.tolerations or ())
+        if settings.GPUQUEUE_K8S_GPU_TAINT:
+            tolerations.append({"key": settings.GPUQUEUE_K8S_GPU_TAINT, "operator": EXISTS})
+        return tolerations
+
+    def tolerates(self, taints: Iterable[Mapping[str, str]]) -> bool:
+        """Whether its pods may be placed on a node with these taints."""
+        return schedulable_for(taints, self.pod_tolerations())
 
 
 class Quota(models.Model):
@@ -162,6 +190,11 @@ class Job(models.Model):
     cluster_position = models.PositiveIntegerField(null=True, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0, help_text="launches so far")
+    # Launches whose pods never all started (services/start_failures.py): each requeues the
+    # job with a growing wait, and the last one allowed fails it.
+    start_failures = models.PositiveIntegerField(default=0, help_text="launches that never started")
+    # A PENDING job is not considered for admission before this time (backing off).
+    not_before = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
     message = models.TextField(blank=True, help_text="why it failed or was requeued")
 

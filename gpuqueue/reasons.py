@@ -1,7 +1,15 @@
 """Pending reasons, stored as data by the cycle, turned into one sentence with numbers.
 
 The API and the dashboard both call `describe_reason`; the engine never writes prose. The numbers
-each code carries are listed in gpuqueue/scheduler/reasons.py.
+each code carries are listed in gpuqueue/scheduler/reasons.py, but for the one code the engine
+never gives, because a job with it is not in the cycle's snapshot:
+
+| code        | numbers                                                                        |
+| ----------- | ------------------------------------------------------------------------------ |
+| backing_off | until (epoch seconds), wait_seconds, start_failures, max_start_attempts, cause |
+
+(written by gpuqueue/services/start_failures.py when a job's pods could not be started; the
+first cycle after `until` replaces it with the engine's reason).
 """
 
 from __future__ import annotations
@@ -9,15 +17,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+BACKING_OFF = "backing_off"
+
 
 def _plural(count: Any, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _when(timestamp: Any) -> str:
+def _when(timestamp: Any, *, seconds: bool = False) -> str:
     if not isinstance(timestamp, int | float):
         return "an unknown time"
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+    shape = "%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC"
+    return datetime.fromtimestamp(timestamp, tz=UTC).strftime(shape)
 
 
 def _gpu_hours(seconds: Any) -> str:
@@ -93,6 +104,13 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
         return (
             f"Waited past the starvation threshold: {_plural(n.get('nodes'), 'node')} are reserved "
             f"for this job, which should start at {_when(n.get('expected_start'))}."
+        )
+    if code == BACKING_OFF:
+        # Seconds: the first waits are half a minute.
+        return (
+            f"Backing off: {n.get('start_failures')} of {n.get('max_start_attempts')} allowed "
+            f"start attempts failed ({n.get('cause')}); not considered for admission before "
+            f"{_when(n.get('until'), seconds=True)}."
         )
     if code == "never_fits":
         return (

@@ -198,6 +198,11 @@ LOGGING = {
 GPUQUEUE_GANG_READY_TIMEOUT_SECONDS = env_float(
     "GPUQUEUE_GANG_READY_TIMEOUT_SECONDS", 600.0, minimum=1
 )
+# A job whose pods could not be started (refused by a ResourceQuota, gang never ready, planned
+# nodes taken) is requeued to wait this long, doubled after each such failure up to an hour,
+# and fails after this many (gpuqueue/services/start_failures.py).
+GPUQUEUE_MAX_START_ATTEMPTS = env_int("GPUQUEUE_MAX_START_ATTEMPTS", 5, minimum=1)
+GPUQUEUE_START_BACKOFF_SECONDS = env_float("GPUQUEUE_START_BACKOFF_SECONDS", 30.0, minimum=0)
 
 # Periodic work. `expires` drops a run that waited longer than its period (a backlog of cycles
 # after an outage would only repeat the same work).
@@ -238,6 +243,9 @@ GPUQUEUE_K8S_API_TIMEOUT_SECONDS = env_float("GPUQUEUE_K8S_API_TIMEOUT_SECONDS",
 GPUQUEUE_K8S_API_RETRIES = env_int("GPUQUEUE_K8S_API_RETRIES", 3, minimum=1)
 GPUQUEUE_K8S_API_BACKOFF_SECONDS = env_float("GPUQUEUE_K8S_API_BACKOFF_SECONDS", 0.5, minimum=0)
 # A worker still pulling its image (ErrImagePull/ImagePullBackOff) after this long fails the job.
+# A node NotReady or unreachable this long has its gangs torn down (Kubernetes evicts after 300 s
+# too); meanwhile its GPUs are offered to no new work.
+GPUQUEUE_NODE_LOST_GRACE_SECONDS = env_float("GPUQUEUE_NODE_LOST_GRACE_SECONDS", 300.0, minimum=0)
 GPUQUEUE_K8S_IMAGE_PULL_TIMEOUT_SECONDS = env_float(
     "GPUQUEUE_K8S_IMAGE_PULL_TIMEOUT_SECONDS", 300.0, minimum=0
 )

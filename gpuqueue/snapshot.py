@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -29,13 +30,19 @@ def policy_from_settings() -> m.Policy:
 
 
 def node_capacity_by_flavor(
-    node_capacity: dict[str, int], labels: dict[str, str], flavors: list[Flavor]
+    node_capacity: dict[str, int],
+    labels: dict[str, str],
+    flavors: list[Flavor],
+    *,
+    taints: Iterable[Mapping[str, str]],
 ) -> dict[str, int]:
-    """A node offers a flavor when it carries the flavor's labels and has its resource."""
+    """A node offers a flavor when it carries the flavor's labels, has its resource and every
+    taint that would keep pods off it is tolerated by the flavor's pods (`Flavor.tolerates`)."""
+    node_taints = list(taints)  # read once for every flavor
     offered = {}
     for flavor in flavors:
         count = int(node_capacity.get(flavor.resource_name, 0))
-        if count > 0 and flavor.matches(labels):
+        if count > 0 and flavor.matches(labels) and flavor.tolerates(node_taints):
             offered[flavor.name] = count
     return offered
 
@@ -46,7 +53,7 @@ def load_nodes() -> tuple[m.Node, ...]:
     by_resource = {f.name: f.resource_name for f in flavors}
     nodes = []
     for node in Node.objects.order_by("name"):
-        capacity = node_capacity_by_flavor(node.capacity, node.labels, flavors)
+        capacity = node_capacity_by_flavor(node.capacity, node.labels, flavors, taints=node.taints)
         external = {
             name: int(node.used_externally.get(by_resource[name], 0) or 0) for name in capacity
         }
@@ -81,7 +88,8 @@ StoredPending = tuple[Any, int | None, int | None]
 
 def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None) -> m.Snapshot:
     """Nodes, teams with quotas, and active jobs, in a handful of queries; pending jobs are
-    read whole only when new or changed (`PendingRows`). With `stored`, also fills it with
+    read whole only when new or changed (`PendingRows`), and those backing off after failed
+    starts (`not_before` after `now`) are left out. With `stored`, also fills it with
     what each pending job shows now, so that the cycle writes only what changed without
     reading the queue a second time.
 
@@ -95,7 +103,7 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     with connection.cursor() as cursor:
         cursor.execute(_running_sql(), [JobState.PREEMPTING.value, sorted(HOLDING)])
         running = [_running(row, min_runtime) for row in cursor.fetchall()]
-        read = _PENDING_ROWS.read(cursor)
+        read = _PENDING_ROWS.read(cursor, now)
     pending = [job for job, _ in read]
     if stored is not None:
         stored.update((job.id, shown) for job, shown in read)
@@ -140,10 +148,19 @@ def _running_sql() -> str:
     )
 
 
+def _due(quote: Any) -> str:
+    """The condition on a pending job that may be admitted at the time in its `%s`: one backing
+    off after a failed start waits for its `not_before`."""
+    column = f"{quote('j')}.{quote('not_before')}"
+    return f"({column} IS NULL OR {column} <= %s)"
+
+
 @cache
 def _pending_sql() -> str:
-    """The pending jobs with ids in the second `%s`, with what the cycle last wrote on them
-    and their row version (in no order: `PendingRows` orders them by the versions' query)."""
+    """The pending jobs due at the second `%s` with ids in the third, with what the cycle last
+    wrote on them and their row version (in no order: `PendingRows` orders them by the
+    versions' query). It repeats the versions' condition on `not_before`: a row that began
+    backing off between the two reads is left out like one that is no longer pending."""
     quote, jobs, teams, flavors = _sql_names()
     j = f"{quote('j')}."
     return (
@@ -154,19 +171,20 @@ def _pending_sql() -> str:
         f"{j}{quote('pending_reason')}::text, {j}{quote('queue_position')}, "
         f"{j}{quote('cluster_position')}, {j}{quote('xmin')}::text "
         f"FROM {jobs} {teams} {flavors} "
-        f"WHERE {j}{quote('state')} = %s AND {j}{quote('id')} = ANY(%s)"
+        f"WHERE {j}{quote('state')} = %s AND {_due(quote)} AND {j}{quote('id')} = ANY(%s)"
     )
 
 
 @cache
 def _pending_versions_sql() -> str:
-    """Each pending job's id and row version, with the names the engine reads from joins."""
+    """Each pending job due at the second `%s` (`_due`), with its id and row version and the
+    names the engine reads from joins."""
     quote, jobs, teams, flavors = _sql_names()
     j = f"{quote('j')}."
     return (
         f"SELECT {j}{quote('id')}, {j}{quote('xmin')}::text, {quote('t')}.{quote('slug')}, "
         f"{quote('f')}.{quote('name')} FROM {jobs} {teams} {flavors} "
-        f"WHERE {j}{quote('state')} = %s ORDER BY {j}{quote('id')}"
+        f"WHERE {j}{quote('state')} = %s AND {_due(quote)} ORDER BY {j}{quote('id')}"
     )
 
 
@@ -192,12 +210,14 @@ class PendingRows:
         self._kept: dict[int, tuple[str, str, str, m.PendingJob, StoredPending]] = {}
         self._since = time.monotonic()
 
-    def read(self, cursor: Any) -> list[tuple[m.PendingJob, StoredPending]]:
-        """Every pending job, in id order, with what the cycle last wrote on it."""
+    def read(self, cursor: Any, now: datetime) -> list[tuple[m.PendingJob, StoredPending]]:
+        """Every pending job due at `now`, in id order, with what the cycle last wrote on it.
+        (A job backing off is in no versions read, so it is not kept: it is read whole when
+        its time comes.)"""
         if time.monotonic() - self._since > self.MAX_AGE_SECONDS:
             self._kept, self._since = {}, time.monotonic()
         kept = self._kept
-        cursor.execute(_pending_versions_sql(), [JobState.PENDING.value])
+        cursor.execute(_pending_versions_sql(), [JobState.PENDING.value, now])
         versions = cursor.fetchall()
         stale = [
             job_id
@@ -206,7 +226,7 @@ class PendingRows:
         ]
         fresh: dict[int, tuple[str, str, str, m.PendingJob, StoredPending]] = {}
         if stale:
-            cursor.execute(_pending_sql(), [JobState.PENDING.value, stale])
+            cursor.execute(_pending_sql(), [JobState.PENDING.value, now, stale])
             decoded: dict[str | None, Any] = {None: None}
             for row in cursor.fetchall():
                 text = row[_REASON]

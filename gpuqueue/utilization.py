@@ -7,9 +7,9 @@ Idle iron, precisely: for one flavor and one minute,
                   gpuqueue hold;
     waiting_fit = GPUs asked for by the flavor's PENDING jobs that
                   (a) the engine has already judged and held back for a reason other than
-                      capacity (any reason but no_capacity, never_fits and reserved, so a
-                      queue limit, fair share, a reservation, the team's own queue, waiting for
-                      preemptions or a missing quota), and
+                      capacity (any reason but no_capacity, never_fits, reserved and
+                      backing_off, so a queue limit, fair share, a reservation, the team's own
+                      queue, waiting for preemptions or a missing quota), and
                   (b) whose whole gang fits on the free GPUs right now, node by node;
     idle iron   = min(free, waiting_fit) GPU-minutes.
 
@@ -30,6 +30,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpuqueue.models import Flavor, Job, Node, UtilizationSample
+from gpuqueue.reasons import BACKING_OFF
 from gpuqueue.snapshot import node_capacity_by_flavor
 from gpuqueue.states import HOLDING, JobState
 from teams.models import Team
@@ -37,8 +38,9 @@ from teams.models import Team
 SAMPLE_MINUTES = 1
 # Samples older than this are deleted by the sampling task: the longest window shown is a week.
 RETENTION = timedelta(days=8)
-# Pending reasons that mean "no room for the gang": such a job did not wait on free GPUs.
-CAPACITY_REASONS = frozenset({"no_capacity", "never_fits", "reserved"})
+# Pending reasons that mean "no room for the gang": such a job did not wait on free GPUs. A job
+# backing off after failed starts waits on the cluster, not on gpuqueue's policy: no idle iron.
+CAPACITY_REASONS = frozenset({"no_capacity", "never_fits", "reserved", BACKING_OFF})
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,9 @@ def free_by_flavor_and_node(
     for node in nodes:
         if not node.schedulable:
             continue
-        for flavor, gpus in node_capacity_by_flavor(node.capacity, node.labels, flavors).items():
+        for flavor, gpus in node_capacity_by_flavor(
+            node.capacity, node.labels, flavors, taints=node.taints
+        ).items():
             external = int(node.used_externally.get(by_resource[flavor], 0) or 0)
             free[flavor][node.name] = max(gpus - external, 0)
     for flavor, gpus_per_worker, placement in holding:

@@ -37,6 +37,7 @@ from gpuqueue.services.submit import (
     teams_for_submission,
 )
 from gpuqueue.states import JobState
+from gpuqueue.taints import toleration_errors
 from teams.models import Team
 
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
@@ -256,6 +257,8 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
             "cluster_position",
             "estimated_start",
             "attempts",
+            "start_failures",
+            "not_before",
             "exit_code",
             "message",
             "checkpoint_location",
@@ -284,10 +287,19 @@ class JobEventSerializer(FieldsBoundOnce, serializers.ModelSerializer):
 class FlavorSerializer(serializers.ModelSerializer):
     name = serializers.SlugField(max_length=63)
     node_selector = StrictDictField(required=False, default=dict)
+    tolerations = serializers.ListField(
+        child=StrictDictField(),
+        required=False,
+        default=list,
+        help_text="Kubernetes tolerations of the flavor's pods: {key, operator (Equal or "
+        "Exists), value, effect (NoSchedule, PreferNoSchedule, NoExecute or empty for all)}. "
+        "A node is offered to the flavor only when they tolerate its NoSchedule and NoExecute "
+        "taints; the GPU taint is always tolerated.",
+    )
 
     class Meta:
         model = Flavor
-        fields = ["id", "name", "resource_name", "node_selector", "description"]
+        fields = ["id", "name", "resource_name", "node_selector", "tolerations", "description"]
         read_only_fields = ["id"]
 
     def to_internal_value(self, data: Any) -> Any:
@@ -310,6 +322,9 @@ class FlavorSerializer(serializers.ModelSerializer):
 
     def validate_node_selector(self, selector: dict[str, str]) -> dict[str, str]:
         return _checked(selector, v.label_errors)
+
+    def validate_tolerations(self, tolerations: list[dict[str, str]]) -> list[dict[str, str]]:
+        return _checked(tolerations, toleration_errors)
 
     def create(self, validated_data: dict[str, Any]) -> Flavor:
         return save_flavor(_user(self), None, **validated_data)

@@ -47,12 +47,16 @@ class Release:
         """A JSON patch: the gate goes and the node selector comes in the same update, so the
         pod is never schedulable without its node."""
         return [
-            {"op": "replace", "path": "/spec/schedulingGates", "value": [
-                {"name": gate} for gate in self.gates
-            ]},
-            {"op": "add", "path": "/spec/nodeSelector", "value": {
-                **self.node_selector, HOSTNAME: self.hostname
-            }},
+            {
+                "op": "replace",
+                "path": "/spec/schedulingGates",
+                "value": [{"name": gate} for gate in self.gates],
+            },
+            {
+                "op": "add",
+                "path": "/spec/nodeSelector",
+                "value": {**self.node_selector, HOSTNAME: self.hostname},
+            },
         ]
 
 
@@ -125,8 +129,10 @@ def releases(
     gated: dict[tuple[int, int], list[Obj]] = defaultdict(list)  # 2.
     for pod in pods:
         key = attempt_of(pod)
-        if key is not None and is_gated(pod) and not (pod.get("metadata") or {}).get(
-            "deletionTimestamp"
+        if (
+            key is not None
+            and is_gated(pod)
+            and not (pod.get("metadata") or {}).get("deletionTimestamp")
         ):
             gated[key].append(pod)
     workers = {

@@ -101,9 +101,9 @@ def external_gpu_use(
         if not node or status.get("phase") in FINISHED_POD_PHASES:
             continue
         key = attempt_of(pod)
-        if key is not None and not (pod.get("metadata") or {}).get("deletionTimestamp"):
-            if live is None or key in live:
-                continue
+        terminating = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+        if key is not None and not terminating and (live is None or key in live):
+            continue  # a live job's worker: the database's placement counts it
         for name, count in pod_gpus(pod).items():
             used[node][name] += count
     return {node: dict(by_name) for node, by_name in used.items()}

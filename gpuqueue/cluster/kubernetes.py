@@ -243,9 +243,7 @@ class KubernetesBackend(ClusterBackend):
         for namespace, by_uid in short.items():
             last = self._refusals_checked.get(namespace)
             if last is not None and now - last < REFUSAL_CHECK:
-                found.update(
-                    {k: v for k, v in self._refused.items() if k in by_uid.values()}
-                )
+                found.update({k: v for k, v in self._refused.items() if k in by_uid.values()})
                 continue
             self._refusals_checked[namespace] = now
             try:

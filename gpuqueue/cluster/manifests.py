@@ -78,15 +78,18 @@ def _metadata(
         "namespace": spec.namespace,
         "labels": owner_labels(spec),
     }
-    if owner is not None:
-        metadata["ownerReferences"] = [owner_reference(owner)]
+    if owner is not None and (reference := owner_reference(owner)):
+        metadata["ownerReferences"] = [reference]
     return metadata
 
 
-def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
+def owner_reference(job: Mapping[str, Any]) -> dict[str, Any] | None:
     """Owned by the attempt's Job: Kubernetes deletes the Secret and Service with it, whoever
-    deletes the Job and whatever became of gpuqueue."""
+    deletes the Job and whatever became of gpuqueue. None for a Job without a uid (an API
+    server always sets one; a test emulator may not)."""
     meta = job.get("metadata") or {}
+    if not meta.get("uid"):
+        return None
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

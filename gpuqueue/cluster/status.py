@@ -190,9 +190,7 @@ def workload_status(
         return WorkloadStatus(job_id, attempt, Phase.LOST, now, message=lost)
     # 3. A failed start
     if problem := (start_problem or _unplaceable(pods)):
-        return WorkloadStatus(
-            job_id, attempt, Phase.LOST, now, message=problem, start_failure=True
-        )
+        return WorkloadStatus(job_id, attempt, Phase.LOST, now, message=problem, start_failure=True)
     # 4. Failed before the Job controller noticed (it never does for a stuck image pull).
     fail, message = _waiting(pods, created, now, pull_timeout)
     code, exited = _failed_worker(pods)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -32,9 +34,10 @@ def acknowledge_checkpoint(job: Job, location: str, actor: str) -> bool:
     return bool(updated)
 
 
-def requeue(job: Job, reason: str, actor: str = "cluster") -> bool:
+def requeue(job: Job, reason: str, actor: str = "cluster", **changes: Any) -> bool:
     """Return a job that no longer holds GPUs to PENDING, keeping its submission time (and so
-    its place in line) and its checkpoint location for the next attempt."""
+    its place in line) and its checkpoint location for the next attempt; `changes` are more
+    fields to set in the same update."""
     with transaction.atomic():
         return transition(
             job,
@@ -49,6 +52,7 @@ def requeue(job: Job, reason: str, actor: str = "cluster") -> bool:
             checkpoint_deadline=None,
             checkpoint_acked_at=None,
             message=reason,
+            **changes,
         )
 
 

@@ -18,6 +18,7 @@ from gpuqueue.launching import launch_admitted
 from gpuqueue.locks import try_xact_lock
 from gpuqueue.models import Job, Node
 from gpuqueue.services.checkpoint import acknowledge_checkpoint, requeue
+from gpuqueue.services.start_failures import requeue_after_start_failure
 from gpuqueue.services.transitions import transition
 from gpuqueue.states import JobState
 
@@ -31,6 +32,7 @@ class SyncResult:
     transitions: int = 0
     relaunched: list[int] = field(default_factory=list)
     orphans_stopped: int = 0
+    released: int = 0  # workers let out of their placement gate
 
 
 NODE_FIELDS = ("capacity", "labels", "taints", "ready", "cordoned", "used_externally")
@@ -70,14 +72,20 @@ def sync_nodes(nodes: list[NodeInfo]) -> None:
     Node.objects.filter(name__in=gone).update(ready=False)
 
 
-def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncResult:
+def sync_cluster(
+    backend: ClusterBackend, now: datetime | None = None, *, relaunch_admitted: bool = False
+) -> SyncResult:
     """One pass over the cluster.
 
-    1. Under the cluster-sync advisory lock (one pass at a time), refresh the node inventory.
+    1. Under the cluster-sync advisory lock (one pass at a time), refresh the node inventory:
+       GPUs held by anything but the attempts of jobs that hold GPUs count as used by others.
     2. Read the phase of every gpuqueue workload.
-    3. Move each job that holds GPUs along: running, finished, lost, checkpointed.
+    3. Move each job that holds GPUs along: running, finished, lost, checkpointed, or
+       requeued with backoff after a failed start.
     4. After commit: stop what must stop, relaunch admitted jobs that have no workload (a
-       crash between admission and launch), stop workloads that belong to no live job.
+       crash between admission and launch; with `relaunch_admitted`, every admitted job, so
+       that a launch cut short is completed), stop workloads that belong to no live job.
+    5. Release the gangs whose pods wait for their placement.
     """
     now = now or timezone.now()
     result = SyncResult()
@@ -86,18 +94,18 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
     with transaction.atomic():
         if not try_xact_lock("cluster_sync"):
             return SyncResult(ran=False)
-        sync_nodes(backend.list_nodes())
+        holding = list(Job.objects.holding().order_by("id"))
+        live = {(job.pk, job.attempts) for job in holding}
+        sync_nodes(backend.list_nodes(live))
         statuses = {(s.job_id, s.attempt): s for s in backend.observe()}
-        live: set[tuple[int, int]] = set()
-        for job in Job.objects.holding().order_by("id"):
+        for job in holding:
             key = (job.pk, job.attempts)
-            live.add(key)
             status = statuses.get(key)
             moved, stop = _follow(job, status, now)
             result.transitions += moved
             if stop:
                 to_stop.append(key)
-            elif status is None and job.state == JobState.ADMITTED:
+            elif job.state == JobState.ADMITTED and (status is None or relaunch_admitted):
                 to_launch.append(job.pk)
         orphans = [key for key in statuses if key not in live]
     for job_id, attempt in to_stop + orphans:
@@ -109,6 +117,10 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
         launch_admitted(to_launch, backend)
     result.relaunched = to_launch
     result.orphans_stopped = len(orphans)
+    try:  # 5.
+        result.released = backend.release_gangs()
+    except ClusterError as exc:
+        log.warning("release of gangs deferred: %s", exc)
     return result
 
 
@@ -119,6 +131,10 @@ def _follow(job: Job, status: WorkloadStatus | None, now: datetime) -> tuple[int
             return 0, False  # not launched yet (or lost before launch): relaunched after commit
         # A running gang whose workload vanished: requeue rather than lose it.
         return int(requeue(job, "the workload disappeared from the cluster")), False
+    if job.state == JobState.PREEMPTING and job.checkpoint_acked_at is not None:
+        # Acknowledged: it ends as preempted even if its Job completed meanwhile (the workload
+        # exits after saving), so that it resumes instead of passing for finished.
+        return _requeue_after_stop(job, "preempted; checkpoint acknowledged, requeued")
     if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
         return _finish(job, status), False
     if job.state == JobState.PREEMPTING:
@@ -129,6 +145,8 @@ def _follow(job: Job, status: WorkloadStatus | None, now: datetime) -> tuple[int
         if job.checkpoint_deadline is not None and now >= job.checkpoint_deadline:
             return _requeue_after_stop(job, "preempted; checkpoint deadline passed, requeued")
         return 0, False
+    if status.phase is Phase.LOST and status.start_failure:
+        return int(requeue_after_start_failure(job, status.message, now, ACTOR)), True
     if status.phase is Phase.LOST:
         return _requeue_after_stop(job, f"gang broken: {status.message}; requeued")
     if status.phase is Phase.RUNNING and job.state == JobState.ADMITTED:
@@ -143,11 +161,10 @@ def _follow(job: Job, status: WorkloadStatus | None, now: datetime) -> tuple[int
     if status.phase is Phase.STARTING and job.state == JobState.ADMITTED:
         timeout = timedelta(seconds=settings.GPUQUEUE_GANG_READY_TIMEOUT_SECONDS)
         if job.admitted_at and now - job.admitted_at > timeout:
-            return _requeue_after_stop(
-                job,
-                f"gang not ready within {timeout.total_seconds():.0f} s"
-                f"{': ' + status.message if status.message else ''}; requeued",
+            cause = f"gang not ready within {timeout.total_seconds():.0f} s" + (
+                f": {status.message}" if status.message else ""
             )
+            return int(requeue_after_start_failure(job, cause, now, ACTOR)), True
     return 0, False
 
 

@@ -7,7 +7,8 @@ from typing import Any
 from django.db import transaction
 
 from gpuqueue.models import Flavor
-from gpuqueue.services.errors import Forbidden
+from gpuqueue.services.errors import Forbidden, Refused
+from gpuqueue.taints import toleration_errors
 from teams.models import AuditEntry
 
 
@@ -16,6 +17,7 @@ def flavor_state(flavor: Flavor) -> dict[str, Any]:
         "name": flavor.name,
         "resource_name": flavor.resource_name,
         "node_selector": flavor.node_selector,
+        "tolerations": flavor.tolerations,
         "description": flavor.description,
     }
 
@@ -26,8 +28,11 @@ def _require_site_admin(actor: Any) -> None:
 
 
 def save_flavor(actor: Any, flavor: Flavor | None, **fields: Any) -> Flavor:
-    """Create (flavor None) or change a flavor."""
+    """Create (flavor None) or change a flavor; invalid tolerations are refused (400)."""
     _require_site_admin(actor)
+    errors = toleration_errors(fields["tolerations"]) if "tolerations" in fields else []
+    if errors:
+        raise Refused("The tolerations are invalid.", fields={"tolerations": errors})
     with transaction.atomic():
         before = None
         if flavor is None:

@@ -17,11 +17,16 @@ from gpuqueue.states import HOLDING, JobState
 
 
 def flavor_nodes(flavor: Flavor) -> list[Node]:
-    """Known nodes that offer `flavor`: they carry its labels and have its resource."""
+    """Known nodes that offer `flavor`: they carry its labels, have its resource and have no
+    taint its pods do not tolerate (as `gpuqueue.snapshot.node_capacity_by_flavor`)."""
     nodes = Node.objects.filter(capacity__has_key=flavor.resource_name)
     if flavor.node_selector:
         nodes = nodes.filter(labels__contains=flavor.node_selector)
-    return [n for n in nodes if int(n.capacity.get(flavor.resource_name, 0) or 0) > 0]
+    return [
+        n
+        for n in nodes
+        if int(n.capacity.get(flavor.resource_name, 0) or 0) > 0 and flavor.tolerates(n.taints)
+    ]
 
 
 def largest_node_gpus(flavor: Flavor) -> int | None:

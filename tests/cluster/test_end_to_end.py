@@ -133,6 +133,12 @@ def test_preempted_job_checkpoints_and_resumes_on_kubernetes(
     assert big.state == JobState.PENDING and big.checkpoint_location == "s3://ckpt/big/step-900"
     sync_cluster(k8s)  # stops after the commit that requeued
     assert ("team-a", mf.workload_name(big.pk, 1)) not in emulator.objects(JOBS)
+    # Its pods hold their GPUs until they are gone (the garbage collector's part, which kmock
+    # does not play): only then is the node offered again.
+    for key, pod in list(emulator.objects(PODS).items()):
+        if mf.attempt_of(pod) == (big.pk, 1):
+            client.CoreV1Api(api).delete_namespaced_pod(key[1], key[0])
+    sync_cluster(k8s)
 
     # 5. The claim runs and ends; the job is admitted again and resumes from its checkpoint.
     run_cycle(backend=k8s)

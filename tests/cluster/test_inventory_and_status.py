@@ -147,7 +147,7 @@ CASES = [
         [running(0), running(1, "n2")],
         Phase.LOST,
         ready={"n1": True, "n2": False},
-        message="node n2 of worker 1 is not ready",
+        message="node n2 of worker 1 has not been ready for 360 s",
     ),
     Case(
         "a disrupted worker breaks the gang",
@@ -197,7 +197,10 @@ def test_the_workload_phase(case: Case) -> None:
         "spec": {"parallelism": 2},
         "status": {"conditions": case.job_conditions},
     }
-    status = workload_status(job, case.pods, case.ready, NOW, timedelta(minutes=5))
+    nodes = {n: None if ready else NOW - timedelta(minutes=6) for n, ready in case.ready.items()}
+    status = workload_status(
+        job, case.pods, nodes, NOW, timedelta(minutes=5), node_lost_grace=timedelta(minutes=5)
+    )
     assert (status.job_id, status.attempt, status.phase) == (7, 1, case.want)
     assert status.message == case.message
     assert status.exit_code == case.exit_code
@@ -211,7 +214,7 @@ def test_an_image_pull_within_the_timeout_is_still_starting() -> None:
     status = workload_status(
         job,
         [running(0, phase="Pending", state=PULL_BACKOFF)],
-        {"n1": True},
+        {"n1": None},
         NOW,
         timedelta(minutes=5),
     )

@@ -3,6 +3,7 @@ official client's models. Regenerate the golden files with GPUQUEUE_UPDATE_GOLDE
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import replace
@@ -44,7 +45,7 @@ SPEC = LaunchSpec(
     max_runtime_seconds=86400,
     checkpoint_location="s3://ckpt/job-42/step-900",
 )
-HOSTNAMES = ["gpu-node-a", "gpu-node-b"]
+HOSTNAMES = {"gpu-node-a": "gpu-node-a", "gpu-node-b": "gpu-node-b"}
 MODELS = {"Job": client.V1Job, "Service": client.V1Service, "Secret": client.V1Secret}
 
 
@@ -86,6 +87,11 @@ def test_the_job_is_an_indexed_gang_pinned_to_the_planned_nodes() -> None:
         "values": ["gpu-node-a", "gpu-node-b"],
     }
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    # Created gated, carrying the plan: worker i runs in the i-th slot.
+    assert pod["schedulingGates"] == [{"name": mf.PLACEMENT_GATE}]
+    annotations = job["spec"]["template"]["metadata"]["annotations"]
+    slots = [["gpu-node-a", 1], ["gpu-node-b", 1]]
+    assert json.loads(annotations[mf.PLACEMENT_ANNOTATION]) == slots
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
     assert env["WORLD_SIZE"]["value"] == "2"

@@ -202,9 +202,7 @@ class Kube:
             current = self.core.read_node(name)
             if not any(c.type == "Ready" and c.status == "True" for c in current.status.conditions):
                 self.set_ready(name, True, now)
-        self.wait(
-            lambda: all(not self.pods(ns, selector="") for ns in NAMESPACES), timeout=60
-        )
+        self.wait(lambda: all(not self.pods(ns, selector="") for ns in NAMESPACES), timeout=60)
 
 
 def api_for(kubeconfig: Path) -> client.ApiClient:

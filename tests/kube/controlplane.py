@@ -110,14 +110,28 @@ def build(log: Any = sys.stderr) -> Path:
                 }
                 for name in kube:
                     _go(
-                        [go, "build", "-trimpath", "-ldflags", ldflags, "-o",
-                         str(staging / name), packages[name]],
+                        [
+                            go,
+                            "build",
+                            "-trimpath",
+                            "-ldflags",
+                            ldflags,
+                            "-o",
+                            str(staging / name),
+                            packages[name],
+                        ],
                         cwd=MODULE,
                     )
             if "kwok" in missing:
                 _go(
-                    [go, "install", "-trimpath", "-ldflags", "-s -w",
-                     f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"],
+                    [
+                        go,
+                        "install",
+                        "-trimpath",
+                        "-ldflags",
+                        "-s -w",
+                        f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
+                    ],
                     cwd=staging,
                     env={"GOBIN": str(staging), "GOFLAGS": "-mod=mod"},
                 )
@@ -172,7 +186,12 @@ def fake_node(
     taints: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """A Node that kwok plays, with its GPUs in capacity and allocatable."""
-    resources = {"cpu": "128", "memory": "1Ti", "pods": "110", **{k: str(v) for k, v in gpus.items()}}
+    resources = {
+        "cpu": "128",
+        "memory": "1Ti",
+        "pods": "110",
+        **{k: str(v) for k, v in gpus.items()},
+    }
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -339,7 +358,9 @@ class ControlPlane:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise Unavailable(f"kube-apiserver not ready in {timeout:.0f} s; see {self.workdir}")
+                raise Unavailable(
+                    f"kube-apiserver not ready in {timeout:.0f} s; see {self.workdir}"
+                )
             time.sleep(0.2)
 
     def write_kubeconfig(self) -> None:

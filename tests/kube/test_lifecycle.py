@@ -4,6 +4,7 @@ API refuses, and a watcher and a gpuqueue that restart."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -11,6 +12,7 @@ from typing import Any
 
 from django.test import Client
 
+from gpuqueue.api import checkpoint_views
 from gpuqueue.cluster.k8s_watch import start_watches
 from gpuqueue.cluster.manifests import token_secret_name, workload_name
 from gpuqueue.cycle import run_cycle
@@ -33,7 +35,8 @@ def state(job: Job) -> str:
 
 def env_of(kube: Kube, job: Job) -> dict[str, str]:
     (k8s_job,) = [
-        j for j in kube.jobs(job.team.namespace)
+        j
+        for j in kube.jobs(job.team.namespace)
         if j["metadata"]["name"] == workload_name(job.pk, job.attempts)
     ]
     container = k8s_job["spec"]["template"]["spec"]["containers"][0]
@@ -71,9 +74,11 @@ def test_a_node_not_ready_within_the_grace_keeps_its_gang_and_past_it_requeues_i
 
 
 def test_a_preempted_gang_is_asked_to_checkpoint_and_resumes_even_if_its_job_completed(
-    kube: Kube, submit: Any, world: Any, settings: Any
+    kube: Kube, submit: Any, world: Any, settings: Any, monkeypatch: Any
 ) -> None:
     """team-b borrows the whole H100 pool; team-a's guaranteed job reclaims a node."""
+    settings.GPUQUEUE_MIN_RUNTIME_SECONDS = 0
+    monkeypatch.setattr(checkpoint_views, "_nudge_sync", lambda: None)  # the test syncs
     short = {"gpuqueue.dev/sim-duration-seconds": "12"}
     borrowed = [
         submit(world.carol, team=world.team_b, workers=1, gpus_per_worker=8, annotations=short)
@@ -106,13 +111,15 @@ def test_a_preempted_gang_is_asked_to_checkpoint_and_resumes_even_if_its_job_com
     kube.wait(
         lambda: any(
             c["type"] == "Complete" and c["status"] == "True"
-            for j in kube.jobs("team-b") if j["metadata"]["name"] == name
+            for j in kube.jobs("team-b")
+            if j["metadata"]["name"] == name
             for c in (j.get("status") or {}).get("conditions") or []
         ),
         timeout=30,
     )
     kube.sync_until(lambda: state(victim) == JobState.PENDING)
-    assert victim.attempts == 2 and victim.checkpoint_location == "s3://ckpt/victim/step-3"
+    assert victim.checkpoint_location == "s3://ckpt/victim/step-3"
+    assert "checkpoint acknowledged" in victim.events.last().reason
     kube.wait(lambda: not [j for j in kube.jobs("team-b") if j["metadata"]["name"] == name])
 
     # Once the other borrowed jobs finish, it resumes from its checkpoint.
@@ -124,7 +131,7 @@ def test_a_preempted_gang_is_asked_to_checkpoint_and_resumes_even_if_its_job_com
     env = env_of(kube, victim)
     assert env["GPUQUEUE_RESUME"] == "1" and env["GPUQUEUE_ATTEMPT"] == "2"
     assert env["GPUQUEUE_CHECKPOINT"] == "s3://ckpt/victim/step-3"
-    assert state(guaranteed) == JobState.RUNNING
+    kube.sync_until(lambda: state(guaranteed) == JobState.RUNNING)
 
 
 def test_pods_refused_by_a_resource_quota_show_the_cause_back_off_and_fail_after_the_cap(
@@ -161,9 +168,11 @@ def test_pods_refused_by_a_resource_quota_show_the_cause_back_off_and_fail_after
     # Nothing leaks: every attempt's Job, Service and Secret are gone.
     selector = f"gpuqueue.dev/job-id={job.pk}"
     kube.wait(
-        lambda: not kube.jobs("team-a")
-        and not kube.core.list_namespaced_service("team-a", label_selector=selector).items
-        and not kube.core.list_namespaced_secret("team-a", label_selector=selector).items,
+        lambda: (
+            not kube.jobs("team-a")
+            and not kube.core.list_namespaced_service("team-a", label_selector=selector).items
+            and not kube.core.list_namespaced_secret("team-a", label_selector=selector).items
+        ),
         timeout=30,
     )
 
@@ -187,12 +196,14 @@ def test_the_watch_survives_an_apiserver_restart_and_a_410_gone(kube: Kube) -> N
         # A resourceVersion too old for the server: 410 Gone, listed afresh, nothing missed.
         pods = watches["pods"]
         lists = pods.lists
-        pods.resource_version = "1"
-        kube.core.delete_namespaced_pod("after-restart", "others", grace_period_seconds=0)
+        pods.resource_version = "1"  # taken at the next renewal of the stream (5 s)
         kube.wait(lambda: pods.lists > lists, timeout=30)
+        kube.core.delete_namespaced_pod("after-restart", "others", grace_period_seconds=0)
         kube.wait(
-            lambda: not any(
-                p["metadata"]["name"] == "after-restart" for p in backend.store.items("pods")
+            lambda: (
+                not any(
+                    p["metadata"]["name"] == "after-restart" for p in backend.store.items("pods")
+                )
             ),
             timeout=30,
         )
@@ -211,10 +222,8 @@ def test_a_gpuqueue_restart_in_the_middle_of_a_launch_adopts_what_exists(
 
     crashing.core.create_namespaced_secret = crash  # type: ignore[method-assign]
     job = submit(workers=2, gpus_per_worker=4, annotations=LONG)
-    try:
+    with contextlib.suppress(SystemExit):
         run_cycle(backend=crashing)
-    except SystemExit:
-        pass
     assert [j["metadata"]["name"] for j in kube.jobs("team-a")] == [workload_name(job.pk, 1)]
 
     restarted = kube.new_backend()  # a new process: the watcher's first sync relaunches

@@ -65,8 +65,14 @@ def test_twenty_gangs_admitted_in_one_cycle_are_bound_exactly_as_planned_beside_
     for n, (flavor, (workers, gpus)) in enumerate(shapes):
         team, user = (world.team_a, world.alice) if n % 2 else (world.team_b, world.carol)
         jobs.append(
-            submit(user, team=team, flavor=flavor, workers=workers, gpus_per_worker=gpus,
-                   annotations=LONG)
+            submit(
+                user,
+                team=team,
+                flavor=flavor,
+                workers=workers,
+                gpus_per_worker=gpus,
+                annotations=LONG,
+            )
         )
     result = run_cycle(backend=kube.backend)
     assert sorted(result.admitted) == sorted(j.pk for j in jobs)
@@ -93,15 +99,20 @@ def test_twenty_gangs_admitted_in_one_cycle_are_bound_exactly_as_planned_beside_
         assert bound(kube, job) == Counter(job.placement), job.pk
     for job in held:  # whole, never started, requeued to be planned again
         assert job.not_before is not None and "planned node" in job.events.last().reason
-    kube.wait(lambda: all(not kube.pods(j.team.namespace, selector=f"gpuqueue.dev/job-id={j.pk}")
-                          for j in held))
+    kube.wait(
+        lambda: all(
+            not kube.pods(j.team.namespace, selector=f"gpuqueue.dev/job-id={j.pk}") for j in held
+        )
+    )
 
 
 def test_a_tainted_node_is_used_only_by_a_flavor_that_tolerates_it(
     kube: Kube, submit: Any, world: Any
 ) -> None:
     spot = Flavor.objects.create(
-        name="h100-spot", resource_name="nvidia.com/gpu", node_selector=SPOT,
+        name="h100-spot",
+        resource_name="nvidia.com/gpu",
+        node_selector=SPOT,
         tolerations=[{"key": SPOT_TAINT["key"], "operator": "Exists"}],
     )
     Quota.objects.create(team=world.team_a, flavor=spot, guarantee=0, limit=40, weight=1)
