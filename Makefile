@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test install install-dev browser lint bench native clean-native clean
+.PHONY: run test install install-dev browser lint bench bench-kube native clean-native clean kube kube-build
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ lint: install-dev
 bench: install-dev
 	$(BIN)/python -m gpuqueue.scheduler.bench
 
+# 500 kwok nodes on a real control plane (tests/kube/controlplane.py; needs Go once to build it).
+bench-kube: install-dev
+	$(BIN)/python benchmarks/kube_scale.py
+
 # Optional: the engine and the trace replay compiled with mypyc (needs a C compiler and the
 # Python headers); a Philly replay runs about a quarter faster. `gpuqueue` refuses to import a
 # build whose sources changed since (gpuqueue/native.py); `make clean-native` removes it.
@@ -53,3 +57,11 @@ clean-native:  # gpuqueue/ holds no other compiled module
 
 clean: clean-native
 	rm -rf $(VENV) data
+
+# A real Kubernetes control plane (etcd, kube-apiserver, controller-manager, scheduler) with kwok
+# GPU nodes, built once from Go modules into ~/.cache/gpuqueue (see docs/kubernetes.md).
+kube-build: install-dev
+	$(BIN)/python -m tests.kube.controlplane build
+
+kube: install-dev
+	$(BIN)/python -m tests.kube.controlplane up

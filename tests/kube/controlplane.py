@@ -16,6 +16,7 @@ to its grace period, as a real one does.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -83,7 +84,7 @@ def build(log: Any = sys.stderr) -> Path:
         return target
     go = shutil.which("go")
     if go is None:
-        raise Unavailable("Go is not installed (needed once to build the Kubernetes control plane)")
+        raise Unavailable("Go is not installed (needed once to build the control plane)")
     target.mkdir(parents=True, exist_ok=True)
     with open(target / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -365,8 +366,6 @@ class ControlPlane:
 
     def write_kubeconfig(self) -> None:
         ca = (self.workdir / "pki" / "apiserver.crt").read_bytes()
-        import base64
-
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -452,6 +451,19 @@ def create_nodes(api_client: Any, nodes: Sequence[Mapping[str, Any]]) -> None:
                 raise
 
 
+def create_namespaces(api_client: Any, names: Sequence[str]) -> None:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api_client)
+    for name in names:
+        try:
+            core.create_namespace({"metadata": {"name": name}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
 def wait_nodes_ready(api_client: Any, names: Sequence[str], timeout: float = 60.0) -> None:
     from kubernetes import client
 
@@ -487,6 +499,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     up = sub.add_parser("up", help="start a control plane with GPU nodes until Ctrl-C")
     up.add_argument("--workdir", type=Path, default=ROOT / "data" / "kube")
     up.add_argument("--nodes", type=Path, default=MODULE / "nodes.yaml")
+    up.add_argument(
+        "--namespaces",
+        default="team-a,team-b,inference",
+        help="team namespaces to create (default: the demo teams')",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
@@ -507,7 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             nodes = node_manifests(args.nodes)
             create_nodes(api, nodes)
             wait_nodes_ready(api, [n["metadata"]["name"] for n in nodes])
-            print(f"control plane up: {len(nodes)} kwok nodes")
+            create_namespaces(api, [n for n in args.namespaces.split(",") if n])
+            print(f"control plane up: {len(nodes)} kwok nodes, namespaces {args.namespaces}")
             print(f"export KUBECONFIG={plane.kubeconfig}", flush=True)
             while not stop["now"]:
                 plane._check_alive()

@@ -1,0 +1,164 @@
+"""Which gated pods are released, and where (pure): a gang whole or not at all, each worker to
+its planned node, never more GPUs on a node than it has."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuqueue.cluster import manifests as mf
+from gpuqueue.cluster.gates import free_gpus, planned_hostname, releases
+
+
+def node(name: str, gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}},
+    }
+
+
+def gang(
+    job_id: int, plan: list[tuple[str, int]], gpus: int, *, created: int | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A gpuqueue Job and its gated pods, as the Job controller creates them."""
+    labels = {
+        mf.MANAGED_BY: mf.MANAGED_BY_VALUE,
+        mf.LABEL_JOB_ID: str(job_id),
+        mf.LABEL_ATTEMPT: "1",
+    }
+    workers = sum(n for _, n in plan)
+    job = {
+        "metadata": {"name": f"gq-{job_id}-1", "labels": labels},
+        "spec": {"parallelism": workers},
+    }
+    pods = [
+        {
+            "metadata": {
+                "name": f"gq-{job_id}-1-{i}",
+                "namespace": "team-a",
+                "labels": labels,
+                "annotations": {
+                    mf.COMPLETION_INDEX_ANNOTATION: str(i),
+                    mf.PLACEMENT_ANNOTATION: json.dumps(plan),
+                },
+            },
+            "spec": {
+                "schedulingGates": [{"name": mf.PLACEMENT_GATE}],
+                "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+            },
+            "status": {"phase": "Pending"},
+        }
+        for i in range(workers if created is None else created)
+    ]
+    return job, pods
+
+
+def other(on: str, gpus: int, **metadata: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"other-{on}-{gpus}", **metadata},
+        "spec": {
+            "nodeName": on,
+            "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_worker_i_belongs_to_the_i_th_slot_of_the_plan() -> None:
+    _, pods = gang(1, [("a", 2), ("b", 1)], 4)
+    assert [planned_hostname(p) for p in pods] == ["a", "a", "b"]
+
+
+def test_a_gang_that_fits_is_released_whole_each_worker_to_its_node() -> None:
+    job, pods = gang(1, [("a", 2), ("b", 1)], 4)
+    out, held = releases([job], pods, [node("a", 8), node("b", 8)])
+    assert held == {}
+    assert Counter(r.hostname for r in out) == Counter({"a": 2, "b": 1})
+    patch = out[0].patch()
+    assert patch[0] == {"op": "replace", "path": "/spec/schedulingGates", "value": []}
+    assert patch[1]["value"] == {"kubernetes.io/hostname": "a"}
+
+
+def test_a_gang_whose_pods_are_not_all_created_yet_waits_quietly() -> None:
+    job, pods = gang(1, [("a", 2)], 4, created=1)
+    assert releases([job], pods, [node("a", 8)]) == ([], {})
+
+
+def test_a_gang_whose_planned_node_was_taken_meanwhile_is_held_with_the_numbers() -> None:
+    job, pods = gang(1, [("a", 2)], 4)
+    out, held = releases([job], [*pods, other("a", 2)], [node("a", 8)])
+    assert out == []
+    assert held == {
+        (1, 1): "planned node a has 6 nvidia.com/gpu free for 8 (taken by pods "
+        "that started since the plan)"
+    }
+
+
+def test_a_terminating_pod_still_holds_its_gpus() -> None:
+    job, pods = gang(1, [("a", 1)], 8)
+    leaving = other("a", 8, deletionTimestamp="2026-11-24T00:00:00Z")
+    out, held = releases([job], [*pods, leaving], [node("a", 8)])
+    assert out == [] and (1, 1) in held
+
+
+def test_two_gangs_for_the_last_room_the_first_is_released_the_second_held() -> None:
+    first, first_pods = gang(1, [("a", 1)], 8)
+    second, second_pods = gang(2, [("a", 1)], 8)
+    out, held = releases([first, second], first_pods + second_pods, [node("a", 8)])
+    assert [r.name for r in out] == ["gq-1-1-0"] and list(held) == [(2, 1)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.lists(st.integers(0, 8), min_size=1, max_size=4),
+    gangs=st.lists(
+        st.tuples(
+            st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3)), min_size=1, max_size=3),
+            st.integers(1, 4),
+        ),
+        max_size=5,
+    ),
+    taken=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), max_size=3),
+)
+def test_releases_are_all_or_nothing_and_never_overfill_a_node(
+    capacity: list[int], gangs: list[Any], taken: list[tuple[int, int]]
+) -> None:
+    names = [f"n{i}" for i in range(len(capacity))]
+    nodes = [node(n, c) for n, c in zip(names, capacity, strict=True)]
+    jobs, pods = [], [other(names[i % len(names)], g) for i, g in taken]
+    for job_id, (plan, gpus) in enumerate(gangs, start=1):
+        slots = [(names[i % len(names)], workers) for i, workers in plan]
+        job, gang_pods = gang(job_id, slots, gpus)
+        jobs.append(job)
+        pods += gang_pods
+    out, held = releases(jobs, pods, nodes)
+    released = defaultdict(list)
+    for one in out:
+        released[int(one.name.split("-")[1])].append(one)
+    for job_id, (plan, _) in enumerate(gangs, start=1):
+        workers = sum(w for _, w in plan)
+        # All or nothing, and never both released and held.
+        assert len(released[job_id]) in (0, workers)
+        assert not (released[job_id] and (job_id, 1) in held)
+    # What was released fits beside what others hold.
+    after = [
+        {
+            **p,
+            "spec": {
+                **p["spec"],
+                "schedulingGates": [],
+                "nodeSelector": {"kubernetes.io/hostname": r.hostname},
+            },
+        }
+        for p in pods
+        for r in out
+        if r.name == p["metadata"]["name"]
+    ]
+    others = [p for p in pods if not p["metadata"]["name"].startswith("gq-")]
+    for name, free in free_gpus(nodes, others + after).items():
+        before = free_gpus(nodes, others)[name].get("nvidia.com/gpu", 0)
+        assert free.get("nvidia.com/gpu", 0) >= min(before, 0)
