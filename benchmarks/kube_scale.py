@@ -258,6 +258,22 @@ def build_world(teams: int, gpus: int) -> tuple[Any, Any, list[Any]]:
     return flavor, user, team_rows
 
 
+def take_inventory(backend: Any, nodes: int) -> None:
+    """Sync until every node is in the inventory, ready and untainted (the node lifecycle
+    controller takes its `not-ready` taint off a new node a moment after kwok reports it
+    Ready), as the watcher's first passes would before any job is submitted."""
+    from gpuqueue.models import Node
+    from gpuqueue.services.cluster_sync import sync_cluster
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        sync_cluster(backend)
+        if Node.objects.filter(ready=True, cordoned=False, taints=[]).count() >= nodes:
+            return
+        time.sleep(0.5)
+    raise RuntimeError("the inventory did not show every node usable within 120 s")
+
+
 # One phase ---------------------------------------------------------------------------------
 
 
@@ -449,14 +465,12 @@ def main() -> int:
         print(f"control plane with {args.nodes} nodes up in {time.perf_counter() - started:.0f} s")
         from kubernetes import client
 
-        from gpuqueue.services.cluster_sync import sync_cluster
-
         core, batch = client.CoreV1Api(admin), client.BatchV1Api(admin)
         flavor, user, teams = build_world(args.teams, args.nodes * GPUS_PER_NODE)
         phases = []
         if args.jobs:
             backend = make_backend(plane.kubeconfig, namespaces)
-            sync_cluster(backend)  # the inventory, as the watcher's first pass takes it
+            take_inventory(backend, args.nodes)
             phases.append(
                 run_phase(
                     "single", backend, admin, user, flavor, teams, args.jobs, 1, 1, args.timeout
@@ -467,7 +481,7 @@ def main() -> int:
             if args.jobs:
                 empty_cluster(core, batch, namespaces)
             backend = make_backend(plane.kubeconfig, namespaces)
-            sync_cluster(backend)
+            take_inventory(backend, args.nodes)
             phases.append(
                 run_phase(
                     "gangs", backend, admin, user, flavor, teams, args.gangs, 8, 8, args.timeout

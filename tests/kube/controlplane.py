@@ -44,6 +44,14 @@ KWOK_CONFIG = MODULE / "kwok.yaml"
 KUBE_VERSION = "v1.34.4"
 KWOK_VERSION = "v0.8.0"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# What scripts/controlplane/go.mod builds: binary -> (package, the file name `go build` gives it).
+GO_PACKAGES = {
+    "etcd": ("go.etcd.io/etcd/server/v3", "server"),
+    **{
+        name: (f"k8s.io/kubernetes/cmd/{name}", name)
+        for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+    },
+}
 ADMIN_TOKEN = "gpuqueue-test-admin"  # noqa: S105 - a loopback-only test cluster's token
 FAKE_NODE = {"kwok.x-k8s.io/node": "fake"}
 DEFAULT_NODES = ROOT / "gpuqueue" / "cluster" / "default_cluster.yaml"
@@ -101,28 +109,15 @@ def build(log: Any = sys.stderr) -> Path:
                 f" -X k8s.io/component-base/version.gitMajor=1"
                 f" -X k8s.io/component-base/version.gitMinor={KUBE_VERSION.split('.')[1]}"
             )
-            kube = [b for b in missing if b != "kwok"]
-            if kube:
-                packages = {
-                    "etcd": "go.etcd.io/etcd/server/v3",
-                    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
-                    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
-                    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
-                }
-                for name in kube:
-                    _go(
-                        [
-                            go,
-                            "build",
-                            "-trimpath",
-                            "-ldflags",
-                            ldflags,
-                            "-o",
-                            str(staging / name),
-                            packages[name],
-                        ],
-                        cwd=MODULE,
-                    )
+            built = [name for name in missing if name in GO_PACKAGES]
+            if built:  # one build: the packages share most of their dependencies
+                packages = [GO_PACKAGES[name][0] for name in built]
+                _go(
+                    [go, "build", "-trimpath", "-ldflags", ldflags, "-o", f"{staging}/", *packages],
+                    cwd=MODULE,
+                )
+                for name in built:
+                    (staging / GO_PACKAGES[name][1]).rename(staging / name)
             if "kwok" in missing:
                 _go(
                     [
