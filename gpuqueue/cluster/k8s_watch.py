@@ -232,9 +232,8 @@ def run_watcher(
 
     1. Start list-then-watch threads for nodes and pods (cluster-wide) and for gpuqueue Jobs in
        each team namespace; wait until each has listed once, then serve reads from the copy.
-    2. Reconcile at start: one full sync (launch every admitted job again, which adopts what
-       exists and completes a launch cut short, delete Jobs that belong to no live job, move
-       every job to what the cluster says).
+    2. Reconcile at start: one full sync (relaunch admitted jobs without a Kubernetes Job,
+       delete Jobs that belong to no live job, move every job to what the cluster says).
     3. Then sync again as soon as anything changed, and at least every `sync_seconds` (the
        checkpoint deadline and the gang-ready timeout pass without any event).
     4. Every `resync_seconds`: re-list everything (against missed events) and pick up the
@@ -263,13 +262,11 @@ def run_watcher(
                 return
         backend.store.live = True
         last_resync = time.monotonic()
-        first = True
         # 2. and 3.
         while not should_stop():
             changed.clear()
             try:
-                sync_cluster(backend, relaunch_admitted=first)
-                first = False
+                sync_cluster(backend)
             except (OperationalError, ClusterError) as exc:
                 log.warning("sync failed, retrying: %s", exc)
                 close_old_connections()

@@ -43,6 +43,12 @@ def _json(response: Any) -> Obj:
     return body
 
 
+def _token_in(secret: Obj) -> str | None:
+    if value := (secret.get("data") or {}).get(mf.TOKEN_KEY):
+        return base64.b64decode(value).decode()
+    return (secret.get("stringData") or {}).get(mf.TOKEN_KEY)
+
+
 def team_namespaces() -> list[str]:
     """Where gpuqueue's Jobs live: one namespace per team (the RBAC of deploy/ grants Jobs,
     Services and Secrets there only)."""
@@ -123,6 +129,8 @@ class KubernetesBackend(ClusterBackend):
         else:
             config.load_incluster_config(client_configuration=configuration)
         configuration.retries = 0  # retries are ours (k8s_calls), with backoff and health
+        # One connection per thread that releases gangs (release_gangs), kept between passes.
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, 16)
         return cls(
             client.ApiClient(configuration),
             options=mf.ClusterOptions(
@@ -303,15 +311,17 @@ class KubernetesBackend(ClusterBackend):
     # Writing -----------------------------------------------------------------------------
 
     def launch(self, spec: LaunchSpec) -> None:
-        """Create the attempt's Job, then its Secret and Service owned by it (Kubernetes deletes
-        them with the Job); anything already there is adopted, so launching twice is harmless.
+        """Create the attempt's Secret, then its Service and Job owned by the Secret; anything
+        already there is adopted, so launching twice is harmless, and a launch cut short is
+        completed by the next sync (no Job yet: it launches again).
 
         1. Name the planned nodes by their hostname label, for the plan the pods carry.
-        2. The Indexed Job: its pods wait behind the placement gate until the gang is released
-           (release_gates), so they never start before the Secret and Service exist.
-        3. The token Secret: a new token, or the one an earlier launch already stored there;
-           either way its hash goes on the job row so the API accepts that token.
-        4. The headless Service.
+        2. The token Secret: a new token, or the one an earlier launch already stored there;
+           either way its hash goes on the job row so the API accepts that token. It owns the
+           other two, so deleting it removes everything of the attempt.
+        3. The headless Service, then the Indexed Job, whose pods wait behind the placement
+           gate until the watcher releases the gang (release_gangs). A Job the API refuses
+           takes its Secret and Service with it.
         """
         key = (spec.job_id, spec.attempt)
         self._namespace_of[key] = spec.namespace
@@ -321,32 +331,43 @@ class KubernetesBackend(ClusterBackend):
             self._remember_nodes(self.list_raw_nodes()["items"])
         hostnames = {n: self._hostnames.get(n, n) for n in spec.placement}
         # 2.
-        job = mf.job_manifest(spec, self.options, hostnames)
-        try:
-            owner = self._create("job", self.batch.create_namespaced_job, spec.namespace, job)
-        except Conflict:
-            owner = self._read_job(spec.namespace, job["metadata"]["name"])
-        # 3.
         token = f"gqj_{spec.job_id}_{secrets.token_urlsafe(32)}"
-        secret = mf.secret_manifest(spec, token, owner)
         try:
-            self._create("secret", self.core.create_namespaced_secret, spec.namespace, secret)
+            owner = self._create(
+                "secret",
+                self.core.create_namespaced_secret,
+                spec.namespace,
+                mf.secret_manifest(spec, token),
+            )
         except Conflict:
-            token = self._existing_token(spec) or token
+            owner = self._read_secret(spec)
+            token = _token_in(owner) or token
         store_token_hash(spec.job_id, token)
-        # 4.
-        service = mf.service_manifest(spec, owner)
-        try:
-            self._create("service", self.core.create_namespaced_service, spec.namespace, service)
-        except Conflict:
-            log.info("service %s/%s exists: adopted", spec.namespace, service["metadata"]["name"])
+        # 3.
+        for kind, fn, body in (
+            ("service", self.core.create_namespaced_service, mf.service_manifest(spec, owner)),
+            (
+                "job",
+                self.batch.create_namespaced_job,
+                mf.job_manifest(spec, self.options, hostnames, owner),
+            ),
+        ):
+            try:
+                self._create(kind, fn, spec.namespace, body)
+            except Conflict:
+                log.info("%s %s/%s exists: adopted", kind, spec.namespace, body["metadata"]["name"])
+            except ClusterError as exc:
+                if not exc.transient:
+                    self.stop(spec.job_id, spec.attempt)
+                raise
 
-    def _read_job(self, namespace: str, name: str) -> Obj:
+    def _read_secret(self, spec: LaunchSpec) -> Obj:
+        name = mf.token_secret_name(spec.job_id, spec.attempt)
         response = self.call(
-            f"read job {namespace}/{name}",
-            self.batch.read_namespaced_job,
+            f"read secret {spec.namespace}/{name}",
+            self.core.read_namespaced_secret,
             name,
-            namespace,
+            spec.namespace,
             _preload_content=False,
             _request_timeout=self.timeout,
         )
@@ -369,24 +390,6 @@ class KubernetesBackend(ClusterBackend):
                 f"create {kind} {namespace}/{name}: {exc.message}", transient=False
             ) from exc
         return _json(response)
-
-    def _existing_token(self, spec: LaunchSpec) -> str | None:
-        name = mf.token_secret_name(spec.job_id, spec.attempt)
-        try:
-            response = self.call(
-                f"read secret {spec.namespace}/{name}",
-                self.core.read_namespaced_secret,
-                name,
-                spec.namespace,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-        except NotFound:
-            return None
-        secret = _json(response)
-        if value := (secret.get("data") or {}).get(mf.TOKEN_KEY):
-            return base64.b64decode(value).decode()
-        return (secret.get("stringData") or {}).get(mf.TOKEN_KEY)
 
     def request_checkpoint(self, job_id: int, attempt: int, deadline: datetime) -> None:
         """Annotate every pod of the attempt with the deadline (the workload reads it from its

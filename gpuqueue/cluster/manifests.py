@@ -83,29 +83,28 @@ def _metadata(
     return metadata
 
 
-def owner_reference(job: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Owned by the attempt's Job: Kubernetes deletes the Secret and Service with it, whoever
-    deletes the Job and whatever became of gpuqueue. None for a Job without a uid (an API
-    server always sets one; a test emulator may not)."""
-    meta = job.get("metadata") or {}
+def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Owned by the attempt's Secret (created first): Kubernetes deletes the Service and the
+    Job with it, whoever deletes it and whatever became of gpuqueue. None for an object without
+    a uid (an API server always sets one; a test emulator may not)."""
+    meta = owner.get("metadata") or {}
     if not meta.get("uid"):
         return None
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
+        "apiVersion": owner.get("apiVersion", "v1"),
+        "kind": owner.get("kind", "Secret"),
         "name": meta["name"],
         "uid": meta["uid"],
     }
 
 
-def secret_manifest(
-    spec: LaunchSpec, token: str, owner: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The per-attempt token the workload acknowledges its checkpoint with."""
+def secret_manifest(spec: LaunchSpec, token: str) -> dict[str, Any]:
+    """The per-attempt token the workload acknowledges its checkpoint with; it owns the
+    attempt's Service and Job."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(spec, token_secret_name(spec.job_id, spec.attempt), owner),
+        "metadata": _metadata(spec, token_secret_name(spec.job_id, spec.attempt)),
         "type": "Opaque",
         "stringData": {TOKEN_KEY: token},
     }
@@ -141,7 +140,10 @@ def planned_slots(spec: LaunchSpec, hostnames: Mapping[str, str]) -> list[list[A
 
 
 def job_manifest(
-    spec: LaunchSpec, options: ClusterOptions, hostnames: Mapping[str, str]
+    spec: LaunchSpec,
+    options: ClusterOptions,
+    hostnames: Mapping[str, str],
+    owner: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Indexed Job: one pod per worker, created behind the placement gate and released by
     gpuqueue to its planned node (`hostnames`: node name to `kubernetes.io/hostname` label)."""
@@ -225,17 +227,15 @@ def job_manifest(
     }
     if spec.max_runtime_seconds is not None:
         job_spec["activeDeadlineSeconds"] = spec.max_runtime_seconds
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": spec.namespace,
-            "labels": labels,
-            "annotations": {"gpuqueue.dev/job-name": spec.name},
-        },
-        "spec": job_spec,
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": spec.namespace,
+        "labels": labels,
+        "annotations": {"gpuqueue.dev/job-name": spec.name},
     }
+    if owner is not None and (reference := owner_reference(owner)):
+        metadata["ownerReferences"] = [reference]
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
 
 
 def _container(spec: LaunchSpec, options: ClusterOptions, name: str) -> dict[str, Any]:

@@ -72,9 +72,7 @@ def sync_nodes(nodes: list[NodeInfo]) -> None:
     Node.objects.filter(name__in=gone).update(ready=False)
 
 
-def sync_cluster(
-    backend: ClusterBackend, now: datetime | None = None, *, relaunch_admitted: bool = False
-) -> SyncResult:
+def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncResult:
     """One pass over the cluster.
 
     1. Under the cluster-sync advisory lock (one pass at a time), refresh the node inventory:
@@ -83,8 +81,8 @@ def sync_cluster(
     3. Move each job that holds GPUs along: running, finished, lost, checkpointed, or
        requeued with backoff after a failed start.
     4. After commit: stop what must stop, relaunch admitted jobs that have no workload (a
-       crash between admission and launch; with `relaunch_admitted`, every admitted job, so
-       that a launch cut short is completed), stop workloads that belong to no live job.
+       crash between admission and launch, or a launch cut short before its Job), stop
+       workloads that belong to no live job.
     5. Release the gangs whose pods wait for their placement.
     """
     now = now or timezone.now()
@@ -105,7 +103,7 @@ def sync_cluster(
             result.transitions += moved
             if stop:
                 to_stop.append(key)
-            elif job.state == JobState.ADMITTED and (status is None or relaunch_admitted):
+            elif status is None and job.state == JobState.ADMITTED:
                 to_launch.append(job.pk)
         orphans = [key for key in statuses if key not in live]
     for job_id, attempt in to_stop + orphans:

@@ -13,11 +13,11 @@ from typing import Any
 from django.test import Client
 
 from gpuqueue.api import checkpoint_views
-from gpuqueue.cluster.k8s_watch import start_watches
+from gpuqueue.cluster.k8s_watch import ResourceWatch, start_watches
 from gpuqueue.cluster.manifests import token_secret_name, workload_name
 from gpuqueue.cycle import run_cycle
 from gpuqueue.models import Job
-from gpuqueue.services.cluster_sync import sync_cluster
+from gpuqueue.services.checkpoint import job_for_token
 from gpuqueue.states import JobState
 from tests.kube.conftest import Kube
 
@@ -194,19 +194,22 @@ def test_the_watch_survives_an_apiserver_restart_and_a_410_gone(kube: Kube) -> N
             timeout=60,
         )
         # A resourceVersion too old for the server: 410 Gone, listed afresh, nothing missed.
-        pods = watches["pods"]
-        lists = pods.lists
-        pods.resource_version = "1"  # taken at the next renewal of the stream (5 s)
-        kube.wait(lambda: pods.lists > lists, timeout=30)
-        kube.core.delete_namespaced_pod("after-restart", "others", grace_period_seconds=0)
-        kube.wait(
-            lambda: (
-                not any(
-                    p["metadata"]["name"] == "after-restart" for p in backend.store.items("pods")
-                )
-            ),
-            timeout=30,
+        other = kube.new_backend()
+        stale = ResourceWatch(
+            other,
+            "pods",
+            other.core.list_pod_for_all_namespaces,
+            changed=changed,
+            watch_seconds=5,
         )
+        stale.resource_version = "1"
+        watches["stale"] = stale
+        stale.start()
+        kube.wait(lambda: stale.lists == 1, timeout=30)
+        names = lambda: {p["metadata"]["name"] for p in other.store.items("pods")}  # noqa: E731
+        assert "after-restart" in names()
+        kube.core.delete_namespaced_pod("after-restart", "others", grace_period_seconds=0)
+        kube.wait(lambda: "after-restart" not in names(), timeout=30)
     finally:
         for watch in watches.values():
             watch.stop()
@@ -218,17 +221,25 @@ def test_a_gpuqueue_restart_in_the_middle_of_a_launch_adopts_what_exists(
     crashing = kube.new_backend()
 
     def crash(*args: Any, **kwargs: Any) -> None:
-        raise SystemExit("the worker died after creating the Job")
+        raise SystemExit("the worker died after creating the Secret and the Service")
 
-    crashing.core.create_namespaced_secret = crash  # type: ignore[method-assign]
+    crashing.batch.create_namespaced_job = crash  # type: ignore[method-assign]
     job = submit(workers=2, gpus_per_worker=4, annotations=LONG)
     with contextlib.suppress(SystemExit):
         run_cycle(backend=crashing)
-    assert [j["metadata"]["name"] for j in kube.jobs("team-a")] == [workload_name(job.pk, 1)]
+    assert kube.jobs("team-a") == []
+    (secret,) = kube.core.list_namespaced_secret(
+        "team-a", label_selector=f"gpuqueue.dev/job-id={job.pk}"
+    ).items
 
-    restarted = kube.new_backend()  # a new process: the watcher's first sync relaunches
-    sync_cluster(restarted, relaunch_admitted=True)
+    restarted = kube.new_backend()  # a new process: its sync finds no Job and launches again
     kube.sync_until(lambda: state(job) == JobState.RUNNING, backend=restarted)
-    assert len(kube.jobs("team-a")) == 1  # adopted, not created twice
-    secret = kube.core.read_namespaced_secret(token_secret_name(job.pk, 1), "team-a")
-    assert secret.metadata.owner_references[0].kind == "Job"
+    assert len(kube.jobs("team-a")) == 1  # adopted what existed, created the rest once
+    selector = f"gpuqueue.dev/job-id={job.pk}"
+    assert len(kube.core.list_namespaced_service("team-a", label_selector=selector).items) == 1
+    (kept,) = kube.core.list_namespaced_secret("team-a", label_selector=selector).items
+    assert kept.metadata.uid == secret.metadata.uid  # the same token, still accepted
+    token = base64.b64decode(kept.data["token"]).decode()
+    assert job_for_token(token) == job
+    (k8s_job,) = kube.jobs("team-a")
+    assert k8s_job["metadata"]["ownerReferences"][0]["uid"] == secret.metadata.uid
