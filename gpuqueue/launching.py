@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 from django.db import transaction
 from django.utils import timezone
@@ -12,6 +13,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError, LaunchSpec
 from gpuqueue.models import Job
 from gpuqueue.services.transitions import transition
 from gpuqueue.states import JobState
+from teams.services import hash_secret
 
 log = logging.getLogger(__name__)
 
@@ -50,25 +52,49 @@ def launch_spec(job: Job) -> LaunchSpec:
 
 
 def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -> None:
-    """Launch each admitted job; a transient failure leaves it ADMITTED for the next sync to
-    retry, a permanent one (the cluster refused the manifest) fails the job with the message."""
+    """Launch each admitted job.
+
+    1. Read the jobs and build their launch specs (this thread: the database).
+    2. Call the backend, up to its `launch_concurrency` at once (backend calls only).
+    3. Keep the hash of each token the workloads were given, in one bulk update, so the API
+       accepts it; fail each job whose manifest the cluster refused, with the message. A
+       transient failure leaves the job ADMITTED for the next sync to retry.
+    """
     backend = backend or get_backend()
-    jobs = Job.objects.select_related("team", "flavor").filter(
-        pk__in=job_ids, state=JobState.ADMITTED
+    # 1.
+    jobs = list(
+        Job.objects.select_related("team", "flavor").filter(pk__in=job_ids, state=JobState.ADMITTED)
     )
-    for job in jobs:
+    specs = [launch_spec(job) for job in jobs]
+
+    # 2.
+    def launch(spec: LaunchSpec) -> str | ClusterError | None:
         try:
-            backend.launch(launch_spec(job))
+            return backend.launch(spec)
         except ClusterError as exc:
-            if exc.transient:
-                log.warning("launch of job %s deferred: %s", job.pk, exc)
-                continue
+            return exc
+
+    if backend.launch_concurrency > 1 and len(specs) > 1:
+        with ThreadPoolExecutor(max_workers=backend.launch_concurrency) as pool:
+            outcomes = list(pool.map(launch, specs))
+    else:
+        outcomes = [launch(spec) for spec in specs]
+    # 3.
+    with_token = []
+    for job, outcome in zip(jobs, outcomes, strict=True):
+        if isinstance(outcome, str):
+            job.checkpoint_token_hash = hash_secret(outcome)
+            with_token.append(job)
+        elif isinstance(outcome, ClusterError) and outcome.transient:
+            log.warning("launch of job %s deferred: %s", job.pk, outcome)
+        elif isinstance(outcome, ClusterError):
             with transaction.atomic():
                 transition(
                     job,
                     JobState.FAILED,
-                    reason=f"the cluster refused the job: {exc}",
+                    reason=f"the cluster refused the job: {outcome}",
                     actor="cluster",
-                    message=str(exc),
+                    message=str(outcome),
                     finished_at=timezone.now(),
                 )
+    Job.objects.bulk_update(with_token, ["checkpoint_token_hash"], batch_size=500)

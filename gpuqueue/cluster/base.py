@@ -86,6 +86,9 @@ class ClusterError(Exception):
 
 class ClusterBackend(abc.ABC):
     name: str
+    # How many launches may run at once. A backend that writes the database launches one at a
+    # time (the caller's threads would each need a connection).
+    launch_concurrency: int = 1
 
     @abc.abstractmethod
     def list_nodes(self, live: Collection[tuple[int, int]] | None = None) -> list[NodeInfo]:
@@ -93,8 +96,10 @@ class ClusterBackend(abc.ABC):
         used by others."""
 
     @abc.abstractmethod
-    def launch(self, spec: LaunchSpec) -> None:
-        """Start the job's gang on its planned nodes; already started is success."""
+    def launch(self, spec: LaunchSpec) -> str | None:
+        """Start the job's gang on its planned nodes; already started is success. Returns the
+        token the workload acknowledges its checkpoint with, when the backend hands it one
+        (the caller keeps its hash), else None."""
 
     @abc.abstractmethod
     def request_checkpoint(self, job_id: int, attempt: int, deadline: datetime) -> None:

@@ -57,14 +57,6 @@ def team_namespaces() -> list[str]:
     return sorted(set(Team.objects.values_list("namespace", flat=True)))
 
 
-def store_token_hash(job_id: int, token: str) -> None:
-    """Keep the hash of the token in the job's Secret, so the API accepts it for this job."""
-    from gpuqueue.models import Job
-    from teams.services import hash_secret
-
-    Job.objects.filter(pk=job_id).update(checkpoint_token_hash=hash_secret(token))
-
-
 def job_namespace(job_id: int) -> str | None:
     from gpuqueue.models import Job
 
@@ -100,7 +92,7 @@ class KubernetesBackend(ClusterBackend):
         self.store = Store()
         self._hostnames: dict[str, str] = {}
         self.node_lost_grace = timedelta(seconds=node_lost_grace_seconds)
-        self.concurrency = concurrency
+        self.concurrency = self.launch_concurrency = concurrency
         self._not_ready: dict[str, datetime | None] | None = None
         self._pods_seen: list[Obj] | None = None
         self._nodes_seen: list[Obj] | None = None
@@ -310,15 +302,16 @@ class KubernetesBackend(ClusterBackend):
 
     # Writing -----------------------------------------------------------------------------
 
-    def launch(self, spec: LaunchSpec) -> None:
+    def launch(self, spec: LaunchSpec) -> str | None:
         """Create the attempt's Secret, then its Service and Job owned by the Secret; anything
         already there is adopted, so launching twice is harmless, and a launch cut short is
-        completed by the next sync (no Job yet: it launches again).
+        completed by the next sync (no Job yet: it launches again). Returns the token in the
+        Secret. Safe to call from several threads at once.
 
         1. Name the planned nodes by their hostname label, for the plan the pods carry.
-        2. The token Secret: a new token, or the one an earlier launch already stored there;
-           either way its hash goes on the job row so the API accepts that token. It owns the
-           other two, so deleting it removes everything of the attempt.
+        2. The token Secret: a new token, or the one an earlier launch already stored there
+           (returned either way, for the caller to keep its hash). It owns the other two, so
+           deleting it removes everything of the attempt.
         3. The headless Service, then the Indexed Job, whose pods wait behind the placement
            gate until the watcher releases the gang (release_gangs). A Job the API refuses
            takes its Secret and Service with it.
@@ -342,7 +335,6 @@ class KubernetesBackend(ClusterBackend):
         except Conflict:
             owner = self._read_secret(spec)
             token = _token_in(owner) or token
-        store_token_hash(spec.job_id, token)
         # 3.
         for kind, fn, body in (
             ("service", self.core.create_namespaced_service, mf.service_manifest(spec, owner)),
@@ -360,6 +352,7 @@ class KubernetesBackend(ClusterBackend):
                 if not exc.transient:
                     self.stop(spec.job_id, spec.attempt)
                 raise
+        return token
 
     def _read_secret(self, spec: LaunchSpec) -> Obj:
         name = mf.token_secret_name(spec.job_id, spec.attempt)

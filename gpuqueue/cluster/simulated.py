@@ -97,7 +97,7 @@ class SimulatedBackend(ClusterBackend):
             self._nodes_cache = (mtime, load_cluster_file(self.cluster_file))
         return list(self._nodes_cache[1])
 
-    def launch(self, spec: LaunchSpec) -> None:
+    def launch(self, spec: LaunchSpec) -> str | None:
         from gpuqueue.models import SimulatedWorkload
 
         now = self.clock()
@@ -123,6 +123,7 @@ class SimulatedBackend(ClusterBackend):
                 "env": {"prior_progress": duration - remaining, **dict(spec.env)},
             },
         )
+        return None  # the simulated workload acknowledges checkpoints itself, without a token
 
     def request_checkpoint(self, job_id: int, attempt: int, deadline: datetime) -> None:
         from gpuqueue.models import SimulatedWorkload

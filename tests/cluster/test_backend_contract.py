@@ -42,7 +42,7 @@ def test_launch_creates_the_secret_service_and_indexed_job_and_stores_the_token_
     emulator: Any, k8s: Any, admitted: Job
 ) -> None:
     add_nodes(emulator.api(), node("h100-0"), node("h100-1"))
-    k8s.launch(launch_spec(admitted))
+    launch_admitted([admitted.pk], k8s)
 
     name = f"gq-{admitted.pk}-1"
     (job,) = emulator.objects(JOBS).values()
@@ -63,8 +63,8 @@ def test_launch_creates_the_secret_service_and_indexed_job_and_stores_the_token_
 def test_launching_twice_adopts_what_exists_and_keeps_the_token(
     emulator: Any, k8s: Any, admitted: Job
 ) -> None:
-    k8s.launch(launch_spec(admitted))
-    k8s.launch(launch_spec(admitted))
+    launch_admitted([admitted.pk], k8s)
+    launch_admitted([admitted.pk], k8s)
 
     assert len(emulator.objects(JOBS)) == 1 and len(emulator.objects(SECRETS)) == 1
     (secret,) = emulator.objects(SECRETS).values()
