@@ -1,4 +1,4 @@
-"""Server time of every dashboard page with 100,000 jobs in the database (issue 6).
+"""Server time of every dashboard page with 100,000 jobs in the database.
 
     .venv/bin/python benchmarks/page_render.py [--jobs 100000] [--repeat 15]
 

@@ -26,7 +26,7 @@ INT_FIELDS = (
 )
 MAP_FIELDS = ("env", "labels", "annotations")
 
-# Common shapes (issue 6): a notebook on one GPU, a training job on a whole node, a gang of four
+# Common shapes: a notebook on one GPU, a training job on a whole node, a gang of four
 # nodes. Values are what the form shows; the user can change any of them before submitting.
 PRESETS: dict[str, dict[str, Any]] = {
     "notebook": {

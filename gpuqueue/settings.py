@@ -265,7 +265,7 @@ GPUQUEUE_CLUSTER_HEALTH_TTL_SECONDS = env_float(
     "GPUQUEUE_CLUSTER_HEALTH_TTL_SECONDS", 300.0, minimum=1
 )
 
-# --- The REST API (issue 5): limits, throttling, schema, metrics --------------------------------
+# --- The REST API: limits, throttling, schema, metrics -------------------------------------------
 # Per API token (else per signed-in user), counted in Redis by gpuqueue.api.throttling; empty
 # turns throttling off. Anonymous callers (who can only fail to authenticate) by address.
 GPUQUEUE_API_RATE = env_str("GPUQUEUE_API_RATE", "1200/min")

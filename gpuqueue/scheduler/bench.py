@@ -8,7 +8,7 @@ over several runs (snapshot building is not timed). Scenarios, named by their si
 - reclaim: 1,000 nodes x 8 GPUs all borrowed by one team while 10 teams under their guarantees
   submit gangs of 8-64 GPUs.
 
-The target (issue 3) is a median of at most 0.5 s for each on one core.
+The target is a median of at most 0.5 s for each on one core.
 """
 
 from __future__ import annotations

@@ -122,24 +122,23 @@ class Policy:
     reclaim: bool = True  # across teams, of borrowed capacity
     max_victim_candidates: int = 256  # bound on the victim search per pending job
     max_preemptions_per_cycle: int = 64
-    # Added with the engine (issue 3); all have defaults so existing callers keep working.
     max_victim_searches_per_cycle: int = 64  # victim searches (failed or not) per cycle
     max_reservations: int = 8  # starving jobs that may hold nodes at once
     # How long a preempted job is expected to keep its GPUs (checkpoint grace); forecast only.
     preemption_grace_seconds: float = 120.0
-    # Every team that asks makes progress (issue 7): a team that holds no GPUs of a flavor has
-    # its oldest job protected by the starvation guard even when the gang is bigger than the
+    # Every team that asks makes progress: a team that holds no GPUs of a flavor has its
+    # oldest job protected by the starvation guard even when the gang is bigger than the
     # team's fair share, and reclaim never takes the last running job of a team whose fair
     # share is zero. Without it a team with no guarantee waits for as long as others contend.
     min_one_job: bool = True
     # Reclaim beyond the claimant's guarantee (for its fair share above it) takes only jobs
     # that ran at least this long; reclaim within a guarantee keeps min_runtime_seconds.
-    # Hysteresis (issue 7): shares move with every team's demand, and without it borrowed GPUs
-    # changed hands thousands of times in a Philly replay; 30 min is a common checkpoint period.
+    # Hysteresis: shares move with every team's demand, and without it borrowed GPUs change
+    # hands thousands of times in a Philly replay; 30 min is a common checkpoint period.
     reclaim_min_runtime_seconds: float = 1800.0
-    # Time-based fair share (issue 7, third pass; usage.py). Used only when the snapshot also
-    # carries `share_balance` (the trace replay gives it when this is on; the live cycle gives
-    # none yet, so it keeps the rules above whatever this says). With `min_one_job`: a team
+    # Time-based fair share (usage.py). Used only when the snapshot also carries
+    # `share_balance` (the live cycle and the trace replay give it when this is on; without
+    # it the rules above apply whatever this says). With `min_one_job`: a team
     # that holds nothing of a flavor and is not in debt (balance >= -share_slice_seconds / 2 x
     # its oldest gang's GPUs) has that job put first at once and lets it reclaim borrowed GPUs,
     # instead of waiting an hour and then for a node to drain; a team in debt by
