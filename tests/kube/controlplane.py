@@ -109,12 +109,16 @@ def build(log: Any = sys.stderr) -> Path:
                 f" -X k8s.io/component-base/version.gitMajor=1"
                 f" -X k8s.io/component-base/version.gitMinor={KUBE_VERSION.split('.')[1]}"
             )
+            # A build cache of its own, removed with the staging folder: 3.4 GB that nothing
+            # reuses once the binaries are cached.
+            go_cache = {"GOCACHE": str(staging / "go-build")}
             built = [name for name in missing if name in GO_PACKAGES]
             if built:  # one build: the packages share most of their dependencies
                 packages = [GO_PACKAGES[name][0] for name in built]
                 _go(
                     [go, "build", "-trimpath", "-ldflags", ldflags, "-o", f"{staging}/", *packages],
                     cwd=MODULE,
+                    env=go_cache,
                 )
                 for name in built:
                     (staging / GO_PACKAGES[name][1]).rename(staging / name)
@@ -129,7 +133,7 @@ def build(log: Any = sys.stderr) -> Path:
                         f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
                     ],
                     cwd=staging,
-                    env={"GOBIN": str(staging), "GOFLAGS": "-mod=mod"},
+                    env={**go_cache, "GOBIN": str(staging), "GOFLAGS": "-mod=mod"},
                 )
             for name in missing:
                 (staging / name).rename(target / name)
