@@ -186,7 +186,6 @@ def make_backend(kubeconfig: Path, namespaces: list[str]) -> Any:
             return int(self._timed("release gangs", super().release_gangs))
 
     api_client = api_client_for(kubeconfig)
-    api_client.configuration.retries = 0
     backend = TimedBackend(
         api_client,
         options=ClusterOptions(public_url="http://gpuqueue.bench"),

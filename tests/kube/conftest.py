@@ -11,7 +11,6 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -99,7 +98,7 @@ class Kube:
         """A backend as gpuqueue's processes make one, with short retries."""
         kwargs.setdefault("node_lost_grace_seconds", 300)
         return KubernetesBackend(
-            api_for(self.plane.kubeconfig),
+            api_client_for(self.plane.kubeconfig),
             options=ClusterOptions(public_url="http://gpuqueue.test"),
             caller=Caller(attempts=3, backoff_seconds=0.1),
             namespaces=lambda: ["team-a", "team-b"],
@@ -203,12 +202,6 @@ class Kube:
             if not any(c.type == "Ready" and c.status == "True" for c in current.status.conditions):
                 self.set_ready(name, True, now)
         self.wait(lambda: all(not self.pods(ns, selector="") for ns in NAMESPACES), timeout=60)
-
-
-def api_for(kubeconfig: Path) -> client.ApiClient:
-    api = api_client_for(kubeconfig)
-    api.configuration.retries = 0
-    return api
 
 
 @pytest.fixture

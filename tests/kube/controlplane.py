@@ -484,10 +484,14 @@ def wait_nodes_ready(api_client: Any, names: Sequence[str], timeout: float = 60.
 
 
 def api_client_for(kubeconfig: Path) -> Any:
+    """A client configured as gpuqueue's processes configure theirs (KubernetesBackend's
+    from_settings): no retries of urllib3's own, a connection per release thread."""
     from kubernetes import client, config
 
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    configuration.retries = 0
+    configuration.connection_pool_maxsize = 16
     return client.ApiClient(configuration)
 
 
