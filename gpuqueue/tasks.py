@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 from django.db import OperationalError
 
 from gpuqueue.cluster import get_backend
 from gpuqueue.cycle import refresh_forecasts_when_due, run_cycle
+from gpuqueue.demo import submit_demo_traffic
 from gpuqueue.services.cluster_sync import sync_cluster
 
 # Every task that reads and writes the database: acknowledged after it ran (a worker killed
@@ -48,10 +50,6 @@ def sync_cluster_task() -> dict[str, object]:
 
 @shared_task(name="gpuqueue.submit_demo_jobs", ignore_result=True)
 def submit_demo_jobs() -> int:
-    from django.conf import settings
-
-    from gpuqueue.demo import submit_demo_traffic
-
     if not settings.GPUQUEUE_DEMO:
         return 0
     return submit_demo_traffic()

@@ -222,13 +222,16 @@ def start_watches(
 def run_watcher(
     backend: KubernetesBackend,
     should_stop: Callable[[], bool],
+    sync: Callable[[], None],
     *,
-    sync_seconds: float | None = None,
-    resync_seconds: float | None = None,
-    watch_seconds: float | None = None,
+    sync_seconds: float,
+    resync_seconds: float,
+    watch_seconds: float,
+    heartbeat: str = "",
     on_pass: Callable[[], None] | None = None,
 ) -> None:
-    """Follow the cluster until `should_stop()`.
+    """Follow the cluster until `should_stop()`, calling `sync()` (one pass of the cluster
+    sync, which reads the backend's live copy; it handles its own failures).
 
     1. Start list-then-watch threads for nodes and pods (cluster-wide) and for gpuqueue Jobs in
        each team namespace; wait until each has listed once, then serve reads from the copy.
@@ -239,19 +242,6 @@ def run_watcher(
     4. Every `resync_seconds`: re-list everything (against missed events) and pick up the
        namespaces of new teams.
     """
-    from django.conf import settings
-    from django.db import OperationalError, close_old_connections
-
-    from gpuqueue.services.cluster_sync import sync_cluster
-
-    sync_seconds = sync_seconds if sync_seconds is not None else settings.GPUQUEUE_SYNC_SECONDS
-    resync_seconds = (
-        resync_seconds if resync_seconds is not None else settings.GPUQUEUE_K8S_RESYNC_SECONDS
-    )
-    watch_seconds = (
-        watch_seconds if watch_seconds is not None else settings.GPUQUEUE_K8S_WATCH_SECONDS
-    )
-    heartbeat = settings.GPUQUEUE_WATCHER_HEARTBEAT_FILE
     changed = threading.Event()
     # 1.
     namespaces = backend.namespaces()
@@ -265,11 +255,7 @@ def run_watcher(
         # 2. and 3.
         while not should_stop():
             changed.clear()
-            try:
-                sync_cluster(backend)
-            except (OperationalError, ClusterError) as exc:
-                log.warning("sync failed, retrying: %s", exc)
-                close_old_connections()
+            sync()
             if heartbeat:
                 _touch(heartbeat)
             if on_pass is not None:

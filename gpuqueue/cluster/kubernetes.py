@@ -27,7 +27,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError, LaunchSpec, Node
 from gpuqueue.cluster.gates import Release, releases
 from gpuqueue.cluster.inventory import inventory, not_ready_since
 from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound
-from gpuqueue.cluster.k8s_watch import Store
+from gpuqueue.cluster.k8s_watch import Store, run_watcher
 from gpuqueue.cluster.status import parse_time, workload_statuses
 
 log = logging.getLogger(__name__)
@@ -447,8 +447,9 @@ class KubernetesBackend(ClusterBackend):
 
     # Watching ----------------------------------------------------------------------------
 
-    def watch(self, should_stop: Callable[[], bool]) -> None:
-        """Follow the cluster until `should_stop()`: see gpuqueue.cluster.k8s_watch."""
-        from gpuqueue.cluster.k8s_watch import run_watcher
-
-        run_watcher(self, should_stop)
+    def watch(
+        self, should_stop: Callable[[], bool], sync: Callable[[], None], **timing: Any
+    ) -> None:
+        """Follow the cluster until `should_stop()`, calling `sync` after every change: see
+        gpuqueue.cluster.k8s_watch.run_watcher (which takes `timing`)."""
+        run_watcher(self, should_stop, sync, **timing)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cache
@@ -10,12 +12,16 @@ from typing import Any
 
 from cachetools import TTLCache
 from django.conf import settings
+from django.core.cache import cache as shared_cache  # Redis: every process sees it
 from django.db import IntegrityError, connection, transaction
 
 from gpuqueue import sql_rows
+from gpuqueue.celery import app as celery_app
 from gpuqueue.models import Flavor, Job, JobEvent
 from gpuqueue.states import JobState
 from teams.models import Membership, Team
+
+log = logging.getLogger(__name__)
 
 
 class SubmissionRefused(Exception):
@@ -341,24 +347,18 @@ def nudge_cycle() -> None:
     a broker round trip). Each process first checks its own clock, so that under a burst only
     its first submission each second pays the shared Redis check.
     """
-    import logging
-    import time
-
-    from django.core.cache import cache
-
-    from gpuqueue.tasks import run_admission_cycle
-
     global _last_nudge
     now = time.monotonic()
     if now - _last_nudge < NUDGE_DEBOUNCE_SECONDS:
         return
     _last_nudge = now
     try:
-        if not cache.add("nudge-cycle", 1, timeout=NUDGE_DEBOUNCE_SECONDS):
+        if not shared_cache.add("nudge-cycle", 1, timeout=NUDGE_DEBOUNCE_SECONDS):
             return
-        run_admission_cycle.apply_async(expires=30, retry=False)
+        # By its pinned name: services do not import the tasks, which import services.
+        celery_app.send_task("gpuqueue.run_admission_cycle", expires=30, retry=False)
     except Exception:  # noqa: BLE001 - a broker outage must not fail a submission
-        logging.getLogger(__name__).warning("could not nudge the admission cycle", exc_info=True)
+        log.warning("could not nudge the admission cycle", exc_info=True)
 
 
 def check_fits(flavor: Flavor, gpus_per_worker: int) -> None:

@@ -16,6 +16,7 @@ from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster.k8s_watch import ResourceWatch, run_watcher
 from gpuqueue.launching import launch_spec
 from gpuqueue.models import Job
+from gpuqueue.services.cluster_sync import sync_cluster
 from gpuqueue.states import JobState
 from tests.cluster.conftest import JOBS, PODS, add_nodes, node
 
@@ -107,6 +108,7 @@ def test_the_watcher_reconciles_at_start_deleting_orphans_and_relaunching_admitt
     run_watcher(
         k8s,
         lambda: bool(passes),
+        lambda: sync_cluster(k8s),
         sync_seconds=0.01,
         resync_seconds=60,
         watch_seconds=30,

@@ -31,16 +31,28 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         backend = get_backend()
-        watch = getattr(backend, "watch", None)
-        if watch is not None and not once:
-            watch(lambda: stopping)  # backends with watch streams drive the sync themselves
-            return
-        while not stopping:
+
+        def sync() -> None:
             try:
                 sync_cluster(backend)
             except (OperationalError, ClusterError) as exc:
                 self.stderr.write(f"sync failed, retrying: {exc}")
                 close_old_connections()
+
+        watch = getattr(backend, "watch", None)
+        if watch is not None and not once:
+            # Backends with watch streams call the sync after every change themselves.
+            watch(
+                lambda: stopping,
+                sync,
+                sync_seconds=settings.GPUQUEUE_SYNC_SECONDS,
+                resync_seconds=settings.GPUQUEUE_K8S_RESYNC_SECONDS,
+                watch_seconds=settings.GPUQUEUE_K8S_WATCH_SECONDS,
+                heartbeat=settings.GPUQUEUE_WATCHER_HEARTBEAT_FILE,
+            )
+            return
+        while not stopping:
+            sync()
             if once:
                 return
             time.sleep(settings.GPUQUEUE_SYNC_SECONDS)
