@@ -417,15 +417,6 @@ class ControlPlane:
         for name in ("kwok", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             self._stop(name)
 
-    def kubectl(self, *args: str, input: str | None = None) -> str:  # noqa: A002
-        return subprocess.run(
-            ["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-
 
 @contextlib.contextmanager
 def running(workdir: Path) -> Iterator[ControlPlane]:
