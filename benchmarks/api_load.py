@@ -16,7 +16,7 @@
    of the service used per submission, read from /proc: unlike throughput, that does not move
    when something else shares the machine; stop the service.
 
-The target is >= 300 submissions/s with p99 <= 100 ms on a 2-core machine. The client
+The target is >= 200 submissions/s with p99 <= 100 ms on a 2-core machine. The client
 runs on the same cores as the service, PostgreSQL and Redis, so the numbers are a lower bound.
 """
 

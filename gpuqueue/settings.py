@@ -278,7 +278,6 @@ GPUQUEUE_METRICS_TOKEN = env_str("GPUQUEUE_METRICS_TOKEN")
 REST_FRAMEWORK.update(
     {
         "DEFAULT_PARSER_CLASSES": ["gpuqueue.api.parsers.LimitedJSONParser"],
-        "DEFAULT_CONTENT_NEGOTIATION_CLASS": "gpuqueue.api.negotiation.JsonFirstNegotiation",
         "DEFAULT_THROTTLE_CLASSES": ["gpuqueue.api.throttling.TokenRateThrottle"],
         "DEFAULT_SCHEMA_CLASS": "gpuqueue.api.schema.GpuqueueAutoSchema",
         "DEFAULT_PAGINATION_CLASS": "gpuqueue.api.pagination.NewestFirst",

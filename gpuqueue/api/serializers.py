@@ -7,14 +7,11 @@ import re
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
-from rest_framework.fields import empty
-from rest_framework.serializers import as_serializer_error
 
 from gpuqueue.api import validation as v
-from gpuqueue.api.cached_fields import FieldsBoundOnce, FieldsBuiltOnce
+from gpuqueue.api.cached_fields import FieldsBoundOnce
 from gpuqueue.api.fields import (
     LookupField,
     StrictBooleanField,
@@ -23,7 +20,6 @@ from gpuqueue.api.fields import (
     StrictIntegerField,
     reject_unknown_fields,
 )
-from gpuqueue.api.plain_input import plain_internal_value
 from gpuqueue.models import Flavor, Job, JobEvent, Node, Quota, UtilizationSample
 from gpuqueue.reasons import describe_reason
 from gpuqueue.services.flavors import save_flavor
@@ -82,7 +78,7 @@ def _submittable_team(context: dict[str, Any], slug: str) -> Team | None:
     return submittable_team(user, slug) if _signed_in(user) else None
 
 
-class JobSubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
+class JobSubmitSerializer(serializers.Serializer):
     """A submission. Every rule that Kubernetes or the engine would refuse later is checked
     here, so that a bad request changes nothing and says which field is wrong."""
 
@@ -125,21 +121,6 @@ class JobSubmitSerializer(FieldsBuiltOnce, serializers.Serializer):
     expected_runtime_seconds = StrictIntegerField(
         min_value=1, max_value=MAX_RUNTIME_SECONDS, required=False, allow_null=True
     )
-
-    def run_validation(self, data: Any = empty) -> Any:
-        # A body of plain values skips DRF's per-field steps (gpuqueue/api/plain_input.py);
-        # anything else, or anything refused, takes DRF's path, which gives its errors.
-        value = None if self.validators else plain_internal_value(self, data)
-        if value is None:
-            return super().run_validation(data)
-        # The rest of Serializer.run_validation: the serializer's validators are none (checked
-        # above; the plan takes no serializer with read-only fields, whose defaults they see).
-        try:
-            value = self.validate(value)
-            assert value is not None, ".validate() should return the validated data"
-        except (serializers.ValidationError, DjangoValidationError) as exc:
-            raise serializers.ValidationError(detail=as_serializer_error(exc)) from exc
-        return value
 
     def to_internal_value(self, data: Any) -> Any:
         reject_unknown_fields(self, data)

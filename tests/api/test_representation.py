@@ -17,7 +17,16 @@ from gpuqueue.api.serializers import JobEventSerializer, JobSerializer
 from gpuqueue.models import Flavor, Job, JobEvent
 from gpuqueue.states import JobState
 from teams.models import Team
-from tests.api.test_plain_input import typed
+
+
+def typed(value: Any) -> Any:
+    """`value` with the type of everything in it, so that 1 and True, or a list and a tuple,
+    do not compare equal."""
+    if isinstance(value, dict):
+        return (type(value), [(typed(k), typed(v)) for k, v in value.items()])
+    if isinstance(value, list | tuple):
+        return (type(value), [typed(v) for v in value])
+    return (type(value), value)
 
 
 def read(serializer_class: type, instance: Any, *, drf: bool) -> Any:
