@@ -57,8 +57,9 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
     1. Read the jobs and build their launch specs (this thread: the database).
     2. Call the backend, up to its `launch_concurrency` at once (backend calls only).
     3. Keep the hash of each token the workloads were given, in one bulk update, so the API
-       accepts it; fail each job whose manifest the cluster refused, with the message. A
-       transient failure leaves the job ADMITTED for the next sync to retry.
+       accepts it; fail each job whose manifest the cluster refused, or whose launch raised
+       anything else, with the error. A transient failure leaves the job ADMITTED for the next
+       sync to retry.
     """
     backend = backend or get_backend()
     # 1.
@@ -68,10 +69,10 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
     specs = [launch_spec(job) for job in jobs]
 
     # 2.
-    def launch(spec: LaunchSpec) -> str | ClusterError | None:
+    def launch(spec: LaunchSpec) -> str | Exception | None:
         try:
             return backend.launch(spec)
-        except ClusterError as exc:
+        except Exception as exc:  # noqa: BLE001 - one job's bad launch must not stop the rest
             return exc
 
     if backend.launch_concurrency > 1 and len(specs) > 1:
@@ -87,14 +88,21 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
             with_token.append(job)
         elif isinstance(outcome, ClusterError) and outcome.transient:
             log.warning("launch of job %s deferred: %s", job.pk, outcome)
-        elif isinstance(outcome, ClusterError):
+        elif isinstance(outcome, Exception):
+            # Refused by the cluster, or a launch that raised (a bug, a value out of range):
+            # this job fails with the error, the others go on.
+            if isinstance(outcome, ClusterError):
+                cause = f"the cluster refused the job: {outcome}"
+            else:
+                log.error("launch of job %s failed", job.pk, exc_info=outcome)
+                cause = f"launch failed: {type(outcome).__name__}: {outcome}"
             with transaction.atomic():
                 transition(
                     job,
                     JobState.FAILED,
-                    reason=f"the cluster refused the job: {outcome}",
+                    reason=cause,
                     actor="cluster",
-                    message=str(outcome),
+                    message=str(outcome) if isinstance(outcome, ClusterError) else cause,
                     finished_at=timezone.now(),
                 )
     Job.objects.bulk_update(with_token, ["checkpoint_token_hash"], batch_size=500)

@@ -130,6 +130,24 @@ def test_an_admitted_job_lost_before_launch_is_launched_by_the_next_sync(
     assert job.state == JobState.RUNNING and job.attempts == 1
 
 
+def test_a_job_whose_launch_raises_fails_alone_with_the_error_and_the_others_start(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    """A duration past what a date can hold makes the simulated launch raise OverflowError:
+    that job fails with the error, the cycle and the other job go on."""
+    sync_cluster(backend)
+    bad = submit(annotations={SIM_DURATION: "1000000000000"})
+    good = submit(annotations={SIM_DURATION: "30"})
+
+    result = run_cycle(backend=backend)
+    assert sorted(result.admitted) == sorted([bad.pk, good.pk])
+    bad.refresh_from_db()
+    assert bad.state == JobState.FAILED and "OverflowError" in bad.message
+    sync_cluster(backend)
+    good.refresh_from_db()
+    assert good.state == JobState.RUNNING
+
+
 def test_a_crash_inside_the_cycle_transaction_leaves_the_queue_untouched(
     world: Any, submit: Any, backend: Any, monkeypatch: Any
 ) -> None:

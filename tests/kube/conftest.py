@@ -8,7 +8,6 @@ Without Go (and no cached build) these tests skip, and the session says why in o
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,6 +27,7 @@ from tests.kube.controlplane import (
     build,
     create_nodes,
     fake_node,
+    go_binary,
     missing_binaries,
     wait_nodes_ready,
 )
@@ -47,14 +47,14 @@ _skip_reason: list[str] = []
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    if shutil.which("go") is None and missing_binaries():
+    if go_binary() is None and missing_binaries():
         return "kube: Go is not installed and no control plane is cached: tests/kube skip"
     return None
 
 
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    if shutil.which("go") is None and missing_binaries():
+    if go_binary() is None and missing_binaries():
         pytest.skip("no real control plane: Go is not installed (needed once to build it)")
     plane = ControlPlane(tmp_path_factory.mktemp("kube"), build())
     try:

@@ -76,6 +76,15 @@ def cache_dir() -> Path:
     return base / "gpuqueue" / f"controlplane-{KUBE_VERSION}-{pins.hexdigest()[:12]}"
 
 
+def go_binary() -> str | None:
+    """Go on the PATH, else where its official installer puts it (a PATH without it is common
+    in non-login shells and CI)."""
+    found = shutil.which("go")
+    if found is None and Path("/usr/local/go/bin/go").is_file():
+        found = "/usr/local/go/bin/go"
+    return found
+
+
 def missing_binaries(where: Path | None = None) -> list[str]:
     where = where or cache_dir()
     return [name for name in BINARIES if not (where / name).is_file()]
@@ -90,7 +99,7 @@ def build(log: Any = sys.stderr) -> Path:
     target = cache_dir()
     if not missing_binaries(target):
         return target
-    go = shutil.which("go")
+    go = go_binary()
     if go is None:
         raise Unavailable("Go is not installed (needed once to build the control plane)")
     target.mkdir(parents=True, exist_ok=True)
