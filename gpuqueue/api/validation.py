@@ -100,12 +100,33 @@ def label_errors(labels: dict[str, str]) -> list[str]:
     return errors
 
 
+# The simulated workload's annotations (the simulated backend and the kwok nodes of the tests
+# read them): a duration in plain decimal seconds, and an exit code as a process has one.
+SIM_DURATION = "gpuqueue.dev/sim-duration-seconds"
+SIM_EXIT_CODE = "gpuqueue.dev/sim-exit-code"
+MAX_SIM_DURATION_SECONDS = 10 * 365 * 24 * 3600
+_DECIMAL = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,6})?$")
+
+
 def annotation_errors(annotations: dict[str, str]) -> list[str]:
     errors: list[str] = []
     total = 0
     for key, value in annotations.items():
         errors += qualified_key_errors(key, "Annotation")
         total += len(key) + len(value)
+    duration = annotations.get(SIM_DURATION)
+    if duration is not None and not (
+        _DECIMAL.match(duration) and float(duration) <= MAX_SIM_DURATION_SECONDS
+    ):
+        errors.append(
+            f"Annotation {SIM_DURATION} must be seconds as a plain decimal number from 0 to"
+            f" {MAX_SIM_DURATION_SECONDS} (ten years); got {duration[:40]!r}."
+        )
+    code = annotations.get(SIM_EXIT_CODE)
+    if code is not None and not (code.isascii() and code.isdigit() and int(code) <= 255):
+        errors.append(
+            f"Annotation {SIM_EXIT_CODE} must be an exit code from 0 to 255; got {code[:40]!r}."
+        )
     if total > MAX_ANNOTATIONS_TOTAL_CHARS:
         errors.append(
             f"Annotations total {total} characters; at most {MAX_ANNOTATIONS_TOTAL_CHARS}."

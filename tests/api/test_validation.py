@@ -35,6 +35,21 @@ BAD_JOBS = [
     ("a label prefix that is no DNS name", {"labels": {"Bad_Prefix/k": "v"}}, "labels"),
     ("an annotation key with a bad name", {"annotations": {"example.com/-x": "v"}}, "annotations"),
     ("annotations too large", {"annotations": {"k": "v" * 40000}}, "annotations"),
+    (
+        "a simulated duration past ten years",
+        {"annotations": {"gpuqueue.dev/sim-duration-seconds": "1000000000000"}},
+        "annotations",
+    ),
+    (
+        "a simulated duration that is no plain number",
+        {"annotations": {"gpuqueue.dev/sim-duration-seconds": "1e3"}},
+        "annotations",
+    ),
+    (
+        "a simulated exit code past 255",
+        {"annotations": {"gpuqueue.dev/sim-exit-code": "99999999999999999999"}},
+        "annotations",
+    ),
     ("an unknown field", {"gpus": 8}, "gpus"),
     ("a bad job name", {"name": "-bad-"}, "name"),
     ("preemptible as a string", {"preemptible": "no"}, "preemptible"),
