@@ -1,0 +1,138 @@
+"""On a real control plane: the permissions in deploy/ are enough for everything gpuqueue does to
+a cluster, and no more. gpuqueue acts here as its own ServiceAccount, with a token the API
+server issued for it, under deploy/base/rbac.yaml and the example team RoleBindings."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpuqueue.cluster.base import ClusterError
+from gpuqueue.cluster.k8s_calls import Caller
+from gpuqueue.cluster.kubernetes import KubernetesBackend
+from gpuqueue.cluster.manifests import CHECKPOINT_ANNOTATION, ClusterOptions
+from gpuqueue.cycle import run_cycle
+from gpuqueue.models import Job
+from gpuqueue.states import JobState
+from tests.kube.conftest import Kube
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
+
+
+def apply(api: client.ApiClient, path: Path, namespace: str = "gpuqueue") -> None:
+    """Create what the file holds (ServiceAccount, ClusterRole, bindings), as kubectl would."""
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    create = {
+        "ServiceAccount": lambda d: core.create_namespaced_service_account(namespace, d),
+        "ClusterRole": rbac.create_cluster_role,
+        "ClusterRoleBinding": rbac.create_cluster_role_binding,
+        "RoleBinding": lambda d: rbac.create_namespaced_role_binding(d["metadata"]["namespace"], d),
+    }
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc:
+            try:
+                create[doc["kind"]](doc)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+
+@pytest.fixture
+def as_gpuqueue(kube: Kube) -> client.ApiClient:
+    """A client holding a token of the `gpuqueue` ServiceAccount, bound as deploy/ binds it."""
+    try:
+        kube.core.create_namespace({"metadata": {"name": "gpuqueue"}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    apply(kube.api, DEPLOY / "base" / "serviceaccount.yaml")
+    apply(kube.api, DEPLOY / "base" / "rbac.yaml")
+    apply(kube.api, DEPLOY / "overlays" / "example" / "team-rolebindings.yaml")
+    token = kube.core.create_namespaced_service_account_token(
+        "gpuqueue", "gpuqueue", {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    admin = kube.api.configuration
+    configuration = client.Configuration()
+    configuration.host = admin.host
+    configuration.ssl_ca_cert = admin.ssl_ca_cert
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    configuration.retries = 0
+    return client.ApiClient(configuration)
+
+
+def test_gpuqueue_s_own_account_can_do_everything_gpuqueue_does(
+    kube: Kube, as_gpuqueue: client.ApiClient, submit: Any, world: Any
+) -> None:
+    backend = KubernetesBackend(
+        as_gpuqueue,
+        options=ClusterOptions(public_url="http://gpuqueue.test"),
+        caller=Caller(attempts=1, backoff_seconds=0),
+        namespaces=lambda: ["team-a", "team-b"],
+    )
+    # Inventory (nodes and pods cluster-wide), launch (Secret, Service, Job), release (patch
+    # pods), follow (Jobs per team namespace): the gang runs.
+    kube.sync_until(lambda: True, backend=backend)
+    job = submit(workers=2, gpus_per_worker=4, annotations=LONG)
+    run_cycle(backend=backend)
+    kube.sync_until(lambda: Job.objects.get(pk=job.pk).state == JobState.RUNNING, backend=backend)
+    # The checkpoint request (patch pods), then the stop (delete all three).
+    backend.request_checkpoint(job.pk, 1, datetime.now(UTC) + timedelta(minutes=5))
+    pods = kube.pods("team-a", selector=f"gpuqueue.dev/job-id={job.pk}")
+    assert len(pods) == 2
+    assert all(CHECKPOINT_ANNOTATION in p["metadata"]["annotations"] for p in pods)
+    backend.stop(job.pk, 1)
+    kube.wait(lambda: not kube.jobs("team-a"))
+    # Why pods were refused (list events): a quota in team-b refuses the gang.
+    kube.core.create_namespaced_resource_quota(
+        "team-b",
+        {"metadata": {"name": "gpus"}, "spec": {"hard": {"requests.nvidia.com/gpu": "1"}}},
+    )
+    refused = submit(world.carol, team=world.team_b, gpus_per_worker=4, annotations=LONG)
+    run_cycle(backend=backend)
+    kube.sync_until(
+        lambda: Job.objects.get(pk=refused.pk).state == JobState.PENDING, backend=backend
+    )
+    assert "exceeded quota" in Job.objects.get(pk=refused.pk).events.last().reason
+
+
+def test_gpuqueue_s_own_account_may_not_act_outside_team_namespaces_or_on_nodes(
+    kube: Kube, as_gpuqueue: client.ApiClient, submit: Any, world: Any
+) -> None:
+    core, batch = client.CoreV1Api(as_gpuqueue), client.BatchV1Api(as_gpuqueue)
+    job = {
+        "metadata": {"name": "sneaky"},
+        "spec": {
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}
+            }
+        },
+    }
+    forbidden = [
+        lambda: batch.create_namespaced_job("others", job),  # not a team namespace
+        lambda: core.list_secret_for_all_namespaces(),  # secrets: only its own, by name
+        lambda: core.patch_node("h100-0", {"metadata": {"labels": {"x": "y"}}}),
+        lambda: core.delete_namespaced_pod("anything", "others"),
+        lambda: core.create_namespaced_pod(
+            "team-a", {"metadata": {"name": "p"}, **job["spec"]["template"]}
+        ),
+    ]
+    for call in forbidden:
+        with pytest.raises(ApiException) as refused:
+            call()
+        assert refused.value.status == 403
+    # The backend turns such a refusal into a permanent error that fails the job.
+    backend = KubernetesBackend(
+        as_gpuqueue,
+        caller=Caller(attempts=1, backoff_seconds=0),
+        namespaces=lambda: ["team-a", "team-b"],
+    )
+    with pytest.raises(ClusterError) as error:
+        backend.list_raw_jobs("others")
+    assert not error.value.transient and "forbidden" in str(error.value)
