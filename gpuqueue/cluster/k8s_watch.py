@@ -92,6 +92,7 @@ class ResourceWatch:
         self.listed = threading.Event()
         self.lists = 0  # how many times it listed: once, plus once per 410 or resync
         self.stopping = False
+        self._relist = threading.Event()
         self.thread = threading.Thread(
             target=self._run, name=f"watch-{kind}-{namespace or 'all'}", daemon=True
         )
@@ -103,14 +104,16 @@ class ResourceWatch:
         self.stopping = True
 
     def relist(self) -> None:
-        """Re-list at the next renewal (a periodic resync against missed events)."""
-        self.resource_version = None
+        """List afresh (a periodic resync against missed events): at the stream's next event or
+        bookmark, or its renewal, whichever comes first."""
+        self._relist.set()
 
     def _run(self) -> None:
         failures = 0
         while not self.stopping:
             try:
-                if self.resource_version is None:
+                if self.resource_version is None or self._relist.is_set():
+                    self._relist.clear()
                     self._list()
                 self._watch()
                 failures = 0
@@ -159,8 +162,8 @@ class ResourceWatch:
         )
         try:
             for line in iter_resp_lines(response):
-                if self.stopping:
-                    return
+                if self.stopping or self._relist.is_set():
+                    return  # a relist replaces whatever this stream would still say
                 if not line:
                     continue
                 event = json.loads(line)

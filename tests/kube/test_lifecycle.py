@@ -215,6 +215,23 @@ def test_the_watch_survives_an_apiserver_restart_and_a_410_gone(kube: Kube) -> N
             watch.stop()
 
 
+def test_the_periodic_relist_happens_even_while_events_keep_coming(kube: Kube) -> None:
+    """A resync asks each watch to list afresh; the events that arrive meanwhile must not undo
+    that (they carry a resourceVersion the watch would otherwise resume from)."""
+    backend = kube.new_backend()
+    changed = threading.Event()
+    watches = start_watches(backend, changed, ["team-a"], watch_seconds=30)
+    try:
+        pods = watches["pods"]
+        kube.wait(lambda: pods.lists == 1)
+        pods.relist()
+        kube.external_pod("during-relist", "h100-0", 1)
+        kube.wait(lambda: pods.lists == 2, timeout=20)
+    finally:
+        for watch in watches.values():
+            watch.stop()
+
+
 def test_a_gpuqueue_restart_in_the_middle_of_a_launch_adopts_what_exists(
     kube: Kube, submit: Any
 ) -> None:
