@@ -113,6 +113,11 @@ class ClusterBackend(abc.ABC):
     def observe(self) -> list[WorkloadStatus]:
         """The status of every gpuqueue workload that exists on the cluster."""
 
+    def unseen_namespaces(self) -> Collection[str]:
+        """Team namespaces whose workloads the last observe() could not see (the sync leaves
+        their jobs as they are rather than take them for gone)."""
+        return ()
+
     def release_gangs(self) -> int:
         """Let launched gangs that wait for their placement start (Kubernetes: pods behind a
         scheduling gate); returns how many workers were released. Nothing waits by default."""

@@ -40,13 +40,16 @@ class Store:
     """Objects by kind and (namespace, name), shared by the watch threads and the sync loop.
 
     A listing replaces the objects of its kind in its scope (a namespace, or all); `live` says
-    that every kind has been listed and is being watched, so reads may use the copy.
+    that nodes and pods are listed and their watches healthy, so reads may use the copy;
+    `unseen` names the team namespaces whose Jobs are not followed now (never listed, or their
+    watch failing: a namespace without gpuqueue's RoleBinding answers 403).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {kind: {} for kind in KINDS}
         self.live = False
+        self.unseen: frozenset[str] = frozenset()
 
     def replace(self, kind: str, items: list[Obj], namespace: str | None = None) -> None:
         with self._lock:
@@ -92,6 +95,7 @@ class ResourceWatch:
         self.listed = threading.Event()
         self.lists = 0  # how many times it listed: once, plus once per 410 or resync
         self.stopping = False
+        self.failing = False  # its last list or watch failed; cleared by the next that works
         self._relist = threading.Event()
         self.thread = threading.Thread(
             target=self._run, name=f"watch-{kind}-{namespace or 'all'}", daemon=True
@@ -133,7 +137,12 @@ class ResourceWatch:
                 failures += 1
                 self._pause(failures, f"watch {self.kind}: {type(exc).__name__}: {exc}")
 
+    @property
+    def healthy(self) -> bool:
+        return self.listed.is_set() and not self.failing
+
     def _pause(self, failures: int, detail: str) -> None:
+        self.failing = True
         log.warning("%s; retrying", detail)
         self.backend.call.on_health(False, detail)
         time.sleep(min(30.0, self.backend.call.backoff * 2 ** min(failures, 6)))
@@ -142,6 +151,7 @@ class ResourceWatch:
         listed = self.backend._list(f"list {self.kind}", self.fn, *self.args, **self.kwargs)
         self.backend.store.replace(self.kind, listed.get("items") or [], self.namespace)
         self.resource_version = (listed.get("metadata") or {}).get("resourceVersion") or ""
+        self.failing = False
         self.lists += 1
         self.listed.set()
         self.changed.set()
@@ -237,7 +247,11 @@ def run_watcher(
     sync, which reads the backend's live copy; it handles its own failures).
 
     1. Start list-then-watch threads for nodes and pods (cluster-wide) and for gpuqueue Jobs in
-       each team namespace; wait until each has listed once, then serve reads from the copy.
+       each team namespace; wait until nodes and pods have listed and each Jobs watch has
+       listed or failed once, then serve reads from the copy. Before every pass the copy is
+       live only while the node and pod watches are healthy, and the namespaces whose Jobs
+       watch is not are left out of the pass (one namespace without its RoleBinding does not
+       stop the others).
     2. Reconcile at start: one full sync (relaunch admitted jobs without a Kubernetes Job,
        delete Jobs that belong to no live job, move every job to what the cluster says).
     3. Then sync again as soon as anything changed, and at least every `sync_seconds` (the
@@ -250,14 +264,19 @@ def run_watcher(
     namespaces = backend.namespaces()
     watches = start_watches(backend, changed, namespaces, watch_seconds)
     try:
-        while not all(w.listed.wait(0.1) for w in watches.values()):
+        while not all(
+            w.listed.wait(0.1) or (w.kind == "jobs" and w.failing) for w in watches.values()
+        ):
             if should_stop():
                 return
-        backend.store.live = True
         last_resync = time.monotonic()
         # 2. and 3.
         while not should_stop():
             changed.clear()
+            backend.store.live = watches["nodes"].healthy and watches["pods"].healthy
+            backend.store.unseen = frozenset(
+                w.namespace or "" for w in watches.values() if w.kind == "jobs" and not w.healthy
+            )
             sync()
             if heartbeat:
                 _touch(heartbeat)

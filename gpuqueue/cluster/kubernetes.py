@@ -99,6 +99,7 @@ class KubernetesBackend(ClusterBackend):
         self._jobs_seen: list[Obj] | None = None
         self._all_pods: list[Obj] | None = None
         self._held: dict[Key, str] = {}
+        self._unseen: frozenset[str] = frozenset()
         self._refused: dict[Key, str] = {}
         self._refusals_checked: dict[str, datetime] = {}
         self._namespace_of: dict[tuple[int, int], str] = {}
@@ -191,16 +192,23 @@ class KubernetesBackend(ClusterBackend):
             nodes, pods, jobs = self._current()
             assert jobs is not None
             self._remember_nodes(nodes)
+            self._unseen = self.store.unseen
         else:
             # sync_cluster lists nodes (and so pods) just before; otherwise list them now.
             if self._pods_seen is None or self._not_ready is None:
                 self.list_nodes()
             pods, self._pods_seen = self._pods_seen or [], None
-            jobs = [
-                job
-                for namespace in self.namespaces()
-                for job in self.list_raw_jobs(namespace)["items"]
-            ]
+            jobs, unseen = [], set()
+            for namespace in self.namespaces():
+                try:
+                    jobs += self.list_raw_jobs(namespace)["items"]
+                except ClusterError as exc:
+                    if exc.transient:
+                        raise  # the API is away: the whole pass waits for it
+                    log.warning("jobs in %s cannot be read: %s", namespace, exc)
+                    self.call.on_health(False, str(exc))
+                    unseen.add(namespace)
+            self._unseen = frozenset(unseen)
         now = self.clock()
         for job in jobs:
             if (key := mf.attempt_of(job)) is not None:
@@ -218,6 +226,9 @@ class KubernetesBackend(ClusterBackend):
             node_lost_grace=self.node_lost_grace,
             start_problems=problems,
         )
+
+    def unseen_namespaces(self) -> Collection[str]:
+        return self._unseen
 
     def _refusals(self, jobs: list[Obj], pods: list[Obj], now: datetime) -> dict[Key, str]:
         """Why the API refused the pods of Jobs that still lack some after REFUSAL_CHECK: the

@@ -77,7 +77,8 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
 
     1. Under the cluster-sync advisory lock (one pass at a time), refresh the node inventory:
        GPUs held by anything but the attempts of jobs that hold GPUs count as used by others.
-    2. Read the phase of every gpuqueue workload.
+    2. Read the phase of every gpuqueue workload; jobs in namespaces the backend cannot see
+       now are left as they are.
     3. Move each job that holds GPUs along: running, finished, lost, checkpointed, or
        requeued with backoff after a failed start.
     4. After commit: stop what must stop, relaunch admitted jobs that have no workload (a
@@ -92,11 +93,14 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
     with transaction.atomic():
         if not try_xact_lock("cluster_sync"):
             return SyncResult(ran=False)
-        holding = list(Job.objects.holding().order_by("id"))
+        holding = list(Job.objects.holding().select_related("team").order_by("id"))
         live = {(job.pk, job.attempts) for job in holding}
         sync_nodes(backend.list_nodes(live))
         statuses = {(s.job_id, s.attempt): s for s in backend.observe()}
+        unseen = set(backend.unseen_namespaces())
         for job in holding:
+            if job.team.namespace in unseen:
+                continue  # its workload cannot be seen now: not gone, left as it is
             key = (job.pk, job.attempts)
             status = statuses.get(key)
             moved, stop = _follow(job, status, now)

@@ -4,21 +4,25 @@ server issued for it, under deploy/base/rbac.yaml and the example team RoleBindi
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from django.utils import timezone
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpuqueue.cluster.base import ClusterError
 from gpuqueue.cluster.k8s_calls import Caller
+from gpuqueue.cluster.k8s_watch import run_watcher
 from gpuqueue.cluster.kubernetes import KubernetesBackend
 from gpuqueue.cluster.manifests import CHECKPOINT_ANNOTATION, ClusterOptions
 from gpuqueue.cycle import run_cycle
 from gpuqueue.models import Job
+from gpuqueue.services.cluster_sync import sync_cluster
 from gpuqueue.states import JobState
 from tests.kube.conftest import Kube
 
@@ -136,3 +140,44 @@ def test_gpuqueue_s_own_account_may_not_act_outside_team_namespaces_or_on_nodes(
     with pytest.raises(ClusterError) as error:
         backend.list_raw_jobs("others")
     assert not error.value.transient and "forbidden" in str(error.value)
+
+
+def test_a_team_namespace_without_the_rolebinding_stops_nothing_else(
+    kube: Kube, as_gpuqueue: client.ApiClient, submit: Any, world: Any
+) -> None:
+    """`others` has no RoleBinding for gpuqueue (403 on its Jobs): the watcher still syncs the
+    other namespaces, and the job of the team that lives there is left as it is, not taken for
+    gone."""
+    from teams.models import Team
+
+    stranded_team = Team.objects.create(slug="team-c", name="Team C", namespace="others")
+    stranded = submit(world.root, team=stranded_team)
+    Job.objects.filter(pk=stranded.pk).update(
+        state=JobState.RUNNING, attempts=1, placement={"h100-3": 1}, admitted_at=timezone.now()
+    )
+    backend = KubernetesBackend(
+        as_gpuqueue,
+        options=ClusterOptions(public_url="http://gpuqueue.test"),
+        caller=Caller(attempts=1, backoff_seconds=0.1),
+        namespaces=lambda: ["team-a", "team-b", "others"],
+    )
+    job = submit(workers=2, gpus_per_worker=4, annotations=LONG)
+    deadline = time.monotonic() + 60
+
+    def done() -> bool:
+        if time.monotonic() > deadline:
+            raise AssertionError("the watcher did not run the job within 60 s")
+        if Job.objects.get(pk=job.pk).state == JobState.PENDING:
+            run_cycle(backend=backend)  # after the first pass: it needs the inventory
+        return Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+    run_watcher(
+        backend,
+        done,
+        lambda: sync_cluster(backend),
+        sync_seconds=0.2,
+        resync_seconds=60,
+        watch_seconds=30,
+    )
+    assert backend.unseen_namespaces() == frozenset({"others"})
+    assert Job.objects.get(pk=stranded.pk).state == JobState.RUNNING
