@@ -26,6 +26,8 @@ MODELS = {
     "ClusterRoleBinding": client.V1ClusterRoleBinding,
     "RoleBinding": client.V1RoleBinding,
     "Role": client.V1Role,
+    "ValidatingAdmissionPolicy": client.V1ValidatingAdmissionPolicy,
+    "ValidatingAdmissionPolicyBinding": client.V1ValidatingAdmissionPolicyBinding,
 }
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -211,3 +213,47 @@ def kube(control_plane: ControlPlane, world: Any) -> Iterator[Kube]:
     k.sync_until(lambda: True)  # the inventory, as the watcher's first pass takes it
     yield k
     k.reset()
+
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def apply(api: client.ApiClient, path: Path, namespace: str = "gpuqueue") -> None:
+    """Create what the file holds (ServiceAccount, ClusterRole, bindings), as kubectl would."""
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    create = {
+        "ServiceAccount": lambda d: core.create_namespaced_service_account(namespace, d),
+        "ClusterRole": rbac.create_cluster_role,
+        "ClusterRoleBinding": rbac.create_cluster_role_binding,
+        "RoleBinding": lambda d: rbac.create_namespaced_role_binding(d["metadata"]["namespace"], d),
+    }
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc:
+            try:
+                create[doc["kind"]](doc)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+
+@pytest.fixture
+def as_gpuqueue(kube: Kube) -> client.ApiClient:
+    """A client holding a token of the `gpuqueue` ServiceAccount, bound as deploy/ binds it."""
+    try:
+        kube.core.create_namespace({"metadata": {"name": "gpuqueue"}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    apply(kube.api, DEPLOY / "base" / "serviceaccount.yaml")
+    apply(kube.api, DEPLOY / "base" / "rbac.yaml")
+    apply(kube.api, DEPLOY / "overlays" / "example" / "team-rolebindings.yaml")
+    token = kube.core.create_namespaced_service_account_token(
+        "gpuqueue", "gpuqueue", {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    admin = kube.api.configuration
+    configuration = client.Configuration()
+    configuration.host = admin.host
+    configuration.ssl_ca_cert = admin.ssl_ca_cert
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    configuration.retries = 0
+    return client.ApiClient(configuration)

@@ -293,7 +293,8 @@ class ControlPlane:
             "--secure-port=0",
             f"--service-account-private-key-file={key}",
             f"--root-ca-file={pki / 'apiserver.crt'}",
-            "--use-service-account-credentials=false",
+            # Each controller as itself, as kubeadm runs them.
+            "--use-service-account-credentials=true",
             "--concurrent-job-syncs=20",
             "--kube-api-qps=200",
             "--kube-api-burst=400",

@@ -1,0 +1,146 @@
+"""On a real control plane: deploy/'s admission policy keeps GPUs in team namespaces behind the
+queue. Nobody else, a cluster admin included, may create a workload there whose pods ask for
+GPUs; gpuqueue's own Jobs are admitted and the Job controller creates their pods."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpuqueue.cluster.base import LaunchSpec
+from gpuqueue.cluster.k8s_calls import Caller
+from gpuqueue.cluster.kubernetes import KubernetesBackend
+from gpuqueue.cluster.manifests import ClusterOptions
+from tests.kube.conftest import DEPLOY, Kube, apply
+
+GUARDED = "team-guarded"
+
+
+def gpu_container(gpus: int) -> dict[str, Any]:
+    return {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def pod(name: str, gpus: int) -> dict[str, Any]:
+    container = gpu_container(gpus) if gpus else {"name": "c", "image": "x"}
+    return {"metadata": {"name": name}, "spec": {"containers": [container]}}
+
+
+def deployment(gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "around-the-queue"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {
+                "metadata": {"labels": {"app": "x"}},
+                "spec": {"containers": [gpu_container(gpus)]},
+            },
+        },
+    }
+
+
+def refusal(call: Callable[[], Any]) -> ApiException | None:
+    try:
+        call()
+    except ApiException as exc:
+        return exc
+    return None
+
+
+@pytest.fixture
+def guarded(kube: Kube, as_gpuqueue: client.ApiClient) -> client.ApiClient:
+    """A team namespace under the policy, with gpuqueue's RoleBinding there."""
+    try:
+        kube.core.create_namespace(
+            {"metadata": {"name": GUARDED, "labels": {"gpuqueue.dev/team": "true"}}}
+        )
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    binding = yaml.safe_load_all((DEPLOY / "overlays/example/team-rolebindings.yaml").read_text())
+    first = next(d for d in binding if d)
+    first["metadata"]["namespace"] = GUARDED
+    path = Path(kube.plane.workdir) / "guarded-rolebinding.yaml"
+    path.write_text(yaml.safe_dump(first))
+    apply(kube.api, path)
+    admission = client.AdmissionregistrationV1Api(kube.api)
+    for doc in yaml.safe_load_all((DEPLOY / "base/admission-policy.yaml").read_text()):
+        create = (
+            admission.create_validating_admission_policy
+            if doc["kind"] == "ValidatingAdmissionPolicy"
+            else admission.create_validating_admission_policy_binding
+        )
+        try:
+            create(doc)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    # The API server takes the policy in within a second or two (and the namespace's default
+    # ServiceAccount must exist before any pod is accepted there).
+    deadline = time.monotonic() + 30
+    for attempt in range(1000):
+        refused = refusal(
+            lambda n=f"probe-{attempt}": kube.core.create_namespaced_pod(GUARDED, pod(n, 1))
+        )
+        if refused is not None and "requested through gpuqueue" in str(refused.body):
+            break
+        assert time.monotonic() < deadline, f"the admission policy never took effect: {refused}"
+        time.sleep(0.5)
+    yield as_gpuqueue
+    kube.batch.delete_collection_namespaced_job(
+        GUARDED, propagation_policy="Background", grace_period_seconds=0
+    )
+    kube.core.delete_collection_namespaced_pod(GUARDED, grace_period_seconds=0)
+
+
+def test_no_one_but_gpuqueue_creates_gpu_workloads_in_a_team_namespace(
+    kube: Kube, guarded: client.ApiClient
+) -> None:
+    apps = client.AppsV1Api(kube.api)
+    for call in (
+        lambda: kube.core.create_namespaced_pod(GUARDED, pod("direct", 8)),
+        lambda: apps.create_namespaced_deployment(GUARDED, deployment(8)),
+    ):
+        refused = refusal(call)
+        assert refused is not None and refused.status == 403
+        assert "requested through gpuqueue" in refused.body
+    # What asks for no GPUs is none of the queue's business; elsewhere, neither is a GPU.
+    assert refusal(lambda: kube.core.create_namespaced_pod(GUARDED, pod("cpu-only", 0))) is None
+    assert refusal(lambda: kube.core.create_namespaced_pod("others", pod("elsewhere", 1))) is None
+    kube.core.delete_namespaced_pod("elsewhere", "others", grace_period_seconds=0)
+
+    # gpuqueue's own Job is admitted, and the Job controller creates its gang's pods.
+    backend = KubernetesBackend(
+        guarded,
+        options=ClusterOptions(public_url="http://gpuqueue.test"),
+        caller=Caller(attempts=1, backoff_seconds=0),
+        namespaces=lambda: [GUARDED],
+    )
+    token = backend.launch(
+        LaunchSpec(
+            job_id=990001,
+            attempt=1,
+            team="guarded",
+            namespace=GUARDED,
+            name="through-the-queue",
+            image="ghcr.io/acme/train:1",
+            command=[],
+            env={},
+            labels={},
+            annotations={},
+            workers=2,
+            gpus_per_worker=4,
+            resource_name="nvidia.com/gpu",
+            placement={"h100-2": 2},
+            checkpoint_grace_seconds=30,
+            max_runtime_seconds=None,
+        )
+    )
+    assert token
+    kube.wait(lambda: len(kube.pods(GUARDED, selector="gpuqueue.dev/job-id=990001")) == 2)
