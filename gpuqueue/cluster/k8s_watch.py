@@ -31,6 +31,13 @@ Obj = dict[str, Any]
 KINDS = ("nodes", "pods", "jobs")
 
 
+def without_managed_fields(obj: Obj) -> Obj:
+    """Drop the server-side-apply bookkeeping, often the larger part of an object, that
+    nothing in gpuqueue reads (the watcher keeps every pod of the cluster)."""
+    (obj.get("metadata") or {}).pop("managedFields", None)
+    return obj
+
+
 def object_key(obj: Obj) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return meta.get("namespace") or "", meta.get("name") or ""
@@ -182,7 +189,7 @@ class ResourceWatch:
                     raise ApiException(status=obj.get("code"), reason=obj.get("message", ""))
                 version = (obj.get("metadata") or {}).get("resourceVersion")
                 if event.get("type") != "BOOKMARK":
-                    self.backend.store.apply(self.kind, event["type"], obj)
+                    self.backend.store.apply(self.kind, event["type"], without_managed_fields(obj))
                     self.changed.set()
                 if version:
                     self.resource_version = version

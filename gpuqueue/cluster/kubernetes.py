@@ -27,7 +27,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError, LaunchSpec, Node
 from gpuqueue.cluster.gates import Release, releases
 from gpuqueue.cluster.inventory import inventory, not_ready_since
 from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound
-from gpuqueue.cluster.k8s_watch import Store, run_watcher
+from gpuqueue.cluster.k8s_watch import Store, run_watcher, without_managed_fields
 from gpuqueue.cluster.status import parse_time, workload_statuses
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ class KubernetesBackend(ClusterBackend):
         clock: Callable[[], datetime] = timezone.now,
         node_lost_grace_seconds: float = 300.0,
         concurrency: int = 16,
+        page_size: int = 500,
     ) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
@@ -93,6 +94,7 @@ class KubernetesBackend(ClusterBackend):
         self._hostnames: dict[str, str] = {}
         self.node_lost_grace = timedelta(seconds=node_lost_grace_seconds)
         self.concurrency = self.launch_concurrency = concurrency
+        self.page_size = page_size
         self._not_ready: dict[str, datetime | None] | None = None
         self._pods_seen: list[Obj] | None = None
         self._nodes_seen: list[Obj] | None = None
@@ -144,11 +146,31 @@ class KubernetesBackend(ClusterBackend):
     # Reading -----------------------------------------------------------------------------
 
     def _list(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
-        """One LIST as plain JSON (items and the list's resourceVersion)."""
-        response = self.call(
-            what, fn, *args, _preload_content=False, _request_timeout=self.timeout, **kwargs
-        )
-        return _json(response)
+        """A LIST as plain JSON (items and the list's resourceVersion), in pages of
+        `page_size` (a big cluster's pods in one response would be hundreds of MB). The
+        managedFields of each item, which nothing here reads, are dropped."""
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            page = _json(
+                self.call(
+                    what,
+                    fn,
+                    *args,
+                    limit=self.page_size,
+                    _continue=token,
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                    **kwargs,
+                )
+            )
+            for item in page.get("items") or []:
+                without_managed_fields(item)
+                items.append(item)
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue") or None
+            if token is None:  # every page carries the resourceVersion of the whole list
+                return {"items": items, "metadata": metadata}
 
     def list_raw_nodes(self) -> Obj:
         return self._list("list nodes", self.core.list_node)

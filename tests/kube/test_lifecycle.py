@@ -232,6 +232,28 @@ def test_the_periodic_relist_happens_even_while_events_keep_coming(kube: Kube) -
             watch.stop()
 
 
+def test_pods_are_listed_in_pages_and_kept_without_their_managed_fields(kube: Kube) -> None:
+    for i in range(7):
+        kube.external_pod(f"paged-{i}", f"h100-{i % 4}", 1)
+    everything = kube.pods("others", selector="")
+    assert len(everything) == 7 and all("managedFields" in p["metadata"] for p in everything)
+    backend = kube.new_backend(page_size=2)
+    calls: list[dict[str, Any]] = []
+    list_pods = backend.core.list_pod_for_all_namespaces
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return list_pods(*args, **kwargs)
+
+    backend.core.list_pod_for_all_namespaces = counted  # type: ignore[method-assign]
+    listed = backend.list_raw_pods()
+    names = {p["metadata"]["name"] for p in listed["items"]}
+    assert {p["metadata"]["name"] for p in everything} <= names
+    assert len(calls) >= 4 and all(c["limit"] == 2 for c in calls)  # 7 pods: 4 pages at least
+    assert listed["metadata"]["resourceVersion"]
+    assert not any("managedFields" in p["metadata"] for p in listed["items"])
+
+
 def test_a_gpuqueue_restart_in_the_middle_of_a_launch_adopts_what_exists(
     kube: Kube, submit: Any
 ) -> None:
