@@ -1,6 +1,7 @@
-"""On a real control plane: deploy/'s admission policy keeps GPUs in team namespaces behind the
-queue. Nobody else, a cluster admin included, may create a workload there whose pods ask for
-GPUs; gpuqueue's own Jobs are admitted and the Job controller creates their pods."""
+"""On a real control plane, what deploy/ asks of admission: its policy keeps GPUs in team
+namespaces behind the queue (nobody else, a cluster admin included, may create a workload there
+whose pods ask for GPUs, while gpuqueue's own Jobs are admitted and the Job controller creates
+their pods), and gpuqueue's own pods pass Pod Security "restricted"."""
 
 from __future__ import annotations
 
@@ -144,3 +145,41 @@ def test_no_one_but_gpuqueue_creates_gpu_workloads_in_a_team_namespace(
     )
     assert token
     kube.wait(lambda: len(kube.pods(GUARDED, selector="gpuqueue.dev/job-id=990001")) == 2)
+
+
+def test_gpuqueue_s_own_pods_pass_pod_security_restricted(kube: Kube) -> None:
+    """Each Deployment of deploy/base, its pod template sent as a Pod (server-side dry run) to a
+    namespace that enforces Pod Security "restricted": all are admitted."""
+    namespace = "restricted"
+    try:
+        kube.core.create_namespace(
+            {
+                "metadata": {
+                    "name": namespace,
+                    "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+                }
+            }
+        )
+        kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": "gpuqueue"}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    deployments = [
+        doc
+        for path in sorted((DEPLOY / "base").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc.get("kind") == "Deployment"
+    ]
+    assert len(deployments) == 4
+    # The check itself: a pod without the settings is refused there.
+    bare = refusal(
+        lambda: kube.core.create_namespaced_pod(namespace, pod("bare", 0), dry_run="All")
+    )
+    assert bare is not None and "violates PodSecurity" in str(bare.body)
+    for deployment in deployments:
+        template = deployment["spec"]["template"]
+        body = {"metadata": {"name": deployment["metadata"]["name"]}, "spec": template["spec"]}
+        refused = refusal(
+            lambda body=body: kube.core.create_namespaced_pod(namespace, body, dry_run="All")
+        )
+        assert refused is None, (deployment["metadata"]["name"], refused and refused.body)
