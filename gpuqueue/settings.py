@@ -253,6 +253,10 @@ GPUQUEUE_K8S_IMAGE_PULL_TIMEOUT_SECONDS = env_float(
 # and how often the watcher re-lists everything and reconciles even when nothing was seen.
 GPUQUEUE_K8S_WATCH_SECONDS = env_float("GPUQUEUE_K8S_WATCH_SECONDS", 240.0, minimum=0.1)
 GPUQUEUE_K8S_RESYNC_SECONDS = env_float("GPUQUEUE_K8S_RESYNC_SECONDS", 60.0, minimum=0.1)
+# A finished job's Kubernetes objects (and so its pods' logs) are kept this long, then deleted.
+GPUQUEUE_K8S_KEEP_FINISHED_SECONDS = env_float(
+    "GPUQUEUE_K8S_KEEP_FINISHED_SECONDS", 86400.0, minimum=0
+)
 # The watcher touches this file after every sync pass (its liveness probe checks the age).
 GPUQUEUE_WATCHER_HEARTBEAT_FILE = env_str("GPUQUEUE_WATCHER_HEARTBEAT_FILE", "")
 # The port workers use to rendezvous (MASTER_PORT) through the headless Service.

@@ -83,7 +83,8 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
        requeued with backoff after a failed start.
     4. After commit: stop what must stop, relaunch admitted jobs that have no workload (a
        crash between admission and launch, or a launch cut short before its Job), stop
-       workloads that belong to no live job.
+       workloads that belong to no live job (a finished one once it has been kept
+       GPUQUEUE_K8S_KEEP_FINISHED_SECONDS, for its logs).
     5. Release the gangs whose pods wait for their placement.
     """
     now = now or timezone.now()
@@ -109,7 +110,12 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
                 to_stop.append(key)
             elif status is None and job.state == JobState.ADMITTED:
                 to_launch.append(job.pk)
-        orphans = [key for key in statuses if key not in live]
+        keep = timedelta(seconds=settings.GPUQUEUE_K8S_KEEP_FINISHED_SECONDS)
+        orphans = [
+            key
+            for key, status in statuses.items()
+            if key not in live and not _kept(status, now, keep)
+        ]
     for job_id, attempt in to_stop + orphans:
         try:
             backend.stop(job_id, attempt)
@@ -124,6 +130,13 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
     except ClusterError as exc:
         log.warning("release of gangs deferred: %s", exc)
     return result
+
+
+def _kept(status: WorkloadStatus, now: datetime, keep: timedelta) -> bool:
+    """A finished workload stays for `keep` after it finished, so that its pods' logs can be
+    read; anything else that belongs to no live job is stopped at once."""
+    finished = status.phase in (Phase.SUCCEEDED, Phase.FAILED)
+    return finished and status.since is not None and now - status.since < keep
 
 
 def _follow(job: Job, status: WorkloadStatus | None, now: datetime) -> tuple[int, bool]:

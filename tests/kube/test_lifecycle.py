@@ -18,6 +18,7 @@ from gpuqueue.cluster.manifests import token_secret_name, workload_name
 from gpuqueue.cycle import run_cycle
 from gpuqueue.models import Job
 from gpuqueue.services.checkpoint import job_for_token
+from gpuqueue.services.cluster_sync import sync_cluster
 from gpuqueue.states import JobState
 from tests.kube.conftest import Kube
 
@@ -230,6 +231,29 @@ def test_the_periodic_relist_happens_even_while_events_keep_coming(kube: Kube) -
     finally:
         for watch in watches.values():
             watch.stop()
+
+
+def test_a_finished_job_s_objects_and_pods_are_kept_for_their_logs_then_deleted(
+    kube: Kube, submit: Any, settings: Any
+) -> None:
+    job = submit(
+        workers=2, gpus_per_worker=1, annotations={"gpuqueue.dev/sim-duration-seconds": "1"}
+    )
+    run_cycle(backend=kube.backend)
+    kube.sync_until(lambda: state(job) == JobState.SUCCEEDED)
+    selector = f"gpuqueue.dev/job-id={job.pk}"
+    for _ in range(3):
+        sync_cluster(kube.backend)  # passes after the job ended: its objects stay
+    assert [j["metadata"]["name"] for j in kube.jobs("team-a")] == [workload_name(job.pk, 1)]
+    assert len(kube.pods("team-a", selector=selector)) == 2  # their logs can be read
+    settings.GPUQUEUE_K8S_KEEP_FINISHED_SECONDS = 0
+    kube.sync_until(lambda: not kube.jobs("team-a"))
+    kube.wait(
+        lambda: (
+            not kube.core.list_namespaced_secret("team-a", label_selector=selector).items
+            and not kube.core.list_namespaced_service("team-a", label_selector=selector).items
+        )
+    )
 
 
 def test_pods_are_listed_in_pages_and_kept_without_their_managed_fields(kube: Kube) -> None:
