@@ -5,7 +5,15 @@ from gpuqueue.models import Flavor, Job, JobEvent, Node, Quota, SimulatedWorkloa
 
 @admin.register(Flavor)
 class FlavorAdmin(admin.ModelAdmin):
-    list_display = ["name", "resource_name", "node_selector", "tolerations", "description"]
+    list_display = [
+        "name",
+        "resource_name",
+        "node_selector",
+        "tolerations",
+        "cpu_millicores_per_gpu",
+        "memory_mib_per_gpu",
+        "description",
+    ]
 
 
 @admin.register(Quota)

@@ -14,10 +14,18 @@ from gpuqueue.services.submit import submit_job
 from gpuqueue.states import JobState
 from teams.models import Membership, Team
 
+# name, resource, node selector, description, CPU millicores and memory MiB per GPU
 FLAVORS = [
-    ("h100", "nvidia.com/gpu", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, "H100 80GB"),
-    ("l4", "nvidia.com/gpu", {"nvidia.com/gpu.product": "NVIDIA-L4"}, "L4 24GB"),
-    ("mig-1g-10gb", "nvidia.com/mig-1g.10gb", {}, "A100 MIG slice, 10GB"),
+    (
+        "h100",
+        "nvidia.com/gpu",
+        {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        "H100 80GB",
+        12000,
+        98304,
+    ),
+    ("l4", "nvidia.com/gpu", {"nvidia.com/gpu.product": "NVIDIA-L4"}, "L4 24GB", 4000, 16384),
+    ("mig-1g-10gb", "nvidia.com/mig-1g.10gb", {}, "A100 MIG slice, 10GB", 1000, 8192),
 ]
 TEAMS = [
     (
@@ -46,13 +54,15 @@ def seed_demo() -> bool:
         return False
     User.objects.create_superuser(ROOT[0], f"{ROOT[0]}@example.com", ROOT[1])
     flavors = {}
-    for name, resource, selector, description in FLAVORS:
+    for name, resource, selector, description, cpu, memory in FLAVORS:
         flavors[name], _ = Flavor.objects.get_or_create(
             name=name,
             defaults={
                 "resource_name": resource,
                 "node_selector": selector,
                 "description": description,
+                "cpu_millicores_per_gpu": cpu,
+                "memory_mib_per_gpu": memory,
             },
         )
     teams = {}

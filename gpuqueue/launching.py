@@ -48,6 +48,8 @@ def launch_spec(job: Job) -> LaunchSpec:
         tolerations=tuple(
             {str(k): str(v) for k, v in toleration.items()} for toleration in job.flavor.tolerations
         ),
+        cpu_millicores=job.flavor.cpu_millicores_per_gpu * job.gpus_per_worker,
+        memory_mib=job.flavor.memory_mib_per_gpu * job.gpus_per_worker,
     )
 
 

@@ -34,6 +34,14 @@ class Flavor(models.Model):
         help_text="Kubernetes tolerations of its pods, for tainted nodes: "
         '[{"key": …, "operator": "Equal" or "Exists", "value": …, "effect": …}]',
     )
+    # What each worker gets besides its GPUs, per GPU (0: nothing requested): CPU and memory
+    # requests keep GPU pods out of BestEffort QoS, the first evicted under memory pressure.
+    cpu_millicores_per_gpu = models.PositiveIntegerField(
+        default=0, help_text="CPU per GPU in millicores, e.g. 12000 for 12 CPUs per H100"
+    )
+    memory_mib_per_gpu = models.PositiveIntegerField(
+        default=0, help_text="memory per GPU in MiB (request and limit), e.g. 98304 (96 GiB)"
+    )
     description = models.CharField(max_length=200, blank=True)
 
     class Meta:

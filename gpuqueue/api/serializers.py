@@ -280,7 +280,16 @@ class FlavorSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Flavor
-        fields = ["id", "name", "resource_name", "node_selector", "tolerations", "description"]
+        fields = [
+            "id",
+            "name",
+            "resource_name",
+            "node_selector",
+            "tolerations",
+            "cpu_millicores_per_gpu",
+            "memory_mib_per_gpu",
+            "description",
+        ]
         read_only_fields = ["id"]
 
     def to_internal_value(self, data: Any) -> Any:

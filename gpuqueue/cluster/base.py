@@ -50,6 +50,8 @@ class LaunchSpec:
     max_runtime_seconds: int | None
     checkpoint_location: str = ""  # where the previous attempt saved, for resuming
     tolerations: Sequence[Mapping[str, str]] = ()  # the flavor's, for its tainted nodes
+    cpu_millicores: int = 0  # per worker, requested (0: none)
+    memory_mib: int = 0  # per worker, requested and limit (0: none)
 
 
 class Phase(enum.StrEnum):

@@ -18,6 +18,8 @@ def flavor_state(flavor: Flavor) -> dict[str, Any]:
         "resource_name": flavor.resource_name,
         "node_selector": flavor.node_selector,
         "tolerations": flavor.tolerations,
+        "cpu_millicores_per_gpu": flavor.cpu_millicores_per_gpu,
+        "memory_mib_per_gpu": flavor.memory_mib_per_gpu,
         "description": flavor.description,
     }
 

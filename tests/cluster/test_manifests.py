@@ -44,6 +44,8 @@ SPEC = LaunchSpec(
     checkpoint_grace_seconds=120,
     max_runtime_seconds=86400,
     checkpoint_location="s3://ckpt/job-42/step-900",
+    cpu_millicores=48000,
+    memory_mib=393216,
 )
 HOSTNAMES = {"gpu-node-a": "gpu-node-a", "gpu-node-b": "gpu-node-b"}
 MODELS = {"Job": client.V1Job, "Service": client.V1Service, "Secret": client.V1Secret}
@@ -92,12 +94,26 @@ def test_the_job_is_an_indexed_gang_pinned_to_the_planned_nodes() -> None:
     annotations = job["spec"]["template"]["metadata"]["annotations"]
     slots = [["gpu-node-a", 1], ["gpu-node-b", 1]]
     assert json.loads(annotations[mf.PLACEMENT_ANNOTATION]) == slots
-    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
     assert env["WORLD_SIZE"]["value"] == "2"
     assert env["MASTER_ADDR"]["value"] == "gq-42-2-0.gq-42-2.team-a.svc"
     assert env["GPUQUEUE_CHECKPOINT"]["value"] == "s3://ckpt/job-42/step-900"
     assert env["GPUQUEUE_JOB_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "gq-42-2-token"
+
+
+def test_each_worker_gets_the_flavor_s_cpu_and_memory_a_dev_shm_and_no_api_token() -> None:
+    pod = built()["job"]["spec"]["template"]["spec"]
+    resources = pod["containers"][0]["resources"]
+    assert resources["requests"] == {"nvidia.com/gpu": "4", "cpu": "48000m", "memory": "393216Mi"}
+    assert resources["limits"] == {"nvidia.com/gpu": "4", "memory": "393216Mi"}  # Burstable
+    (shm,) = [v for v in pod["volumes"] if v["name"] == "dshm"]
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "196608Mi"}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
+    assert pod["automountServiceAccountToken"] is False
+    bare = mf.job_manifest(replace(SPEC, cpu_millicores=0, memory_mib=0), OPTIONS, HOSTNAMES)
+    bare_resources = bare["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert bare_resources["requests"] == bare_resources["limits"] == {"nvidia.com/gpu": "4"}
 
 
 def test_a_failed_worker_fails_the_job_but_a_disrupted_one_does_not() -> None:

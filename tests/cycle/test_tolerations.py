@@ -97,6 +97,8 @@ def test_the_admin_form_shows_invalid_tolerations_at_the_field(world: Any, clien
         "name": "h100",
         "resource_name": "nvidia.com/gpu",
         "node_selector": '{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}',
+        "cpu_millicores_per_gpu": "12000",
+        "memory_mib_per_gpu": "98304",
         "description": "",
     }
     refused = client.post(url, {**form, "tolerations": '[{"key": "a", "effect": "NoRun"}]'})

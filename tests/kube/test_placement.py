@@ -135,3 +135,24 @@ def test_a_tainted_node_is_used_only_by_a_flavor_that_tolerates_it(
 
     kube.sync_until(lambda: tolerant.__class__.objects.get(pk=tolerant.pk).state == "RUNNING")
     assert bound(kube, tolerant) == Counter({"h100-spot-0": 1})
+
+
+def test_a_worker_gets_the_flavor_s_cpu_and_memory_and_is_no_longer_best_effort(
+    kube: Kube, submit: Any, world: Any
+) -> None:
+    Flavor.objects.filter(pk=world.h100.pk).update(
+        cpu_millicores_per_gpu=12000, memory_mib_per_gpu=98304
+    )
+    job = submit(workers=1, gpus_per_worker=2, annotations=LONG)
+    run_cycle(backend=kube.backend)
+    kube.sync_until(lambda: Job.objects.get(pk=job.pk).state == JobState.RUNNING)
+    (pod,) = kube.pods("team-a", selector=f"gpuqueue.dev/job-id={job.pk}")
+    # The API server's own verdict: Burstable, not the BestEffort evicted first.
+    assert pod["status"]["qosClass"] == "Burstable"
+    requests = pod["spec"]["containers"][0]["resources"]["requests"]
+    assert requests["cpu"] == "24" and requests["memory"] == "192Gi"
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert not any(
+        m["mountPath"].startswith("/var/run/secrets/kubernetes.io")
+        for m in pod["spec"]["containers"][0]["volumeMounts"]
+    )
