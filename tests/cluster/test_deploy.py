@@ -28,6 +28,8 @@ MODELS = {
     "Role": client.V1Role,
     "ValidatingAdmissionPolicy": client.V1ValidatingAdmissionPolicy,
     "ValidatingAdmissionPolicyBinding": client.V1ValidatingAdmissionPolicyBinding,
+    "PodDisruptionBudget": client.V1PodDisruptionBudget,
+    "NetworkPolicy": client.V1NetworkPolicy,
 }
 
 
