@@ -54,6 +54,16 @@ def test_every_manifest_is_a_valid_object_of_its_kind() -> None:
         assert client.ApiClient().sanitize_for_serialization(model) == doc, doc["metadata"]["name"]
 
 
+def test_no_kustomization_applies_a_secret() -> None:
+    """`kubectl apply -k` must never overwrite the real gpuqueue-secrets with placeholders."""
+    for path in DEPLOY.rglob("kustomization.yaml"):
+        for resource in yaml.safe_load(path.read_text()).get("resources", []):
+            target = path.parent / resource
+            if target.is_file():
+                kinds = {d["kind"] for d in yaml.safe_load_all(target.read_text()) if d}
+                assert "Secret" not in kinds, target
+
+
 def test_every_kustomization_names_files_that_exist() -> None:
     for path in DEPLOY.rglob("kustomization.yaml"):
         spec = yaml.safe_load(path.read_text())
