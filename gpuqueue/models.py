@@ -69,8 +69,10 @@ class Flavor(models.Model):
         return tolerations
 
     def tolerates(self, taints: Iterable[Mapping[str, str]]) -> bool:
-        """Whether its pods may be placed on a node with these taints."""
-        return schedulable_for(taints, self.pod_tolerations())
+        """Whether its pods may be placed on a node with these taints (an untainted node, the
+        common case in the snapshot's loop over nodes and flavors, at once)."""
+        taints = list(taints)
+        return not taints or schedulable_for(taints, self.pod_tolerations())
 
 
 class Quota(models.Model):

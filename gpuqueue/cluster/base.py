@@ -23,9 +23,6 @@ class NodeInfo:
     ready: bool = True
     cordoned: bool = False
     used_externally: Mapping[str, int] = field(default_factory=dict)
-    # When the node stopped being Ready (None while Ready): its gangs are torn down only after
-    # GPUQUEUE_NODE_LOST_GRACE_SECONDS, as Kubernetes itself waits before evicting.
-    not_ready_since: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

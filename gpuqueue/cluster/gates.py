@@ -80,18 +80,6 @@ def planned_hostname(pod: Obj) -> str | None:
     return None
 
 
-def _target(pod: Obj) -> str | None:
-    """The hostname a live pod holds or will hold GPUs on: its node, or its pinned hostname."""
-    spec = pod.get("spec") or {}
-    if (pod.get("status") or {}).get("phase") in FINISHED_POD_PHASES:
-        return None
-    if spec.get("nodeName"):
-        return None  # counted by node name
-    if is_gated(pod):
-        return None  # holds nothing until released
-    return (spec.get("nodeSelector") or {}).get(HOSTNAME)
-
-
 def free_gpus(nodes: Iterable[Obj], pods: Iterable[Obj]) -> dict[str, dict[str, int]]:
     """{hostname: {resource: GPUs free}}: allocatable less every unfinished pod bound there
     (terminating ones included: they hold their GPUs until gone) or released toward it."""
@@ -106,7 +94,12 @@ def free_gpus(nodes: Iterable[Obj], pods: Iterable[Obj]) -> dict[str, dict[str, 
         phase = (pod.get("status") or {}).get("phase")
         if phase in FINISHED_POD_PHASES:
             continue
-        hostname = by_name.get(spec.get("nodeName") or "") or _target(pod)
+        if spec.get("nodeName"):
+            hostname = by_name.get(spec["nodeName"])
+        elif not is_gated(pod):  # released toward its planned node, not bound yet
+            hostname = (spec.get("nodeSelector") or {}).get(HOSTNAME)
+        else:
+            continue  # gated: holds nothing until released
         if hostname is None or hostname not in free:
             continue
         for resource, count in pod_gpus(pod).items():
@@ -127,25 +120,19 @@ def releases(
     pods = list(pods)
     room = free_gpus(nodes, pods)  # 1.
     gated: dict[tuple[int, int], list[Obj]] = defaultdict(list)  # 2.
+    existing: dict[tuple[int, int], int] = defaultdict(int)
     for pod in pods:
         key = attempt_of(pod)
-        if (
-            key is not None
-            and is_gated(pod)
-            and not (pod.get("metadata") or {}).get("deletionTimestamp")
-        ):
+        if key is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        existing[key] += 1
+        if is_gated(pod):
             gated[key].append(pod)
     workers = {
         key: int((job.get("spec") or {}).get("parallelism") or 0)
         for job in jobs
         if (key := attempt_of(job)) is not None
     }
-    existing: dict[tuple[int, int], int] = defaultdict(int)
-    for pod in pods:
-        if (key := attempt_of(pod)) is not None and not (pod.get("metadata") or {}).get(
-            "deletionTimestamp"
-        ):
-            existing[key] += 1
     out: list[Release] = []
     held: dict[tuple[int, int], str] = {}
     for key in sorted(gated):  # 3.

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpuqueue.cluster.base import NodeInfo
 from gpuqueue.cluster.manifests import attempt_of
+from gpuqueue.cluster.status import parse_time
 
 # Resource names that are GPUs: whole GPUs, MIG slices (`nvidia.com/mig-1g.10gb`) and time-sliced
 # shares (the GPU Operator's `nvidia.com/gpu.shared` when it renames replicas).
@@ -54,15 +55,8 @@ def not_ready_since(node: Mapping[str, Any]) -> datetime | None:
         return None
     for condition in (node.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
-            return _time(condition.get("lastTransitionTime"))
-    return _time((node.get("metadata") or {}).get("creationTimestamp"))
-
-
-def _time(value: Any) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
-    except ValueError:
-        return None
+            return parse_time(condition.get("lastTransitionTime"))
+    return parse_time((node.get("metadata") or {}).get("creationTimestamp"))
 
 
 def pod_gpus(pod: Mapping[str, Any]) -> dict[str, int]:
@@ -123,7 +117,6 @@ def node_info(node: Mapping[str, Any], used_externally: Mapping[str, int]) -> No
         ready=is_ready(node),
         cordoned=bool(spec.get("unschedulable", False)),
         used_externally=dict(used_externally),
-        not_ready_since=not_ready_since(node),
     )
 
 

@@ -97,9 +97,9 @@ class KubernetesBackend(ClusterBackend):
         self.page_size = page_size
         self._not_ready: dict[str, datetime | None] | None = None
         self._pods_seen: list[Obj] | None = None
-        self._nodes_seen: list[Obj] | None = None
-        self._jobs_seen: list[Obj] | None = None
-        self._all_pods: list[Obj] | None = None
+        self._nodes_seen: list[Obj] = []
+        # The nodes, pods and Jobs the last observe() read, for release_gangs() in the same pass.
+        self._observed: tuple[list[Obj], list[Obj], list[Obj]] | None = None
         self._held: dict[Key, str] = {}
         self._unseen: frozenset[str] = frozenset()
         self._refused: dict[Key, str] = {}
@@ -236,7 +236,7 @@ class KubernetesBackend(ClusterBackend):
             if (key := mf.attempt_of(job)) is not None:
                 self._namespace_of[key] = job["metadata"].get("namespace", "")
                 self._first_seen.setdefault(key, now)
-        self._jobs_seen, self._all_pods = jobs, pods
+        self._observed = (self._nodes_seen, pods, jobs)
         problems = {**self._refusals(jobs, pods, now), **self._held}
         return workload_statuses(
             jobs,
@@ -272,6 +272,8 @@ class KubernetesBackend(ClusterBackend):
                 and not meta.get("deletionTimestamp")
             ):
                 short[meta.get("namespace", "")][meta.get("uid", "")] = key
+        still_short = {key for by_uid in short.values() for key in by_uid.values()}
+        self._refused = {k: v for k, v in self._refused.items() if k in still_short}
         found: dict[Key, str] = {}
         for namespace, by_uid in short.items():
             last = self._refusals_checked.get(namespace)
@@ -303,8 +305,8 @@ class KubernetesBackend(ClusterBackend):
         if self.store.live:
             nodes, pods, jobs = self._current()
             assert jobs is not None
-        elif self._jobs_seen is not None and self._all_pods is not None:
-            nodes, pods, jobs = self._nodes_seen or [], self._all_pods, self._jobs_seen
+        elif self._observed is not None:
+            nodes, pods, jobs = self._observed
         else:
             return 0
         out, self._held = releases(jobs, pods, nodes)
@@ -328,9 +330,7 @@ class KubernetesBackend(ClusterBackend):
                 return False
             return True
 
-        if len(out) <= 1:
-            return sum(release(one) for one in out)
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:  # threads made as needed
             return sum(pool.map(release, out))
 
     # Writing -----------------------------------------------------------------------------
@@ -388,15 +388,22 @@ class KubernetesBackend(ClusterBackend):
         return token
 
     def _read_secret(self, spec: LaunchSpec) -> Obj:
+        """The attempt's Secret, which a create just found (409); gone meanwhile (deleted
+        between the two calls) is transient: the next sync launches again."""
         name = mf.token_secret_name(spec.job_id, spec.attempt)
-        response = self.call(
-            f"read secret {spec.namespace}/{name}",
-            self.core.read_namespaced_secret,
-            name,
-            spec.namespace,
-            _preload_content=False,
-            _request_timeout=self.timeout,
-        )
+        try:
+            response = self.call(
+                f"read secret {spec.namespace}/{name}",
+                self.core.read_namespaced_secret,
+                name,
+                spec.namespace,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        except NotFound as exc:
+            raise ClusterError(
+                f"read secret {spec.namespace}/{name}: {exc}", transient=True
+            ) from exc
         return _json(response)
 
     def _create(self, kind: str, fn: Callable[..., Any], namespace: str, body: Obj) -> Obj:

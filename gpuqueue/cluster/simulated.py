@@ -36,7 +36,7 @@ DEFAULT_DURATION_SECONDS = 60.0
 
 def load_cluster_file(path: Path) -> list[NodeInfo]:
     """Parse the cluster YAML: entries with `name` (may hold `{i}`), `count`, `labels`,
-    `capacity` and optional `ready` / `cordoned`."""
+    `capacity` and optional `taints`, `ready` / `cordoned`."""
     data = yaml.safe_load(path.read_text()) or {}
     nodes: list[NodeInfo] = []
     for entry in data.get("nodes", []):
@@ -48,6 +48,10 @@ def load_cluster_file(path: Path) -> list[NodeInfo]:
                     name=name,
                     capacity={str(k): int(v) for k, v in (entry.get("capacity") or {}).items()},
                     labels={str(k): str(v) for k, v in (entry.get("labels") or {}).items()},
+                    taints=[
+                        {str(k): str(v) for k, v in taint.items()}
+                        for taint in entry.get("taints") or []
+                    ],
                     ready=bool(entry.get("ready", True)),
                     cordoned=bool(entry.get("cordoned", False)),
                 )

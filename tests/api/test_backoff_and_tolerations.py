@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import transaction
 
+from gpuqueue.client.cli import describe
 from gpuqueue.models import Flavor, Job
 from gpuqueue.services.start_failures import requeue_after_start_failure
 from gpuqueue.states import JobState
@@ -37,6 +38,22 @@ def test_a_backing_off_job_says_until_when(api: Any, submit: Any, settings: Any)
     assert listed[-1]["reason"] == (
         "pods refused: exceeded quota; retrying in 30 s (start attempt 1 of 5)"
     )
+
+
+def test_the_job_page_and_the_cli_show_why_the_job_backs_off(
+    api: Any, submit: Any, client: Any, world: Any
+) -> None:
+    job = submit()
+    Job.objects.filter(pk=job.pk).update(state=JobState.ADMITTED, attempts=1)
+    job.refresh_from_db()
+    with transaction.atomic():
+        requeue_after_start_failure(job, "pods refused: exceeded quota: gpus", NOW)
+
+    client.force_login(world.alice)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Backing off" in page and "exceeded quota: gpus" in page
+    shown = describe(api("alice").get(f"/api/v1/jobs/{job.pk}/").json())  # `gpuqueue status`
+    assert "why: Backing off: 1 of 5" in shown and "exceeded quota: gpus" in shown
 
 
 def test_a_site_admin_sets_tolerations_and_everyone_reads_them(api: Any) -> None:

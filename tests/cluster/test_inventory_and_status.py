@@ -10,7 +10,7 @@ import pytest
 
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster.base import Phase
-from gpuqueue.cluster.inventory import inventory
+from gpuqueue.cluster.inventory import inventory, not_ready_since
 from gpuqueue.cluster.status import workload_status
 from tests.cluster.conftest import node
 
@@ -219,3 +219,14 @@ def test_an_image_pull_within_the_timeout_is_still_starting() -> None:
         timedelta(minutes=5),
     )
     assert status.phase is Phase.STARTING and "ImagePullBackOff" in status.message
+
+
+def test_a_node_not_ready_or_unreachable_counts_from_its_ready_condition_s_last_change() -> None:
+    since = "2026-11-22T11:00:00Z"
+    for status in ("False", "Unknown"):  # NotReady, or unreachable (no kubelet heartbeats)
+        lost = node("n1", 8)
+        lost["status"]["conditions"] = [
+            {"type": "Ready", "status": status, "lastTransitionTime": since}
+        ]
+        assert not_ready_since(lost) == datetime(2026, 11, 22, 11, 0, tzinfo=UTC)
+    assert not_ready_since(node("n1", 8)) is None

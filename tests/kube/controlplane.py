@@ -38,6 +38,8 @@ from typing import Any
 
 import yaml
 
+from gpuqueue.cluster.simulated import load_cluster_file
+
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "scripts" / "controlplane"
 KWOK_CONFIG = MODULE / "kwok.yaml"
@@ -169,22 +171,12 @@ def _go(command: list[str], cwd: Path, env: Mapping[str, str] | None = None) -> 
 
 
 def node_manifests(cluster_file: Path = DEFAULT_NODES) -> list[dict[str, Any]]:
-    """kwok Nodes from a cluster file in the simulated backend's format (name with `{i}`,
-    count, labels, capacity in GPUs, optional taints), so both backends can offer the same nodes."""
-    data = yaml.safe_load(cluster_file.read_text()) or {}
-    nodes = []
-    for entry in data.get("nodes") or []:
-        for i in range(int(entry.get("count", 1))):
-            name = str(entry["name"]).format(i=i)
-            nodes.append(
-                fake_node(
-                    name,
-                    {str(k): int(v) for k, v in (entry.get("capacity") or {}).items()},
-                    labels={str(k): str(v) for k, v in (entry.get("labels") or {}).items()},
-                    taints=list(entry.get("taints") or []),
-                )
-            )
-    return nodes
+    """kwok Nodes from a cluster file in the simulated backend's format (its own parser), so
+    both backends can offer the same nodes."""
+    return [
+        fake_node(n.name, n.capacity, labels=n.labels, taints=n.taints)
+        for n in load_cluster_file(cluster_file)
+    ]
 
 
 def fake_node(

@@ -5,10 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
-def test_the_engine_imports_without_django_in_a_fresh_interpreter() -> None:
+
+@pytest.mark.parametrize(
+    "modules", ["gpuqueue.scheduler, gpuqueue.scheduler.bench", "gpuqueue.taints"]
+)
+def test_the_engine_imports_without_django_in_a_fresh_interpreter(modules: str) -> None:
+    """The engine, and the taint matching the snapshot and the cluster map share."""
     code = (
-        "import sys, gpuqueue.scheduler, gpuqueue.scheduler.bench; "
+        f"import sys, {modules}; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         "{'django', 'celery', 'redis', 'kubernetes', 'rest_framework', 'psycopg', 'teams'} "
         "or m in {'gpuqueue.models', 'gpuqueue.cycle'}); "
