@@ -22,7 +22,7 @@ install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
 run: install
-	$(BIN)/python -m gpuqueue.launcher
+	$(BIN)/python -m gpuqueue.ops.launcher
 
 # Browser tests drive Debian's chromium; install it when missing (needs root or sudo). If that
 # fails the browser tests skip and say why; the rest of the suite still runs.

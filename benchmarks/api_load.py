@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/api_load.py          # starts the embedded service itself
     .venv/bin/python benchmarks/api_load.py --url http://host:8000 --token gq_…
 
-1. Without --url: start `python -m gpuqueue.launcher` with a temporary GPUQUEUE_DATA_DIR, free
+1. Without --url: start `python -m gpuqueue.ops.launcher` with a temporary GPUQUEUE_DATA_DIR, free
    ports, the demo world (users, teams, quotas; the simulated cluster's nodes reach the
    inventory through the watcher) and a per-token rate high enough not to throttle the
    benchmark; mint a token for a demo user with `manage.py create_api_token`.
@@ -106,7 +106,7 @@ def start_service(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], st
         [
             sys.executable,
             "-m",
-            "gpuqueue.launcher",
+            "gpuqueue.ops.launcher",
             "--port",
             str(port),
             "--web-workers",

@@ -63,7 +63,7 @@ def calibration() -> float:
 
 def start_services(tmp: Path) -> list[Any]:
     """Step 1: PostgreSQL and Redis in `tmp`, Django configured and migrated."""
-    from gpuqueue.embedded import start_postgres, start_redis
+    from gpuqueue.ops.embedded import start_postgres, start_redis
 
     os.environ["GPUQUEUE_DATA_DIR"] = str(tmp / "data")
     (tmp / "data" / "staticfiles").mkdir(parents=True, exist_ok=True)
@@ -289,11 +289,11 @@ def run_phase(
     timeout: float,
 ) -> dict[str, Any]:
     """Submit `count` jobs, cycle and sync until every pod is bound; returns the figures."""
-    from gpuqueue.cycle import run_cycle
+    from gpuqueue.core.states import JobState
+    from gpuqueue.cycle.run import run_cycle
     from gpuqueue.models import Job
     from gpuqueue.services.cluster_sync import sync_cluster
     from gpuqueue.services.submit import submit_job
-    from gpuqueue.states import JobState
 
     pods_wanted = count * workers
     before_server = apiserver_requests(admin)
@@ -371,8 +371,8 @@ def run_phase(
 def empty_cluster(core: Any, batch: Any, namespaces: list[str]) -> None:
     """Step 5: delete every workload and mark the jobs cancelled (setup, not measured)."""
     from gpuqueue.cluster.manifests import SELECTOR
+    from gpuqueue.core.states import JobState
     from gpuqueue.models import Job
-    from gpuqueue.states import JobState
 
     Job.objects.exclude(state__in=[JobState.SUCCEEDED, JobState.FAILED]).update(
         state=JobState.CANCELLED

@@ -42,7 +42,7 @@ def start_database(keep: str | None) -> tuple[object | None, Path]:
     os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:1/0")  # pages do not use Redis
     server = None
     if "DATABASE_URL" not in os.environ:
-        from gpuqueue.embedded import start_postgres
+        from gpuqueue.ops.embedded import start_postgres
 
         server = start_postgres(tmp / "pg")
         os.environ["DATABASE_URL"] = server.url  # type: ignore[attr-defined]
@@ -56,9 +56,8 @@ def build_world(job_count: int) -> dict[str, int]:
     from django.db import connection
     from django.utils import timezone
 
-    from dashboard.models import IdleIronSample
+    from gpuqueue.core.states import JobState
     from gpuqueue.models import Flavor, Job, JobEvent, Node, Quota, UtilizationSample
-    from gpuqueue.states import JobState
     from teams.models import Membership, Role, Team
 
     rng = random.Random(6)
@@ -199,7 +198,7 @@ def build_world(job_count: int) -> dict[str, int]:
     JobEvent.objects.bulk_create(events, batch_size=10000)
 
     # A week of samples, one a minute, per flavor for the cluster and each team.
-    samples, idle = [], []
+    samples = []
     start = now.replace(second=0, microsecond=0) - timedelta(days=7)
     for minute in range(7 * 24 * 60):
         at = start + timedelta(minutes=minute)
@@ -212,6 +211,8 @@ def build_world(job_count: int) -> dict[str, int]:
                     capacity=capacity,
                     allocated=sum(allocated),
                     pending=rng.randrange(40),
+                    free=capacity - sum(allocated),
+                    waiting_fit=rng.randrange(8),
                 )
             )
             samples += [
@@ -225,16 +226,7 @@ def build_world(job_count: int) -> dict[str, int]:
                 )
                 for t, a in zip(teams, allocated, strict=True)
             ]
-            idle.append(
-                IdleIronSample(
-                    at=at,
-                    flavor=flavor,
-                    free=capacity - sum(allocated),
-                    waiting_fit=rng.randrange(8),
-                )
-            )
     UtilizationSample.objects.bulk_create(samples, batch_size=10000)
-    IdleIronSample.objects.bulk_create(idle, batch_size=10000)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     some_job = Job.objects.filter(team=teams[0]).order_by("-id").first()
@@ -251,8 +243,8 @@ def existing_world() -> dict[str, int] | None:
     """The ids of a world an earlier run with --keep built, or None."""
     from django.contrib.auth import get_user_model
 
+    from gpuqueue.core.states import HOLDING, JobState
     from gpuqueue.models import Job
-    from gpuqueue.states import HOLDING, JobState
 
     User = get_user_model()
     root = User.objects.filter(username="root").first()

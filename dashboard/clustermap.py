@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dashboard.geometry import Cell, node_cells, team_colours
+from gpuqueue.core.states import HOLDING
+from gpuqueue.cycle.snapshot import node_capacity_by_flavor
 from gpuqueue.models import Flavor, Job, Node
-from gpuqueue.snapshot import node_capacity_by_flavor
-from gpuqueue.states import HOLDING
 from teams.models import Team
 
 

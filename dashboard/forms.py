@@ -12,8 +12,8 @@ from typing import Any
 from django import forms
 
 from gpuqueue.api.serializers import JobSubmitSerializer, QuotaSerializer
+from gpuqueue.core.errors import Refused
 from gpuqueue.models import Flavor, Quota
-from gpuqueue.services.errors import Refused
 from teams.models import Role, Team
 
 INT_FIELDS = (
@@ -259,7 +259,7 @@ class QuotaForm(ApiForm):
     def save_with_api(self, request: Any, team: Team, flavor: Flavor) -> Quota | None:
         """Validate with the API's QuotaSerializer and save through set_quota; None with the
         errors on the form when refused (Forbidden is left to the caller: it is a role)."""
-        from gpuqueue.services.errors import Forbidden
+        from gpuqueue.core.errors import Forbidden
 
         if not self.is_valid():
             return None

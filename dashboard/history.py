@@ -1,5 +1,5 @@
 """Utilization history: allocated against capacity per flavor and team over a window, drawn
-from the minute samples, and the idle-iron figure (defined in gpuqueue/utilization.py)."""
+from the minute samples, and the idle-iron figure (defined in gpuqueue/services/utilization.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ from django.db.models.functions import Least
 from django.utils import timezone
 
 from dashboard.geometry import Chart, stacked_chart, team_colours
-from dashboard.models import IdleIronSample
 from gpuqueue.models import Flavor, UtilizationSample
-from gpuqueue.utilization import SAMPLE_MINUTES
+from gpuqueue.services.utilization import SAMPLE_MINUTES
 from teams.models import Team
 
 # window name -> (length, bucket): about 60–170 points per chart whatever the window.
@@ -109,7 +108,7 @@ def utilization_history(window: str, now: datetime | None = None) -> History:
         totals[key] = (capacity + row["capacity"] * hours, allocated + row["allocated"] * hours)
     idle: dict[int, tuple[float, float]] = {
         row["flavor_id"]: (row["free_minutes"] * hours, row["idle"] * hours)
-        for row in IdleIronSample.objects.filter(at__gte=start, at__lte=end)
+        for row in samples.filter(team=None, free__isnull=False)
         .annotate(idle_minutes=Least("free", "waiting_fit"))
         .values("flavor_id")
         .annotate(free_minutes=Sum("free"), idle=Sum("idle_minutes"))

@@ -8,8 +8,8 @@ from typing import Any
 from django.db.models import Count, QuerySet
 from django.http import QueryDict
 
+from gpuqueue.core.states import ACTIVE, FINAL, HOLDING, JobState
 from gpuqueue.models import Job
-from gpuqueue.states import ACTIVE, FINAL, HOLDING, JobState
 
 PAGE_SIZE = 50
 # The state filter's choices: a group of states or one state.

@@ -6,15 +6,9 @@ to the others'."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
-
-from django.utils import timezone
 
 from dashboard.geometry import QuotaBar, bar_scale, quota_bar, team_colours
-from gpuqueue.scheduler import model as m
-from gpuqueue.scheduler.fairshare import fair_shares
-from gpuqueue.services.inventory import FlavorUsage, usage_now
-from gpuqueue.snapshot import load_nodes, load_teams
+from gpuqueue.services.inventory import usage_now
 from teams.models import Team
 
 
@@ -67,58 +61,10 @@ def borrowed_gpus(allocated: int, guarantee: int) -> int:
     return max(allocated - guarantee, 0)
 
 
-def demand_snapshot(usage: list[FlavorUsage], now: datetime) -> m.Snapshot:
-    """The engine's snapshot with each team's demand per flavor folded into one running and
-    one pending job: fair shares depend on nodes, quotas and GPUs demanded, not on how the
-    demand splits into jobs, so this gives the cycle's numbers without loading every active
-    job (2 queries instead of thousands of rows at scale)."""
-    running, pending = [], []
-    for flavor in usage:
-        for t in flavor.teams:
-            if t.allocated:
-                running.append(
-                    m.RunningJob(
-                        id=len(running) + 1,
-                        team=t.team,
-                        user="",
-                        flavor=flavor.flavor,
-                        gpus_per_worker=1,
-                        placement=(("", t.allocated),),
-                        priority=0,
-                        preemptible=True,
-                        started_at=0.0,
-                    )
-                )
-            if t.pending_gpus:
-                pending.append(
-                    m.PendingJob(
-                        id=len(pending) + 1,
-                        team=t.team,
-                        user="",
-                        flavor=flavor.flavor,
-                        workers=t.pending_gpus,
-                        gpus_per_worker=1,
-                        priority=0,
-                        preemptible=True,
-                        submitted_at=0.0,
-                    )
-                )
-    return m.Snapshot(
-        now=now.timestamp(),
-        nodes=load_nodes(),
-        teams=load_teams(),
-        running=tuple(running),
-        pending=tuple(pending),
-    )
-
-
-def queue_overview(now: datetime | None = None) -> list[FlavorOverview]:
-    """1. Usage per flavor and team, with the balances the cycle keeps (five queries).
-    2. Fair shares from the engine's own water-filling over that demand, so the page shows
-       the numbers the next cycle will use.
-    3. Bars on one scale per flavor."""
+def queue_overview() -> list[FlavorOverview]:
+    """Usage per flavor and team with the fair shares and balances the last admission cycle
+    stored (the numbers it admitted by), as bars on one scale per flavor."""
     usage = usage_now()
-    shares = fair_shares(demand_snapshot(usage, now or timezone.now()))
     colours = team_colours(list(Team.objects.values_list("slug", flat=True)))
     out = []
     for flavor in usage:
@@ -126,7 +72,7 @@ def queue_overview(now: datetime | None = None) -> list[FlavorOverview]:
         for t in flavor.teams:
             if t.guarantee is None and not t.allocated and not t.pending_gpus:
                 continue
-            raw.append((t, shares.get((t.team, flavor.flavor), 0)))
+            raw.append((t, t.fair_share or 0))
         scale = bar_scale([(t.limit or 0, share, t.allocated, t.pending_gpus) for t, share in raw])
         rows = [
             TeamRow(

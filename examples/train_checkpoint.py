@@ -2,7 +2,8 @@
 
 Runs on the CPU by default and on a GPU when one is present. Under gpuqueue on Kubernetes:
 
-    image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime (plus this file and gpuqueue/workload.py)
+    image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
+           (plus this file and gpuqueue/client/workload.py)
     command: ["python", "train_checkpoint.py", "--steps", "20000", "--dir", "/checkpoints"]
 
 `--dir` must outlive the pod (a PersistentVolumeClaim or an object-store mount), since the next
@@ -22,7 +23,7 @@ import torch
 from torch import nn
 
 try:
-    from gpuqueue import workload
+    from gpuqueue.client import workload
 except ImportError:  # copied next to this script in the image
     import workload  # type: ignore[no-redef]
 

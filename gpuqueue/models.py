@@ -10,8 +10,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 
-from gpuqueue.states import ACTIVE, FINAL, HOLDING, JobState
-from gpuqueue.taints import EXISTS, schedulable_for, toleration_errors
+from gpuqueue.core.states import ACTIVE, FINAL, HOLDING, JobState
+from gpuqueue.core.taints import EXISTS, schedulable_for, toleration_errors
 from teams.models import Team
 
 
@@ -288,8 +288,35 @@ class JobEvent(models.Model):
         return f"{self.job_id}: {self.from_state or '∅'} → {self.to_state}"
 
 
+class FairShare(models.Model):
+    """The GPUs the last admission cycle's plan entitled a team (or department) to on a flavor:
+    its guarantee plus its weighted part of idle GPUs, capped by its limit. Written only by the
+    cycle (gpuqueue/services/fair_shares.py), so that the pages and /metrics show the numbers
+    it admitted by instead of computing their own."""
+
+    # The unique (team, flavor) index serves lookups by team: no index of its own.
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+")
+    gpus = models.PositiveIntegerField()
+    planned_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["team__slug", "flavor__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "flavor"], name="one_fair_share_per_team"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team}/{self.flavor}: {self.gpus} GPUs"
+
+
 class UtilizationSample(models.Model):
-    """GPUs allocated against capacity, per flavor (team NULL = whole cluster), every minute."""
+    """GPUs allocated against capacity, per flavor (team NULL = whole cluster), every minute.
+
+    The cluster's rows also keep that minute's idle iron (gpuqueue/services/utilization.py):
+    "would have fitted" needs a node-by-node fit at the moment of sampling, which cannot be
+    rebuilt later from totals.
+    """
 
     at = models.DateTimeField()
     flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="samples")
@@ -299,6 +326,11 @@ class UtilizationSample(models.Model):
     capacity = models.PositiveIntegerField()
     allocated = models.PositiveIntegerField()
     pending = models.PositiveIntegerField(default=0)
+    # Cluster rows only (NULL on team rows): GPUs on schedulable nodes that neither gpuqueue
+    # jobs nor outside pods hold, and GPUs of pending jobs that the engine held back for a
+    # policy reason although their whole gang fitted on them. Idle iron = min(free, waiting_fit).
+    free = models.PositiveIntegerField(null=True, blank=True)
+    waiting_fit = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["at"]

@@ -1,7 +1,8 @@
 """Settings, read from the environment only (see README "Configuration").
 
-With nothing set, gpuqueue runs in the embedded mode: PostgreSQL and Redis started from wheels by
-`gpuqueue.launcher`, data under GPUQUEUE_DATA_DIR, the simulated cluster, demo teams and traffic.
+With nothing set, gpuqueue runs in the embedded mode: PostgreSQL and Redis started from wheels
+by `gpuqueue.ops.launcher`, data under GPUQUEUE_DATA_DIR, the simulated cluster, demo teams and
+traffic.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 10.0,
         "options": {"expires": 10.0},
     },
-    # The dashboard's utilization history and idle iron (gpuqueue/utilization.py).
+    # The dashboard's utilization history and idle iron (gpuqueue/services/utilization.py).
     "utilization-sample": {
         "task": "gpuqueue.sample_utilization",
         "schedule": 60.0,
@@ -296,11 +297,11 @@ SPECTACULAR_SETTINGS.update(
         "COMPONENT_SPLIT_REQUEST": True,
         "SCHEMA_PATH_PREFIX": "/api/v1",
         "ENUM_NAME_OVERRIDES": {
-            "JobStateEnum": "gpuqueue.states.JobState",
+            "JobStateEnum": "gpuqueue.core.states.JobState",
             "RoleEnum": "teams.models.Role",
         },
     }
 )
-MIDDLEWARE.insert(0, "gpuqueue.metrics.ApiLatencyMiddleware")
-# The worker times the admission cycle through Celery signals connected in gpuqueue.metrics.
-CELERY_IMPORTS = ["gpuqueue.metrics"]
+MIDDLEWARE.insert(0, "gpuqueue.ops.metrics.ApiLatencyMiddleware")
+# The worker times the admission cycle through Celery signals connected in gpuqueue.ops.metrics.
+CELERY_IMPORTS = ["gpuqueue.ops.metrics"]

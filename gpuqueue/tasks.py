@@ -7,8 +7,8 @@ from django.conf import settings
 from django.db import OperationalError
 
 from gpuqueue.cluster import get_backend
-from gpuqueue.cycle import refresh_forecasts_when_due, run_cycle
-from gpuqueue.demo import submit_demo_traffic
+from gpuqueue.cycle.run import refresh_forecasts_when_due, run_cycle
+from gpuqueue.demo.data import submit_demo_traffic
 from gpuqueue.services.cluster_sync import sync_cluster
 
 # Every task that reads and writes the database: acknowledged after it ran (a worker killed
@@ -60,7 +60,7 @@ def submit_demo_jobs() -> int:
     **RETRY_ON_DATABASE_ERRORS,
 )
 def sample_utilization_task() -> int:
-    """Every minute: GPUs allocated against capacity, and idle iron (gpuqueue/utilization.py)."""
-    from gpuqueue.utilization import sample_utilization
+    """Every minute: GPUs allocated against capacity, and idle iron (services/utilization.py)."""
+    from gpuqueue.services.utilization import sample_utilization
 
     return sample_utilization()

@@ -3,8 +3,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from gpuqueue.health import healthz
-from gpuqueue.metrics import metrics_view
+from gpuqueue.ops.health import healthz
+from gpuqueue.ops.metrics import metrics_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),

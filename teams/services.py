@@ -12,7 +12,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from gpuqueue import sql_rows
+from gpuqueue.core import sql_rows
+from gpuqueue.core.errors import Forbidden, Refused
 from teams.models import ApiToken, AuditEntry, Membership, Role, Team
 
 TOKEN_PREFIX = "gq_"
@@ -77,7 +78,7 @@ def record_use(token: ApiToken, now: datetime) -> bool:
 
 def token_row(prefix: str) -> tuple[Any, ...] | None:
     """The token with `prefix` and its user's columns, in one cursor query: through the ORM it
-    cost about 1 ms of CPU (see `gpuqueue.sql_rows`)."""
+    cost about 1 ms of CPU (see `gpuqueue.core.sql_rows`)."""
     with connection.cursor() as cursor:
         cursor.execute(_token_with_user_sql(), [prefix])
         row = cursor.fetchone()
@@ -121,19 +122,6 @@ def is_team_admin(user: Any, team: Any) -> bool:
     return Membership.objects.filter(user=user, team=team, role=Role.ADMIN).exists()
 
 
-def _refused(message: str, **kwargs: Any) -> Exception:
-    # Imported late: gpuqueue.services imports teams.models, and teams stays importable alone.
-    from gpuqueue.services.errors import Refused
-
-    return Refused(message, **kwargs)
-
-
-def _forbidden(message: str) -> Exception:
-    from gpuqueue.services.errors import Forbidden
-
-    return Forbidden(message)
-
-
 # --- Teams --------------------------------------------------------------------------------------
 
 
@@ -150,7 +138,7 @@ def create_team(
     actor: Any, *, slug: str, name: str, namespace: str, parent: Team | None = None
 ) -> Team:
     if not getattr(actor, "is_superuser", False):
-        raise _forbidden("only a site admin may create teams")
+        raise Forbidden("only a site admin may create teams")
     with transaction.atomic():
         team = Team.objects.create(slug=slug, name=name, namespace=namespace, parent=parent)
         AuditEntry.objects.create(
@@ -167,7 +155,7 @@ def create_team(
 def update_team(actor: Any, team: Team, **changes: Any) -> Team:
     """Rename a team or move it under a department; the namespace is fixed once jobs ran."""
     if not getattr(actor, "is_superuser", False):
-        raise _forbidden("only a site admin may change teams")
+        raise Forbidden("only a site admin may change teams")
     allowed = {"name", "parent", "namespace"}
     with transaction.atomic():
         team = Team.objects.select_for_update().get(pk=team.pk)
@@ -177,11 +165,11 @@ def update_team(actor: Any, team: Team, **changes: Any) -> Team:
             and changes["parent"] is not None
             and changes["parent"].pk == team.pk
         ):
-            raise _refused(
+            raise Refused(
                 "A team cannot be its own department.", fields={"parent": ["Not itself."]}
             )
         if "namespace" in changes and changes["namespace"] != team.namespace and team.jobs.exists():
-            raise _refused(
+            raise Refused(
                 "The namespace cannot change once the team has jobs.",
                 fields={"namespace": ["The team already has jobs in its namespace."]},
                 status=409,
@@ -222,7 +210,7 @@ def _check_keeps_an_admin(membership: Membership, new_role: str | None) -> None:
         pk=membership.pk
     )
     if not others.exists():
-        raise _refused(
+        raise Refused(
             f"{membership.user.get_username()} is the last admin of {membership.team.slug}.",
             fields={"role": ["A team must keep at least one admin."]},
             status=409,
@@ -232,12 +220,12 @@ def _check_keeps_an_admin(membership: Membership, new_role: str | None) -> None:
 
 def add_member(actor: Any, team: Team, user: Any, role: str = Role.MEMBER) -> Membership:
     if not is_team_admin(actor, team):
-        raise _forbidden(f"only an admin of {team.slug} may manage its members")
+        raise Forbidden(f"only an admin of {team.slug} may manage its members")
     if role not in Role.values:
-        raise _refused("Unknown role.", fields={"role": [f"One of {', '.join(Role.values)}."]})
+        raise Refused("Unknown role.", fields={"role": [f"One of {', '.join(Role.values)}."]})
     with transaction.atomic():
         if Membership.objects.filter(team=team, user=user).exists():
-            raise _refused(
+            raise Refused(
                 f"{user.get_username()} is already a member of {team.slug}.",
                 fields={"user": ["Already a member of this team."]},
                 status=409,
@@ -257,9 +245,9 @@ def add_member(actor: Any, team: Team, user: Any, role: str = Role.MEMBER) -> Me
 
 def change_role(actor: Any, membership: Membership, role: str) -> Membership:
     if not is_team_admin(actor, membership.team):
-        raise _forbidden(f"only an admin of {membership.team.slug} may manage its members")
+        raise Forbidden(f"only an admin of {membership.team.slug} may manage its members")
     if role not in Role.values:
-        raise _refused("Unknown role.", fields={"role": [f"One of {', '.join(Role.values)}."]})
+        raise Refused("Unknown role.", fields={"role": [f"One of {', '.join(Role.values)}."]})
     with transaction.atomic():
         membership = (
             Membership.objects.select_for_update()
@@ -284,7 +272,7 @@ def change_role(actor: Any, membership: Membership, role: str) -> Membership:
 
 def remove_member(actor: Any, membership: Membership) -> None:
     if not is_team_admin(actor, membership.team):
-        raise _forbidden(f"only an admin of {membership.team.slug} may manage its members")
+        raise Forbidden(f"only an admin of {membership.team.slug} may manage its members")
     with transaction.atomic():
         membership = (
             Membership.objects.select_for_update()
@@ -315,7 +303,7 @@ def may_manage_token(actor: Any, user: Any) -> bool:
 def revoke_token(actor: Any, token: ApiToken) -> ApiToken:
     """Revoke (the row stays, for the audit trail and last-used time); repeating is harmless."""
     if not may_manage_token(actor, token.user):
-        raise _forbidden("only the token's owner or a site admin may revoke it")
+        raise Forbidden("only the token's owner or a site admin may revoke it")
     with transaction.atomic():
         token = ApiToken.objects.select_for_update().select_related("user").get(pk=token.pk)
         if token.revoked_at is None:

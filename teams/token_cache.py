@@ -25,7 +25,7 @@ from typing import Any
 
 from django.db import transaction
 
-from gpuqueue.api import redis as api_redis
+from gpuqueue.core import redis as api_redis
 
 log = logging.getLogger(__name__)
 

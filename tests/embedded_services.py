@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuqueue.embedded import EmbeddedPostgres, EmbeddedRedis, start_postgres, start_redis
+from gpuqueue.ops.embedded import EmbeddedPostgres, EmbeddedRedis, start_postgres, start_redis
 
 _servers: dict[str, EmbeddedPostgres | EmbeddedRedis] = {}
 _tmp: Path | None = None

@@ -9,9 +9,9 @@ from django import template
 from django.utils import timezone
 
 from dashboard.joblist import active_counts
+from gpuqueue.core.reason_text import describe_reason
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.reasons import describe_reason
-from gpuqueue.states import JobState
 from teams.models import Membership
 
 register = template.Library()

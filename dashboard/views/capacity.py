@@ -10,8 +10,8 @@ from dashboard.clustermap import cluster_map
 from dashboard.history import WINDOWS, parse_window, utilization_history
 from dashboard.overview import queue_overview
 from dashboard.views.common import page_or_partial
+from gpuqueue.core.states import HOLDING
 from gpuqueue.models import Job
-from gpuqueue.states import HOLDING
 
 
 @login_required

@@ -11,10 +11,10 @@ from django.views.decorators.http import require_GET, require_http_methods
 from dashboard.forms import PRESETS, SubmitForm, curl_command
 from dashboard.joblist import STATE_LABELS, JobFilter, job_page
 from dashboard.views.common import INVALID, htmx_redirect, page_or_partial
+from gpuqueue.core.states import InvalidTransition
 from gpuqueue.models import Flavor, Job
 from gpuqueue.services.cancel import CancelRefused, cancel_job, may_cancel
 from gpuqueue.services.submit import SubmissionRefused, submit_job
-from gpuqueue.states import InvalidTransition
 from teams.models import Team
 
 

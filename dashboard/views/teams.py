@@ -19,8 +19,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from dashboard.forms import MemberForm, QuotaForm, RoleForm, TokenForm
 from dashboard.views.common import INVALID, htmx_redirect
+from gpuqueue.core.errors import Forbidden, Refused
 from gpuqueue.models import Flavor, Quota
-from gpuqueue.services.errors import Forbidden, Refused
 from teams.models import ApiToken, AuditEntry, Membership, Team
 from teams.services import (
     add_member,

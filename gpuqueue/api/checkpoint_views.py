@@ -18,9 +18,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
 from gpuqueue.services.checkpoint import acknowledge_checkpoint, job_for_token
-from gpuqueue.states import JobState
 
 log = logging.getLogger(__name__)
 ACTOR = "workload"

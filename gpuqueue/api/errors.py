@@ -12,10 +12,10 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from gpuqueue.core.errors import Refused
+from gpuqueue.core.states import InvalidTransition
 from gpuqueue.services.cancel import CancelRefused
-from gpuqueue.services.errors import Refused
 from gpuqueue.services.submit import SubmissionRefused
-from gpuqueue.states import InvalidTransition
 
 # DRF's codes for the statuses that carry no domain meaning, spelled the same everywhere.
 _CODES = {

@@ -1,9 +1,13 @@
-"""Serializer fields that refuse what DRF would silently coerce."""
+"""Serializer and filter fields that refuse what DRF and django-filter would silently coerce."""
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
+import django_filters as filters
+from django import forms
+from django_filters.fields import IsoDateTimeField
 from rest_framework import serializers
 
 
@@ -80,3 +84,21 @@ def reject_unknown_fields(serializer: serializers.Serializer, data: Any) -> None
     unknown = sorted(set(data) - writable)
     if unknown:
         raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
+
+
+class UtcDateTimeField(IsoDateTimeField):
+    """ISO 8601, converted to UTC here: PostgreSQL refuses offsets beyond ±15:59 that Python
+    accepts, and a date at the edge of the calendar cannot be shifted at all."""
+
+    def to_python(self, value: Any) -> Any:
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(UTC)
+        except (OverflowError, ValueError) as exc:
+            raise forms.ValidationError("Not a representable date and time.") from exc
+
+
+class UtcDateTimeFilter(filters.IsoDateTimeFilter):
+    field_class = UtcDateTimeField

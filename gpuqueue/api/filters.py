@@ -2,34 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC
 from typing import Any
 
 import django_filters as filters
-from django import forms
-from django_filters.fields import IsoDateTimeField
 
+from gpuqueue.api.fields import UtcDateTimeFilter
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, UtilizationSample
-from gpuqueue.states import JobState
-from teams.models import ApiToken, AuditEntry, Membership
-
-
-class UtcDateTimeField(IsoDateTimeField):
-    """ISO 8601, converted to UTC here: PostgreSQL refuses offsets beyond ±15:59 that Python
-    accepts, and a date at the edge of the calendar cannot be shifted at all."""
-
-    def to_python(self, value: Any) -> Any:
-        parsed = super().to_python(value)
-        if parsed is None:
-            return None
-        try:
-            return parsed.astimezone(UTC)
-        except (OverflowError, ValueError) as exc:
-            raise forms.ValidationError("Not a representable date and time.") from exc
-
-
-class UtcDateTimeFilter(filters.IsoDateTimeFilter):
-    field_class = UtcDateTimeField
 
 
 class JobFilter(filters.FilterSet):
@@ -54,37 +33,6 @@ class JobFilter(filters.FilterSet):
         if value:
             return queryset.filter(user=self.request.user)
         return queryset
-
-
-class MembershipFilter(filters.FilterSet):
-    team = filters.CharFilter(field_name="team__slug")
-    user = filters.CharFilter(field_name="user__username")
-    role = filters.CharFilter()
-
-    class Meta:
-        model = Membership
-        fields: list[str] = []
-
-
-class TokenFilter(filters.FilterSet):
-    user = filters.CharFilter(field_name="user__username")
-
-    class Meta:
-        model = ApiToken
-        fields: list[str] = []
-
-
-class AuditFilter(filters.FilterSet):
-    team = filters.CharFilter(field_name="team__slug")
-    action = filters.CharFilter()
-    object_type = filters.CharFilter()
-    actor = filters.CharFilter(field_name="actor__username")
-    since = UtcDateTimeFilter(field_name="at", lookup_expr="gte")
-    until = UtcDateTimeFilter(field_name="at", lookup_expr="lt")
-
-    class Meta:
-        model = AuditEntry
-        fields: list[str] = []
 
 
 class UtilizationSampleFilter(filters.FilterSet):

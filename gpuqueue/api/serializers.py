@@ -20,8 +20,10 @@ from gpuqueue.api.fields import (
     StrictIntegerField,
     reject_unknown_fields,
 )
+from gpuqueue.core.reason_text import describe_reason
+from gpuqueue.core.states import JobState
+from gpuqueue.core.taints import toleration_errors
 from gpuqueue.models import Flavor, Job, JobEvent, Node, Quota, UtilizationSample
-from gpuqueue.reasons import describe_reason
 from gpuqueue.services.flavors import save_flavor
 from gpuqueue.services.quotas import set_quota
 from gpuqueue.services.submit import (
@@ -32,8 +34,6 @@ from gpuqueue.services.submit import (
     submittable_team,
     teams_for_submission,
 )
-from gpuqueue.states import JobState
-from gpuqueue.taints import toleration_errors
 from teams.models import Team
 
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
@@ -465,6 +465,11 @@ class TeamUsageSerializer(serializers.Serializer):
     guarantee = serializers.IntegerField(allow_null=True)
     limit = serializers.IntegerField(allow_null=True)
     weight = serializers.FloatField(allow_null=True)
+    fair_share = serializers.IntegerField(
+        allow_null=True,
+        help_text="GPUs the last admission cycle entitled the team to: its guarantee plus its "
+        "weighted part of idle GPUs, capped by its limit (null: no cycle yet)",
+    )
     share_balance_gpu_hours = serializers.FloatField(
         allow_null=True,
         help_text="time-based fair share: GPU-hours received less than the fair share lately, "

@@ -23,7 +23,7 @@ from typing import Any
 from django.conf import settings
 from rest_framework.throttling import BaseThrottle
 
-from gpuqueue.api import redis as api_redis
+from gpuqueue.core import redis as api_redis
 from teams import token_cache
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from rest_framework.views import APIView
 
 from gpuqueue.api.filters import JobFilter, UtilizationSampleFilter
 from gpuqueue.api.pagination import NewestFirst, OldestFirst, SamplesNewestFirst
-from gpuqueue.api.permissions import SiteAdminWrites
 from gpuqueue.api.serializers import (
     FlavorSerializer,
     FlavorUsageSerializer,
@@ -36,6 +35,7 @@ from gpuqueue.services.inventory import usage_now
 from gpuqueue.services.nodes import set_drained
 from gpuqueue.services.quotas import delete_quota
 from gpuqueue.services.submit import TeamRequired, previous_submission, submit_job
+from teams.api.permissions import SiteAdminWrites
 from teams.models import Membership
 
 IDEMPOTENCY_KEY = OpenApiParameter(

@@ -112,7 +112,7 @@ class KubernetesBackend(ClusterBackend):
         from django.conf import settings
         from kubernetes import config
 
-        from gpuqueue.health import record_cluster
+        from gpuqueue.core.cluster_health import record_cluster
 
         configuration = client.Configuration()
         if settings.GPUQUEUE_K8S_KUBECONFIG:

@@ -7,9 +7,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from gpuqueue.core.states import HOLDING, InvalidTransition, JobState
 from gpuqueue.models import Job
 from gpuqueue.services.transitions import transition
-from gpuqueue.states import HOLDING, InvalidTransition, JobState
 from teams.models import Role
 
 

@@ -7,9 +7,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, JobEvent
 from gpuqueue.services.transitions import transition
-from gpuqueue.states import JobState
 
 
 def acknowledge_checkpoint(job: Job, location: str, actor: str) -> bool:

@@ -14,13 +14,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpuqueue.cluster.base import ClusterBackend, ClusterError, NodeInfo, Phase, WorkloadStatus
-from gpuqueue.launching import launch_admitted
-from gpuqueue.locks import try_xact_lock
+from gpuqueue.core.locks import try_xact_lock
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.launch import launch_admitted
 from gpuqueue.models import Job, Node
 from gpuqueue.services.checkpoint import acknowledge_checkpoint, requeue
 from gpuqueue.services.start_failures import requeue_after_start_failure
 from gpuqueue.services.transitions import transition
-from gpuqueue.states import JobState
 
 log = logging.getLogger(__name__)
 ACTOR = "cluster"

@@ -6,9 +6,9 @@ from typing import Any
 
 from django.db import transaction
 
+from gpuqueue.core.errors import Forbidden, Refused
+from gpuqueue.core.taints import toleration_errors
 from gpuqueue.models import Flavor
-from gpuqueue.services.errors import Forbidden, Refused
-from gpuqueue.taints import toleration_errors
 from teams.models import AuditEntry
 
 

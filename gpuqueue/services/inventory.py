@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, F, Q, Sum
 
+from gpuqueue.core.states import HOLDING, JobState
 from gpuqueue.models import Flavor, Job, Node, Quota
+from gpuqueue.services.fair_shares import stored_fair_shares
 from gpuqueue.services.share_balance import balance_hours
-from gpuqueue.states import HOLDING, JobState
 
 
 def flavor_nodes(flavor: Flavor) -> list[Node]:
     """Known nodes that offer `flavor`: they carry its labels, have its resource and have no
-    taint its pods do not tolerate (as `gpuqueue.snapshot.node_capacity_by_flavor`)."""
+    taint its pods do not tolerate (as `gpuqueue.cycle.snapshot.node_capacity_by_flavor`)."""
     nodes = Node.objects.filter(capacity__has_key=flavor.resource_name)
     if flavor.node_selector:
         nodes = nodes.filter(labels__contains=flavor.node_selector)
@@ -80,6 +81,8 @@ class TeamUsage:
     guarantee: int | None = None
     limit: int | None = None
     weight: float | None = None
+    # GPUs the last admission cycle's plan entitled the team to; None before any cycle.
+    fair_share: int | None = None
     # Time-based fair share: GPU-hours the team received less than its fair share lately,
     # decayed (positive: owed, negative: in debt); None before any cycle kept one.
     share_balance_gpu_hours: float | None = None
@@ -98,7 +101,7 @@ class FlavorUsage:
 
 
 def usage_now() -> list[FlavorUsage]:
-    """Cluster-wide figures per flavor and team, in five queries: aggregates only, no job
+    """Cluster-wide figures per flavor and team, in six queries: aggregates only, no job
     details, so that every signed-in user may read them."""
     flavors = list(Flavor.objects.all())
     nodes = list(Node.objects.all())
@@ -143,6 +146,9 @@ def usage_now() -> list[FlavorUsage]:
     for (team, flavor_name), hours in balance_hours().items():
         if (flavor_name, team) in per_team:  # a team with no quota nor jobs left: not shown
             per_team[(flavor_name, team)].share_balance_gpu_hours = round(hours, 2)
+    for (team, flavor_name), gpus in stored_fair_shares().items():
+        if (flavor_name, team) in per_team:
+            per_team[(flavor_name, team)].fair_share = gpus
     by_flavor: dict[str, list[TeamUsage]] = defaultdict(list)
     for (flavor_name, _), usage in sorted(per_team.items()):
         by_flavor[flavor_name].append(usage)

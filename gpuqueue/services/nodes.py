@@ -6,8 +6,8 @@ from typing import Any
 
 from django.db import transaction
 
+from gpuqueue.core.errors import Forbidden
 from gpuqueue.models import Node
-from gpuqueue.services.errors import Forbidden
 from teams.models import AuditEntry
 
 

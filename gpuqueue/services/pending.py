@@ -8,8 +8,8 @@ from typing import Any
 
 from django.db import connection
 
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.states import JobState
 
 
 def update_pending_rows(rows: list[tuple[int, Any, int | None, int | None]]) -> int:

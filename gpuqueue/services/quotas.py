@@ -8,8 +8,8 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Sum
 
+from gpuqueue.core.errors import Forbidden, Refused
 from gpuqueue.models import Flavor, Quota
-from gpuqueue.services.errors import Forbidden, Refused
 from gpuqueue.services.inventory import flavor_capacity, held_non_preemptible
 from teams.models import AuditEntry, Team
 

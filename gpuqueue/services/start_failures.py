@@ -15,11 +15,11 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
+from gpuqueue.core.reason_text import BACKING_OFF
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.reasons import BACKING_OFF
 from gpuqueue.services.checkpoint import requeue
 from gpuqueue.services.transitions import transition
-from gpuqueue.states import JobState
 
 MAX_BACKOFF_SECONDS = 3600.0
 

@@ -15,10 +15,10 @@ from django.conf import settings
 from django.core.cache import cache as shared_cache  # Redis: every process sees it
 from django.db import IntegrityError, connection, transaction
 
-from gpuqueue import sql_rows
 from gpuqueue.celery import app as celery_app
+from gpuqueue.core import sql_rows
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Flavor, Job, JobEvent
-from gpuqueue.states import JobState
 from teams.models import Membership, Team
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def previous_submission(user: Any, idempotency_key: str | None) -> Job | None:
 def teams_for_submission(user: Any, slug: str | None = None, *, limit: int = 2) -> list[Team]:
     """Teams `user` may submit to (every team for a site admin), or the one named `slug`.
 
-    A cursor query: it runs on every API submission (see `gpuqueue.sql_rows`)."""
+    A cursor query: it runs on every API submission (see `gpuqueue.core.sql_rows`)."""
     params: list[Any] = [] if slug is None else [slug]
     if not user.is_superuser:
         params.append(user.pk)

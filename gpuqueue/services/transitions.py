@@ -6,8 +6,8 @@ from typing import Any
 
 from django.db import transaction
 
+from gpuqueue.core.states import JobState, check_transition
 from gpuqueue.models import Job, JobEvent
-from gpuqueue.states import JobState, check_transition
 
 
 def transition(

@@ -7,10 +7,10 @@ from django.db.models import QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import mixins, viewsets
 
-from gpuqueue.api.filters import AuditFilter, MembershipFilter, TokenFilter
 from gpuqueue.api.pagination import NewestFirst, OldestFirst
-from gpuqueue.api.permissions import AnyAdmin, SiteAdminWrites
 from teams import services
+from teams.api.filters import AuditFilter, MembershipFilter, TokenFilter
+from teams.api.permissions import AnyAdmin, SiteAdminWrites
 from teams.api.serializers import (
     AuditEntrySerializer,
     MembershipSerializer,

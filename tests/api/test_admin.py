@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, Quota
-from gpuqueue.states import JobState
 from teams.models import ApiToken, AuditEntry, Membership
 
 
@@ -152,8 +152,10 @@ def test_utilization_shows_each_teams_fair_share_balance_in_gpu_hours(api: Any, 
 def test_metrics_expose_queue_fair_share_counters_and_latency(
     api: Any, world: Any, submit: Any
 ) -> None:
+    from gpuqueue.cycle.run import run_cycle
     from gpuqueue.services.cancel import cancel_job
 
+    run_cycle()  # stores the fair shares that /metrics shows
     job = submit()
     cancel_job(world.alice, job)
     submit(workers=2, gpus_per_worker=2)
@@ -168,7 +170,7 @@ def test_metrics_expose_queue_fair_share_counters_and_latency(
 
 
 def test_the_cycle_task_is_timed_into_the_histogram(world: Any) -> None:
-    from gpuqueue import metrics
+    from gpuqueue.ops import metrics
 
     class Task:
         name = metrics.CYCLE_TASK
@@ -196,7 +198,7 @@ def test_a_rate_window_is_one_counter_that_expires(api: Any, settings: Any, toke
     window, so that it does not turn during the test)."""
     import time
 
-    from gpuqueue.api import redis as api_redis
+    from gpuqueue.core import redis as api_redis
 
     settings.GPUQUEUE_API_RATE = "5/day"
     client = api("carol")
@@ -208,7 +210,7 @@ def test_a_rate_window_is_one_counter_that_expires(api: Any, settings: Any, toke
 
 
 def test_the_rate_count_survives_a_redis_that_forgot_its_scripts(api: Any, settings: Any) -> None:
-    from gpuqueue.api import redis as api_redis
+    from gpuqueue.core import redis as api_redis
 
     settings.GPUQUEUE_API_RATE = "2/day"
     client = api("carol")
@@ -220,7 +222,7 @@ def test_the_rate_count_survives_a_redis_that_forgot_its_scripts(api: Any, setti
 def test_requests_are_let_through_while_redis_is_down(
     api: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpuqueue.api import redis as api_redis
+    from gpuqueue.core import redis as api_redis
 
     settings.GPUQUEUE_API_RATE = "1/min"
 

@@ -8,9 +8,9 @@ from typing import Any
 from django.db import transaction
 
 from gpuqueue.client.cli import describe
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Flavor, Job
 from gpuqueue.services.start_failures import requeue_after_start_failure
-from gpuqueue.states import JobState
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from gpuqueue.client.cli import main
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.states import JobState
 
 
 @pytest.fixture

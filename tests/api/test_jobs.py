@@ -8,8 +8,8 @@ from typing import Any
 
 from django.utils import timezone
 
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, JobEvent
-from gpuqueue.states import JobState
 
 
 def test_a_retry_with_the_same_key_returns_the_first_job_with_200(api: Any, job_body: Any) -> None:

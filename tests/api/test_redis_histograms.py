@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuqueue.redis_histograms import RedisHistogram
+from gpuqueue.ops.redis_histograms import RedisHistogram
 
 
 def histogram(key: str) -> RedisHistogram:
@@ -49,7 +49,7 @@ def test_a_scrape_includes_what_this_process_has_not_published_yet(key: str, db:
 def test_observations_are_kept_while_redis_is_down(
     key: str, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpuqueue.api import redis as api_redis
+    from gpuqueue.core import redis as api_redis
 
     h = histogram(key)
     h.observe(["jobs"], 0.2)

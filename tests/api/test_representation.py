@@ -14,8 +14,8 @@ from rest_framework import serializers
 
 from gpuqueue.api.cached_fields import Representation
 from gpuqueue.api.serializers import JobEventSerializer, JobSerializer
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Flavor, Job, JobEvent
-from gpuqueue.states import JobState
 from teams.models import Team
 
 

@@ -19,7 +19,7 @@ def test_an_api_submission_makes_one_query_and_one_commit(
     Redis is unchanged (teams.token_cache); the team and flavor were looked up by the first
     submission and are kept a few seconds. Without `team`, the same statement finds the
     submitter's only team: no lookup of the team beforehand. (A regression guard: each ORM
-    query here cost 0.5 to 1 ms of CPU; see gpuqueue.sql_rows.)"""
+    query here cost 0.5 to 1 ms of CPU; see gpuqueue.core.sql_rows.)"""
     if not with_team:
         job_body = {key: value for key, value in job_body.items() if key != "team"}
     client = api("alice")

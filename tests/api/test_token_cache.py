@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from gpuqueue.api import redis as api_redis
+from gpuqueue.core import redis as api_redis
 from teams import token_cache
 from teams.models import ApiToken
 

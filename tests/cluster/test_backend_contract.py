@@ -13,10 +13,10 @@ import pytest
 
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster.base import ClusterError, Phase
-from gpuqueue.launching import launch_admitted, launch_spec
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.launch import launch_admitted, launch_spec
 from gpuqueue.models import Job
 from gpuqueue.services.checkpoint import job_for_token
-from gpuqueue.states import JobState
 from tests.cluster.conftest import JOBS, PODS, SECRETS, SERVICES, add_nodes, node, run_job_pods
 
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from gpuqueue.health import record_cluster
+from gpuqueue.core.cluster_health import record_cluster
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, JobEvent
 from gpuqueue.services.checkpoint import issue_job_token
-from gpuqueue.states import JobState
 from teams.services import create_token
 
 

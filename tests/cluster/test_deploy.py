@@ -171,7 +171,7 @@ def test_only_the_processes_that_call_kubernetes_get_a_token() -> None:
 @pytest.mark.parametrize("path", sorted(DEPLOY.rglob("*.json")), ids=lambda p: p.name)
 def test_the_grafana_dashboard_charts_only_metrics_gpuqueue_exports(path: Path) -> None:
     dashboard = json.loads(path.read_text())
-    exported = (ROOT / "gpuqueue" / "metrics.py").read_text()
+    exported = (ROOT / "gpuqueue" / "ops" / "metrics.py").read_text()
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     names = {
         re.sub(r"_(total|bucket)$", "", n) for e in exprs for n in re.findall(r"gpuqueue_\w+", e)

@@ -1,7 +1,7 @@
 """End to end: submit → admit → running → preempt → checkpoint acknowledged → requeued →
 resumed with the checkpoint location → succeeded, every step an event; once on the simulated
 cluster, once on the Kubernetes backend against kmock (the test plays the Job controller and
-the kubelet, and the workload acknowledges through gpuqueue/workload.py over real HTTP)."""
+the kubelet, and the workload acknowledges through gpuqueue/client/workload.py over real HTTP)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from typing import Any
 
 from kubernetes import client
 
-from gpuqueue import workload
 from gpuqueue.api import checkpoint_views
+from gpuqueue.client import workload
 from gpuqueue.cluster import manifests as mf
-from gpuqueue.cycle import run_cycle
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, JobEvent, SimulatedWorkload
 from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.states import JobState
 from tests.cluster.conftest import JOBS, PODS, SECRETS, add_nodes, node, run_job_pods
 
 SIM_DURATION = "gpuqueue.dev/sim-duration-seconds"

@@ -14,10 +14,10 @@ from kubernetes import client
 
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster.k8s_watch import ResourceWatch, run_watcher
-from gpuqueue.launching import launch_spec
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.launch import launch_spec
 from gpuqueue.models import Job
 from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.states import JobState
 from tests.cluster.conftest import JOBS, PODS, add_nodes, node
 
 

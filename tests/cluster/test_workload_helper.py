@@ -1,5 +1,5 @@
-"""gpuqueue/workload.py, the workload's side: annotations file, SIGTERM, and the acknowledgement
-against a real local HTTP endpoint (a stdlib server recording what it is sent)."""
+"""gpuqueue/client/workload.py, the workload's side: annotations file, SIGTERM, and the
+acknowledgement against a real local HTTP endpoint (a stdlib server recording what it is sent)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpuqueue import workload
+from gpuqueue.client import workload
 
 
 class Recorder(BaseHTTPRequestHandler):

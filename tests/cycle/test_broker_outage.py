@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from gpuqueue.celery import app
-from gpuqueue.cycle import run_cycle
-from gpuqueue.embedded import free_port
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
+from gpuqueue.ops.embedded import free_port
 from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.states import JobState
 
 
 def use_broker(url: str) -> None:

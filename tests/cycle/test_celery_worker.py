@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
 from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.states import JobState
 
 ROOT = Path(__file__).resolve().parents[2]
 

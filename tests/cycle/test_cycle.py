@@ -11,11 +11,11 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from gpuqueue.cycle import run_cycle
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, JobEvent, Node, SimulatedWorkload
 from gpuqueue.services.cancel import CancelRefused, cancel_job
 from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.states import JobState
 
 SIM_DURATION = "gpuqueue.dev/sim-duration-seconds"
 
@@ -157,7 +157,7 @@ def test_a_crash_inside_the_cycle_transaction_leaves_the_queue_untouched(
     def boom(*args: Any, **kwargs: Any) -> None:
         raise SystemExit("worker killed mid-cycle")
 
-    monkeypatch.setattr("gpuqueue.cycle._persist_pending", boom)
+    monkeypatch.setattr("gpuqueue.cycle.run._persist_pending", boom)
     with pytest.raises(SystemExit):
         run_cycle(backend=backend)
     job.refresh_from_db()
@@ -196,7 +196,7 @@ def test_a_dead_node_breaks_the_gang_and_requeues_it(
 def test_a_cycle_that_finds_another_running_does_nothing(
     world: Any, submit: Any, backend: Any
 ) -> None:
-    from gpuqueue.locks import try_xact_lock
+    from gpuqueue.core.locks import try_xact_lock
 
     sync_cluster(backend)
     job = submit()
@@ -252,7 +252,7 @@ def test_two_concurrent_cycles_never_admit_a_job_twice(
 def test_a_pending_job_gets_an_estimated_start_from_the_running_jobs_max_runtime(
     world: Any, submit: Any, backend: Any
 ) -> None:
-    from gpuqueue.cycle import refresh_forecasts
+    from gpuqueue.cycle.run import refresh_forecasts
 
     sync_cluster(backend)
     now = timezone.now()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
 from gpuqueue.services.pending import update_pending_rows
-from gpuqueue.states import JobState
 
 REASON = {"code": "no_fit", "numbers": {"needed": 8, "free": 6, "eta": None}, "job_ids": [7]}
 

@@ -11,10 +11,10 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.snapshot import StoredPending, load_snapshot
 from gpuqueue.models import Job
 from gpuqueue.scheduler import model as m
-from gpuqueue.snapshot import StoredPending, load_snapshot
-from gpuqueue.states import JobState
 
 REASON = {"code": "no_fit", "numbers": {"needed": 8, "free": 6}, "job_ids": []}
 
@@ -114,7 +114,7 @@ def test_jobs_reach_the_engine_with_their_times_placements_and_stored_reasons(
     assert load_snapshot(now) == snapshot  # the same without asking for stored values
 
 
-# --- Pending rows kept between loads (gpuqueue.snapshot.PendingRows) ---------------------------
+# --- Pending rows kept between loads (gpuqueue.cycle.snapshot.PendingRows) ---
 
 
 def _whole_reads(queries: Any) -> list[str]:
@@ -124,7 +124,7 @@ def _whole_reads(queries: Any) -> list[str]:
 
 def _load_both(now: Any) -> tuple[m.Snapshot, dict[int, StoredPending]]:
     """A load through the process's kept rows, checked against one through fresh ones."""
-    from gpuqueue import snapshot as snapshot_module
+    from gpuqueue.cycle import snapshot as snapshot_module
 
     stored: dict[int, StoredPending] = {}
     kept = load_snapshot(now, stored)

@@ -10,13 +10,13 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from gpuqueue.cycle import run_cycle
+from gpuqueue.core.reason_text import describe_reason
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.run import run_cycle
+from gpuqueue.cycle.snapshot import load_snapshot
 from gpuqueue.models import Job, JobEvent
-from gpuqueue.reasons import describe_reason
 from gpuqueue.services.cluster_sync import sync_cluster
 from gpuqueue.services.start_failures import requeue_after_start_failure, start_backoff_seconds
-from gpuqueue.snapshot import load_snapshot
-from gpuqueue.states import JobState
 
 CAUSE = "pods refused: exceeded quota: gpu-quota, requested: nvidia.com/gpu=8"
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -166,7 +166,7 @@ def test_the_kept_pending_rows_leave_out_a_backing_off_job_until_its_time(
 ) -> None:
     """With rows kept between loads (committed, unchanged): the job is left out while it
     backs off and read when its time comes, the same with the kept rows on and off."""
-    from gpuqueue import snapshot as snapshot_module
+    from gpuqueue.cycle import snapshot as snapshot_module
 
     waiting, other = submit(), submit()
     now = timezone.now()

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
-from gpuqueue.launching import launch_spec
+from gpuqueue.core.errors import Refused
+from gpuqueue.cycle.launch import launch_spec
+from gpuqueue.cycle.snapshot import load_nodes
 from gpuqueue.models import Flavor, Node
-from gpuqueue.services.errors import Refused
 from gpuqueue.services.flavors import save_flavor
 from gpuqueue.services.inventory import flavor_nodes
-from gpuqueue.snapshot import load_nodes
 
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 DEDICATED = {"key": "dedicated", "value": "research", "effect": "NoSchedule"}

@@ -39,9 +39,9 @@ def jobs(world: Any, nodes: Any, submit: Any) -> Any:
     and a finished one; a pending job of team-a with a reason and an estimated start."""
     from django.utils import timezone
 
+    from gpuqueue.core.states import JobState
     from gpuqueue.models import Job
     from gpuqueue.services.transitions import transition
-    from gpuqueue.states import JobState
 
     class Jobs:
         pass
@@ -107,7 +107,7 @@ def samples(jobs: Any) -> None:
     """An hour of utilization samples, one a minute, as the periodic task writes them."""
     from django.utils import timezone
 
-    from gpuqueue.utilization import sample_utilization
+    from gpuqueue.services.utilization import sample_utilization
 
     now = timezone.now()
     for minute in range(60, 0, -5):
@@ -136,7 +136,7 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """`python -m gpuqueue.launcher` on a fresh data folder and a free port: embedded
+    """`python -m gpuqueue.ops.launcher` on a fresh data folder and a free port: embedded
     PostgreSQL and Redis, Granian, a Celery worker and beat, the simulated cluster, the demo
     teams and users (demo traffic off, so the only jobs are the tests')."""
     from tests.foundation.test_embedded_service import Service

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, Quota
-from gpuqueue.states import JobState
 from teams.models import ApiToken, AuditEntry, Membership
 
 pytestmark = pytest.mark.django_db

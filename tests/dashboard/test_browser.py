@@ -187,7 +187,7 @@ def test_screenshots_of_every_page(browser: Any, service: Any) -> None:
             "-c",
             "from datetime import timedelta\n"
             "from django.utils import timezone\n"
-            "from gpuqueue.utilization import sample_utilization\n"
+            "from gpuqueue.services.utilization import sample_utilization\n"
             "now = timezone.now()\n"
             "[sample_utilization(now - timedelta(minutes=m)) for m in range(5, -1, -1)]",
         ],

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dashboard.geometry import bar_scale, nice_max, node_cells, quota_bar, stacked_chart, step_path
-from gpuqueue.utilization import PendingShape, gang_fits, idle_gpu_hours, waiting_fit_gpus
+from gpuqueue.services.utilization import PendingShape, gang_fits, idle_gpu_hours, waiting_fit_gpus
 
 
 def test_a_bar_splits_allocation_at_the_guarantee_and_adds_pending() -> None:
@@ -93,9 +93,8 @@ def test_idle_iron_is_the_smaller_of_free_and_waiting_per_minute() -> None:
 
 @pytest.mark.django_db
 def test_sampling_writes_cluster_and_team_rows_once_a_minute(jobs: Any, world: Any) -> None:
-    from dashboard.models import IdleIronSample
     from gpuqueue.models import Job, UtilizationSample
-    from gpuqueue.utilization import sample_utilization
+    from gpuqueue.services.utilization import sample_utilization
 
     # A pending 1 × 2 job of team-b held by its limit while h100-1 has 6 GPUs free.
     Job.objects.filter(pk=jobs.b_running.pk).update(state="RUNNING")
@@ -118,20 +117,23 @@ def test_sampling_writes_cluster_and_team_rows_once_a_minute(jobs: Any, world: A
     assert cluster.pending == 32 + 2
     team_a = UtilizationSample.objects.get(flavor=world.h100, team=world.team_a)
     assert (team_a.allocated, team_a.pending) == (8, 32)
-    idle = IdleIronSample.objects.get(flavor=world.h100)
+    idle = cluster  # the cluster's row keeps the minute's idle iron
     # Free for new work: h100-0 0 and h100-1 6 (the cordoned and NotReady nodes take nothing).
     # alice's 4 × 8 job waits for capacity; team-b's 1 × 2 job would fit but is held.
     assert (idle.free, idle.waiting_fit) == (6, 2)
 
 
 @pytest.mark.django_db
-def test_the_overview_uses_the_cycles_fair_shares(jobs: Any) -> None:
+def test_the_overview_shows_the_fair_shares_the_cycle_admitted_by(jobs: Any) -> None:
     from django.utils import timezone
 
-    from dashboard.overview import demand_snapshot
+    from dashboard.overview import queue_overview
+    from gpuqueue.cycle.run import run_cycle
+    from gpuqueue.cycle.snapshot import load_snapshot
     from gpuqueue.scheduler.fairshare import fair_shares
-    from gpuqueue.services.inventory import usage_now
-    from gpuqueue.snapshot import load_snapshot
 
     now = timezone.now()
-    assert fair_shares(demand_snapshot(usage_now(), now)) == fair_shares(load_snapshot(now))
+    planned = fair_shares(load_snapshot(now))
+    run_cycle(now=now)
+    shown = {(row.team, f.flavor): row.fair_share for f in queue_overview() for row in f.rows}
+    assert shown and shown == {key: planned[key] for key in shown}

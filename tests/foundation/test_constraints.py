@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, transaction
 
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, Quota
-from gpuqueue.states import JobState
 from teams.models import Membership, Role, Team
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from gpuqueue.embedded import free_port, start_postgres, start_redis
+from gpuqueue.ops.embedded import free_port, start_postgres, start_redis
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -76,7 +76,7 @@ class Service:
     def start(self, timeout: float = 120) -> None:
         self.log = open(self.data_dir.parent / "launcher.log", "ab")  # noqa: SIM115
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gpuqueue.launcher"],
+            [sys.executable, "-m", "gpuqueue.ops.launcher"],
             cwd=ROOT,
             env=self.env,
             stdout=self.log,

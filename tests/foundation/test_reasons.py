@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuqueue.reasons import describe_reason
+from gpuqueue.core.reason_text import describe_reason
 
 
 @pytest.mark.parametrize(

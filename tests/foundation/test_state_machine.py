@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from gpuqueue.core.states import FINAL, TRANSITIONS, InvalidTransition, JobState, check_transition
 from gpuqueue.models import JobEvent
 from gpuqueue.services.transitions import transition
-from gpuqueue.states import FINAL, TRANSITIONS, InvalidTransition, JobState, check_transition
 
 ALL_PAIRS = [(a, b) for a in JobState for b in JobState]
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, JobEvent
 from gpuqueue.services.submit import (
     SubmissionRefused,
@@ -15,7 +16,6 @@ from gpuqueue.services.submit import (
     submit_job,
     teams_for_submission,
 )
-from gpuqueue.states import JobState
 
 EVERY_FIELD = {
     "name": "train-7b",
@@ -165,7 +165,7 @@ def test_insert_params_pass_plain_values_as_the_fields_own_conversion_would(worl
 
     from django.db import connection
 
-    from gpuqueue.sql_rows import insert_columns, insert_params
+    from gpuqueue.core.sql_rows import insert_columns, insert_params
 
     job = Job(
         team=world.team_a,

@@ -1,4 +1,4 @@
-"""Taints and tolerations match as Kubernetes matches them (gpuqueue/taints.py)."""
+"""Taints and tolerations match as Kubernetes matches them (gpuqueue/core/taints.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuqueue.taints import schedulable_for, tolerates, toleration_errors
+from gpuqueue.core.taints import schedulable_for, tolerates, toleration_errors
 
 
 def taint(key: str, value: str = "", effect: str = "NoSchedule") -> dict[str, str]:

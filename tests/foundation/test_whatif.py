@@ -10,12 +10,17 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, Quota
 from gpuqueue.scheduler.model import Quota as EngineQuota
 from gpuqueue.scheduler.model import Team
 from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.states import JobState
-from gpuqueue.whatif import QuotaSpecError, apply_changes, parse_quota_change, recorded_duration
+from gpuqueue.services.whatif import (
+    QuotaSpecError,
+    apply_changes,
+    parse_quota_change,
+    recorded_duration,
+)
 
 
 def test_a_quota_change_is_parsed_or_refused_with_the_expected_form() -> None:

@@ -15,11 +15,11 @@ from django.test import Client
 from gpuqueue.api import checkpoint_views
 from gpuqueue.cluster.k8s_watch import ResourceWatch, start_watches
 from gpuqueue.cluster.manifests import token_secret_name, workload_name
-from gpuqueue.cycle import run_cycle
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
 from gpuqueue.services.checkpoint import job_for_token
 from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.states import JobState
 from tests.kube.conftest import Kube
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}

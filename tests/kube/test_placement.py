@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from gpuqueue.cycle import run_cycle
+from gpuqueue.core.reason_text import describe_reason
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Flavor, Job, Quota
-from gpuqueue.reasons import describe_reason
-from gpuqueue.states import JobState
 from tests.kube.conftest import SPOT, SPOT_TAINT, Kube
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}

@@ -18,10 +18,10 @@ from gpuqueue.cluster.k8s_calls import Caller
 from gpuqueue.cluster.k8s_watch import run_watcher
 from gpuqueue.cluster.kubernetes import KubernetesBackend
 from gpuqueue.cluster.manifests import CHECKPOINT_ANNOTATION, ClusterOptions
-from gpuqueue.cycle import run_cycle
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
 from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.states import JobState
 from tests.kube.conftest import Kube
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from gpuqueue.cycle import run_cycle
+from gpuqueue.core.reason_text import describe_reason
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, JobEvent, SimulatedWorkload
-from gpuqueue.reasons import describe_reason
 from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.states import JobState
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
 

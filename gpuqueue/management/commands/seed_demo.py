@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from gpuqueue.demo import seed_demo
-from gpuqueue.demo_accounts import DEMO_USERS, ROOT
+from gpuqueue.demo.accounts import DEMO_USERS, ROOT
+from gpuqueue.demo.data import seed_demo
 
 
 class Command(BaseCommand):

@@ -12,9 +12,9 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from gpuqueue.core.states import HOLDING, JobState
 from gpuqueue.models import Flavor, Job, Node, Quota
 from gpuqueue.scheduler import model as m
-from gpuqueue.states import HOLDING, JobState
 from teams.models import Team
 
 
@@ -93,7 +93,7 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     what each pending job shows now, so that the cycle writes only what changed without
     reading the queue a second time.
 
-    The jobs are read through a cursor (see `gpuqueue.sql_rows`): with thousands pending, the
+    The jobs are read through a cursor (see `gpuqueue.core.sql_rows`): with thousands pending, the
     ORM's per-row conversions (timestamps, a JSON placement that pending jobs never have) were
     most of a cycle. Times arrive as epoch seconds, which is what the engine takes, and a
     pending reason's JSON text is decoded once however many jobs share it."""

@@ -51,7 +51,7 @@ class RedisHistogram:
 
     def flush(self) -> None:
         """Publish what this process holds; on failure keep it for the next try."""
-        from gpuqueue.api import redis as api_redis
+        from gpuqueue.core import redis as api_redis
 
         with self._lock:
             counts, sums = self._counts, self._sums
@@ -73,7 +73,7 @@ class RedisHistogram:
 
     def collect(self) -> HistogramMetricFamily:
         """The histogram over every process (this one's unpublished part included)."""
-        from gpuqueue.api import redis as api_redis
+        from gpuqueue.core import redis as api_redis
 
         self.flush()
         family = HistogramMetricFamily(self.name, self.doc, labels=self.label_names)

@@ -5,7 +5,7 @@
 2. Counters (admitted, preempted, finished) are counts of JobEvent rows: the event table is
    already the durable, cross-process record of every transition.
 3. Histograms (admission cycle duration, API latency) are observed in whichever process runs
-   the work and accumulated in Redis hashes (`gpuqueue/redis_histograms.py`: counted in memory,
+   the work and accumulated in Redis hashes (`gpuqueue/ops/redis_histograms.py`: counted in memory,
    published at most once a second), then read back at scrape time. The cycle is timed by
    Celery signals around its task; the worker imports this module through CELERY_IMPORTS.
 """
@@ -28,7 +28,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from gpuqueue.redis_histograms import RedisHistogram
+from gpuqueue.ops.redis_histograms import RedisHistogram
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +94,9 @@ class QueueCollector:
     def collect(self) -> Iterator[Metric]:
         from django.db.models import Count, F, Q, Sum
 
+        from gpuqueue.core.states import FINAL, HOLDING, JobState
         from gpuqueue.models import Job, JobEvent
         from gpuqueue.services.inventory import usage_now
-        from gpuqueue.states import FINAL, HOLDING, JobState
 
         usage = usage_now()
         pending_jobs = GaugeMetricFamily(
@@ -128,6 +128,12 @@ class QueueCollector:
             "debt), decayed; only teams with a kept balance",
             labels=["team", "flavor"],
         )
+        fair_share = GaugeMetricFamily(
+            "gpuqueue_fair_share_gpus",
+            "What the last admission cycle entitled the team to: guarantee plus its weighted "
+            "part of idle GPUs, capped by its limit (compare with gpuqueue_allocated_gpus)",
+            labels=["team", "flavor"],
+        )
         for f in usage:
             capacity.add_metric([f.flavor], f.capacity)
             schedulable.add_metric([f.flavor], f.schedulable_capacity)
@@ -140,9 +146,10 @@ class QueueCollector:
                     limit.add_metric([t.team, f.flavor], t.limit or 0)
                 if t.share_balance_gpu_hours is not None:
                     balance.add_metric([t.team, f.flavor], t.share_balance_gpu_hours)
+                if t.fair_share is not None:
+                    fair_share.add_metric([t.team, f.flavor], t.fair_share)
         yield from (pending_jobs, pending_gpus, allocated, guarantee, limit, capacity, schedulable)
-        yield balance
-        yield self._fair_share()
+        yield from (balance, fair_share)
 
         # Counters from the event table: every transition is a row.
         admitted = CounterMetricFamily(
@@ -199,28 +206,6 @@ class QueueCollector:
         )
         yield CYCLE_DURATION.collect()
         yield API_LATENCY.collect()
-
-    def _fair_share(self) -> GaugeMetricFamily:
-        """Fair share per team and flavor, as the engine computes it from the same snapshot."""
-        from django.utils import timezone
-
-        from gpuqueue.scheduler.fairshare import fair_shares
-        from gpuqueue.snapshot import load_snapshot
-
-        family = GaugeMetricFamily(
-            "gpuqueue_fair_share_gpus",
-            "What the team is entitled to now: guarantee plus its weighted part of idle GPUs, "
-            "capped by its limit (compare with gpuqueue_allocated_gpus)",
-            labels=["team", "flavor"],
-        )
-        try:
-            shares = fair_shares(load_snapshot(timezone.now()))
-        except Exception:  # noqa: BLE001 - a scrape must not fail on one family
-            log.warning("fair share unavailable", exc_info=True)
-            return family
-        for (team, flavor), share in sorted(shares.items()):
-            family.add_metric([team, flavor], share)
-        return family
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from gpuqueue.config import env_bool
-from gpuqueue.embedded import EmbeddedPostgres, EmbeddedRedis, start_postgres, start_redis
+from gpuqueue.ops.embedded import EmbeddedPostgres, EmbeddedRedis, start_postgres, start_redis
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 GRACE_SECONDS = 15.0
 # The web server's fixed arguments (deploy/, docker-compose.yml and the Dockerfile use the same).
 GRANIAN_WSGI = (
@@ -38,7 +38,7 @@ GRANIAN_WSGI = (
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m gpuqueue.launcher", description=__doc__.split("\n")[0]
+        prog="python -m gpuqueue.ops.launcher", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--host", default=os.environ.get("GPUQUEUE_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GPUQUEUE_PORT", "8000")))
@@ -195,8 +195,8 @@ def _signal_group(child: subprocess.Popen[bytes], sig: int) -> None:
 
 
 def _banner(host: str, port: int, demo: bool) -> str:
-    from gpuqueue.demo_accounts import DEMO_USERS
-    from gpuqueue.demo_accounts import ROOT as ROOT_USER
+    from gpuqueue.demo.accounts import DEMO_USERS
+    from gpuqueue.demo.accounts import ROOT as ROOT_USER
 
     lines = [
         "",

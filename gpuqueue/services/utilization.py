@@ -29,10 +29,10 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from gpuqueue.core.reason_text import BACKING_OFF
+from gpuqueue.core.states import HOLDING, JobState
+from gpuqueue.cycle.snapshot import node_capacity_by_flavor
 from gpuqueue.models import Flavor, Job, Node, UtilizationSample
-from gpuqueue.reasons import BACKING_OFF
-from gpuqueue.snapshot import node_capacity_by_flavor
-from gpuqueue.states import HOLDING, JobState
 from teams.models import Team
 
 SAMPLE_MINUTES = 1
@@ -115,10 +115,9 @@ def sample_utilization(now: datetime | None = None) -> int:
     2. Per flavor and team: capacity (ready nodes), allocated (held by admitted, running and
        preempting jobs) and pending GPUs; team NULL is the whole cluster.
     3. Per flavor: free GPUs node by node and the GPUs of pending jobs that would have fitted
-       (the module docstring), for idle iron.
+       (the module docstring), kept on the flavor's cluster row, for idle iron.
     4. Write all rows in one transaction and drop samples older than RETENTION.
     """
-    from dashboard.models import IdleIronSample
     from gpuqueue.services.inventory import usage_now
 
     at = (now or timezone.now()).replace(second=0, microsecond=0)
@@ -128,18 +127,18 @@ def sample_utilization(now: datetime | None = None) -> int:
     flavor_ids = {f.name: f.pk for f in flavors}
     team_ids = dict(Team.objects.values_list("slug", "id"))
     rows: list[UtilizationSample] = []
+    cluster_rows: dict[str, UtilizationSample] = {}
     for usage in usage_now():
         flavor_id = flavor_ids[usage.flavor]
-        rows.append(
-            UtilizationSample(
-                at=at,
-                flavor_id=flavor_id,
-                team=None,
-                capacity=usage.capacity,
-                allocated=usage.allocated,
-                pending=usage.pending_gpus,
-            )
+        cluster_rows[usage.flavor] = UtilizationSample(
+            at=at,
+            flavor_id=flavor_id,
+            team=None,
+            capacity=usage.capacity,
+            allocated=usage.allocated,
+            pending=usage.pending_gpus,
         )
+        rows.append(cluster_rows[usage.flavor])
         for team in usage.teams:
             if team.allocated or team.pending_gpus or team.guarantee is not None:
                 # A team row's capacity is the flavor's: stacked, the teams' allocations add
@@ -167,18 +166,10 @@ def sample_utilization(now: datetime | None = None) -> int:
     ):
         code = reason.get("code") if isinstance(reason, dict) else None
         pending[flavor].append(PendingShape(workers, gpw, code))
-    idle_rows = [
-        IdleIronSample(
-            at=at,
-            flavor_id=f.pk,
-            free=sum(free.get(f.name, {}).values()),
-            waiting_fit=waiting_fit_gpus(free.get(f.name, {}), pending.get(f.name, [])),
-        )
-        for f in flavors
-    ]
+    for name, row in cluster_rows.items():
+        row.free = sum(free.get(name, {}).values())
+        row.waiting_fit = waiting_fit_gpus(free.get(name, {}), pending.get(name, []))
     with transaction.atomic():
         UtilizationSample.objects.bulk_create(rows)
-        IdleIronSample.objects.bulk_create(idle_rows)
         UtilizationSample.objects.filter(at__lt=at - RETENTION).delete()
-        IdleIronSample.objects.filter(at__lt=at - RETENTION).delete()
-    return len(rows) + len(idle_rows)
+    return len(rows)

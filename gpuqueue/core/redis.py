@@ -1,4 +1,5 @@
-"""One Redis client per process for the API's counters (throttling, latency histograms).
+"""One Redis client per process for counters on hot paths (throttling, latency histograms,
+the token cache's epoch).
 
 Django's cache API has no atomic increment-with-expiry in one round trip; a request path that
 runs hundreds of times a second wants exactly that, so these counters talk to Redis directly.

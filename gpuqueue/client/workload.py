@@ -1,7 +1,7 @@
 """The workload's side of gpuqueue's checkpoint protocol; the standard library only, so that any
 training image can copy this one file in.
 
-    from gpuqueue import workload
+    from gpuqueue.client import workload
     workload.install_sigterm_hook()           # SIGTERM also counts as a request
     start = load(workload.resume_from())      # None on the first attempt
     for step in ...:

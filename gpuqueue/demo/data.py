@@ -8,10 +8,10 @@ import random
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from gpuqueue.demo_accounts import DEMO_USERS, ROOT
+from gpuqueue.core.states import JobState
+from gpuqueue.demo.accounts import DEMO_USERS, ROOT
 from gpuqueue.models import Flavor, Job, Quota
 from gpuqueue.services.submit import submit_job
-from gpuqueue.states import JobState
 from teams.models import Membership, Team
 
 # name, resource, node selector, description, CPU millicores and memory MiB per GPU

@@ -10,8 +10,8 @@
    many times and must not slow admission down.)
 4. Persist, in the same transaction: admissions and preemptions as filtered state updates
    (a row that moved since the snapshot is skipped), each with its JobEvent; reasons,
-   positions and estimated starts on pending jobs; the advanced balances in one upsert (a
-   cycle that fails leaves them as they were).
+   positions and estimated starts on pending jobs; the plan's fair shares (which the pages
+   and /metrics show) and the advanced balances (a cycle that fails leaves both as they were).
 5. After commit: launch the admitted jobs and signal checkpoints on the backend. Both are
    idempotent, and the cluster sync retries what a crash here left undone.
 """
@@ -32,16 +32,17 @@ from django.utils import timezone
 from gpuqueue import scheduler
 from gpuqueue.cluster import get_backend
 from gpuqueue.cluster.base import ClusterBackend, ClusterError
-from gpuqueue.launching import launch_admitted
-from gpuqueue.locks import try_xact_lock
+from gpuqueue.core.locks import try_xact_lock
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.launch import launch_admitted
+from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
 from gpuqueue.models import Job
 from gpuqueue.scheduler import model as m
 from gpuqueue.scheduler.runtime import paused_gc
+from gpuqueue.services.fair_shares import store_fair_shares
 from gpuqueue.services.pending import update_estimated_starts, update_pending_rows
 from gpuqueue.services.share_balance import advance_balances, load_balances, store_balances
 from gpuqueue.services.transitions import transition
-from gpuqueue.snapshot import StoredPending, load_snapshot, policy_from_settings
-from gpuqueue.states import JobState
 
 log = logging.getLogger(__name__)
 ACTOR = "cycle"
@@ -88,6 +89,7 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         admitted = _persist_admissions(plan, now)
         preempted = _persist_preemptions(plan, now)
         _persist_pending(plan, stored)
+        store_fair_shares(plan.fair_shares, now)
         if balances is not None:
             store_balances(balances, now)
         lap("4_persist")

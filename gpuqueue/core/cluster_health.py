@@ -1,8 +1,7 @@
-"""Health: can gpuqueue reach its database, Redis and the cluster API?
+"""The cluster API's health as its callers saw it, kept in the Redis cache.
 
-The cluster's answer comes from whichever process last talked to it (the watcher, a worker):
-the Kubernetes backend records every call's outcome here, in the Redis cache, so that a web
-request never waits on Kubernetes. `GET /healthz` reports all three; the dashboard shows it.
+Whichever process talks to the cluster (the watcher, a worker) records each call's outcome,
+so that `/healthz` and the dashboard read it without a web request ever waiting on Kubernetes.
 """
 
 from __future__ import annotations
@@ -13,9 +12,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection
-from django.http import HttpRequest, JsonResponse
-from django.views.decorators.http import require_GET
 
 log = logging.getLogger(__name__)
 CLUSTER_KEY = "health:cluster"
@@ -56,37 +52,3 @@ def cluster_status() -> dict[str, Any]:
         "detail": value.get("detail", ""),
         "checked_at": value.get("at"),
     }
-
-
-def database_status() -> dict[str, Any]:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        return {"status": "ok"}
-    except Exception as exc:
-        return {"status": "unreachable", "detail": str(exc)}
-
-
-def redis_status() -> dict[str, Any]:
-    try:
-        cache.set("health:ping", 1, timeout=10)
-        return {"status": "ok"}
-    except Exception as exc:
-        return {"status": "unreachable", "detail": str(exc)}
-
-
-@require_GET
-def healthz(request: HttpRequest) -> JsonResponse:
-    """200 when the database and Redis answer (the web process can serve), else 503; the
-    cluster's state is reported but does not fail the probe: an unreachable Kubernetes API must
-    not get the web pods restarted, since they cannot fix it."""
-    body: dict[str, Any] = {
-        "database": database_status(),
-        "redis": redis_status(),
-        "cluster": cluster_status(),
-    }
-    ok = body["database"]["status"] == "ok" and body["redis"]["status"] == "ok"
-    body["status"] = (
-        "ok" if ok and body["cluster"]["status"] == "ok" else ("degraded" if ok else "unavailable")
-    )
-    return JsonResponse(body, status=200 if ok else 503)

@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from gpuqueue.cluster import get_backend
 from gpuqueue.cluster.base import ClusterBackend, ClusterError, LaunchSpec
+from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
 from gpuqueue.services.transitions import transition
-from gpuqueue.states import JobState
 from teams.services import hash_secret
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,2 @@
+"""The embedded mode's demo world: its accounts (`accounts`, importable without Django), and its
+teams, quotas and trickle of jobs (`data`)."""
