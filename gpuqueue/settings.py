@@ -304,4 +304,4 @@ SPECTACULAR_SETTINGS.update(
 )
 MIDDLEWARE.insert(0, "gpuqueue.ops.metrics.ApiLatencyMiddleware")
 # The worker times the admission cycle through Celery signals connected in gpuqueue.ops.metrics.
-CELERY_IMPORTS = ["gpuqueue.ops.metrics"]
+CELERY_IMPORTS = ["gpuqueue.ops.metrics", "gpuqueue.demo.tasks"]

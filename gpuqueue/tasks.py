@@ -1,14 +1,14 @@
-"""Celery entry points: short, named, primitive arguments, retried only on transient errors."""
+"""Celery entry points: short, named, primitive arguments, retried only on transient errors.
+
+The demo's traffic has its task with the demo (gpuqueue/demo/tasks.py)."""
 
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 from django.db import OperationalError
 
 from gpuqueue.cluster import get_backend
 from gpuqueue.cycle.run import refresh_forecasts_when_due, run_cycle
-from gpuqueue.demo.data import submit_demo_traffic
 from gpuqueue.services.cluster_sync import sync_cluster
 
 # Every task that reads and writes the database: acknowledged after it ran (a worker killed
@@ -46,13 +46,6 @@ def refresh_forecasts_task() -> int | None:
 def sync_cluster_task() -> dict[str, object]:
     result = sync_cluster(get_backend())
     return {"ran": result.ran, "transitions": result.transitions}
-
-
-@shared_task(name="gpuqueue.submit_demo_jobs", ignore_result=True)
-def submit_demo_jobs() -> int:
-    if not settings.GPUQUEUE_DEMO:
-        return 0
-    return submit_demo_traffic()
 
 
 @shared_task(

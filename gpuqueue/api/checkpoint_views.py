@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from gpuqueue.celery import app as celery_app
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
 from gpuqueue.services.checkpoint import acknowledge_checkpoint, job_for_token
@@ -99,8 +100,7 @@ def _nudge_sync() -> None:
     """Let the cluster sync requeue the job now rather than at its next periodic pass; losing
     the nudge (broker down) only delays that."""
     try:
-        from gpuqueue.tasks import sync_cluster_task
-
-        sync_cluster_task.apply_async(expires=60)
+        # By its pinned name, as the services nudge: the web layer does not import the tasks.
+        celery_app.send_task("gpuqueue.sync_cluster", expires=60)
     except Exception as exc:
         log.warning("could not nudge the cluster sync: %s", exc)
