@@ -78,6 +78,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # 503 with Retry-After, not 500, while PostgreSQL or Redis is away (ops/unavailable.py).
+    "gpuqueue.ops.unavailable.ServiceUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "gpuqueue.urls"
@@ -98,7 +100,10 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# A kept connection is checked before reuse, so a restarted PostgreSQL costs no failed request.
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+}
 # Server-side binding, with psycopg preparing a statement once it has run five times on a
 # connection (Django leaves that off unless asked): with client-side binding every query is new
 # text that PostgreSQL parses and plans again, half of its CPU per API submission.

@@ -233,3 +233,23 @@ def test_requests_are_let_through_while_redis_is_down(
     with monkeypatch.context() as m:
         m.setattr(api_redis, "client", unreachable)
         assert [client.get("/api/v1/me/").status_code for _ in range(3)] == [200, 200, 200]
+
+
+def test_while_the_database_is_away_the_api_answers_503_json_with_retry_after(
+    api: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import OperationalError
+
+    from gpuqueue.api import viewsets
+    from gpuqueue.models import Job
+
+    def database_gone(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(viewsets, "submit_job", database_gone)
+    body = {"team": "team-a", "flavor": "h100", "image": "ghcr.io/acme/train:1"}
+    response = api("alice").post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response.json()["code"] == "unavailable"
+    assert not Job.objects.exists()
