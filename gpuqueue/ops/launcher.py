@@ -41,6 +41,8 @@ GRANIAN_WSGI = (
     "--access-log",
     "--workers-kill-timeout",
     "10",
+    # A worker that dies (killed, out of memory) is replaced; the others keep serving.
+    "--respawn-failed-workers",
     "gpuqueue.wsgi:application",
 )
 
@@ -181,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                 if child.poll() is None:
                     continue
                 if name in due:
-                    if now >= due.pop(name):
+                    if now >= due[name]:
+                        del due[name]
                         children[i] = (name, spawn(name))
                         print(f"{name} restarted", flush=True)
                     continue

@@ -1,0 +1,141 @@
+"""`python -m gpuqueue.ops.launcher` (what `make run` runs) as a test drives it: on a fresh data
+folder and free ports, with its log kept, its process tree remembered and its database read
+directly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from gpuqueue.ops.embedded import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Service:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "GPUQUEUE_DEMO")
+        }
+        self.env.update(
+            GPUQUEUE_DATA_DIR=str(data_dir),
+            GPUQUEUE_PORT=str(self.port),
+            GPUQUEUE_EMBEDDED_REDIS_PORT=str(free_port()),
+            GPUQUEUE_CYCLE_SECONDS="1",
+            GPUQUEUE_SYNC_SECONDS="0.5",
+            GPUQUEUE_DEMO_JOBS_PER_MINUTE="0",
+            GPUQUEUE_WEB_WORKERS="1",
+            GPUQUEUE_LOG_LEVEL="WARNING",
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+        self.tree: set[int] = set()
+
+    def start(self, timeout: float = 120) -> None:
+        self.log = open(self.data_dir.parent / "launcher.log", "ab")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gpuqueue.ops.launcher"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.read_log()
+            self._remember_tree()
+            try:
+                urllib.request.urlopen(f"{self.url}/accounts/login/", timeout=2)
+                return
+            except OSError:
+                time.sleep(0.5)
+        raise AssertionError(f"service did not answer within {timeout}s:\n{self.read_log()}")
+
+    def read_log(self) -> str:
+        return (self.data_dir.parent / "launcher.log").read_text(errors="replace")[-5000:]
+
+    def _remember_tree(self) -> None:
+        assert self.process is not None
+        try:
+            parent = psutil.Process(self.process.pid)
+            self.tree |= {p.pid for p in parent.children(recursive=True)}
+        except psutil.NoSuchProcess:
+            pass
+
+    def stop(self) -> int:
+        assert self.process is not None
+        self._remember_tree()
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(60)
+        self.log.close()
+        return code
+
+    def leftovers(self) -> list[str]:
+        alive = []
+        for pid in self.tree:
+            try:
+                proc = psutil.Process(pid)
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(" ".join(proc.cmdline()))
+            except psutil.NoSuchProcess:
+                pass
+        for proc in psutil.process_iter(["cmdline"]):  # PostgreSQL is not our child as root
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if str(self.data_dir) in cmdline and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(cmdline)
+        return alive
+
+    def token(self, username: str) -> str:
+        env = dict(self.env, GPUQUEUE_EMBEDDED="1")
+        out = subprocess.run(
+            [sys.executable, "manage.py", "create_api_token", username],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return out.strip().splitlines()[-1]
+
+    def api(self, method: str, path: str, token: str, body: Any = None) -> Any:
+        request = urllib.request.Request(
+            f"{self.url}{path}",
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    def wait_for(self, token: str, job_id: int, state: str, timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        job: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            job = self.api("GET", f"/api/v1/jobs/{job_id}/", token)
+            if job["state"] == state:
+                return job
+            time.sleep(0.5)
+        raise AssertionError(f"job {job_id} is {job.get('state')}, not {state}\n{self.read_log()}")
+
+    def events(self, job_id: int) -> list[str]:
+        import psycopg
+
+        url = f"postgresql://postgres:@/postgres?host={self.data_dir / 'postgres'}"
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(
+                "SELECT to_state FROM gpuqueue_jobevent WHERE job_id = %s ORDER BY at, id", [job_id]
+            ).fetchall()
+        return [r[0] for r in rows]
