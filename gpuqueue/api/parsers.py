@@ -1,12 +1,16 @@
-"""JSON bodies with a size limit: a job is a few kilobytes, so anything far larger is a
-mistake or an attack, refused with 413 before it is parsed."""
+"""JSON bodies with limits: a job is a few kilobytes of plain values, so anything far larger,
+nested deeper than MAX_DEPTH, or carrying NUL characters (PostgreSQL cannot store them in text) is
+a mistake or an attack, refused with 413 or 400 and a clear message before any view sees it."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from django.conf import settings
 from rest_framework import exceptions, parsers, status
+
+MAX_DEPTH = 16  # a job body is two levels deep (env, labels, annotations, command)
 
 
 class RequestTooLarge(exceptions.APIException):
@@ -32,6 +36,25 @@ class LimitedJSONParser(parsers.JSONParser):
         body = stream.read(limit + 1)
         if len(body) > limit:
             raise RequestTooLarge(f"The request body is over {limit} bytes.")
-        import io
+        try:
+            data = super().parse(io.BytesIO(body), media_type, parser_context)
+        except RecursionError as exc:
+            raise exceptions.ParseError(f"JSON nested deeper than {MAX_DEPTH} levels.") from exc
+        check_plain(data)
+        return data
 
-        return super().parse(io.BytesIO(body), media_type, parser_context)
+
+def check_plain(data: Any, depth: int = 0) -> None:
+    """Refuse NUL characters anywhere (keys included) and nesting deeper than MAX_DEPTH."""
+    if depth > MAX_DEPTH:
+        raise exceptions.ParseError(f"JSON nested deeper than {MAX_DEPTH} levels.")
+    if isinstance(data, str):
+        if "\x00" in data:
+            raise exceptions.ParseError("NUL characters are not allowed.")
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            check_plain(key, depth + 1)
+            check_plain(value, depth + 1)
+    elif isinstance(data, list):
+        for value in data:
+            check_plain(value, depth + 1)

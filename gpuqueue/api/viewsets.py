@@ -50,9 +50,11 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 def idempotency_key(request: Request) -> str | None:
     # From META: `request.headers` parses every header of the request on first use.
     key = request.META.get("HTTP_IDEMPOTENCY_KEY")
-    if key is None or key == "":
+    if key is None:
         return None
-    if len(key) > 200 or not key.isprintable() or not key.isascii():
+    # Empty: sent empty, or a value the web server dropped (it passes on only ASCII); taking
+    # it for "no key" would turn the client's retry into a second job.
+    if not key or len(key) > 200 or not key.isprintable() or not key.isascii():
         raise serializers.ValidationError(
             {"Idempotency-Key": ["At most 200 printable ASCII characters."]}
         )

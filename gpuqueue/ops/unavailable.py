@@ -34,7 +34,9 @@ class ServiceUnavailableMiddleware:
         message = "gpuqueue's database or Redis is briefly unavailable; retry shortly."
         response: HttpResponse
         if request.path.startswith("/api/"):
-            response = JsonResponse({"detail": message, "code": "unavailable"}, status=503)
+            # The API's error shape (gpuqueue/api/errors.py).
+            body = {"error": {"code": "unavailable", "message": message}}
+            response = JsonResponse(body, status=503)
         else:
             response = HttpResponse(message, status=503, content_type="text/plain")
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)

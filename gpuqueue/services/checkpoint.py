@@ -76,7 +76,9 @@ def job_for_token(secret: str) -> Job | None:
     from teams.services import hash_secret
 
     parts = secret.split("_", 2)
-    if len(parts) != 3 or parts[0] != "gqj" or not parts[1].isdigit():
+    if len(parts) != 3 or parts[0] != "gqj" or not (parts[1].isascii() and parts[1].isdigit()):
+        return None
+    if len(parts[1]) > 19 or int(parts[1]) >= 2**63:  # past a bigint: no job of ours
         return None
     job = Job.objects.filter(pk=int(parts[1])).first()
     if job is None or not job.checkpoint_token_hash:

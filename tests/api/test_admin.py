@@ -251,5 +251,5 @@ def test_while_the_database_is_away_the_api_answers_503_json_with_retry_after(
     response = api("alice").post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
-    assert response.json()["code"] == "unavailable"
+    assert response.json()["error"]["code"] == "unavailable"
     assert not Job.objects.exists()
