@@ -8,6 +8,7 @@ traffic.
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -63,6 +64,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "teams",
     "gpuqueue",
     "dashboard",
@@ -82,6 +84,9 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # 503 with Retry-After, not 500, while PostgreSQL or Redis is away (ops/unavailable.py).
     "gpuqueue.ops.unavailable.ServiceUnavailableMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "gpuqueue.urls"
@@ -123,6 +128,46 @@ CACHES = {
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Failed sign-ins are counted per address and per username (django-axes, in PostgreSQL): after
+# GPUQUEUE_LOGIN_FAILURES of either, sign-in is refused for GPUQUEUE_LOGIN_COOLOFF_MINUTES.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("GPUQUEUE_LOGIN_FAILURES", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("GPUQUEUE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+
+# A Content-Security-Policy the dashboard passes as it is: scripts and styles from our own
+# origin only (htmx is vendored); style attributes carry the teams' colours. The API docs pages,
+# whose generated HTML has inline scripts, are exempt (gpuqueue/urls.py).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+
+# Behind a proxy that terminates TLS (deploy/ sets it): secure cookies, HSTS, and the proxy's
+# X-Forwarded-Proto trusted to say the request came in over HTTPS.
+GPUQUEUE_HTTPS = env_bool("GPUQUEUE_HTTPS", False)
+if GPUQUEUE_HTTPS:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = 365 * 24 * 3600
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = False  # the site's own host only: we do not own the rest
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:home"
 LOGOUT_REDIRECT_URL = "login"
@@ -284,8 +329,10 @@ GPUQUEUE_API_RATE = env_str("GPUQUEUE_API_RATE", "1200/min")
 GPUQUEUE_API_ANON_RATE = env_str("GPUQUEUE_API_ANON_RATE", "120/min")
 # Request bodies above this are refused with 413 before parsing (a job is a few KiB).
 GPUQUEUE_API_MAX_BODY_BYTES = env_int("GPUQUEUE_API_MAX_BODY_BYTES", 64 * 1024, minimum=1024)
-# With a value, /metrics wants `Authorization: Bearer <it>`; empty leaves it open to scrapers.
+# With a value, /metrics wants `Authorization: Bearer <it>`. Without one it answers 401 unless
+# GPUQUEUE_METRICS_OPEN is set (the default of the embedded mode, which listens on loopback).
 GPUQUEUE_METRICS_TOKEN = env_str("GPUQUEUE_METRICS_TOKEN")
+GPUQUEUE_METRICS_OPEN = env_bool("GPUQUEUE_METRICS_OPEN", EMBEDDED)
 
 REST_FRAMEWORK.update(
     {

@@ -39,7 +39,8 @@ def redis_status() -> dict[str, Any]:
 def healthz(request: HttpRequest) -> JsonResponse:
     """200 when the database and Redis answer (the web process can serve), else 503; the
     cluster's state is reported but does not fail the probe: an unreachable Kubernetes API must
-    not get the web pods restarted, since they cannot fix it."""
+    not get the web pods restarted, since they cannot fix it. Anonymous callers (probes) learn
+    only the status; a signed-in user also sees each part and its error."""
     body: dict[str, Any] = {
         "database": database_status(),
         "redis": redis_status(),
@@ -49,4 +50,14 @@ def healthz(request: HttpRequest) -> JsonResponse:
     body["status"] = (
         "ok" if ok and body["cluster"]["status"] == "ok" else ("degraded" if ok else "unavailable")
     )
+    if not signed_in(request):
+        body = {"status": body["status"]}
     return JsonResponse(body, status=200 if ok else 503)
+
+
+def signed_in(request: HttpRequest) -> bool:
+    """A session user; read only when the database answers (the session lives there)."""
+    try:
+        return bool(request.user.is_authenticated)
+    except Exception:  # noqa: BLE001 - the database is what this endpoint reports on
+        return False

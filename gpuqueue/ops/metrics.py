@@ -209,8 +209,9 @@ class QueueCollector:
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """The scrape endpoint. With GPUQUEUE_METRICS_TOKEN set, a matching Bearer token is needed
-    (the figures are aggregates, but some sites keep team names private)."""
+    """The scrape endpoint: with GPUQUEUE_METRICS_TOKEN set, a matching Bearer token is needed;
+    without one, only GPUQUEUE_METRICS_OPEN (the embedded mode's default) lets anyone read it
+    (the figures are aggregates, but they name teams and show their load)."""
     token = getattr(settings, "GPUQUEUE_METRICS_TOKEN", None)
     if token:
         import hmac
@@ -218,6 +219,12 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(given.encode(), token.encode()):
             return HttpResponse("metrics token required\n", status=401, content_type="text/plain")
+    elif not settings.GPUQUEUE_METRICS_OPEN:
+        return HttpResponse(
+            "set GPUQUEUE_METRICS_TOKEN (or GPUQUEUE_METRICS_OPEN=true) to scrape /metrics\n",
+            status=401,
+            content_type="text/plain",
+        )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector())  # type: ignore[arg-type]
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -132,8 +132,12 @@ def test_utilization_shows_every_teams_figures_but_no_job_details(
     assert "jobs" not in str(team_b.keys()).replace("pending_jobs", "").replace("running_jobs", "")
 
 
-def test_utilization_shows_each_teams_fair_share_balance_in_gpu_hours(api: Any, world: Any) -> None:
+def test_utilization_shows_each_teams_fair_share_balance_in_gpu_hours(
+    api: Any, world: Any, settings: Any
+) -> None:
     from django.utils import timezone
+
+    settings.GPUQUEUE_METRICS_OPEN = True
 
     from gpuqueue.models import ShareBalance
 
@@ -150,8 +154,9 @@ def test_utilization_shows_each_teams_fair_share_balance_in_gpu_hours(api: Any, 
 
 
 def test_metrics_expose_queue_fair_share_counters_and_latency(
-    api: Any, world: Any, submit: Any
+    api: Any, world: Any, submit: Any, settings: Any
 ) -> None:
+    settings.GPUQUEUE_METRICS_OPEN = True
     from gpuqueue.cycle.run import run_cycle
     from gpuqueue.services.cancel import cancel_job
 
@@ -253,3 +258,16 @@ def test_while_the_database_is_away_the_api_answers_503_json_with_retry_after(
     assert response["Retry-After"] == "5"
     assert response.json()["error"]["code"] == "unavailable"
     assert not Job.objects.exists()
+
+
+def test_metrics_want_their_token_unless_explicitly_opened(api: Any, settings: Any) -> None:
+    settings.GPUQUEUE_METRICS_TOKEN = None
+    settings.GPUQUEUE_METRICS_OPEN = False
+    assert api(None).get("/metrics").status_code == 401
+    assert api("root").get("/metrics").status_code == 401  # an API token is not the scrape token
+    settings.GPUQUEUE_METRICS_TOKEN = "scrape-secret"
+    assert api(None).get("/metrics").status_code == 401
+    assert api(None).get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-secret").status_code == 200
+    settings.GPUQUEUE_METRICS_TOKEN = None
+    settings.GPUQUEUE_METRICS_OPEN = True
+    assert api(None).get("/metrics").status_code == 200

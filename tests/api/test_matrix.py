@@ -202,11 +202,11 @@ ROWS = [
         "/api/v1/audit/{team_b_entry}/",
         {"alice": 403, "bob": 404, "carol": 403, "root": 200, None: 401},
     ),
-    # Who am I; schema, docs and metrics are open
+    # Who am I; schema and docs are open; metrics want their own token (none is set here)
     Row("GET", "/api/v1/me/", ALL_OK),
     Row("GET", "/api/schema/", {"alice": 200, "bob": 200, "carol": 200, "root": 200, None: 200}),
     Row("GET", "/api/docs/", {"alice": 200, "bob": 200, "carol": 200, "root": 200, None: 200}),
-    Row("GET", "/metrics", {"alice": 200, "bob": 200, "carol": 200, "root": 200, None: 200}),
+    Row("GET", "/metrics", {"alice": 401, "bob": 401, "carol": 401, "root": 401, None: 401}),
 ]
 
 

@@ -87,14 +87,19 @@ def test_a_location_is_required(preempting: Job) -> None:
     assert post(preempting, issue_job_token(preempting), location="").status_code == 400
 
 
-def test_healthz_reports_database_redis_and_the_cluster(db: Any, settings: Any) -> None:
+def test_healthz_reports_database_redis_and_the_cluster(
+    db: Any, settings: Any, django_user_model: Any
+) -> None:
     settings.GPUQUEUE_CLUSTER_BACKEND = "kubernetes"
     record_cluster(False, "list nodes: HTTP 503: apiserver unavailable")
-    body = APIClient().get("/healthz").json()
+    assert APIClient().get("/healthz").json() == {"status": "degraded"}  # anonymous: no detail
+    client = APIClient()
+    client.force_login(django_user_model.objects.create_user("ops"))
+    body = client.get("/healthz").json()
     assert body["database"]["status"] == "ok" and body["redis"]["status"] == "ok"
     assert body["cluster"]["status"] == "unreachable" and "503" in body["cluster"]["detail"]
     assert body["status"] == "degraded"
 
     record_cluster(True)
-    response = APIClient().get("/healthz")
+    response = client.get("/healthz")
     assert response.status_code == 200 and response.json()["cluster"]["status"] == "ok"
