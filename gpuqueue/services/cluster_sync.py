@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from gpuqueue.cluster.base import ClusterBackend, ClusterError, NodeInfo, Phase, WorkloadStatus
 from gpuqueue.core.locks import try_xact_lock
-from gpuqueue.core.states import JobState
+from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.cycle.launch import launch_admitted
 from gpuqueue.models import Job, Node
 from gpuqueue.services.checkpoint import acknowledge_checkpoint, requeue
@@ -104,7 +104,7 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
                 continue  # its workload cannot be seen now: not gone, left as it is
             key = (job.pk, job.attempts)
             status = statuses.get(key)
-            moved, stop = _follow(job, status, now)
+            moved, stop = _follow_isolated(job, status, now)
             result.transitions += moved
             if stop:
                 to_stop.append(key)
@@ -121,6 +121,8 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
             backend.stop(job_id, attempt)
         except ClusterError as exc:
             log.warning("stop of job %s deferred: %s", job_id, exc)
+        except Exception:  # one workload's surprise must not keep the others running
+            log.exception("stop of job %s failed; retried next pass", job_id)
     if to_launch:
         launch_admitted(to_launch, backend)
     result.relaunched = to_launch
@@ -130,6 +132,28 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
     except ClusterError as exc:
         log.warning("release of gangs deferred: %s", exc)
     return result
+
+
+def _follow_isolated(job: Job, status: WorkloadStatus | None, now: datetime) -> tuple[int, bool]:
+    """`_follow` in a savepoint of its own: a job whose step raises anything but a database
+    error is failed with the error in its message and its workload stopped, and the pass goes
+    on with the others. (A database error is the database's, not the job's: the pass fails and
+    the next one tries again.)"""
+    try:
+        with transaction.atomic():
+            return _follow(job, status, now)
+    except DatabaseError:
+        raise
+    except Exception as exc:
+        log.exception("job %s: the sync could not follow it; failing it", job.pk)
+        current = Job.objects.get(pk=job.pk)
+        if current.state in FINAL:
+            return 0, True
+        cause = f"gpuqueue could not follow this job: {type(exc).__name__}: {exc}"[:1000]
+        failed = transition(
+            current, JobState.FAILED, reason=cause, actor=ACTOR, message=cause, finished_at=now
+        )
+        return int(failed), True
 
 
 def _kept(status: WorkloadStatus, now: datetime, keep: timedelta) -> bool:

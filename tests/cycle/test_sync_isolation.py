@@ -1,0 +1,36 @@
+"""One job whose sync step raises is failed with the error; the others move on as usual."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.run import run_cycle
+from gpuqueue.services import cluster_sync
+from gpuqueue.services.cluster_sync import sync_cluster
+
+
+def test_a_job_whose_sync_step_raises_fails_alone_and_the_pass_goes_on(
+    world: Any, submit: Any, backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sync_cluster(backend)
+    bad = submit(workers=1, gpus_per_worker=8)
+    good = submit(workers=1, gpus_per_worker=8)
+    run_cycle(backend=backend)
+    real = cluster_sync._follow
+
+    def follow(job: Any, status: Any, now: Any) -> Any:
+        if job.pk == bad.pk:
+            raise OverflowError("date value out of range")
+        return real(job, status, now)
+
+    monkeypatch.setattr(cluster_sync, "_follow", follow)
+    sync_cluster(backend)
+    bad.refresh_from_db()
+    good.refresh_from_db()
+    assert bad.state == JobState.FAILED
+    assert "OverflowError: date value out of range" in bad.message
+    assert good.state == JobState.RUNNING
+    assert bad.pk not in {s.job_id for s in backend.observe()}  # its workload was stopped
