@@ -1,6 +1,7 @@
-"""HTML forms whose rules are the API's: a form only turns text fields into the JSON the API
-takes, then the API's own serializer validates it, so a job or quota the dashboard accepts is
-exactly one the API accepts, with the same messages."""
+"""HTML forms that read text into values and leave the rules to the services the API calls
+too (gpuqueue.services.job_spec, gpuqueue.services.quotas), so that a job or quota the
+dashboard accepts is exactly one the API accepts, refused with the same messages at the same
+fields. The fields' own refusals (text that is no number) use the API's words for the same."""
 
 from __future__ import annotations
 
@@ -10,21 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
 
-from gpuqueue.api.serializers import JobSubmitSerializer, QuotaSerializer
-from gpuqueue.core.errors import Refused
+from gpuqueue.core.errors import Forbidden, Refused
 from gpuqueue.models import Flavor, Quota
+from gpuqueue.services import job_spec
+from gpuqueue.services.quotas import check_quota, set_quota
 from teams.models import Role, Team
-
-INT_FIELDS = (
-    "workers",
-    "gpus_per_worker",
-    "priority",
-    "checkpoint_grace_seconds",
-    "max_runtime_seconds",
-    "expected_runtime_seconds",
-)
-MAP_FIELDS = ("env", "labels", "annotations")
 
 # Common shapes: a notebook on one GPU, a training job on a whole node, a gang of four
 # nodes. Values are what the form shows; the user can change any of them before submitting.
@@ -62,15 +55,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _int_or_text(value: str) -> Any:
-    """An integer when the text is one; otherwise the text, which the serializer refuses with
-    its own message ("Must be an integer.")."""
-    try:
-        return int(value.strip())
-    except ValueError:
-        return value
-
-
 def parse_mapping(text: str) -> dict[str, str]:
     """KEY=value per line; blank lines and lines starting with # are skipped."""
     out: dict[str, str] = {}
@@ -84,52 +68,103 @@ def parse_mapping(text: str) -> dict[str, str]:
     return out
 
 
-def flatten_errors(errors: Any, prefix: str = "") -> list[str]:
-    """DRF's nested errors (a dict field's per-key messages) as plain sentences."""
-    if isinstance(errors, Mapping):
-        out: list[str] = []
-        for key, value in errors.items():
-            out += flatten_errors(value, f"{prefix}{key}: ")
-        return out
-    if isinstance(errors, list | tuple):
-        out = []
-        for value in errors:
-            out += flatten_errors(value, prefix)
-        return out
-    return [f"{prefix}{errors}"]
+def _text(value: Any) -> str:
+    return "" if value is None else str(value).strip()
 
 
-class ApiForm(forms.Form):
-    """A form whose validation is a DRF serializer's; field errors land on the same names."""
+class WholeNumberField(forms.IntegerField):
+    """An integer as typed. Django's IntegerField also reads "4.0" as 4, which the API
+    refuses."""
 
-    def add_api_errors(self, errors: Mapping[str, Any]) -> None:
-        for key, value in errors.items():
-            field = key if key in self.fields else None
-            for message in flatten_errors(value):
-                self.add_error(field, message)
+    default_error_messages = {"invalid": "Must be an integer."}
+
+    def to_python(self, value: Any) -> int | None:
+        text = _text(value)
+        if not text:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise ValidationError(self.error_messages["invalid"], code="invalid") from None
 
 
-class SubmitForm(ApiForm):
+class NumberField(forms.FloatField):
+    """A number as the API reads one from text; like DRF, refused past 1,000 characters,
+    which would cost a conversion for nothing."""
+
+    default_error_messages = {
+        "invalid": "A valid number is required.",
+        "too_long": "String value too large.",
+    }
+    MAX_CHARS = 1000
+
+    def to_python(self, value: Any) -> float | None:
+        text = _text(value)
+        if not text:
+            return None
+        if len(text) > self.MAX_CHARS:
+            raise ValidationError(self.error_messages["too_long"], code="too_long")
+        try:
+            return float(text)
+        except ValueError:
+            raise ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+
+class CommandField(forms.CharField):
+    """A command line split into words as a shell does: quotes keep words together."""
+
+    def to_python(self, value: Any) -> list[str] | None:
+        text = _text(value)
+        if not text:
+            return None
+        try:
+            return shlex.split(text)
+        except ValueError as exc:
+            raise ValidationError(f"Cannot split into words: {exc}.", code="invalid") from None
+
+
+class MappingField(forms.CharField):
+    """KEY=value lines (see `parse_mapping`)."""
+
+    def to_python(self, value: Any) -> dict[str, str] | None:
+        text = _text(value)
+        if not text:
+            return None
+        try:
+            return parse_mapping(text)
+        except ValueError as exc:
+            raise ValidationError(str(exc), code="invalid") from None
+
+
+class ServiceForm(forms.Form):
+    def add_field_errors(self, errors: Mapping[str, list[str]]) -> None:
+        """A service's messages per field, on the field of that name."""
+        for field, messages in errors.items():
+            for message in messages:
+                self.add_error(field if field in self.fields else None, message)
+
+
+class SubmitForm(ServiceForm):
     team = forms.CharField(widget=forms.Select, help_text="The team whose quota the job uses.")
     flavor = forms.CharField(widget=forms.Select, label="GPU flavor")
     name = forms.CharField(required=False, help_text="Defaults from the image.")
     image = forms.CharField(required=False, label="Container image")
-    command = forms.CharField(
+    command = CommandField(
         required=False, help_text="As in a shell: words split on spaces, quotes kept together."
     )
-    workers = forms.CharField(
+    workers = WholeNumberField(
         required=False,
         initial="1",
         widget=forms.NumberInput(attrs={"min": 1}),
         help_text="Gang size: all workers start together or none does.",
     )
-    gpus_per_worker = forms.CharField(
+    gpus_per_worker = WholeNumberField(
         required=False,
         initial="1",
         label="GPUs per worker",
         widget=forms.NumberInput(attrs={"min": 1}),
     )
-    priority = forms.CharField(
+    priority = WholeNumberField(
         required=False,
         initial="0",
         widget=forms.NumberInput,
@@ -141,34 +176,34 @@ class SubmitForm(ApiForm):
         help_text="May be stopped (after a checkpoint signal) to make room; non-preemptible "
         "jobs may only use the team's guarantee.",
     )
-    checkpoint_grace_seconds = forms.CharField(
+    checkpoint_grace_seconds = WholeNumberField(
         required=False,
         label="Checkpoint grace (seconds)",
         widget=forms.NumberInput(attrs={"min": 0}),
     )
-    max_runtime_seconds = forms.CharField(
+    max_runtime_seconds = WholeNumberField(
         required=False,
         label="Maximum runtime (seconds)",
         widget=forms.NumberInput(attrs={"min": 1}),
     )
-    expected_runtime_seconds = forms.CharField(
+    expected_runtime_seconds = WholeNumberField(
         required=False,
         label="Expected runtime (seconds)",
         widget=forms.NumberInput(attrs={"min": 1}),
         help_text="Improves the estimated starts.",
     )
-    env = forms.CharField(
+    env = MappingField(
         required=False,
         label="Environment",
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="KEY=value, one per line.",
     )
-    labels = forms.CharField(
+    labels = MappingField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="key=value, one per line.",
     )
-    annotations = forms.CharField(
+    annotations = MappingField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="key=value, one per line.",
@@ -186,56 +221,36 @@ class SubmitForm(ApiForm):
         self.has_teams = bool(teams)
 
     def payload(self) -> dict[str, Any]:
-        """The API request body for what was typed (also shown as the curl to copy)."""
-        data = self.cleaned_data if hasattr(self, "cleaned_data") else {}
+        """The API request body for what was typed (shown as the curl to copy): each field's
+        value where the field can read its text, else the text, which the API refuses at the
+        same field."""
         body: dict[str, Any] = {}
-        for key in ("team", "flavor", "name", "image"):
-            if data.get(key):
-                body[key] = data[key]
-        if data.get("command"):
+        for name, field in self.fields.items():
+            typed = self[name].data
             try:
-                body["command"] = shlex.split(data["command"])
-            except ValueError:
-                body["command"] = data["command"]  # the serializer names the field
-        for key in INT_FIELDS:
-            value = str(data.get(key) or "")
-            if value.strip():
-                body[key] = _int_or_text(value)
-        body["preemptible"] = bool(data.get("preemptible"))
-        for key in MAP_FIELDS:
-            if data.get(key, "").strip():
-                try:
-                    body[key] = parse_mapping(data[key])
-                except ValueError:
-                    body[key] = data[key]
+                value = field.clean(typed)
+            except ValidationError:
+                value = _text(typed)
+            if value is not None and value != "":
+                body[name] = value
         return body
 
-    def validate_with_api(self, request: Any) -> dict[str, Any] | None:
-        """Validated data for submit_job, or None with the errors on the form.
+    def validated_submission(self) -> dict[str, Any] | None:
+        """The values for `submit_job`, or None with the errors on the form.
 
-        1. Django's own pass (only the form shape: everything is text).
-        2. Text the API cannot take as JSON (unbalanced quotes, a map line without '=').
-        3. The API's JobSubmitSerializer on the JSON body.
+        1. The form's fields read the text: numbers, the command's words, KEY=value lines.
+        2. job_spec checks the rules: each field that could be read alone, then, when every
+           field passed, the job as a whole (defaults, whether a worker fits a node).
         """
-        if not self.is_valid():
-            return None
-        if self.cleaned_data.get("command"):
-            try:
-                shlex.split(self.cleaned_data["command"])
-            except ValueError as exc:
-                self.add_error("command", f"Cannot split into words: {exc}.")
-        for key in MAP_FIELDS:
-            try:
-                parse_mapping(self.cleaned_data.get(key, ""))
-            except ValueError as exc:
-                self.add_error(key, str(exc))
-        if self.errors:
-            return None
-        serializer = JobSubmitSerializer(data=self.payload(), context={"request": request})
-        if not serializer.is_valid():
-            self.add_api_errors(serializer.errors)
-            return None
-        return dict(serializer.validated_data)
+        refused = set(self.errors)
+        given = {
+            name: value
+            for name, value in self.cleaned_data.items()
+            if value is not None and value != ""
+        }
+        checked = job_spec.check_submission(self.user, given, refused=refused)
+        self.add_field_errors(checked.errors)
+        return None if self.errors else checked.values
 
 
 def curl_command(base_url: str, body: Mapping[str, Any]) -> str:
@@ -250,40 +265,35 @@ def curl_command(base_url: str, body: Mapping[str, Any]) -> str:
     )
 
 
-class QuotaForm(ApiForm):
-    guarantee = forms.CharField(widget=forms.NumberInput(attrs={"min": 0}))
-    limit = forms.CharField(widget=forms.NumberInput(attrs={"min": 0}))
-    weight = forms.CharField(widget=forms.NumberInput(attrs={"min": 0, "step": "any"}))
+class QuotaForm(ServiceForm):
+    guarantee = WholeNumberField(widget=forms.NumberInput(attrs={"min": 0}))
+    limit = WholeNumberField(widget=forms.NumberInput(attrs={"min": 0}))
+    weight = NumberField(widget=forms.NumberInput(attrs={"min": 0, "step": "any"}))
     oversubscribe = forms.BooleanField(required=False, label="allow guarantees beyond capacity")
 
-    def save_with_api(self, request: Any, team: Team, flavor: Flavor) -> Quota | None:
-        """Validate with the API's QuotaSerializer and save through set_quota; None with the
+    def save_quota(self, actor: Any, team: Team, flavor: Flavor) -> Quota | None:
+        """Check the numbers by the quota rules and save through set_quota; None with the
         errors on the form when refused (Forbidden is left to the caller: it is a role)."""
-        from gpuqueue.core.errors import Forbidden
-
-        if not self.is_valid():
+        refused = set(self.errors)
+        self.add_field_errors(check_quota(self.cleaned_data, refused=refused))
+        if self.errors:
             return None
         data = self.cleaned_data
-        body = {
-            "team": team.slug,
-            "flavor": flavor.name,
-            "guarantee": _int_or_text(data["guarantee"]),
-            "limit": _int_or_text(data["limit"]),
-            "weight": data["weight"],
-            "oversubscribe": bool(data.get("oversubscribe")),
-        }
-        instance = Quota.objects.filter(team=team, flavor=flavor).first()
-        serializer = QuotaSerializer(instance, data=body, context={"request": request})
-        if not serializer.is_valid():
-            self.add_api_errors(serializer.errors)
-            return None
         try:
-            return serializer.save()
+            return set_quota(
+                actor,
+                team,
+                flavor,
+                guarantee=data["guarantee"],
+                limit=data["limit"],
+                weight=data["weight"],
+                oversubscribe=data["oversubscribe"],
+            ).quota
         except Forbidden:
             raise
         except Refused as exc:
             if exc.fields:
-                self.add_api_errors(exc.fields)
+                self.add_field_errors(exc.fields)
             else:
                 self.add_error(None, exc.message)
             return None

@@ -119,9 +119,7 @@ def _form_context(request: HttpRequest, form: SubmitForm) -> dict[str, object]:
 
 def _preset_body(form: SubmitForm) -> dict[str, object]:
     # The curl for an unbound form: what the fields show now.
-    bound = SubmitForm(data=_initial_data(form), user=form.user)
-    bound.is_valid()
-    return bound.payload()
+    return SubmitForm(data=_initial_data(form), user=form.user).payload()
 
 
 def _initial_data(form: SubmitForm) -> dict[str, object]:
@@ -143,7 +141,7 @@ def _initial_data(form: SubmitForm) -> dict[str, object]:
 @login_required
 @require_http_methods(["GET", "POST"])
 def submit(request: HttpRequest) -> HttpResponse:
-    """The submit form: presets fill it (?preset=…), the API's serializer validates it, a
+    """The submit form: presets fill it (?preset=…), the rules the API uses check it, a
     failed form comes back with 422, a good one opens the new job's page."""
     if request.method == "GET":
         preset = PRESETS.get(request.GET.get("preset", ""), {})
@@ -158,7 +156,7 @@ def submit(request: HttpRequest) -> HttpResponse:
             _form_context(request, form),
         )
     form = SubmitForm(data=request.POST, user=request.user)
-    data = form.validate_with_api(request)
+    data = form.validated_submission()
     if data is not None:
         team, flavor = data.pop("team"), data.pop("flavor")
         try:
@@ -181,7 +179,6 @@ def submit(request: HttpRequest) -> HttpResponse:
 def submit_curl(request: HttpRequest) -> HttpResponse:
     """The equivalent API request for the form as typed so far (htmx, on every change)."""
     form = SubmitForm(data=request.GET, user=request.user)
-    form.is_valid()
     return render(
         request,
         "dashboard/partials/_curl.html",

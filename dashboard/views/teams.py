@@ -101,15 +101,15 @@ def team_detail(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def quota_edit(request: HttpRequest, slug: str, flavor: str) -> HttpResponse:
-    """Inline quota edit (site admins): the row comes back saved, or with the API's errors and
-    422; the audit trail is refreshed out of band."""
+    """Inline quota edit (site admins): the row comes back saved, or with the errors (the
+    rules the API uses) and 422; the audit trail is refreshed out of band."""
     team = _visible_team(request, slug)
     flavor_obj = get_object_or_404(Flavor, name=flavor)
     if not request.user.is_superuser:
         return HttpResponse("Only a site admin may change quotas.", status=403)
     form = QuotaForm(data=request.POST, prefix=f"q{flavor_obj.pk}")
     try:
-        saved = form.save_with_api(request, team, flavor_obj)
+        saved = form.save_quota(request.user, team, flavor_obj)
     except Forbidden as exc:
         return HttpResponse(exc.message, status=403)
     if saved is not None:

@@ -1,16 +1,14 @@
-"""What the API reads and writes. Writes go through services (serializer.create/update call
-one service each), so the rules hold for the dashboard too."""
+"""What the API reads and writes. The fields read the types; the rules and the writes are the
+services' (validate_* and create/update call them), so they hold for the dashboard too."""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from gpuqueue.api import validation as v
 from gpuqueue.api.cached_fields import FieldsBoundOnce
 from gpuqueue.api.fields import (
     LookupField,
@@ -24,23 +22,17 @@ from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
 from gpuqueue.core.taints import toleration_errors
 from gpuqueue.models import Flavor, Job, JobEvent, Node, Quota, UtilizationSample
+from gpuqueue.services import job_spec
+from gpuqueue.services import validation as v
 from gpuqueue.services.flavors import save_flavor
-from gpuqueue.services.quotas import set_quota
-from gpuqueue.services.submit import (
-    TEAM_REQUIRED,
-    SubmissionRefused,
-    check_fits,
-    flavor_for_submission,
-    submittable_team,
-    teams_for_submission,
+from gpuqueue.services.quotas import (
+    DEFAULT_WEIGHT,
+    QUOTA_BOUNDS,
+    quota_errors,
+    quota_field_errors,
+    set_quota,
 )
 from teams.models import Team
-
-PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
-MAX_WORKERS = 1024
-MAX_GPUS_PER_WORKER = 64
-MAX_GRACE_SECONDS = 24 * 3600
-MAX_RUNTIME_SECONDS = 30 * 24 * 3600
 
 
 class ErrorBodySerializer(serializers.Serializer):
@@ -65,41 +57,54 @@ def _user_in(context: dict[str, Any]) -> Any:
     return getattr(context.get("request"), "user", None)
 
 
+def _by_rules(rules: Callable[[str, Any], list[str]], field: str) -> Callable[..., Any]:
+    """A serializer's `validate_<field>`: the service's rules of `field`. Bounds and lengths
+    are also declared on the fields, for the schema; DRF refuses by them first, in the same
+    words."""
+
+    def validate(serializer: serializers.Serializer, value: Any) -> Any:
+        errors = rules(field, value)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+    return validate
+
+
+def _bounds(table: Mapping[str, tuple[int, int]], field: str) -> dict[str, int]:
+    """A number field's min_value and max_value, from a service's table of bounds."""
+    lowest, highest = table[field]
+    return {"min_value": lowest, "max_value": highest}
+
+
 # --- Jobs ---------------------------------------------------------------------------------------
 
 
-def _signed_in(user: Any) -> bool:
-    return user is not None and bool(user.is_authenticated)
-
-
-def _submittable_team(context: dict[str, Any], slug: str) -> Team | None:
-    # A team the caller cannot see is "unknown", as its jobs answer 404.
-    user = _user_in(context)
-    return submittable_team(user, slug) if _signed_in(user) else None
-
-
 class JobSubmitSerializer(serializers.Serializer):
-    """A submission. Every rule that Kubernetes or the engine would refuse later is checked
-    here, so that a bad request changes nothing and says which field is wrong."""
+    """A submission. Its fields read the types; the rules, every one that Kubernetes or the
+    engine would refuse later, are gpuqueue.services.job_spec's, which the dashboard's form
+    calls too. A bad request changes nothing and says which field is wrong."""
 
     team = LookupField(
-        find=_submittable_team,
+        find=lambda context, slug: job_spec.find_team(_user_in(context), slug),
         required=False,
         help_text="Team slug; may be left out by a user who belongs to exactly one team.",
         error_messages={
-            "does_not_exist": "Unknown team {value}.",
+            "does_not_exist": job_spec.UNKNOWN_TEAM,
             "invalid": "Must be a team slug.",
         },
     )
     flavor = LookupField(
-        find=lambda context, name: flavor_for_submission(name),
+        find=lambda context, name: job_spec.find_flavor(name),
         error_messages={
-            "does_not_exist": "Unknown flavor {value}.",
+            "does_not_exist": job_spec.UNKNOWN_FLAVOR,
             "invalid": "Must be a flavor name.",
         },
     )
-    name = StrictCharField(required=False, max_length=63, help_text="Defaults from the image.")
-    image = StrictCharField(max_length=512, trim_whitespace=False)
+    name = StrictCharField(
+        required=False, max_length=job_spec.NAME_MAX_CHARS, help_text="Defaults from the image."
+    )
+    image = StrictCharField(max_length=job_spec.IMAGE_MAX_CHARS, trim_whitespace=False)
     command = serializers.ListField(
         child=StrictCharField(allow_blank=True, trim_whitespace=False),
         required=False,
@@ -108,70 +113,48 @@ class JobSubmitSerializer(serializers.Serializer):
     env = StrictDictField(required=False, default=dict)
     labels = StrictDictField(required=False, default=dict)
     annotations = StrictDictField(required=False, default=dict)
-    workers = StrictIntegerField(min_value=1, max_value=MAX_WORKERS, default=1)
-    gpus_per_worker = StrictIntegerField(min_value=1, max_value=MAX_GPUS_PER_WORKER, default=1)
-    priority = StrictIntegerField(min_value=PRIORITY_MIN, max_value=PRIORITY_MAX, default=0)
-    preemptible = StrictBooleanField(default=True)
+    workers = StrictIntegerField(
+        **_bounds(job_spec.BOUNDS, "workers"), default=job_spec.DEFAULTS["workers"]
+    )
+    gpus_per_worker = StrictIntegerField(
+        **_bounds(job_spec.BOUNDS, "gpus_per_worker"), default=job_spec.DEFAULTS["gpus_per_worker"]
+    )
+    priority = StrictIntegerField(
+        **_bounds(job_spec.BOUNDS, "priority"), default=job_spec.DEFAULTS["priority"]
+    )
+    preemptible = StrictBooleanField(default=job_spec.DEFAULTS["preemptible"])
     checkpoint_grace_seconds = StrictIntegerField(
-        min_value=0, max_value=MAX_GRACE_SECONDS, required=False
+        **_bounds(job_spec.BOUNDS, "checkpoint_grace_seconds"), required=False
     )
     max_runtime_seconds = StrictIntegerField(
-        min_value=1, max_value=MAX_RUNTIME_SECONDS, required=False, allow_null=True
+        **_bounds(job_spec.BOUNDS, "max_runtime_seconds"), required=False, allow_null=True
     )
     expected_runtime_seconds = StrictIntegerField(
-        min_value=1, max_value=MAX_RUNTIME_SECONDS, required=False, allow_null=True
+        **_bounds(job_spec.BOUNDS, "expected_runtime_seconds"), required=False, allow_null=True
     )
+
+    validate_name = _by_rules(job_spec.field_errors, "name")
+    validate_image = _by_rules(job_spec.field_errors, "image")
+    validate_command = _by_rules(job_spec.field_errors, "command")
+    validate_env = _by_rules(job_spec.field_errors, "env")
+    validate_labels = _by_rules(job_spec.field_errors, "labels")
+    validate_annotations = _by_rules(job_spec.field_errors, "annotations")
+    validate_workers = _by_rules(job_spec.field_errors, "workers")
+    validate_gpus_per_worker = _by_rules(job_spec.field_errors, "gpus_per_worker")
+    validate_priority = _by_rules(job_spec.field_errors, "priority")
+    validate_checkpoint_grace_seconds = _by_rules(job_spec.field_errors, "checkpoint_grace_seconds")
+    validate_max_runtime_seconds = _by_rules(job_spec.field_errors, "max_runtime_seconds")
+    validate_expected_runtime_seconds = _by_rules(job_spec.field_errors, "expected_runtime_seconds")
 
     def to_internal_value(self, data: Any) -> Any:
         reject_unknown_fields(self, data)
         return super().to_internal_value(data)
 
-    def validate_image(self, image: str) -> str:
-        errors = v.image_errors(image)
-        if errors:
-            raise serializers.ValidationError(errors)
-        return image
-
-    def validate_name(self, name: str) -> str:
-        if not v.JOB_NAME.match(name):
-            raise serializers.ValidationError(
-                "1–63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit."
-            )
-        return name
-
-    def validate_command(self, command: list[str]) -> list[str]:
-        return _checked(command, v.command_errors)
-
-    def validate_env(self, env: dict[str, str]) -> dict[str, str]:
-        return _checked(env, v.env_errors)
-
-    def validate_labels(self, labels: dict[str, str]) -> dict[str, str]:
-        return _checked(labels, v.label_errors)
-
-    def validate_annotations(self, annotations: dict[str, str]) -> dict[str, str]:
-        return _checked(annotations, v.annotation_errors)
-
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if "team" not in attrs:
-            if not _signed_in(_user(self)):
-                raise serializers.ValidationError({"team": [TEAM_REQUIRED]})
-            # None: the submitter's only team, which `submit_job` finds as it writes the job
-            # (refusing with TeamRequired when there are none or several).
-            attrs["team"] = None
-        if not attrs.get("name"):
-            base = attrs["image"].split("@")[0].rsplit("/", 1)[-1].split(":")[0]
-            attrs["name"] = re.sub(r"[^A-Za-z0-9_.-]", "-", base)[:63].strip("-_.") or "job"
-        attrs.setdefault(
-            "checkpoint_grace_seconds", settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS
-        )
-        try:
-            check_fits(attrs["flavor"], attrs["gpus_per_worker"])
-        except SubmissionRefused as exc:
-            if attrs["team"] is None and len(teams_for_submission(_user(self))) != 1:
-                # As before the team was left to the insert: a missing team is reported first.
-                raise serializers.ValidationError({"team": [TEAM_REQUIRED]}) from exc
-            raise serializers.ValidationError({exc.field or "flavor": [str(exc)]}) from exc
-        return attrs
+        checked = job_spec.check_whole(_user(self), attrs)
+        if not checked.ok:
+            raise serializers.ValidationError(checked.errors)
+        return checked.values
 
 
 def _checked(value: Any, rule: Any) -> Any:
@@ -324,8 +307,9 @@ class FlavorSerializer(serializers.ModelSerializer):
 
 
 class QuotaSerializer(serializers.ModelSerializer):
-    """A team's quota for a flavor. Writes go through gpuqueue.services.quotas.set_quota; its
-    verdict on oversubscription comes back in the write's response."""
+    """A team's quota for a flavor. The rules are gpuqueue.services.quotas', which the
+    dashboard's form calls too; writes go through its set_quota, whose verdict on
+    oversubscription comes back in the write's response."""
 
     team = serializers.SlugRelatedField(
         slug_field="slug",
@@ -337,9 +321,9 @@ class QuotaSerializer(serializers.ModelSerializer):
         queryset=Flavor.objects.all(),
         error_messages={"does_not_exist": "Unknown flavor {value}."},
     )
-    guarantee = StrictIntegerField(min_value=0, max_value=1_000_000)
-    limit = StrictIntegerField(min_value=0, max_value=1_000_000)
-    weight = serializers.FloatField(min_value=0, max_value=1_000_000, default=1.0)
+    guarantee = StrictIntegerField(**_bounds(QUOTA_BOUNDS, "guarantee"))
+    limit = StrictIntegerField(**_bounds(QUOTA_BOUNDS, "limit"))
+    weight = serializers.FloatField(**_bounds(QUOTA_BOUNDS, "weight"), default=DEFAULT_WEIGHT)
     oversubscribe = StrictBooleanField(
         write_only=True,
         default=False,
@@ -389,6 +373,10 @@ class QuotaSerializer(serializers.ModelSerializer):
         change = getattr(quota, "change", None)
         return change.guarantees_total if change else None
 
+    validate_guarantee = _by_rules(quota_field_errors, "guarantee")
+    validate_limit = _by_rules(quota_field_errors, "limit")
+    validate_weight = _by_rules(quota_field_errors, "weight")
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if self.instance is not None:
             for key in ("team", "flavor"):
@@ -396,15 +384,11 @@ class QuotaSerializer(serializers.ModelSerializer):
                     raise serializers.ValidationError({key: ["Cannot change; create a quota."]})
             for key in ("guarantee", "limit", "weight"):
                 attrs.setdefault(key, getattr(self.instance, key))
-        if attrs.get("guarantee", 0) > attrs.get("limit", 0):
-            raise serializers.ValidationError(
-                {
-                    "guarantee": [
-                        f"The guarantee ({attrs['guarantee']}) may not exceed "
-                        f"the limit ({attrs['limit']})."
-                    ]
-                }
-            )
+        errors = quota_errors(
+            attrs["guarantee"], attrs["limit"], attrs.get("weight", DEFAULT_WEIGHT)
+        )
+        if errors:
+            raise serializers.ValidationError(errors)
         return attrs
 
     def _save(self, team: Team, flavor: Flavor, attrs: dict[str, Any]) -> Quota:
@@ -414,7 +398,7 @@ class QuotaSerializer(serializers.ModelSerializer):
             flavor,
             guarantee=attrs["guarantee"],
             limit=attrs["limit"],
-            weight=attrs.get("weight", 1.0),
+            weight=attrs.get("weight", DEFAULT_WEIGHT),
             oversubscribe=attrs.get("oversubscribe", False),
         )
         quota = change.quota

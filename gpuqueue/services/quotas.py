@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,17 @@ from django.db.models import Sum
 from gpuqueue.core.errors import Forbidden, Refused
 from gpuqueue.models import Flavor, Quota
 from gpuqueue.services.inventory import flavor_capacity, held_non_preemptible
+from gpuqueue.services.validation import FieldErrors, bound_errors
 from teams.models import AuditEntry, Team
+
+QUOTA_MAX = 1_000_000
+# The lowest and highest value of each number of a quota.
+QUOTA_BOUNDS: dict[str, tuple[int, int]] = {
+    "guarantee": (0, QUOTA_MAX),
+    "limit": (0, QUOTA_MAX),
+    "weight": (0, QUOTA_MAX),
+}
+DEFAULT_WEIGHT = 1.0
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,38 @@ def quota_state(quota: Quota | None) -> dict[str, Any] | None:
     }
 
 
+def quota_field_errors(field: str, value: float | None) -> list[str]:
+    """The rules of one number of a quota alone (None: left unset)."""
+    lowest, highest = QUOTA_BOUNDS[field]
+    return [] if value is None else bound_errors(value, lowest, highest)
+
+
+def quota_errors(guarantee: int, limit: int, weight: float = DEFAULT_WEIGHT) -> FieldErrors:
+    """Each number within its bounds, then, once they are, the guarantee within the limit."""
+    numbers = {"guarantee": guarantee, "limit": limit, "weight": weight}
+    errors = {
+        field: messages
+        for field, value in numbers.items()
+        if (messages := quota_field_errors(field, value))
+    }
+    if not errors and guarantee > limit:
+        errors["guarantee"] = [f"The guarantee ({guarantee}) may not exceed the limit ({limit})."]
+    return errors
+
+
+def check_quota(values: Mapping[str, Any], *, refused: Collection[str] = ()) -> FieldErrors:
+    """`quota_errors` for a caller that reads the numbers itself. `refused` names those whose
+    type it refused already: the others are checked alone, and the guarantee is not compared
+    with the limit."""
+    if refused:
+        return {
+            field: messages
+            for field in QUOTA_BOUNDS
+            if field not in refused and (messages := quota_field_errors(field, values.get(field)))
+        }
+    return quota_errors(values["guarantee"], values["limit"], values.get("weight", DEFAULT_WEIGHT))
+
+
 def _require_site_admin(actor: Any) -> None:
     if not getattr(actor, "is_superuser", False):
         raise Forbidden("only a site admin may change quotas")
@@ -49,31 +92,21 @@ def set_quota(
     *,
     guarantee: int,
     limit: int,
-    weight: float = 1.0,
+    weight: float = DEFAULT_WEIGHT,
     oversubscribe: bool = False,
 ) -> QuotaChange:
     """Create or change the quota of `team` for `flavor`.
 
     1. Only site admins; the flavor row is locked so that two edits of one flavor's
        guarantees cannot both pass the capacity check.
-    2. guarantee ≤ limit, weight ≥ 0.
+    2. The numbers within their bounds, guarantee ≤ limit (`quota_errors`).
     3. The guarantee may not drop below what the team's non-preemptible jobs of the flavor
        hold now: those jobs may only use the guarantee and are never preempted.
     4. The flavor's guarantees must fit its capacity (ready nodes), unless `oversubscribe`.
     5. Write the quota and an audit entry with before and after, in one transaction.
     """
     _require_site_admin(actor)
-    fields: dict[str, list[str]] = {}
-    if guarantee < 0:
-        fields.setdefault("guarantee", []).append("Must be 0 or more.")
-    if limit < 0:
-        fields.setdefault("limit", []).append("Must be 0 or more.")
-    if weight < 0:
-        fields.setdefault("weight", []).append("Must be 0 or more.")
-    if guarantee > limit:
-        fields.setdefault("guarantee", []).append(
-            f"The guarantee ({guarantee}) may not exceed the limit ({limit})."
-        )
+    fields = quota_errors(guarantee, limit, weight)
     if fields:
         raise Refused("The quota is invalid; see fields.", fields=fields, code="invalid")
     with transaction.atomic():

@@ -1,13 +1,50 @@
-"""Syntax rules for what a job carries into Kubernetes, checked before anything is written.
+"""Rules on plain values, checked before anything is written, whichever way a request came in.
 
-The rules are Kubernetes' own (apimachinery `validation.IsQualifiedName`, `IsValidLabelValue`,
-`ValidateAnnotations`, `IsEnvVarName`) and the image reference grammar of
-distribution/reference, so that a job the API accepts is never refused later by the cluster.
+Most are syntax rules for what a job carries into Kubernetes: Kubernetes' own (apimachinery
+`validation.IsQualifiedName`, `IsValidLabelValue`, `ValidateAnnotations`, `IsEnvVarName`) and the
+image reference grammar of distribution/reference, so that a job gpuqueue accepts is never
+refused later by the cluster. Bounds and lengths are refused in the words DRF and Django use for
+their own, so that a message reads the same whether a field or a rule caught it.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any
+
+FieldErrors = dict[str, list[str]]
+
+REQUIRED = "This field is required."
+UNKNOWN_FIELD = "Unknown field."
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The outcome of a check: the values to use, or (when `errors` is not empty) the messages
+    per field."""
+
+    values: dict[str, Any]
+    errors: FieldErrors
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def bound_errors(value: float, lowest: float, highest: float) -> list[str]:
+    if value < lowest:
+        return [f"Ensure this value is greater than or equal to {lowest}."]
+    if value > highest:
+        return [f"Ensure this value is less than or equal to {highest}."]
+    return []
+
+
+def length_errors(text: str, most: int) -> list[str]:
+    if len(text) > most:
+        return [f"Ensure this field has no more than {most} characters."]
+    return []
+
 
 # distribution/reference: [domain[:port]/]path[:tag][@digest]
 _ALNUM = r"[a-z0-9]+"

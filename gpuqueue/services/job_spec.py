@@ -1,0 +1,187 @@
+"""A job's specification checked as plain values, by the rules every way in shares.
+
+The API's serializer and the dashboard's form each turn their input into typed values (DRF's
+strict fields, Django's form fields) and leave the rules to this module, so that a job one of
+them accepts is exactly one the other accepts, refused with the same messages at the same
+fields.
+
+A check takes two steps, as DRF's serializers do:
+1. each field alone: the team and the flavor exist for the submitter, numbers are within their
+   bounds, names, the image, the command, the environment, labels and annotations are well
+   formed (`field_errors`);
+2. only when every field passed, the job as a whole: the team a submission leaves out, the
+   defaults (the name from the image, the checkpoint grace from settings), and whether a worker
+   fits the largest node of its flavor (`check_whole`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Mapping
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+
+from gpuqueue.models import Flavor
+from gpuqueue.services import validation as rules
+from gpuqueue.services.submit import (
+    JOB_FIELDS,
+    TEAM_REQUIRED,
+    SubmissionRefused,
+    check_fits,
+    flavor_for_submission,
+    submittable_team,
+    teams_for_submission,
+)
+from gpuqueue.services.validation import Checked, FieldErrors
+from teams.models import Team
+
+PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+MAX_WORKERS = 1024
+MAX_GPUS_PER_WORKER = 64
+MAX_GRACE_SECONDS = 24 * 3600
+MAX_RUNTIME_SECONDS = 30 * 24 * 3600
+NAME_MAX_CHARS = 63
+IMAGE_MAX_CHARS = 512
+
+# The lowest and highest value of each whole-number field.
+BOUNDS: dict[str, tuple[int, int]] = {
+    "workers": (1, MAX_WORKERS),
+    "gpus_per_worker": (1, MAX_GPUS_PER_WORKER),
+    "priority": (PRIORITY_MIN, PRIORITY_MAX),
+    "checkpoint_grace_seconds": (0, MAX_GRACE_SECONDS),
+    "max_runtime_seconds": (1, MAX_RUNTIME_SECONDS),
+    "expected_runtime_seconds": (1, MAX_RUNTIME_SECONDS),
+}
+
+FIELDS = ("team", "flavor", *JOB_FIELDS)
+REQUIRED_FIELDS = ("flavor", "image")
+# What a field left out becomes. The name and the checkpoint grace are filled in by
+# `check_whole`; the runtimes stay unset.
+DEFAULTS: dict[str, Any] = {"workers": 1, "gpus_per_worker": 1, "priority": 0, "preemptible": True}
+EMPTY_BY_DEFAULT: dict[str, Callable[[], Any]] = {
+    "command": list,
+    "env": dict,
+    "labels": dict,
+    "annotations": dict,
+}
+
+UNKNOWN_TEAM = "Unknown team {value}."
+UNKNOWN_FLAVOR = "Unknown flavor {value}."
+BAD_NAME = "1–63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit."
+
+
+def _name_errors(name: str) -> list[str]:
+    too_long = rules.length_errors(name, NAME_MAX_CHARS)
+    return too_long or ([] if rules.JOB_NAME.match(name) else [BAD_NAME])
+
+
+def _image_errors(image: str) -> list[str]:
+    return rules.length_errors(image, IMAGE_MAX_CHARS) or rules.image_errors(image)
+
+
+FIELD_RULES: dict[str, Callable[[Any], list[str]]] = {
+    "name": _name_errors,
+    "image": _image_errors,
+    "command": rules.command_errors,
+    "env": rules.env_errors,
+    "labels": rules.label_errors,
+    "annotations": rules.annotation_errors,
+    **{
+        field: partial(rules.bound_errors, lowest=lowest, highest=highest)
+        for field, (lowest, highest) in BOUNDS.items()
+    },
+}
+
+
+def field_errors(field: str, value: Any) -> list[str]:
+    """The rules of one field alone, for a value of the field's type (None: left unset)."""
+    rule = FIELD_RULES.get(field)
+    return [] if rule is None or value is None else rule(value)
+
+
+def _signed_in(user: Any) -> bool:
+    return user is not None and bool(user.is_authenticated)
+
+
+def find_team(user: Any, slug: str) -> Team | None:
+    """The team named `slug` if `user` may submit to it. A team the user may not see is as
+    unknown as one that does not exist, as its jobs answer 404."""
+    return submittable_team(user, slug) if _signed_in(user) else None
+
+
+def find_flavor(name: str) -> Flavor | None:
+    return flavor_for_submission(name)
+
+
+def check_submission(
+    user: Any, values: Mapping[str, Any], *, refused: Collection[str] = ()
+) -> Checked:
+    """Both steps, over `values` that name the team and the flavor (None: left out).
+
+    `refused` names the fields whose type the caller refused already (text that is no
+    number): they are neither required nor checked again, and the job is not checked as a
+    whole, since a value it depends on is missing."""
+    given = {field: value for field, value in values.items() if value is not None}
+    found = dict(given)
+    errors: FieldErrors = {
+        field: [rules.REQUIRED]
+        for field in REQUIRED_FIELDS
+        if field not in given and field not in refused
+    }
+    for field, value in given.items():
+        if field in refused:
+            continue
+        if field not in FIELDS:
+            errors[field] = [rules.UNKNOWN_FIELD]
+        elif field == "team":
+            found["team"] = find_team(user, value)
+            if found["team"] is None:
+                errors["team"] = [UNKNOWN_TEAM.format(value=value)]
+        elif field == "flavor":
+            found["flavor"] = find_flavor(value)
+            if found["flavor"] is None:
+                errors["flavor"] = [UNKNOWN_FLAVOR.format(value=value)]
+        elif messages := field_errors(field, value):
+            errors[field] = messages
+    if errors or refused:
+        return Checked(found, errors)
+    return check_whole(user, found)
+
+
+def default_name(image: str) -> str:
+    """The image's last path component, without tag or digest, made a valid job name."""
+    base = image.split("@")[0].rsplit("/", 1)[-1].split(":")[0]
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", base)[:NAME_MAX_CHARS].strip("-_.") or "job"
+
+
+def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
+    """The job as a whole, once each field has passed alone (team and flavor found).
+
+    1. Without a team, the job goes to the submitter's only team, which `submit_job` finds as
+       it writes the job (refusing with TeamRequired when there are none or several); the
+       team stays None here. Someone not signed in must name one.
+    2. The defaults of the fields left out.
+    3. A worker must fit the largest node of its flavor. Without a team, a submitter who does
+       not have exactly one is told that first, as the insert would.
+    """
+    job = dict(values)
+    if job.get("team") is None:
+        if not _signed_in(user):
+            return Checked(job, {"team": [TEAM_REQUIRED]})
+        job["team"] = None
+    if not job.get("name"):
+        job["name"] = default_name(job["image"])
+    job.setdefault("checkpoint_grace_seconds", settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS)
+    for field, default in DEFAULTS.items():
+        job.setdefault(field, default)
+    for field, empty in EMPTY_BY_DEFAULT.items():
+        job.setdefault(field, empty())
+    try:
+        check_fits(job["flavor"], job["gpus_per_worker"])
+    except SubmissionRefused as exc:
+        if job["team"] is None and len(teams_for_submission(user)) != 1:
+            return Checked(job, {"team": [TEAM_REQUIRED]})
+        return Checked(job, {exc.field or "flavor": [str(exc)]})
+    return Checked(job, {})
