@@ -1,9 +1,12 @@
-"""schemathesis over the OpenAPI schema: generated requests (a bounded number per operation)
-as a site admin and as a team member must never answer 5xx, and every answer must match the
-schema (status codes, content types, bodies)."""
+"""schemathesis over the OpenAPI schema: generated requests (a bounded number per operation,
+from its examples, coverage and fuzzing phases) as a site admin and as a team member must never
+answer 5xx, and every answer must match the schema (status codes, content types, bodies). Rate
+limits are lifted for the run; `-s` prints how many cases each phase sent."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +23,21 @@ from schemathesis.specs.openapi.checks import (
 # the site admin (who may call all of them) gets more examples than the member.
 ADMIN_EXAMPLES = 6
 MEMBER_EXAMPLES = 2
+
+
+CASES: Counter[str] = Counter()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _count_cases() -> Iterator[None]:
+    yield
+    print(f"\nschemathesis cases by phase: {dict(CASES)}, {sum(CASES.values())} in all")
+
+
+@pytest.fixture(autouse=True)
+def _no_rate_limits(settings: Any) -> None:
+    settings.GPUQUEUE_API_RATE = ""
+    settings.GPUQUEUE_API_ANON_RATE = ""
 
 
 @pytest.fixture(autouse=True)
@@ -67,10 +85,12 @@ CHECKS = [
 @schema.parametrize()
 @bounded(ADMIN_EXAMPLES)
 def test_as_a_site_admin(case: Any, tokens: dict[str, str], submit: Any) -> None:
+    CASES[case.meta.phase.name.value] += 1
     case.call_and_validate(headers={"Authorization": f"Bearer {tokens['root']}"}, checks=CHECKS)
 
 
 @schema.parametrize()
 @bounded(MEMBER_EXAMPLES)
 def test_as_a_team_member(case: Any, tokens: dict[str, str], submit: Any) -> None:
+    CASES[case.meta.phase.name.value] += 1
     case.call_and_validate(headers={"Authorization": f"Bearer {tokens['alice']}"}, checks=CHECKS)
