@@ -122,8 +122,9 @@ def postmaster(service: Service) -> psutil.Process | None:
 
 
 FAULTS: dict[str, Callable[[Service], psutil.Process | None]] = {
-    "web worker": web_worker,
+    # First, while a preemption is in flight (its checkpoint takes the simulated 20 s).
     "celery worker": lambda s: launcher_child(s, " worker"),
+    "web worker": web_worker,
     "celery beat": lambda s: launcher_child(s, " beat"),
     "cluster watcher": lambda s: launcher_child(s, "watch_cluster"),
     "redis": lambda s: launcher_child(s, "redis-server"),
@@ -134,7 +135,12 @@ FAULTS: dict[str, Callable[[Service], psutil.Process | None]] = {
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
     svc = Service(tmp_path / "data")
-    svc.env.update(GPUQUEUE_WEB_WORKERS="2", GPUQUEUE_API_RATE="100000/min")
+    svc.env.update(
+        GPUQUEUE_WEB_WORKERS="2",
+        GPUQUEUE_API_RATE="100000/min",
+        GPUQUEUE_MIN_RUNTIME_SECONDS="0",
+        GPUQUEUE_SIM_CHECKPOINT_SECONDS="20",
+    )
     yield svc
     if svc.process is not None and svc.process.poll() is None:
         svc.stop()
@@ -156,10 +162,11 @@ def test_no_acknowledged_submission_is_lost_or_doubled_whatever_process_dies(
     service: Service,
 ) -> None:
     service.start()
-    submitters = Submitters(service, service.token("alice"))
+    token = service.token("alice")
+    hogs, urgent = start_a_preemption(service, token)
+    submitters = Submitters(service, token)
     submitters.start()
     rows = []
-    time.sleep(3)
     for fault, find in FAULTS.items():
         victim = find(service)
         assert victim is not None, f"no {fault} to kill:\n{service.read_log()}"
@@ -191,6 +198,35 @@ def test_no_acknowledged_submission_is_lost_or_doubled_whatever_process_dies(
     assert not lost and not duplicates
     assert all(seconds <= RECOVERY_SECONDS for _, _, seconds in rows), rows
     assert_invariants(service)
+    # The preemption that a fault interrupted went through: checkpointed, requeued, replaced.
+    preempted = [job_id for job_id in hogs if "PREEMPTING" in service.events(job_id)]
+    assert preempted and service.events(preempted[0])[-1] == "PENDING"
+    assert "RUNNING" in service.events(urgent)
+
+
+def start_a_preemption(service: Service, token: str) -> tuple[list[int], int]:
+    """team-a's eight long jobs fill every H100 (its limit); a job of higher priority then
+    preempts one of them, whose checkpoint is under way when the first fault strikes."""
+    long_job = {
+        "team": "team-a",
+        "flavor": "h100",
+        "image": "ghcr.io/acme/train:1",
+        "gpus_per_worker": 8,
+        "checkpoint_grace_seconds": 120,
+        "annotations": {"gpuqueue.dev/sim-duration-seconds": "3600"},
+    }
+    hogs = [service.api("POST", "/api/v1/jobs/", token, {**long_job, "name": f"hog-{i}"})["id"]
+            for i in range(8)]  # fmt: skip
+    for job_id in hogs:
+        service.wait_for(token, job_id, "RUNNING")
+    urgent = service.api("POST", "/api/v1/jobs/", token, {**long_job, "priority": 10})["id"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = [service.api("GET", f"/api/v1/jobs/{j}/", token)["state"] for j in hogs]
+        if "PREEMPTING" in states:
+            return hogs, urgent
+        time.sleep(0.3)
+    raise AssertionError(f"no preemption started:\n{service.read_log()}")
 
 
 def query(service: Service, sql: str) -> list[tuple[Any, ...]]:
@@ -247,7 +283,10 @@ def assert_invariants(service: Service) -> None:
         service, "SELECT job_id, from_state, to_state FROM gpuqueue_jobevent ORDER BY at, id"
     ):
         path = paths[job_id]
+        if path and from_state == to_state == path[-1]:
+            continue  # a note within a state (a checkpoint acknowledged), not a transition
         previous = path[-1] if path else (from_state or None)
         if previous is not None:
+            assert from_state in ("", previous), (job_id, path, from_state)
             assert JobState(to_state) in TRANSITIONS[JobState(previous)], (job_id, path, to_state)
         path.append(to_state)
