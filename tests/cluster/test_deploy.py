@@ -30,6 +30,7 @@ MODELS = {
     "ValidatingAdmissionPolicyBinding": client.V1ValidatingAdmissionPolicyBinding,
     "PodDisruptionBudget": client.V1PodDisruptionBudget,
     "NetworkPolicy": client.V1NetworkPolicy,
+    "Job": client.V1Job,
 }
 
 
@@ -93,6 +94,17 @@ def test_web_worker_beat_and_watcher_run_with_probes_and_resource_requests() -> 
         assert refs == {"configMapRef", "secretRef"}, name
     watcher = deployments["gpuqueue-watcher"]["spec"]["template"]["spec"]["containers"][0]
     assert watcher["command"] == ["python", "manage.py", "watch_cluster"]
+
+
+def test_the_schema_is_migrated_once_by_a_job_and_every_process_waits_for_it() -> None:
+    (job,) = of_kind("Job")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["python", "manage.py", "migrate", "--noinput"]
+    for deployment in of_kind("Deployment"):
+        spec = deployment["spec"]["template"]["spec"]
+        (wait,) = spec["initContainers"]
+        assert "migrate --check" in " ".join(wait["command"]), deployment["metadata"]["name"]
+        assert all("migrate" not in " ".join(c["command"]) for c in spec["containers"])
 
 
 def rules_of(kind: str, name: str) -> list[dict[str, Any]]:
