@@ -160,7 +160,9 @@ def annotation_errors(annotations: dict[str, str]) -> list[str]:
             f" {MAX_SIM_DURATION_SECONDS} (ten years); got {duration[:40]!r}."
         )
     code = annotations.get(SIM_EXIT_CODE)
-    if code is not None and not (code.isascii() and code.isdigit() and int(code) <= 255):
+    if code is not None and not (
+        code.isascii() and code.isdigit() and len(code) <= 3 and int(code) <= 255
+    ):
         errors.append(
             f"Annotation {SIM_EXIT_CODE} must be an exit code from 0 to 255; got {code[:40]!r}."
         )

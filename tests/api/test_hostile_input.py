@@ -97,3 +97,21 @@ def test_an_empty_idempotency_key_what_the_server_leaves_of_a_non_ascii_one_is_r
     assert response.status_code == 400
     assert "Idempotency-Key" in response.json()["error"]["fields"]
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {"gpuqueue.dev/sim-exit-code": "9" * 5000},
+        {"gpuqueue.dev/sim-duration-seconds": "1000000000000"},
+        {"gpuqueue.dev/sim-duration-seconds": "9" * 5000},
+    ],
+    ids=["exit code of 5000 digits", "duration past ten years", "duration of 5000 digits"],
+)
+def test_numbers_in_annotations_that_reach_arithmetic_are_refused_with_their_range(
+    api: Any, annotations: dict[str, str]
+) -> None:
+    response = post(api("alice"), json.dumps({**JOB, "annotations": annotations}))
+    assert response.status_code == 400
+    assert " from 0 " in str(response.json()["error"]["fields"]["annotations"])
+    assert not Job.objects.exists()
