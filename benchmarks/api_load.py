@@ -18,6 +18,8 @@
 
 The target is >= 200 submissions/s with p99 <= 100 ms on a 2-core machine. The client
 runs on the same cores as the service, PostgreSQL and Redis, so the numbers are a lower bound.
+The embedded service takes its settings from this environment: GPUQUEUE_CACHES=false measures
+it with nothing kept between requests (gpuqueue/core/caches.py).
 """
 
 from __future__ import annotations

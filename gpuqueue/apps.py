@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from gpuqueue.core import caches
+
 
 class GpuqueueConfig(AppConfig):
     name = "gpuqueue"
@@ -8,3 +10,8 @@ class GpuqueueConfig(AppConfig):
     def ready(self) -> None:
         # Load the Celery app so that shared tasks sent from web processes use its broker.
         from gpuqueue import celery  # noqa: F401
+        from gpuqueue.models import Flavor, Node
+
+        # Kept between requests (gpuqueue.core.caches): flavors by name
+        # (gpuqueue.services.submit) and the largest node of each (gpuqueue.services.inventory).
+        caches.derives_from(Flavor, Node)

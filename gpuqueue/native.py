@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent  # the repository (the directory o
 MODULES = (
     "gpuqueue/scheduler/engine.py",
     "gpuqueue/scheduler/fairshare.py",
-    "gpuqueue/scheduler/holdings.py",
     "gpuqueue/scheduler/ledger.py",
     "gpuqueue/scheduler/ordering.py",
     "gpuqueue/scheduler/placement.py",

@@ -194,6 +194,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
     "PAGE_SIZE": 50,
 }
+# Values kept between requests and cycles (gpuqueue/core/caches.py: tokens, the teams and
+# flavors a submission names, the largest node of each flavor, the pending rows). Off: every
+# value is read from the database every time.
+GPUQUEUE_CACHES = env_bool("GPUQUEUE_CACHES", True)
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "gpuqueue API",
     "VERSION": "1",
@@ -327,6 +332,9 @@ GPUQUEUE_CLUSTER_HEALTH_TTL_SECONDS = env_float(
 # turns throttling off. Anonymous callers (who can only fail to authenticate) by address.
 GPUQUEUE_API_RATE = env_str("GPUQUEUE_API_RATE", "1200/min")
 GPUQUEUE_API_ANON_RATE = env_str("GPUQUEUE_API_ANON_RATE", "120/min")
+# Requests with a token that is not valid, per client address and per token prefix: past this
+# 429 before the database is asked (gpuqueue.api.throttling).
+GPUQUEUE_API_BAD_TOKEN_RATE = env_str("GPUQUEUE_API_BAD_TOKEN_RATE", "30/min")
 # Request bodies above this are refused with 413 before parsing (a job is a few KiB).
 GPUQUEUE_API_MAX_BODY_BYTES = env_int("GPUQUEUE_API_MAX_BODY_BYTES", 64 * 1024, minimum=1024)
 # With a value, /metrics wants `Authorization: Bearer <it>`. Without one it answers 401 unless

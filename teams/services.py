@@ -6,13 +6,11 @@ import hashlib
 import hmac
 import secrets
 from datetime import datetime
-from functools import cache
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from gpuqueue.core import sql_rows
 from gpuqueue.core.errors import Forbidden, Refused
 from teams.models import ApiToken, AuditEntry, Membership, Role, Team
 
@@ -74,40 +72,6 @@ def record_use(token: ApiToken, now: datetime) -> bool:
     ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     token.last_used_at = now
     return True
-
-
-def token_row(prefix: str) -> tuple[Any, ...] | None:
-    """The token with `prefix` and its user's columns, in one cursor query: through the ORM it
-    cost about 1 ms of CPU (see `gpuqueue.core.sql_rows`)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_token_with_user_sql(), [prefix])
-        row = cursor.fetchone()
-    return None if row is None else tuple(row)
-
-
-def token_from_row(row: tuple[Any, ...]) -> ApiToken:
-    """New instances of the token and its user from a `token_row`."""
-    user_model = ApiToken._meta.get_field("user").related_model
-    token_cols = sql_rows.columns(ApiToken, "t")
-    split = len(token_cols.fields)
-    token = sql_rows.instance(ApiToken, token_cols, row[:split])
-    token.user = sql_rows.instance(user_model, sql_rows.columns(user_model, "u"), row[split:])
-    return token
-
-
-@cache
-def _token_with_user_sql() -> str:
-    quote = connection.ops.quote_name
-    user_model = ApiToken._meta.get_field("user").related_model
-    return (
-        f"SELECT {sql_rows.columns(ApiToken, 't').select}, "
-        f"{sql_rows.columns(user_model, 'u').select} "
-        f"FROM {quote(ApiToken._meta.db_table)} {quote('t')} "
-        f"JOIN {quote(user_model._meta.db_table)} {quote('u')} "
-        f"ON {quote('u')}.{quote(user_model._meta.pk.column)} = "
-        f"{quote('t')}.{quote(ApiToken._meta.get_field('user').column)} "
-        f"WHERE {quote('t')}.{quote('prefix')} = %s"
-    )
 
 
 # --- Roles --------------------------------------------------------------------------------------

@@ -33,11 +33,10 @@ def fast_password_hashing() -> None:
 
 @pytest.fixture(autouse=True)
 def fresh_process_state() -> None:
-    """Each test starts as a fresh process would: its first submission nudges the cycle."""
-    from gpuqueue.services import submit
+    """Each test starts as a fresh process would: nothing kept between requests."""
+    from gpuqueue.core import caches
 
-    submit._last_nudge = float("-inf")
-    submit.forget_lookups()  # and has looked up no team or flavor yet
+    caches.forget_everything()
 
 
 @pytest.fixture

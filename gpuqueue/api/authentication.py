@@ -8,6 +8,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from gpuqueue.api import throttling
+from gpuqueue.core import caches
 from teams import services, token_cache
 from teams.models import ApiToken
 
@@ -34,44 +35,53 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         return 'Bearer realm="gpuqueue"'
 
 
+def _throttled(wait: float | None) -> None:
+    if wait is not None:
+        raise exceptions.Throttled(wait, "Too many requests with invalid tokens; retry later.")
+
+
+def _address(request: Any) -> str:
+    # DRF's own notion of the client (REMOTE_ADDR, or X-Forwarded-For behind NUM_PROXIES).
+    return str(throttling.TokenRateThrottle().get_ident(request))
+
+
 def live_token(secret: str, request: Any) -> ApiToken | None:
     """The live token for `secret` (its prefix finds the row, its hash must match, and it must
-    be neither revoked nor expired, for an active user), from the row this process keeps
-    while the auth epoch is unchanged (`teams.token_cache`), else from the database.
+    be neither revoked nor expired, for an active user), kept by this process while the cache
+    epoch is unchanged (`teams.token_cache`), else read from the database.
 
-    A kept token's request is counted for its rate in the same Redis round trip that reads
-    the epoch (its secret matched a valid token's hash, so an impostor cannot spend a real
-    token's rate), and the count is left on the request for the throttle. Otherwise the epoch
-    is read first, then the row, so that a change between the two makes the kept row stale."""
+    The epoch is read in the round trip that counts the request's rate, and noted for the
+    rest of the request (`gpuqueue.core.caches`). The rate is counted there only for a kept
+    token, whose secret matched a valid token's hash, so an impostor cannot spend a real
+    token's rate; the count is left on the request for the throttle. Otherwise the epoch is
+    read first, then the row, so that a change between the two makes the kept row stale."""
     prefix = services.token_prefix(secret)
     if prefix is None:
         return None
     digest = services.hash_secret(secret)
-    entry = token_cache.kept(digest)
-    counted = throttling.token_counter(prefix, time.time()) if entry is not None else None
+    holds = token_cache.holds(digest)
+    counted = throttling.token_counter(prefix, time.time()) if holds else None
     try:
         epoch, count = throttling.count_and_epoch(counted)
     except Exception:  # noqa: BLE001 - without the epoch, ask the database
-        log.warning("auth epoch unavailable; reading the token from the database", exc_info=True)
+        log.warning("cache epoch unavailable; reading the token from the database", exc_info=True)
         epoch = None
     else:
         if counted is not None:
             setattr(request, throttling.TokenRateThrottle.COUNTED_ATTR, (counted.key, count))
+    caches.note_epoch(epoch)
     now = timezone.now()
-    if entry is not None and token_cache.trusted(digest, entry, epoch):
-        row = entry.row
-    else:
-        entry = None
-        row = services.token_row(prefix)
-        if row is None:
+    token = token_cache.kept(digest, epoch) if holds else None
+    if token is None:
+        failures = throttling.bad_token_counters(_address(request), prefix, time.time())
+        _throttled(throttling.address_wait(failures, time.time()))
+        token = ApiToken.objects.select_related("user").filter(prefix=prefix).first()
+        if token is None or not services.usable(token, digest, now):
+            _throttled(throttling.count_bad_token(failures, time.time()))
             return None
-    token = services.token_from_row(row)
-    if entry is not None and entry.last_used_at is not None:
-        token.last_used_at = entry.last_used_at
-    if not services.usable(token, digest, now):  # a kept token may have expired since
+        token_cache.keep(digest, epoch, token)
+    elif not services.usable(token, digest, now):  # a kept token may have expired since
         return None
-    if entry is None and epoch is not None:
-        entry = token_cache.remember(digest, epoch, row)
-    if services.record_use(token, now) and entry is not None:
-        entry.last_used_at = now
+    if services.record_use(token, now):
+        token_cache.used(digest, epoch, now)
     return token

@@ -7,9 +7,9 @@ command, a script that increments the window's counter and gives it its expiry w
 EXPIRE cost about 40 us more CPU per request than one command. If Redis is unreachable the
 request is let through: a lost counter is better than an API that refuses every pipeline.
 
-The same command reads the auth epoch (`teams.token_cache`): a request whose token is kept by
-its process counts its rate and checks that token in one round trip, during authentication,
-and the throttle then takes that count instead of asking again.
+The same command reads the cache epoch (`gpuqueue.core.caches`): a request whose token is kept
+by its process counts its rate and checks that token in one round trip, during
+authentication, and the throttle then takes that count instead of asking again.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any
 from django.conf import settings
 from rest_framework.throttling import BaseThrottle
 
+from gpuqueue.core import caches
 from gpuqueue.core import redis as api_redis
-from teams import token_cache
 
 log = logging.getLogger(__name__)
-# KEYS[1]: the auth epoch; KEYS[2], if given: the window's counter. ARGV[1]: a fresh epoch, set
+# KEYS[1]: the cache epoch; KEYS[2], if given: the window's counter. ARGV[1]: a fresh epoch, set
 # when there is none; ARGV[2]: the counter's lifetime in seconds. Returns {epoch, new count or 0}.
 COUNT_SCRIPT = """
 local epoch = redis.call('GET', KEYS[1])
@@ -72,12 +72,71 @@ def token_counter(prefix: str, now: float) -> Counter | None:
     return counter(f"token:{prefix}", settings.GPUQUEUE_API_RATE, now)
 
 
+# --- Failed tokens ----------------------------------------------------------------------------
+# A request with a token that is not valid costs a database lookup. Failures are counted per
+# client address and per token prefix (the user an impostor guesses at); past
+# GPUQUEUE_API_BAD_TOKEN_RATE an address is answered 429 before the database is asked, and a
+# wrong secret for a throttled prefix 429 instead of 401. The prefix's real token still works
+# (it is checked first), so nobody can lock a pipeline out by guessing at its prefix. Only
+# failures are counted: a valid token not yet kept by the process pays one GET.
+
+
+@dataclass(frozen=True)
+class BadTokenCounters:
+    address: Counter
+    prefix: Counter
+
+
+def bad_token_counters(address: str, prefix: str, now: float) -> BadTokenCounters | None:
+    rate = settings.GPUQUEUE_API_BAD_TOKEN_RATE
+    by_address = counter(f"badtoken:addr:{address}", rate, now)
+    by_prefix = counter(f"badtoken:token:{prefix}", rate, now)
+    if by_address is None or by_prefix is None:
+        return None
+    return BadTokenCounters(by_address, by_prefix)
+
+
+def _wait(c: Counter, count: Any, now: float) -> float | None:
+    if count is not None and int(count) >= c.limit:
+        return (c.window + 1) * c.period - now
+    return None
+
+
+def address_wait(counters: BadTokenCounters | None, now: float) -> float | None:
+    """Seconds the address must wait when it failed too often this window, else None. Fails
+    open when Redis is away (the lookup then costs what it always did)."""
+    if counters is None:
+        return None
+    try:
+        count = api_redis.client().get(counters.address.key)
+    except Exception:  # noqa: BLE001 - fail open, see the module docstring
+        log.warning("failed-token counter unavailable", exc_info=True)
+        return None
+    return _wait(counters.address, count, now)
+
+
+def count_bad_token(counters: BadTokenCounters | None, now: float) -> float | None:
+    """Count one failure; seconds to wait when the prefix was already over its limit."""
+    if counters is None:
+        return None
+    try:
+        with api_redis.client().pipeline(transaction=True) as pipe:
+            for c in (counters.address, counters.prefix):
+                pipe.incr(c.key)
+                pipe.expire(c.key, c.period + 1)
+            replies = pipe.execute()
+    except Exception:  # noqa: BLE001 - fail open
+        log.warning("could not count a failed token", exc_info=True)
+        return None
+    return _wait(counters.prefix, int(replies[2]) - 1, now)
+
+
 def count_and_epoch(counted: Counter | None) -> tuple[bytes, int]:
-    """One round trip: the auth epoch and, with `counted`, the request counted in its window.
+    """One round trip: the cache epoch and, with `counted`, the request counted in its window.
     Raises what redis-py raises when Redis is unreachable."""
     epoch, count = _count_script()(
-        keys=[token_cache.EPOCH_KEY] + ([counted.key] if counted else []),
-        args=[token_cache.new_epoch(), counted.period + 1 if counted else 0],
+        keys=[caches.EPOCH_KEY] + ([counted.key] if counted else []),
+        args=[caches.new_epoch(), counted.period + 1 if counted else 0],
         client=api_redis.client(),
     )
     return epoch, int(count)
@@ -111,7 +170,8 @@ class TokenRateThrottle(BaseThrottle):
             count = earlier[1]
         else:
             try:
-                count = count_and_epoch(counted)[1]
+                epoch, count = count_and_epoch(counted)
+                caches.note_epoch(epoch)
             except Exception:  # noqa: BLE001 - fail open, see the module docstring
                 log.warning("throttle counter unavailable; letting it through", exc_info=True)
                 return True

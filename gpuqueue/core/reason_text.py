@@ -54,9 +54,15 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
     gpus = workers * per if isinstance(workers, int) and isinstance(per, int) else "?"
     shape = f"{gpus} {flavor} GPUs as {workers} × {per}"
     if code == "over_limit":
+        limit, requested = n.get("limit"), n.get("requested")
+        if isinstance(limit, int) and isinstance(requested, int) and requested > limit:
+            return (
+                f"Can never start under the {_scope(n)} limit: the job asks for {requested} "
+                f"{flavor} GPUs and the limit is {limit}; ask an admin to raise it."
+            )
         return (
-            f"Over the {_scope(n)} limit: {n.get('in_use')} of {n.get('limit')} {flavor} GPUs "
-            f"in use and this job asks for {n.get('requested')}."
+            f"Over the {_scope(n)} limit: {n.get('in_use')} of {limit} {flavor} GPUs "
+            f"in use and this job asks for {requested}."
         )
     if code == "no_quota":
         return f"The {_scope(n)} quota has no {flavor} GPUs."
@@ -113,8 +119,24 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
             f"{_when(n.get('until'), seconds=True)}."
         )
     if code == "never_fits":
+        return _never_fits(n, flavor, per, gpus, shape)
+    return f"Pending ({code})."
+
+
+def _never_fits(n: dict[str, Any], flavor: str, per: Any, gpus: Any, shape: str) -> str:
+    """The real cause first: no node of the flavor, a worker bigger than any node, or a gang
+    bigger than the whole flavor."""
+    largest, capacity = n.get("largest_node"), n.get("flavor_capacity")
+    if largest == 0:
+        return f"Can never start: no schedulable node offers {flavor} GPUs."
+    if isinstance(per, int) and isinstance(largest, int) and per > largest:
         return (
             f"Can never start: a worker needs {per} {flavor} GPUs and the largest node has "
-            f"{n.get('largest_node')}."
+            f"{largest}."
         )
-    return f"Pending ({code})."
+    if isinstance(gpus, int) and isinstance(capacity, int) and gpus > capacity:
+        return (
+            f"Can never start: the job asks for {shape} and the cluster has {capacity} "
+            f"{flavor} GPUs in all."
+        )
+    return f"Can never start: {shape} cannot be placed on the {flavor} nodes."

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from functools import cache
@@ -12,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from gpuqueue.core import caches
 from gpuqueue.core.states import HOLDING, JobState
 from gpuqueue.models import Flavor, Job, Node, Quota
 from gpuqueue.scheduler import model as m
@@ -93,10 +93,10 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     what each pending job shows now, so that the cycle writes only what changed without
     reading the queue a second time.
 
-    The jobs are read through a cursor (see `gpuqueue.core.sql_rows`): with thousands pending, the
-    ORM's per-row conversions (timestamps, a JSON placement that pending jobs never have) were
-    most of a cycle. Times arrive as epoch seconds, which is what the engine takes, and a
-    pending reason's JSON text is decoded once however many jobs share it."""
+    The jobs are read through a cursor: with thousands pending, the ORM's per-row conversions
+    (timestamps, a JSON placement that pending jobs never have) were most of a cycle. Times
+    arrive as epoch seconds, which is what the engine takes, and a pending reason's JSON text
+    is decoded once however many jobs share it."""
     nodes = load_nodes()
     snapshot_teams = load_teams()
     min_runtime = settings.GPUQUEUE_MIN_RUNTIME_SECONDS
@@ -191,65 +191,52 @@ def _pending_versions_sql() -> str:
 class PendingRows:
     """The pending jobs' rows, read whole only when they changed since the last read.
 
-    With thousands of jobs pending, reading and converting every row was most of a cycle
-    (and of PostgreSQL's work) while a burst of submissions grows the queue. PostgreSQL's
-    `xmin` names the transaction that wrote a row's current version, so a row whose `xmin`
-    (and team slug and flavor name, read through joins) is the one kept is the row kept;
-    only new and changed rows are read whole.
+    At 8,500 pending jobs, reading and converting every row was most of a cycle over an idle
+    queue (its snapshot 0.25 s against 0.02 s). PostgreSQL's `xmin` names the transaction that
+    wrote a row's current version, so a row whose `xmin` (and team slug and flavor name, read
+    through joins) is the one kept is the row kept: each row is kept under that version, by
+    `gpuqueue.core.caches`' rule, and only new and changed rows are read whole.
 
-    Rows are kept only from a transaction that has written nothing: a transaction that
-    wrote a row could write it again with the same `xmin`, while a committed one cannot.
-    Everything is read again every MAX_AGE_SECONDS (transaction ids wrap around).
+    Rows are kept only from a transaction that has written nothing: a transaction that wrote
+    a row could write it again with the same `xmin`, while a committed one cannot.
     """
 
-    MAX_AGE_SECONDS = 600.0
-
     def __init__(self) -> None:
-        # id -> (xmin, team slug, flavor name, job, what it shows); replaced whole, never
-        # mutated, so that threads of one process may share it.
-        self._kept: dict[int, tuple[str, str, str, m.PendingJob, StoredPending]] = {}
-        self._since = time.monotonic()
+        # id -> the job and what the cycle last wrote on it
+        self._kept: caches.Kept[int, tuple[m.PendingJob, StoredPending]] = caches.Kept()
 
     def read(self, cursor: Any, now: datetime) -> list[tuple[m.PendingJob, StoredPending]]:
         """Every pending job due at `now`, in id order, with what the cycle last wrote on it.
         (A job backing off is in no versions read, so it is not kept: it is read whole when
         its time comes.)"""
-        if time.monotonic() - self._since > self.MAX_AGE_SECONDS:
-            self._kept, self._since = {}, time.monotonic()
-        kept = self._kept
         cursor.execute(_pending_versions_sql(), [JobState.PENDING.value, now])
-        versions = cursor.fetchall()
-        stale = [
-            job_id
-            for job_id, xmin, team, flavor in versions
-            if (held := kept.get(job_id)) is None or held[:3] != (xmin, team, flavor)
-        ]
-        fresh: dict[int, tuple[str, str, str, m.PendingJob, StoredPending]] = {}
+        versions = {row[0]: tuple(row[1:]) for row in cursor.fetchall()}  # id: (xmin, team, flavor)
+        held = {job_id: self._kept.get(job_id, version) for job_id, version in versions.items()}
+        stale = [job_id for job_id, kept in held.items() if kept is None]
+        fresh: dict[int, tuple[tuple[str, str, str], m.PendingJob, StoredPending]] = {}
         if stale:
             cursor.execute(_pending_sql(), [JobState.PENDING.value, now, stale])
             decoded: dict[str | None, Any] = {None: None}
             for row in cursor.fetchall():
-                text = row[_REASON]
-                if text not in decoded:
-                    decoded[text] = json.loads(text)
-                shown = (decoded[text], row[_REASON + 1], row[_REASON + 2])
-                fresh[row[0]] = (row[_XMIN], row[1], row[3], _pending(row), shown)
-        now_kept = {}
-        for job_id, *_ in versions:
-            held = fresh.get(job_id) or kept.get(job_id)
-            if held is not None:  # else no longer pending since the first query
-                now_kept[job_id] = held
+                job, reason, queue_position, cluster_position, xmin = _pending(row)
+                if reason not in decoded:
+                    decoded[reason] = json.loads(reason)
+                shown = (decoded[reason], queue_position, cluster_position)
+                fresh[job.id] = ((xmin, job.team, job.flavor), job, shown)
         cursor.execute("SELECT pg_current_xact_id_if_assigned() IS NULL")
         if cursor.fetchone()[0]:
-            self._kept = now_kept
-        return [(held[3], held[4]) for held in now_kept.values()]
+            for job_id, (version, job, shown) in fresh.items():
+                self._kept.put(job_id, version, (job, shown))
+            self._kept.keep_only(versions)
+        read = []
+        for job_id in versions:
+            kept = held[job_id] or (fresh[job_id][1:] if job_id in fresh else None)
+            if kept is not None:  # else no longer pending since the first query
+                read.append(kept)
+        return read
 
 
 _PENDING_ROWS = PendingRows()
-
-
-_REASON = 11  # the pending query's column of the stored reason
-_XMIN = 14  # ... and of the row version
 _USER = Job._meta.get_field("user").column
 
 
@@ -289,17 +276,36 @@ def _running(row: tuple[Any, ...], min_runtime: float) -> m.RunningJob:
     )
 
 
-def _pending(row: tuple[Any, ...]) -> m.PendingJob:
-    return m.PendingJob(
-        id=row[0],
-        team=row[1],
-        user=str(row[2]),
-        flavor=row[3],
-        workers=row[4],
-        gpus_per_worker=row[5],
-        priority=row[6],
-        preemptible=row[7],
-        submitted_at=row[8],
-        max_runtime=row[9],
-        expected_runtime=row[10],
+def _pending(row: tuple[Any, ...]) -> tuple[m.PendingJob, str | None, int | None, int | None, str]:
+    """A row of `_pending_sql`: the job, its stored reason (JSON text), positions and version."""
+    (
+        job_id,
+        team,
+        user_id,
+        flavor,
+        workers,
+        gpus_per_worker,
+        priority,
+        preemptible,
+        submitted_at,
+        max_runtime,
+        expected_runtime,
+        reason,
+        queue_position,
+        cluster_position,
+        xmin,
+    ) = row
+    job = m.PendingJob(
+        id=job_id,
+        team=team,
+        user=str(user_id),
+        flavor=flavor,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
+        priority=priority,
+        preemptible=preemptible,
+        submitted_at=submitted_at,
+        max_runtime=max_runtime,
+        expected_runtime=expected_runtime,
     )
+    return job, reason, queue_position, cluster_position, xmin

@@ -9,10 +9,10 @@ then among the teams of each department over the department's share.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gpuqueue.scheduler.model import Quota, Snapshot, Team
+from gpuqueue.scheduler.model import Quota, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,55 +131,24 @@ def _claim(team_id: str, wants: int, quota: Quota) -> Claim:
     return Claim(team_id, quota.guarantee, min(quota.limit, wants), quota.weight)
 
 
-class ShareTables:
-    """What `fair_shares` reads of a set of teams, made once, and the last filling of each
-    flavor: a caller that plans again and again (the trace replay, through `Holdings`) keeps
-    one. A filling is a pure function of its inputs, so the same capacity and claims give the
-    kept shares; about a third of a long replay's plans ask again what the last one asked."""
-
-    __slots__ = ("_fills", "departments", "members", "teams", "top")
-
-    def __init__(self, teams: Iterable[Team]) -> None:
-        self.teams = {t.id: t for t in teams}
-        self.departments = {t.parent for t in self.teams.values() if t.parent in self.teams}
-        self.members: dict[str, list[str]] = {}
-        for t in sorted(self.teams.values(), key=lambda t: t.id):
-            if t.parent in self.teams:
-                self.members.setdefault(t.parent, []).append(t.id)
-        self.top = sorted(t.id for t in self.teams.values() if t.parent not in self.teams)
-        self._fills: dict[str, tuple[tuple[int, tuple[ClaimTuple, ...]], dict[str, int]]] = {}
-
-    def fill(self, flavor: str, total: int, claims: list[ClaimTuple]) -> dict[str, int]:
-        """`water_fill_tuples(total, claims)`, kept per flavor until the inputs change (the
-        shares are only read)."""
-        key = (total, tuple(claims))
-        hit = self._fills.get(flavor)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        shares = water_fill_tuples(total, claims)
-        self._fills[flavor] = (key, shares)
-        return shares
-
-
 def fair_shares(
     snapshot: Snapshot,
     capacity: Mapping[str, int] | None = None,
     running: Mapping[tuple[str, str], int] | None = None,
     asked: Mapping[tuple[str, str], int] | None = None,
-    tables: ShareTables | None = None,
 ) -> dict[tuple[str, str], int]:
     """Fair share per (team or department, flavor); only parties with a quota appear.
 
     `capacity` is `capacity_by_flavor(snapshot)`, `running` the GPUs held and `asked` the GPUs
-    pending per team and flavor, when the caller has them already; `tables`, the snapshot's
-    teams as `ShareTables`, when the caller keeps them.
+    pending per team and flavor, when the caller has them already.
     """
-    if tables is None:
-        tables = ShareTables(snapshot.teams)
-    teams = tables.teams
-    departments = tables.departments
-    members = tables.members
-    top = tables.top
+    teams = {t.id: t for t in snapshot.teams}
+    departments = {t.parent for t in teams.values() if t.parent in teams}
+    members: dict[str, list[str]] = {}
+    for t in sorted(teams.values(), key=lambda t: t.id):
+        if t.parent in teams:
+            members.setdefault(t.parent, []).append(t.id)
+    top = sorted(t.id for t in teams.values() if t.parent not in teams)
     demand = demand_by_team(snapshot, running, asked)
     result: dict[tuple[str, str], int] = {}
     if capacity is None:
@@ -193,7 +162,7 @@ def fair_shares(
             quota = teams[tid].quotas.get(flavor)
             if quota is not None:
                 claims.append((tid, quota.guarantee, min(quota.limit, wants[tid]), quota.weight))
-        for tid, share in tables.fill(flavor, total, claims).items():
+        for tid, share in water_fill_tuples(total, claims).items():
             result[(tid, flavor)] = share
         for dept in sorted(departments):
             if (dept, flavor) not in result:

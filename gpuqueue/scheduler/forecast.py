@@ -50,7 +50,7 @@ def forecast(
             running=tuple(running[i] for i in sorted(running)),
             pending=tuple(pending[i] for i in sorted(pending)),
         )
-        result = plan(state, policy, explain=False)  # only the decisions are read
+        result = plan(state, policy)
         for admission in result.admissions:
             job = pending.pop(admission.job_id)
             if admission.job_id in starts and starts[admission.job_id] is None:

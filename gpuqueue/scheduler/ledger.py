@@ -13,6 +13,10 @@ Per flavor the ledger keeps, for each schedulable node:
 
 Per group (a team, or a department) and flavor it keeps `used` (GPUs held or promised),
 `leaving` (the part of `used` that is being preempted) and `nonpreemptible` usage.
+
+Every change goes through a method here, which moves `Ledger.stamp` (and the flavor's
+`FlavorLedger.version`): an answer computed from the ledger may be kept while the stamp it was
+computed at is current, and no caller has to say when it is not.
 """
 
 from __future__ import annotations
@@ -54,19 +58,20 @@ class FlavorLedger:
     """The GPUs of one flavor, node by node."""
 
     __slots__ = (
-        "_fit_cache",
+        "_fits",
         "buckets",
         "free",
         "held",
         "incoming",
         "max_node",
+        "memo",
         "name",
         "total_capacity",
         "total_free",
         "version",
     )
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, memo: bool = True) -> None:
         self.name = name
         self.free: dict[str, int] = {}
         # free count -> nodes with exactly that many free GPUs; dicts keep a deterministic order.
@@ -78,10 +83,22 @@ class FlavorLedger:
         # come free in time, so only these say that a job can never start.
         self.max_node = 0
         self.total_capacity = 0
-        # Bumped by every change, so that counts computed for one state are reused until the
-        # next change: most jobs of a busy cycle do not fit and change nothing.
+        # Moved by every change of `free`, `incoming` or `held` (the methods below).
         self.version = 0
-        self._fit_cache: dict[tuple[int, str], tuple[int, int]] = {}
+        # (GPUs per worker, what is added to free) -> (version, workers that fit): most jobs
+        # of a busy cycle ask how many of their workers fit and change nothing. Off
+        # (`memo=False`), every count is made afresh.
+        self.memo = memo
+        self._fits: dict[tuple[int, str], tuple[int, int]] = {}
+
+    def add_node(self, node: str, free: int, capacity: int) -> None:
+        """A schedulable node offering `capacity` GPUs, `free` of them free (setup)."""
+        self.version += 1
+        self.free[node] = free
+        self.buckets.setdefault(free, {})[node] = None
+        self.total_free += max(free, 0)
+        self.total_capacity += capacity
+        self.max_node = max(self.max_node, capacity)
 
     def move(self, node: str, new: int) -> None:
         """Set a node's free GPUs, keeping buckets and totals in step (no undo record)."""
@@ -118,6 +135,16 @@ class FlavorLedger:
             total += (new if new > 0 else 0) - (old if old > 0 else 0)
         self.total_free = total
 
+    def set_incoming(self, node: str, gpus: int) -> None:
+        """GPUs of jobs being preempted on a node that nobody has claimed yet."""
+        self.version += 1
+        _set_count(self.incoming, node, gpus)
+
+    def set_held(self, node: str, gpus: int) -> None:
+        """GPUs of a node that a reservation keeps."""
+        self.version += 1
+        _set_count(self.held, node, gpus)
+
     def workers_fit(self, gpus_per_worker: int, extra: Mapping[str, int] | None = None) -> int:
         """How many workers of this size fit now on free GPUs (plus `extra` per node)."""
         fit = 0
@@ -130,22 +157,35 @@ class FlavorLedger:
                 fit += (base + more) // gpus_per_worker - base // gpus_per_worker
         return fit
 
-    def fit_count(self, gpus_per_worker: int, kind: str, extra: Mapping[str, int] | None) -> int:
-        """`workers_fit`, cached per state; `kind` names what `extra` is ("", "held", ...)."""
-        key = (gpus_per_worker, kind)
-        hit = self._fit_cache.get(key)
-        if hit is not None and hit[0] == self.version:
-            return hit[1]
+    def fits(self, gpus_per_worker: int, plus: str = "") -> int:
+        """`workers_fit` on the free GPUs, plus the `"held"` or `"incoming"` ones if named."""
+        key = (gpus_per_worker, plus)
+        if self.memo:
+            hit = self._fits.get(key)
+            if hit is not None and hit[0] == self.version:
+                return hit[1]
+        extra = self.held if plus == "held" else self.incoming if plus == "incoming" else None
         count = self.workers_fit(gpus_per_worker, extra)
-        self._fit_cache[key] = (self.version, count)
+        if self.memo:
+            self._fits[key] = (self.version, count)
         return count
+
+
+def _set_count(table: dict[str, int], node: str, gpus: int) -> None:
+    if gpus:
+        table[node] = gpus
+    else:
+        table.pop(node, None)
 
 
 class Ledger:
     """All flavors, all groups, with an undo log for checkpoints."""
 
-    def __init__(self, nodes: tuple[Node, ...], chains: Mapping[str, tuple[str, ...]]) -> None:
-        # chains: team -> (team, its department) or (team,): usage is counted at every level.
+    def __init__(
+        self, nodes: tuple[Node, ...], chains: Mapping[str, tuple[str, ...]], memo: bool = True
+    ) -> None:
+        """chains: team -> (team, its department) or (team,): usage is counted at every level.
+        memo: whether the flavors keep their fit counts (`FlavorLedger.fits`)."""
         self.chains = chains
         self.flavors: dict[str, FlavorLedger] = {}
         self.used: dict[tuple[str, str], int] = {}
@@ -157,9 +197,8 @@ class Ledger:
         self.incoming_jobs: dict[tuple[str, str], list[int]] = {}
         self._undo: list[Undo] = []
         self._depth = 0
-        # Bumped by every change (and every rollback that undoes one), so that an answer
-        # computed for one state can be reused until the next change (see _Cycle._consider).
-        # The cycle also bumps it when its search budget or its reservations change.
+        # Moved by every change (and by every rollback that undoes one): an answer computed
+        # at one stamp holds while the stamp stays.
         self.stamp = 0
         for node in sorted(nodes, key=_NAME):
             if not node.schedulable:
@@ -169,13 +208,9 @@ class Ledger:
             for flavor in sorted(capacity) if len(capacity) > 1 else capacity:
                 fl = self.flavors.get(flavor)
                 if fl is None:
-                    fl = self.flavors[flavor] = FlavorLedger(flavor)
+                    fl = self.flavors[flavor] = FlavorLedger(flavor, memo)
                 free = capacity[flavor] - (external.get(flavor, 0) if external else 0)
-                fl.free[node.name] = free
-                fl.buckets.setdefault(free, {})[node.name] = None
-                fl.total_free += max(free, 0)
-                fl.total_capacity += capacity[flavor]
-                fl.max_node = max(fl.max_node, capacity[flavor])
+                fl.add_node(node.name, free, capacity[flavor])
 
     # --- checkpoints -------------------------------------------------------------------------
 
@@ -211,20 +246,19 @@ class Ledger:
         if self._depth:
             self._undo.append(lambda: fl.move(node, old))
 
-    def _set_map(self, fl: FlavorLedger, table: dict[str, int], node: str, new: int) -> None:
-        old = table.get(node, 0)
-        self._restore_map(fl, table, node, new)
+    def _set_incoming(self, fl: FlavorLedger, node: str, new: int) -> None:
+        old = fl.incoming.get(node, 0)
+        fl.set_incoming(node, new)
         self.stamp += 1
         if self._depth:
-            self._undo.append(lambda: self._restore_map(fl, table, node, old))
+            self._undo.append(lambda: fl.set_incoming(node, old))
 
-    @staticmethod
-    def _restore_map(fl: FlavorLedger, table: dict[str, int], node: str, old: int) -> None:
-        fl.version += 1
-        if old:
-            table[node] = old
-        else:
-            table.pop(node, None)
+    def _set_held(self, fl: FlavorLedger, node: str, new: int) -> None:
+        old = fl.held.get(node, 0)
+        fl.set_held(node, new)
+        self.stamp += 1
+        if self._depth:
+            self._undo.append(lambda: fl.set_held(node, old))
 
     # --- queries -----------------------------------------------------------------------------
 
@@ -295,7 +329,7 @@ class Ledger:
                 node_gpus = workers * g
                 on_nodes[node] = on_nodes.get(node, 0) + node_gpus  # held until really gone
                 if leaving:
-                    fl.incoming[node] = fl.incoming.get(node, 0) + node_gpus
+                    fl.set_incoming(node, fl.incoming.get(node, 0) + node_gpus)
                     self.incoming_jobs.setdefault((flavor, node), []).append(job.id)
         # Per user, then per team: a few users per team.
         used: dict[tuple[str, str], int] = {}
@@ -340,12 +374,12 @@ class Ledger:
             if use_incoming:
                 take = min(need, fl.incoming.get(node, 0))
                 if take:
-                    self._set_map(fl, fl.incoming, node, fl.incoming[node] - take)
+                    self._set_incoming(fl, node, fl.incoming[node] - take)
                     need -= take
             if use_held and need:
                 take = min(need, use_held.get(node, 0), fl.held.get(node, 0))
                 if take:
-                    self._set_map(fl, fl.held, node, fl.held[node] - take)
+                    self._set_held(fl, node, fl.held[node] - take)
                     need -= take
             if need:
                 self._set_free(fl, node, fl.free[node] - need)
@@ -365,7 +399,7 @@ class Ledger:
         for node, workers in job.placement:
             if node in fl.free:
                 gpus = workers * job.gpus_per_worker
-                self._set_map(fl, fl.incoming, node, fl.incoming.get(node, 0) + gpus)
+                self._set_incoming(fl, node, fl.incoming.get(node, 0) + gpus)
 
     def unrelease(self, job: RunningJob) -> None:
         """Undo `release` for one job in the middle of a what-if (used to drop needless victims)."""
@@ -381,7 +415,7 @@ class Ledger:
         for node, workers in job.placement:
             if node in fl.free:
                 gpus = workers * job.gpus_per_worker
-                self._set_map(fl, fl.incoming, node, fl.incoming.get(node, 0) - gpus)
+                self._set_incoming(fl, node, fl.incoming.get(node, 0) - gpus)
 
     def hold(self, flavor: str, node: str, gpus: int) -> None:
         """Keep free GPUs of a node for a reservation."""
@@ -389,4 +423,11 @@ class Ledger:
         gpus = min(gpus, max(fl.free[node], 0))
         if gpus:
             self._set_free(fl, node, fl.free[node] - gpus)
-            self._set_map(fl, fl.held, node, fl.held.get(node, 0) + gpus)
+            self._set_held(fl, node, fl.held.get(node, 0) + gpus)
+
+    def name_incoming(self, job: RunningJob) -> None:
+        """Name a victim of this cycle as a job its nodes' incoming GPUs wait on (reasons);
+        once its preemption is committed: this is not undone."""
+        self.stamp += 1
+        for node, _ in job.placement:
+            self.incoming_jobs.setdefault((job.flavor, node), []).append(job.id)

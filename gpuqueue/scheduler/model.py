@@ -81,8 +81,8 @@ class PendingJob:
     max_runtime: float | None = None
     expected_runtime: float | None = None
     gpus: int = field(init=False, repr=False, compare=False)  # workers x GPUs per worker
-    # What the engine's steps before "wait for capacity" read of a job (its id aside), made
-    # once: a plan looks it up for every pending job (engine._wait_kind).
+    # What the engine's steps read of a job that is not starving, made once: a plan looks up
+    # the verdict for this kind for every pending job (engine.Cycle._consider).
     kind: tuple[str, str, int, int, int, bool, float | None] = field(
         init=False, repr=False, compare=False
     )
@@ -227,7 +227,7 @@ class Reservation:
 class Plan:
     admissions: tuple[Admission, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
-    pending: tuple[Pending, ...] = ()  # empty when plan() was asked not to explain
+    pending: tuple[Pending, ...] = ()
     reservations: tuple[Reservation, ...] = ()
     # Fair share per (team, flavor), for the dashboard and metrics.
     fair_shares: Mapping[tuple[str, str], int] = field(default_factory=dict)

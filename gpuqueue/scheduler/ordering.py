@@ -60,12 +60,10 @@ _USER = attrgetter("user")
 
 
 class QueueJobs:
-    """One queue's pending jobs (a team's, for one flavor) and what the order reads of them
-    whatever the ledger holds: a pure function of the jobs, so a caller that plans again and
-    again (the trace replay) keeps them in a `QueueMemo`, and a queue whose jobs are those of
-    the last plan costs one comparison of two lists instead of a sort."""
+    """One queue's pending jobs (a team's, for one flavor) and what the order and the fair
+    shares read of them whatever the ledger holds."""
 
-    __slots__ = ("_by_user", "_streaks", "gpus", "jobs", "oldest", "smallest")
+    __slots__ = ("gpus", "jobs", "oldest", "smallest")
 
     def __init__(self, jobs: list[PendingJob]) -> None:
         if not jobs:
@@ -74,73 +72,29 @@ class QueueJobs:
         self.gpus = sum(map(_GPUS, jobs))  # the queue's pending demand
         self.smallest = min(map(_GPUS, jobs))
         self.oldest = min(map(_SUBMITTED, jobs))
-        self._by_user: dict[str, list[PendingJob]] | None = None
-        self._streaks: dict[str, list[int]] | None = None
 
     def by_user(self) -> dict[str, list[PendingJob]]:
-        """user -> the user's jobs best last (rules 3, 5 and 6), users by name. Shared: the
-        caller copies a list before taking jobs from it."""
-        if self._by_user is None:
-            jobs = self.jobs
-            first = jobs[0].user
-            if all(map(first.__eq__, map(_USER, jobs))):  # one user, often
-                self._by_user = {first: sorted(jobs, key=_RANK, reverse=True)}
-            else:
-                users: dict[str, list[PendingJob]] = {}
-                for job in jobs:
-                    users.setdefault(job.user, []).append(job)
-                self._by_user = {
-                    user: sorted(users[user], key=_RANK, reverse=True) for user in sorted(users)
-                }
-        return self._by_user
-
-    def streaks(self) -> dict[str, list[int]]:
-        """user -> for each place i in the user's list (`by_user`), how many jobs from i down
-        share the job's kind (`PendingJob.kind`): i's and the ones before it, unbroken."""
-        if self._streaks is None:
-            streaks: dict[str, list[int]] = {}
-            for user, jobs in self.by_user().items():
-                counts = streaks[user] = []
-                last = None
-                count = 0
-                for job in jobs:
-                    count = count + 1 if job.kind == last else 1
-                    last = job.kind
-                    counts.append(count)
-            self._streaks = streaks
-        return self._streaks
-
-
-class QueueMemo:
-    """`QueueJobs` kept between plans, one per queue, reused while the queue's jobs compare
-    equal to those it was made of (the same objects, as a rule: one C-level pass)."""
-
-    __slots__ = ("_queues",)
-
-    def __init__(self) -> None:
-        self._queues: dict[tuple[str, str], QueueJobs] = {}
-
-    def get(self, key: tuple[str, str], jobs: list[PendingJob]) -> QueueJobs:
-        hit = self._queues.get(key)
-        if hit is not None and hit.jobs == jobs:
-            return hit
-        made = self._queues[key] = QueueJobs(jobs)
-        return made
+        """user -> the user's jobs best last (rules 3, 5 and 6), users by name."""
+        jobs = self.jobs
+        first = jobs[0].user
+        if all(map(first.__eq__, map(_USER, jobs))):  # one user, often
+            return {first: sorted(jobs, key=_RANK, reverse=True)}
+        users: dict[str, list[PendingJob]] = {}
+        for job in jobs:
+            users.setdefault(job.user, []).append(job)
+        return {user: sorted(users[user], key=_RANK, reverse=True) for user in sorted(users)}
 
 
 class _Queue:
     """The pending jobs of one team for one flavor: one sorted list per user."""
 
-    __slots__ = ("flavor", "heads", "jobs", "sorted", "streaks", "team", "version")
+    __slots__ = ("flavor", "heads", "jobs", "sorted", "team", "version")
 
     def __init__(self, team: str, flavor: str) -> None:
         self.team = team
         self.flavor = flavor
         self.jobs: dict[str, list[PendingJob]] = {}  # user -> jobs, best last (popped cheaply)
         self.sorted = False  # whether `jobs` is in order already (users by name, each list)
-        # The lists' streaks of one kind (`QueueJobs.streaks`), when `jobs` are copies of the
-        # queue's lists (only taken from at the end); None otherwise.
-        self.streaks: dict[str, list[int]] | None = None
         self.heads: list[tuple[JobKey, str]] = []  # one entry per user with jobs left
         self.version = 0
 
@@ -164,13 +118,11 @@ class Order:
         queues: Mapping[tuple[str, str], QueueJobs] | None = None,
         balance: Mapping[tuple[str, str], float] | None = None,
         slice_seconds: float = 0.0,
-        streaks: bool = False,
     ) -> None:
         """`queues`: the pending jobs per (team, flavor) when the caller has grouped them (the
         order depends neither on the order of the jobs in the snapshot nor on that of the
         queues). `balance`: the snapshot's `share_balance`, with `slice_seconds`
-        (Policy.share_slice_seconds). `streaks`: give the runs' streaks of one kind, for a
-        caller that skips them (`runs`)."""
+        (Policy.share_slice_seconds)."""
         self._ledger = ledger
         self._fair_share = fair_share
         self._weights = weights
@@ -202,11 +154,8 @@ class Order:
             if not holds_nothing and (
                 facts.smallest > room or now - facts.oldest < starving_after  # the oldest has not
             ):
-                for user, mine in facts.by_user().items():
-                    users[user] = list(mine)
+                users.update(facts.by_user())
                 queue.sorted = True
-                if streaks:
-                    queue.streaks = facts.streaks()
                 continue
             for job in facts.jobs:
                 waited = now - job.submitted_at >= starving_after
@@ -273,18 +222,15 @@ class Order:
 
     def queued(self) -> Iterator[PendingJob]:
         """The jobs after the starving ones (`__iter__` without `starving`)."""
-        for run, _ in self.runs():
+        for run in self.runs():
             yield run.pop()
 
-    def runs(self) -> Iterator[tuple[list[PendingJob], list[int] | None]]:
+    def runs(self) -> Iterator[list[PendingJob]]:
         """The jobs after the starving ones, as runs: lists of the jobs that come next, best
-        last. The caller takes at least one job from the end of a run (`pop`, or `del` of a
-        tail), and asks for the next run once the ledger changed (its stamp moved) or the run
-        is empty: until then nothing re-keys a team, so the same queue stays first. Jobs left
-        in a run stay in the order. (A run, not a job at a time: most jobs of a busy cycle
-        change nothing.) With each run its streaks of one kind (`QueueJobs.streaks`), by
-        place in the run, when known: a caller that skips the jobs of a kind that waits may
-        drop the whole streak at once."""
+        last. The caller takes at least one job from the end of a run (`pop`), and asks for
+        the next run once the ledger changed (its stamp moved) or the run is empty: until then
+        nothing re-keys a team, so the same queue stays first. Jobs left in a run stay in the
+        order. (A run, not a job at a time: most jobs of a busy cycle change nothing.)"""
         heap = self._heap
         queues = self._queues
         ledger = self._ledger
@@ -303,17 +249,17 @@ class Order:
                 user = heads[0][1]
                 jobs = queue.jobs[user]
                 if used.get(qkey, 0) - leaving.get(qkey, 0) == key[2]:
-                    yield jobs, None if queue.streaks is None else queue.streaks[user]
+                    yield jobs
                 else:
                     # The team's usage moved since it was keyed (a starving job of the team
                     # was admitted first): one job, then the team is re-keyed below.
-                    yield [jobs.pop()], None
+                    yield [jobs.pop()]
                 if not jobs:
                     heads.pop()
             else:
                 _, user = heapq.heappop(heads)
                 jobs = queue.jobs[user]
-                yield [jobs.pop()], None
+                yield [jobs.pop()]
                 # The caller has now admitted the job or not; re-key its user.
                 if jobs:
                     user_used = ledger.user_used.get((queue.team, user, queue.flavor), 0)

@@ -36,7 +36,8 @@ def victim_key(job: RunningJob) -> VictimKey:
 
 
 class VictimIndex:
-    """Preemptible running jobs per (team, flavor), sorted by `victim_key` once per cycle."""
+    """Preemptible running jobs per (team, flavor), each list sorted by `victim_key` the first
+    time a search asks for it (the running jobs do not change during a cycle)."""
 
     def __init__(self, running: tuple[RunningJob, ...]) -> None:
         self._raw: dict[tuple[str, str], list[RunningJob]] = {}
@@ -60,18 +61,6 @@ class VictimIndex:
         self.teams_by_flavor: dict[str, list[str]] = {}
         for team, flavor in sorted(self._raw):
             self.teams_by_flavor.setdefault(flavor, []).append(team)
-
-    @classmethod
-    def from_sorted(cls, lists: Mapping[tuple[str, str], list[RunningJob]]) -> VictimIndex:
-        """The index of the jobs in `lists`, each list already sorted by `victim_key` and not
-        empty (`Holdings` keeps them): the lists are shared, never changed here."""
-        index = cls(())
-        index._sorted = dict(lists)
-        for key, jobs in lists.items():
-            index.lowest[key] = jobs[0].priority
-        for team, flavor in sorted(lists):
-            index.teams_by_flavor.setdefault(flavor, []).append(team)
-        return index
 
     def of(self, team: str, flavor: str) -> list[RunningJob]:
         key = (team, flavor)
@@ -333,56 +322,61 @@ class VictimSearch:
         limit_ok: Callable[[], bool],
         budget: int,
     ) -> tuple[list[tuple[RunningJob, str]], int] | None:
-        """1. Group the candidates by the nodes they sit on.
-        2. Visit nodes with the most GPUs already available first (the fewest victims needed),
-           skipping nodes that could not hold one worker even with every candidate gone.
-        3. On each node release candidates in rule order, one batch per extra worker, until the
-           gang fits or the node can gain no more; a batch that gains no worker is given back.
+        """1. Group the candidates by the nodes they sit on (in rule order on each node).
+        2. Gain one worker at a time where it is cheapest: on the node whose next worker needs
+           the fewest GPUs released (then the fewest victims, the most GPUs already available).
+           With a team's spare share as the only currency this spends it where it buys most:
+           one GPU on each of three nodes can make three workers where three on one make one.
+        3. A victim its team cannot give up (`_victim_ok`) stays refused for the search: a
+           team's usage only falls while victims are released.
         """
         g = job.gpus_per_worker
         ledger = self.ledger
-        on_node: dict[str, list[tuple[RunningJob, str]]] = {}
+        on_node: dict[str, list[tuple[RunningJob, int, str]]] = {}
         for victim, kind in candidates:
-            for node, _ in victim.placement:
+            for node, workers in victim.placement:
                 if node in fl.free:
-                    on_node.setdefault(node, []).append((victim, kind))
-
-        def available(node: str) -> int:
-            return max(fl.free[node], 0) + fl.incoming.get(node, 0)
-
-        potential = {
-            node: available(node) + sum(v.gpus_per_worker * dict(v.placement)[node] for v, _ in vs)
-            for node, vs in on_node.items()
-        }
-        order = sorted(
-            (n for n in on_node if potential[n] // g > available(n) // g),
-            key=lambda n: (-available(n), n),
-        )
+                    on_node.setdefault(node, []).append(
+                        (victim, workers * victim.gpus_per_worker, kind)
+                    )
+        refused: set[int] = set()
         chosen: list[tuple[RunningJob, str]] = []
-        for node in order:
-            queue = iter(on_node[node])
-            most = potential[node] // g
-            while fit < job.workers and available(node) // g < most:
-                # One batch: victims until one more worker fits somewhere. A batch that ends
-                # without a new worker is given back, so that no team's spare share is spent
-                # on GPUs that do not help.
-                mark = ledger.checkpoint()
-                before_fit, before_count = fit, len(chosen)
-                for victim, kind in queue:
-                    delta = self._take(job, fl, victim, kind)
-                    if delta < 0:
+        while fit < job.workers:
+            best: tuple[tuple[int, int, int, str], list[tuple[RunningJob, str]]] | None = None
+            for node, here in on_node.items():
+                have = max(fl.free[node], 0) + fl.incoming.get(node, 0)
+                need = g - have % g  # GPUs to release for one more worker here
+                got, batch = 0, []
+                for victim, gpus, kind in here:
+                    if victim.id in ledger.victims or victim.id in refused:
                         continue
-                    fit += delta
-                    chosen.append((victim, kind))
-                    if fit > before_fit:
+                    got += gpus
+                    batch.append((victim, kind))
+                    if got >= need:
                         break
-                if fit == before_fit:
-                    ledger.rollback(mark)
-                    del chosen[before_count:]
-                    break
-                ledger.commit(mark)
-                if len(chosen) > budget:
-                    return None
-            if fit >= job.workers and limit_ok():
-                return chosen, fit
-        return None
+                if got < need:
+                    continue
+                key = (got, len(batch), -have, node)
+                if best is None or key < best[0]:
+                    best = (key, batch)
+            if best is None:
+                return None
+            mark = ledger.checkpoint()
+            before_fit, before_count, before_refused = fit, len(chosen), len(refused)
+            for victim, kind in best[1]:
+                delta = self._take(job, fl, victim, kind)
+                if delta < 0:
+                    refused.add(victim.id)
+                    continue
+                fit += delta
+                chosen.append((victim, kind))
+            if fit == before_fit:
+                ledger.rollback(mark)
+                del chosen[before_count:]
+                if len(refused) == before_refused:
+                    return None  # nothing to try without
+                continue  # a victim was refused: try again without it
+            ledger.commit(mark)
+            if len(chosen) > budget:
+                return None
+        return (chosen, fit) if limit_ok() else None

@@ -93,17 +93,24 @@ def over_limit(job: PendingJob, scope: str, limit: int, in_use: int) -> Reason:
 
 
 def no_capacity(job: PendingJob, workers_fit: int, free: int, ahead: int) -> Reason:
+    workers = job.workers
     numbers: dict[str, int | float | str] = {
         "flavor": job.flavor,
-        "workers": job.workers,
+        "workers": workers,
         "gpus_per_worker": job.gpus_per_worker,
-        "workers_fit": min(workers_fit, job.workers),
+        "workers_fit": workers_fit if workers_fit < workers else workers,
         "free": free,
     }
     if ahead:
         numbers["ahead"] = ahead
-        return Reason(ReasonCode.QUEUED_BEHIND_TEAM, numbers)
-    return Reason(ReasonCode.NO_CAPACITY, numbers)
+        return Reason(_QUEUED_BEHIND_TEAM, numbers)
+    return Reason(_NO_CAPACITY, numbers)
+
+
+# Most jobs of a busy cycle wait: these codes are read once, not per reason (an enum member
+# is slow to look up on its class).
+_NO_CAPACITY = ReasonCode.NO_CAPACITY
+_QUEUED_BEHIND_TEAM = ReasonCode.QUEUED_BEHIND_TEAM
 
 
 def waiting_for_preemption(job: PendingJob, job_ids: tuple[int, ...]) -> Reason:

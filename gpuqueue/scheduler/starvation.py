@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import math
 
+from gpuqueue.scheduler import reasons
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Node,
     PendingJob,
     Policy,
+    Reason,
     Reservation,
     RunningJob,
 )
@@ -55,59 +57,54 @@ class Reserver:
         running: tuple[RunningJob, ...],
         policy: Policy,
         now: float,
-        ends: dict[str, list[ReleaseEvent]] | None = None,
+        memo: bool = True,
     ) -> None:
-        """`ends`: the running jobs' release events per flavor, sorted, when a caller keeps
-        them (`Holdings.release_events`); otherwise they are made from `running`."""
+        """`memo`: whether the answers that jobs blocked by reservations ask for are kept
+        (`backfill_room`, `behind`)."""
         self.ledger = ledger
         self.policy = policy
         self.now = now
         self._nodes = nodes
         self._running = running
-        self._ends = ends
+        # flavor -> release events (`release_events`).
         self._events: dict[str, list[ReleaseEvent]] = {}
         self.reservations: list[Reservation] = []
         self.node_owner: dict[tuple[str, str], Reservation] = {}  # (flavor, node) -> reservation
-        self._holders: dict[str, tuple[int, list[Reservation]]] = {}
-        self._rooms: dict[tuple[str, float], tuple[int, str, dict[str, int]]] = {}
+        # Tens of thousands of jobs may wait behind the same reservations, and the answers
+        # below depend only on the flavor's ledger and the reservations: each is kept with the
+        # flavor's version and the count of reservations it was made at (`_current`).
+        self.memo = memo
+        self._rooms: dict[tuple[str, float], tuple[tuple[int, int], dict[str, int]]] = {}
+        self._behind: dict[str, tuple[tuple[int, int], Reason]] = {}
 
     def release_events(self, fl: FlavorLedger) -> list[ReleaseEvent]:
         """(time, node, GPUs, job) at which running jobs of the flavor are expected to give
         GPUs back (not before now), sorted; without the jobs being preempted (they count
-        through the incoming GPUs) and the victims of this cycle."""
+        through the incoming GPUs) and the victims of this cycle so far.
+
+        Made when the flavor's first starving job tries to reserve; the cycle's later
+        reservations replay the same events, including those of jobs preempted in between
+        (whose GPUs then also count as incoming)."""
         events = self._events.get(fl.name)
         if events is not None:
             return events
         name = fl.name
         victims = self.ledger.victims
         now = self.now
-        if self._ends is not None:
-            kept = self._ends.get(name, [])
-            if (not kept or kept[0][0] >= now) and not victims:
-                events = kept  # shared, read only
-            else:
-                events = [
-                    (at if at >= now else now, node, gpus, job)
-                    for at, node, gpus, job in kept
-                    if job not in victims
-                ]
-                if events and events[0][0] <= now:
-                    events.sort()  # ends clamped to now: in order by node among themselves
-        else:
-            events = []
-            free = fl.free
-            for job in self._running:
-                if job.flavor != name or job.preempting_since is not None or job.id in victims:
-                    continue
-                end = release_time(job)
-                if end is None:
-                    continue
-                at = end if end >= now else now  # max(end, now)
-                g = job.gpus_per_worker
-                for node, workers in job.placement:
-                    if node in free:
-                        events.append((at, node, workers * g, job.id))
-            events.sort()
+        events = []
+        free = fl.free
+        for job in self._running:
+            if job.flavor != name or job.preempting_since is not None or job.id in victims:
+                continue
+            end = release_time(job)
+            if end is None:
+                continue
+            at = end if end >= now else now  # max(end, now)
+            g = job.gpus_per_worker
+            for node, workers in job.placement:
+                if node in free:
+                    events.append((at, node, workers * g, job.id))
+        events.sort()
         self._events[name] = events
         return events
 
@@ -166,40 +163,48 @@ class Reserver:
             ledger.hold(job.flavor, node, workers * g)
         reservation = Reservation(job.id, placement, start)
         self.reservations.append(reservation)
-        ledger.stamp += 1  # even when no GPU was free to hold: the count of reservations is state
         for node, _ in placement:
             self.node_owner[(job.flavor, node)] = reservation
         return reservation
 
-    def holders(self, flavor: str) -> list[Reservation]:
-        """The reservations that still hold GPUs of a flavor."""
-        fl = self.ledger.flavors[flavor]
-        hit = self._holders.get(flavor)
-        if hit is not None and hit[0] == fl.version:
-            return hit[1]
-        owners = {self.node_owner[(flavor, node)].job_id for node in fl.held}
+    def _current(self, flavor: str) -> tuple[int, int]:
+        return (self.ledger.flavors[flavor].version, len(self.reservations))
+
+    def behind(self, job: PendingJob) -> Reason:
+        """Why `job` waits when GPUs held for reservations are all it lacks: the reservations
+        that hold GPUs of its flavor, and the earliest of their expected starts."""
+        flavor = job.flavor
+        current = self._current(flavor)
+        if self.memo:
+            hit = self._behind.get(flavor)
+            if hit is not None and hit[0] == current:
+                return hit[1]
+        owners = {
+            self.node_owner[(flavor, node)].job_id for node in self.ledger.flavors[flavor].held
+        }
         holders = [r for r in self.reservations if r.job_id in owners]
-        self._holders[flavor] = (fl.version, holders)
-        return holders
+        start = min((r.expected_start for r in holders), default=self.now)
+        why = reasons.behind_reservation(job, start, tuple(r.job_id for r in holders))
+        if self.memo:
+            self._behind[flavor] = (current, why)
+        return why
 
-    def backfill_room(self, job: PendingJob) -> tuple[str, dict[str, int]]:
-        """Held GPUs `job` may borrow: only where its max runtime ends before the reservation.
-
-        Returns a key naming the room (for cached counts) and the room itself.
-        """
+    def backfill_room(self, job: PendingJob) -> dict[str, int]:
+        """Held GPUs `job` may borrow: only where its max runtime ends before the reservation."""
         if job.max_runtime is None or not self.reservations:
-            return "", {}
+            return {}
+        flavor = job.flavor
         ends = self.now + job.max_runtime
-        fl = self.ledger.flavors[job.flavor]
-        key = (job.flavor, ends)
-        hit = self._rooms.get(key)
-        if hit is not None and hit[0] == fl.version:
-            return hit[1], hit[2]
+        current = self._current(flavor)
+        if self.memo:
+            hit = self._rooms.get((flavor, ends))
+            if hit is not None and hit[0] == current:
+                return hit[1]
         room: dict[str, int] = {}
-        for node, gpus in fl.held.items():
-            owner = self.node_owner.get((job.flavor, node))
+        for node, gpus in self.ledger.flavors[flavor].held.items():
+            owner = self.node_owner.get((flavor, node))
             if owner is not None and ends <= owner.expected_start:
                 room[node] = gpus
-        kind = f"backfill:{ends!r}"
-        self._rooms[key] = (fl.version, kind, room)
-        return kind, room
+        if self.memo:
+            self._rooms[(flavor, ends)] = (current, room)
+        return room

@@ -92,9 +92,6 @@ class ShareBalance:
         self.rate = math.log(2) / half_life_seconds if half_life_seconds > 0 else 0.0
         self.balance: dict[Key, float] = dict(balance or {})
         self.last: float | None = last
-        # flavor -> the last demand and its entitled shares: the demand (held plus asked)
-        # changes only with arrivals and completions, not with starts.
-        self._entitled: dict[str, tuple[tuple[tuple[str, float], ...], dict[str, float]]] = {}
 
     def advance(
         self,
@@ -137,13 +134,7 @@ class ShareBalance:
                     demand[team] = d
             if not demand:
                 continue
-            asks = tuple(demand.items())
-            hit = self._entitled.get(flavor)
-            if hit is not None and hit[0] == asks:
-                shares = hit[1]
-            else:
-                shares = entitled_shares(self.capacity[flavor], demand, quotas)
-                self._entitled[flavor] = (asks, shares)
+            shares = entitled_shares(self.capacity[flavor], demand, quotas)
             for team in demand:
                 key = (team, flavor)
                 gap = shares.get(team, 0.0) - held.get(key, 0)

@@ -163,8 +163,9 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
        it writes the job (refusing with TeamRequired when there are none or several); the
        team stays None here. Someone not signed in must name one.
     2. The defaults of the fields left out.
-    3. A worker must fit the largest node of its flavor. Without a team, a submitter who does
-       not have exactly one is told that first, as the insert would.
+    3. A worker must fit the largest node of its flavor, the gang all its nodes together.
+       Without a team, a submitter who does not have exactly one is told that first, as the
+       insert would.
     """
     job = dict(values)
     if job.get("team") is None:
@@ -179,7 +180,7 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
     for field, empty in EMPTY_BY_DEFAULT.items():
         job.setdefault(field, empty())
     try:
-        check_fits(job["flavor"], job["gpus_per_worker"])
+        check_fits(job["flavor"], job["workers"], job["gpus_per_worker"])
     except SubmissionRefused as exc:
         if job["team"] is None and len(teams_for_submission(user)) != 1:
             return Checked(job, {"team": [TEAM_REQUIRED]})

@@ -20,17 +20,15 @@ class OrderedQueue(Generic[V]):
     preempted jobs into queues of thousands, where re-sorting the queue each time cost seconds).
     """
 
-    __slots__ = ("_keys", "_order", "version")
+    __slots__ = ("_keys", "_order")
 
     def __init__(self) -> None:
         self._keys: dict[int, Key] = {}
         # (key, job id) is unique, so the item is never compared.
         self._order: list[tuple[Key, int, V]] = []
-        self.version = 0  # bumped by every change, for callers that cache what they read
 
     def push(self, job_id: int, key: Key, value: V) -> None:
         self.remove(job_id)
-        self.version += 1
         self._keys[job_id] = key
         entry = (key, job_id, value)
         order = self._order
@@ -43,7 +41,6 @@ class OrderedQueue(Generic[V]):
         key = self._keys.pop(job_id, None)
         if key is None:
             return None
-        self.version += 1
         order = self._order
         i = bisect_left(order, (key, job_id))  # (key, id) sorts just before (key, id, item)
         value = order[i][2]

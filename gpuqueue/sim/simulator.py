@@ -46,9 +46,6 @@ class SimConfig:
     skip_idle_changes: bool = True
     # Pass a requeued job to the engine as submitted when it was requeued (losing its place).
     requeue_at_back: bool = False
-    # A cycle with nothing new since the last plan but the time keeps that plan when no rule
-    # that reads the clock answers differently (the same decisions, proven; see GpuqueueEngine).
-    keep_clock_only_plans: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +143,6 @@ class _Replay:
                 window=config.window,
                 skip_idle_changes=config.skip_idle_changes,
                 requeue_at_back=config.requeue_at_back,
-                keep_clock_only_plans=config.keep_clock_only_plans,
             )
         self.limits = {(t.id, f): q.limit for t in teams for f, q in t.quotas.items()}
         self.team_used: dict[tuple[str, str], int] = {}

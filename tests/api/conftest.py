@@ -16,13 +16,10 @@ def _api_rate(settings: Any) -> None:
     # Tests make many calls with one token; throttling has its own test.
     settings.GPUQUEUE_API_RATE = "100000/min"
     settings.GPUQUEUE_API_ANON_RATE = "100000/min"
+    settings.GPUQUEUE_API_BAD_TOKEN_RATE = "100000/min"
     # The personas' passwords are hashed when the world is built; PBKDF2's million rounds cost
     # about a second per user on these machines, and these tests never sign in with them.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    # Each test builds its own inventory; forget what the submission check cached.
-    from gpuqueue.services import inventory
-
-    inventory._largest.clear()
 
 
 @pytest.fixture

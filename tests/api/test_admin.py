@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import pytest
+from rest_framework.test import APIClient
 
+from gpuqueue.core import caches
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, Quota
 from teams.models import ApiToken, AuditEntry, Membership
@@ -271,3 +274,41 @@ def test_metrics_want_their_token_unless_explicitly_opened(api: Any, settings: A
     settings.GPUQUEUE_METRICS_TOKEN = None
     settings.GPUQUEUE_METRICS_OPEN = True
     assert api(None).get("/metrics").status_code == 200
+
+
+def _client_at(address: str, token: str) -> APIClient:
+    client = APIClient(REMOTE_ADDR=address)
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+def test_invalid_tokens_from_one_address_get_429_before_the_database_is_asked(
+    settings: Any, tokens: Any, django_assert_num_queries: Any
+) -> None:
+    settings.GPUQUEUE_API_BAD_TOKEN_RATE = "3/min"
+    address = f"10.{secrets.randbelow(250)}.{secrets.randbelow(250)}.{secrets.randbelow(250)}"
+    guesses = [f"gq_{secrets.token_hex(4)}_{secrets.token_urlsafe(24)}" for _ in range(5)]
+    statuses = [_client_at(address, g).get("/api/v1/me/").status_code for g in guesses[:3]]
+    assert statuses == [401, 401, 401]
+    with django_assert_num_queries(0):
+        refused = _client_at(address, guesses[3]).get("/api/v1/me/")
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    assert refused.json()["error"]["code"] == "throttled"
+    # Another address is not held back by this one's failures.
+    assert _client_at("192.0.2.77", guesses[4]).get("/api/v1/me/").status_code == 401
+
+
+def test_guessing_at_a_tokens_prefix_is_throttled_and_the_real_token_still_works(
+    settings: Any, tokens: Any
+) -> None:
+    settings.GPUQUEUE_API_BAD_TOKEN_RATE = "2/min"
+    real = tokens["carol"]
+    prefix = real.removeprefix("gq_").partition("_")[0]
+    statuses = []
+    for _ in range(3):  # each from its own address: only the prefix is counted against
+        wrong = f"gq_{prefix}_{secrets.token_urlsafe(24)}"
+        address = f"10.9.{secrets.randbelow(250)}.{secrets.randbelow(250)}"
+        statuses.append(_client_at(address, wrong).get("/api/v1/me/").status_code)
+    assert statuses == [401, 401, 429]
+    caches.forget_everything()  # as a process that has not kept the token yet
+    assert _client_at("10.8.0.1", real).get("/api/v1/me/").status_code == 200

@@ -15,11 +15,11 @@ def test_an_api_submission_makes_one_query_and_one_commit(
     api: Any, job_body: Any, with_team: bool
 ) -> None:
     """One statement writing the job and its event (a used idempotency key makes it insert
-    nothing). The token was read by the first submission and is kept while the auth epoch in
-    Redis is unchanged (teams.token_cache); the team and flavor were looked up by the first
-    submission and are kept a few seconds. Without `team`, the same statement finds the
-    submitter's only team: no lookup of the team beforehand. (A regression guard: each ORM
-    query here cost 0.5 to 1 ms of CPU; see gpuqueue.core.sql_rows.)"""
+    nothing). The token, the team, the flavor and its largest node were read by the first
+    submission and are kept while the cache epoch in Redis is unchanged
+    (gpuqueue.core.caches). Without `team`, the same statement finds the submitter's only
+    team: no lookup of the team beforehand. (A regression guard: each ORM query here cost
+    0.3 to 0.9 ms of CPU; see gpuqueue/services/submission_sql.py.)"""
     if not with_team:
         job_body = {key: value for key, value in job_body.items() if key != "team"}
     client = api("alice")
@@ -41,15 +41,17 @@ def test_a_member_removed_after_a_lookup_is_refused_at_once(
     assert client.post("/api/v1/jobs/", job_body, format="json").status_code == 201
     Membership.objects.filter(user=world.alice, team=world.team_a).delete()
     response = client.post("/api/v1/jobs/", job_body, format="json")
-    assert response.status_code == 403, response.content
+    # The removal renewed the cache epoch: refused as any non-member is, as with the caches off.
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["fields"] == {"team": ["Unknown team team-a."]}
     assert Job.objects.count() == 1
 
 
 def test_a_retry_after_the_user_left_the_team_returns_the_first_job(
     api: Any, job_body: Any, world: Any
 ) -> None:
-    """The team lookup is still cached, so the body validates; the insert's membership guard
-    writes nothing and the earlier job is found."""
+    """The body no longer validates (the removal renewed the cache epoch, and the team is
+    unknown to a non-member); the earlier job with the same key is found."""
     from gpuqueue.models import Job, JobEvent
     from teams.models import Membership
 

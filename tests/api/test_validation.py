@@ -26,6 +26,7 @@ BAD_JOBS = [
     ("workers as a string", {"workers": "2"}, "workers"),
     ("zero GPUs per worker", {"gpus_per_worker": 0}, "gpus_per_worker"),
     ("a worker larger than the largest node", {"gpus_per_worker": 9}, "gpus_per_worker"),
+    ("a gang larger than the flavor", {"workers": 1024, "gpus_per_worker": 8}, "workers"),
     ("a priority out of range", {"priority": 5000}, "priority"),
     ("an unknown flavor", {"flavor": "tpu"}, "flavor"),
     ("an unknown team", {"team": "team-z"}, "team"),
@@ -85,6 +86,25 @@ def test_an_unschedulable_worker_is_refused_with_the_numbers(api: Any, job_body:
     )
     message = response.json()["error"]["fields"]["gpus_per_worker"][0]
     assert "12" in message and "has 8" in message
+
+
+def test_a_gang_larger_than_the_whole_flavor_is_refused_with_the_numbers(
+    api: Any, job_body: Any
+) -> None:
+    """4 nodes of 8 H100s: a gang of 1,024 × 8 could never start; the error says why."""
+    before = counts()
+    response = api("alice").post(
+        "/api/v1/jobs/", {**job_body, "workers": 1024, "gpus_per_worker": 8}, format="json"
+    )
+    assert response.status_code == 400
+    message = response.json()["error"]["fields"]["workers"][0]
+    assert "8192 h100 GPUs (1024 × 8)" in message and "has 32 h100 GPUs in all" in message
+    assert "at most 4 workers of 8" in message
+    assert counts() == before
+    fits = api("alice").post(
+        "/api/v1/jobs/", {**job_body, "workers": 4, "gpus_per_worker": 8}, format="json"
+    )
+    assert fits.status_code == 201, fits.content
 
 
 def test_a_flavor_with_no_known_node_is_refused_saying_so(api: Any, job_body: Any) -> None:

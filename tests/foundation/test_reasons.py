@@ -68,6 +68,46 @@ from gpuqueue.core.reason_text import describe_reason
         ),
         (
             {
+                "code": "never_fits",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 1024,
+                    "gpus_per_worker": 8,
+                    "largest_node": 8,
+                    "flavor_capacity": 64,
+                },
+            },
+            "Can never start: the job asks for 8192 h100 GPUs as 1024 × 8 and the cluster has "
+            "64 h100 GPUs in all.",
+        ),
+        (
+            {
+                "code": "never_fits",
+                "numbers": {
+                    "flavor": "a100",
+                    "workers": 1,
+                    "gpus_per_worker": 1,
+                    "largest_node": 0,
+                },
+            },
+            "Can never start: no schedulable node offers a100 GPUs.",
+        ),
+        (
+            {
+                "code": "over_limit",
+                "numbers": {
+                    "flavor": "h100",
+                    "scope": "team",
+                    "limit": 16,
+                    "in_use": 0,
+                    "requested": 32,
+                },
+            },
+            "Can never start under the team's limit: the job asks for 32 h100 GPUs and the "
+            "limit is 16; ask an admin to raise it.",
+        ),
+        (
+            {
                 "code": "behind_reservation",
                 "numbers": {"flavor": "h100", "expected_start": None},
                 "job_ids": [7],

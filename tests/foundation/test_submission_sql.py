@@ -1,4 +1,5 @@
-"""The submission path's hand-written SQL writes and reads as the ORM would."""
+"""The submission's one statement (gpuqueue/services/submission_sql.py) writes and reads as the
+ORM would."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from gpuqueue.models import Job, JobEvent
 from gpuqueue.services.submit import (
     SubmissionRefused,
     TeamRequired,
-    flavor_named,
+    flavor_for_submission,
     submit_job,
     teams_for_submission,
 )
@@ -150,49 +151,23 @@ def test_teams_for_submission_are_the_users_teams_or_any_for_a_site_admin(world:
     assert (team.pk, team.name, team.namespace) == (world.team_b.pk, "Team B", "team-b")
 
 
-def test_flavor_named_reads_the_whole_row(world: Any) -> None:
-    flavor = flavor_named("h100")
+def test_flavor_for_submission_reads_the_whole_row(world: Any) -> None:
+    flavor = flavor_for_submission("h100")
     assert flavor is not None and flavor.pk == world.h100.pk
     assert flavor.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-    assert flavor_named("H100") is None
+    assert flavor_for_submission("H100") is None
 
 
-def test_insert_params_pass_plain_values_as_the_fields_own_conversion_would(world: Any) -> None:
-    """`insert_params` skips the field's conversion for plain values; it must give what the
-    conversion gives, for every field of a job and an event (None, str subclasses, JSON,
-    dates and foreign keys included)."""
-    from datetime import UTC, datetime
+def test_the_statement_was_checked_against_the_pinned_django() -> None:
+    """gpuqueue/services/submission_sql.py builds the submission's statement from the models'
+    `_meta` and converts values through the fields' own methods; a new Django may change
+    them. This fails when the installed Django is not the version pinned in pyproject.toml:
+    run the tests above against the new version, then move the pin."""
+    import tomllib
+    from pathlib import Path
 
-    from django.db import connection
+    import django
 
-    from gpuqueue.core.sql_rows import insert_columns, insert_params
-
-    job = Job(
-        team=world.team_a,
-        user=world.alice,
-        flavor=world.h100,
-        state=JobState.PENDING,  # a str subclass: converted by the field
-        idempotency_key=None,
-        exit_code=-3,
-        message="",
-        queue_position=0,
-        admitted_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
-        **EVERY_FIELD,
-    )
-    event = JobEvent(job=Job(pk=41), to_state="PENDING", reason="r", actor="a", details={"x": 1})
-
-    def unwrapped(value: Any) -> Any:
-        return getattr(value, "obj", value)  # JSON arrives wrapped for psycopg
-
-    for obj in (job, event):
-        fast = insert_params(obj)
-        fields = insert_columns(type(obj)).fields
-        slow = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
-        assert len(fast) == len(slow) == len(fields)
-        for field, a, b in zip(fields, fast, slow, strict=True):
-            if getattr(field, "auto_now_add", False):
-                assert isinstance(a, datetime) and isinstance(b, datetime), field.name
-            else:
-                assert type(a) is type(b), field.name  # NULL and JSON null differ
-                assert unwrapped(a) == unwrapped(b), field.name
-                assert type(unwrapped(a)) is type(unwrapped(b)), field.name
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    pins = [d for d in pyproject["project"]["dependencies"] if d.lower().startswith("django==")]
+    assert pins == [f"Django=={django.__version__}"]

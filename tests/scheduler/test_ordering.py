@@ -1,10 +1,11 @@
 """The order's runs (`Order.runs`): taking a run's jobs one after another while the ledger does
-not change gives the order of one job at a time (`Order.queued`), and dropping a streak of one
-kind that waits drops nothing else."""
+not change gives the order of one job at a time (`Order.queued`), and the verdict kept for a
+kind of job that waits is given to that kind only."""
 
 from __future__ import annotations
 
 from gpuqueue.scheduler import plan
+from gpuqueue.scheduler.engine import Cycle
 from gpuqueue.scheduler.ledger import Ledger
 from gpuqueue.scheduler.model import Policy, Snapshot
 from gpuqueue.scheduler.ordering import Order
@@ -51,16 +52,16 @@ def test_runs_taken_whole_while_nothing_changes_give_the_same_order() -> None:
     order, ledger = _order()
     _admit_the_starving_job(order, ledger)
     taken = []
-    for run, _ in order.runs():
+    for run in order.runs():
         while run:
             taken.append(run.pop().id)  # nothing is admitted: the ledger's stamp stays
     assert taken == [2, 4, 5, 3]
 
 
-def test_a_streak_of_one_kind_that_waits_is_skipped_whole_and_no_further() -> None:
-    """Team a's two 8-GPU jobs wait (one GPU is free, team c's work cannot be preempted);
-    without explanations the second is dropped with the first's verdict, and the 1-GPU job
-    after them (another kind) is still considered and admitted, as with explanations."""
+def test_a_kind_that_waits_gives_its_verdict_to_that_kind_only() -> None:
+    """Team a's two 8-GPU jobs wait (one GPU is free, team c's work cannot be preempted); the
+    second gets the first's verdict, and the 1-GPU job after them (another kind) is still
+    considered and admitted, as without any kept verdict."""
     snapshot = Snapshot(
         now=NOW,
         nodes=nodes(1, h100=8),
@@ -71,6 +72,6 @@ def test_a_streak_of_one_kind_that_waits_is_skipped_whole_and_no_further() -> No
         ),
         pending=(pending(1, "a", gpus=8), pending(2, "a", gpus=8), pending(3, "a")),
     )
-    explained = plan(snapshot, Policy())
-    assert [a.job_id for a in explained.admissions] == [3]
-    assert plan(snapshot, Policy(), explain=False).admissions == explained.admissions
+    kept = plan(snapshot, Policy())
+    assert [a.job_id for a in kept.admissions] == [3]
+    assert Cycle(snapshot, Policy(), memo=False).run() == kept

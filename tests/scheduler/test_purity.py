@@ -9,7 +9,7 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "modules", ["gpuqueue.scheduler, gpuqueue.scheduler.bench", "gpuqueue.taints"]
+    "modules", ["gpuqueue.scheduler, gpuqueue.scheduler.bench", "gpuqueue.core.taints"]
 )
 def test_the_engine_imports_without_django_in_a_fresh_interpreter(modules: str) -> None:
     """The engine, and the taint matching the snapshot and the cluster map share."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from hypothesis import event, given, settings
-from hypothesis import strategies as st
 
 from gpuqueue.scheduler.model import Policy
 from gpuqueue.sim import (
@@ -89,12 +87,13 @@ def test_a_window_on_the_engine_snapshot_changes_no_decision() -> None:
     assert windowed.summary["snapshot_pending_max"] < full.summary["snapshot_pending_max"]
 
 
-def test_the_replay_plans_without_explanations_and_gets_the_same_decisions() -> None:
+def test_every_plan_of_the_replay_is_the_plan_of_the_engine_with_every_memo_off() -> None:
+    """The replay calls `plan(snapshot, policy)`, as the admission cycle does; planning each of
+    its snapshots with every memo off gives the same plan (with snapshots bigger than the
+    window: the demand of a team is extended to cover its fair share)."""
     pytest.importorskip("gpuqueue.scheduler")
-    from dataclasses import replace
-
     from gpuqueue.scheduler import plan
-    from gpuqueue.scheduler.holdings import Holdings
+    from gpuqueue.scheduler.engine import Cycle
     from gpuqueue.scheduler.model import Plan, Snapshot
     from gpuqueue.sim.policies import make_policy
     from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
@@ -103,19 +102,12 @@ def test_the_replay_plans_without_explanations_and_gets_the_same_decisions() -> 
     teams = proportional_quotas(jobs, CLUSTER)
     compared: list[int] = []
 
-    def both(
-        snapshot: Snapshot,
-        policy: Policy | None = None,
-        *,
-        explain: bool = True,
-        holdings: Holdings | None = None,
-    ) -> Plan:
-        assert not explain  # the replay reads only the decisions
-        assert holdings is not None  # and counts its running jobs as they start and stop
-        lean = plan(snapshot, policy, explain=False, holdings=holdings)
-        assert lean == replace(plan(snapshot, policy), pending=())
+    def both(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
+        assert policy is not None
+        result = plan(snapshot, policy)
+        assert Cycle(snapshot, policy, memo=False).run() == result
         compared.append(len(snapshot.pending))
-        return lean
+        return result
 
     def engine(ledger: object) -> GpuqueueEngine:
         policy = make_policy("gpuqueue", ledger, CLUSTER, teams, window=16)  # type: ignore[arg-type]
@@ -125,98 +117,4 @@ def test_the_replay_plans_without_explanations_and_gets_the_same_decisions() -> 
 
     result = simulate(jobs, CLUSTER, teams, engine, SimConfig())
     assert result.summary["jobs_finished"] == len(jobs)
-    planned = result.summary["plans"] - result.summary["plans_kept"]  # type: ignore[operator]
-    assert len(compared) == planned and max(compared) > 16
-
-
-def _history(result: Result) -> list[tuple[object, ...]]:
-    return [
-        (r.job.id, r.first_start, r.finished_at, r.preemptions, r.waited, r.lost_gpu_seconds)
-        for r in result.runs
-    ]
-
-
-def _decisions(result: Result) -> dict[str, object]:
-    volatile = {"wall_s", "plan_seconds_total", "plan_ms_mean", "plan_ms_max", "plans_kept"}
-    return {k: v for k, v in result.summary.items() if k not in volatile}
-
-
-@settings(max_examples=30, deadline=None)
-@given(
-    seed=st.integers(0, 10_000),
-    count=st.integers(10, 150),
-    interarrival=st.sampled_from([15.0, 60.0, 300.0]),
-    nodes=st.integers(1, 4),
-)
-def test_keeping_a_plan_while_only_the_clock_moves_changes_no_decision(
-    seed: int, count: int, interarrival: float, nodes: int
-) -> None:
-    """Every job's history (starts, ends, preemptions, waits, work lost) and every GPU segment
-    are those of the replay that plans every cycle."""
-    pytest.importorskip("gpuqueue.scheduler")
-    cluster = uniform_cluster(nodes, 8)
-    jobs = synthetic_jobs(count, seed=seed, mean_interarrival=interarrival)
-    teams = proportional_quotas(jobs, cluster)
-    # Without time-based fair share: its balances move with the clock, so nothing is kept.
-    flat = Policy(time_based_share=False)
-    kept = simulate(
-        jobs, cluster, teams, "gpuqueue", SimConfig(record_segments=True, engine_policy=flat)
-    )
-    every = SimConfig(record_segments=True, keep_clock_only_plans=False, engine_policy=flat)
-    planned = simulate(jobs, cluster, teams, "gpuqueue", every)
-    assert _history(kept) == _history(planned)
-    assert kept.segments == planned.segments
-    assert _decisions(kept) == _decisions(planned)
-    assert planned.summary["plans_kept"] == 0
-    event(f"plans kept: {'some' if kept.summary['plans_kept'] else 'none'}")
-
-
-def test_every_plan_kept_in_a_replay_is_the_plan_made_at_that_time() -> None:
-    """The replay keeps plans (a queue that waits on a full cluster), and planning again at each
-    of those cycles gives exactly the plan that was kept."""
-    pytest.importorskip("gpuqueue.scheduler")
-    from dataclasses import replace
-
-    from gpuqueue.scheduler import plan
-    from gpuqueue.scheduler.engine import plan_holds_later
-    from gpuqueue.scheduler.model import Plan, Policy, Snapshot
-    from gpuqueue.sim.policies import make_policy
-    from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
-
-    cluster = uniform_cluster(2, 8)
-    jobs = synthetic_jobs(300, seed=2, mean_interarrival=60.0)
-    teams = proportional_quotas(jobs, cluster)
-    checked: list[float] = []
-
-    def checking(snapshot: Snapshot, result: Plan, later: float, policy: Policy) -> bool:
-        holds = plan_holds_later(snapshot, result, later, policy)
-        if holds:
-            again = plan(replace(snapshot, now=later), policy, explain=False)
-            assert again == result
-            checked.append(later)
-        return holds
-
-    def engine(ledger: object) -> GpuqueueEngine:
-        policy = make_policy(
-            "gpuqueue",
-            ledger,  # type: ignore[arg-type]
-            cluster,
-            teams,
-            Policy(time_based_share=False),  # see the test above
-            window=16,
-        )
-        assert isinstance(policy, GpuqueueEngine)
-        policy._plan_holds_later = checking
-        return policy
-
-    result = simulate(jobs, cluster, teams, engine, SimConfig())
-    assert result.summary["plans_kept"] == len(checked) > 0
-
-
-def test_with_time_based_fair_share_every_cycle_plans() -> None:
-    """Balances move with the clock and `plan_holds_later` does not ask the rules that read
-    them, so the replay keeps no plan when it keeps balances."""
-    cluster = uniform_cluster(2, 8)
-    jobs = synthetic_jobs(300, seed=2, mean_interarrival=60.0)
-    teams = proportional_quotas(jobs, cluster)
-    assert simulate(jobs, cluster, teams, "gpuqueue", SimConfig()).summary["plans_kept"] == 0
+    assert len(compared) == result.summary["plans"] and max(compared) > 16

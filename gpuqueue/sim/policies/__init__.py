@@ -23,7 +23,6 @@ def make_policy(
     window: int | None = None,
     skip_idle_changes: bool = True,
     requeue_at_back: bool = False,
-    keep_clock_only_plans: bool = True,
 ) -> SchedulingPolicy:
     if name == "gpuqueue":
         from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
@@ -36,7 +35,6 @@ def make_policy(
             window=window,
             skip_idle_changes=skip_idle_changes,
             requeue_at_back=requeue_at_back,
-            keep_clock_only_plans=keep_clock_only_plans,
         )
     if name == "fifo":
         return StrictFifo(ledger)

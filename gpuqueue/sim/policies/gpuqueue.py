@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpuqueue.scheduler.fairshare import ClaimTuple, water_fill_tuples
-from gpuqueue.scheduler.holdings import Holdings
-from gpuqueue.scheduler.model import PendingJob, Plan, Policy, RunningJob, Snapshot, Team
+from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot, Team
 from gpuqueue.scheduler.usage import ShareBalance
 from gpuqueue.sim.cluster import Cluster
 from gpuqueue.sim.ledger import Ledger
@@ -42,14 +41,6 @@ class GpuqueueEngine(SchedulingPolicy):
       one while jobs wait. Otherwise the next change or idle cycle picks the job up. This is an
       approximation: a cycle can also act on other jobs (a reservation, a preemption whose
       victim's minimum runtime has just passed), which then waits for the next change.
-
-    One more shortcut changes no decision (`keep_clock_only_plans`, proven by
-    `plan_holds_later` and tested against planning every cycle): a cycle that nothing but the
-    clock separates from the last plan (no callback since, typically a cycle every
-    `idle_cycle_interval` of a long wait) keeps that plan when no rule that reads the clock
-    (starvation, minimum runtimes, the reclaim hysteresis, reservations) answers differently.
-    Such cycles still count in `plans`; `plans_kept` says how many were kept. Not with
-    time-based fair share: the balances move with the clock, so every cycle plans.
     """
 
     name = "gpuqueue"
@@ -66,22 +57,12 @@ class GpuqueueEngine(SchedulingPolicy):
         runtime_estimates: bool = True,
         skip_idle_changes: bool = True,
         requeue_at_back: bool = False,
-        keep_clock_only_plans: bool = True,
     ) -> None:
         super().__init__(ledger)
         # Imported late: the baselines run without the engine.
         from gpuqueue.scheduler import plan
-        from gpuqueue.scheduler.engine import plan_holds_later
 
         self._plan = plan
-        self._plan_holds_later = plan_holds_later
-        # A cycle that nothing but the clock separates from the last plan keeps that plan when
-        # no rule that reads the clock answers differently (`plan_holds_later`): no decision
-        # changes, and a cycle every `idle_cycle_interval` of a long wait costs no plan.
-        self.keep_clock_only_plans = keep_clock_only_plans
-        self._changes = 0  # bumped by every callback: what the next snapshot is made of
-        self._last: tuple[int, Snapshot, Plan, Decision] | None = None
-        self.plans_kept = 0
         self.engine_policy = engine_policy or Policy()
         self.window = window
         self.runtime_estimates = runtime_estimates
@@ -96,18 +77,12 @@ class GpuqueueEngine(SchedulingPolicy):
         self.running_priorities: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
         self.fair_share: dict[tuple[str, str], int] = {}  # from the last plan
         self.dirty = True
-        self._shares: dict[tuple[str, str], int] = {}
-        self._team_shares: dict[str, list[tuple[str, int]]] = {}  # team -> (flavor, share)
-        self._shares_for: tuple[tuple[int, ...], dict[tuple[str, str], int]] | None = None
-        self._window_memo: dict[
-            str, tuple[tuple[int, tuple[tuple[str, int], ...]], list[PendingJob]]
-        ] = {}
         self.nodes = cluster.engine_nodes()
         self.teams = tuple(teams)
         self.queues: dict[str, OrderedQueue[PendingJob]] = {t.id: OrderedQueue() for t in teams}
-        # The running jobs, counted as the engine counts them, kept up to date job by job: the
-        # plan copies their ledger instead of counting every running job on every cycle.
-        self.holdings = Holdings(self.nodes, self.teams)
+        # The running jobs as the engine sees them, in the order they started (a job being
+        # preempted keeps its place).
+        self.running: dict[int, RunningJob] = {}
         # Time-based fair share: each team's balance, kept from cycle to cycle as the live cycle
         # would keep it (usage.py), when the policy asks for it.
         self.share_balance = (
@@ -138,7 +113,6 @@ class GpuqueueEngine(SchedulingPolicy):
         # 2. earlier submission (a requeued job keeps its place); 3. job id. The engine orders
         # again on its own.
         key = (-float(job.priority), pending.submitted_at, float(job.id))
-        self._changes += 1
         self.queues.setdefault(job.team, OrderedQueue()).push(job.id, key, pending)
         self.asked[(job.team, job.flavor)] += job.gpus
         if not self.dirty:
@@ -163,41 +137,33 @@ class GpuqueueEngine(SchedulingPolicy):
             n > 0 and p < job.priority for p, n in priorities.items()
         )
 
-    def placed(self, run: JobRun, now: float) -> None:
-        self._changes += 1
-
     def started(self, run: JobRun, now: float) -> None:
         job = run.job
-        self._changes += 1
         self.queues[job.team].remove(job.id)
         self.asked[(job.team, job.flavor)] -= job.gpus
         self.used[(job.team, job.flavor)] += job.gpus
         self.running_priorities[job.team][job.priority] += 1
-        self.holdings.add(
-            RunningJob(
-                id=job.id,
-                team=job.team,
-                user=job.user or job.team,
-                flavor=job.flavor,
-                gpus_per_worker=job.gpus_per_worker,
-                placement=run.placement_tuple(),
-                priority=job.priority,
-                preemptible=job.preemptible,
-                started_at=now,
-                expected_runtime=run.remaining if self.runtime_estimates else None,
-                min_runtime_until=now + self.engine_policy.min_runtime_seconds,
-            )
+        self.running[job.id] = RunningJob(
+            id=job.id,
+            team=job.team,
+            user=job.user or job.team,
+            flavor=job.flavor,
+            gpus_per_worker=job.gpus_per_worker,
+            placement=run.placement_tuple(),
+            priority=job.priority,
+            preemptible=job.preemptible,
+            started_at=now,
+            expected_runtime=run.remaining if self.runtime_estimates else None,
+            min_runtime_until=now + self.engine_policy.min_runtime_seconds,
         )
 
     def preempting(self, run: JobRun, now: float) -> None:
-        self._changes += 1
-        old = self.holdings.jobs[run.job.id]
-        self.holdings.replace(replace(old, preempting_since=now))
+        job_id = run.job.id
+        self.running[job_id] = replace(self.running[job_id], preempting_since=now)
 
     def stopped(self, run: JobRun, now: float) -> None:
         job = run.job
-        self._changes += 1
-        self.holdings.remove(job.id)
+        del self.running[job.id]
         self.used[(job.team, job.flavor)] -= job.gpus
         self.running_priorities[job.team][job.priority] -= 1
         if any(self.queues.values()):
@@ -206,19 +172,14 @@ class GpuqueueEngine(SchedulingPolicy):
     def wants_cycle(self) -> bool:
         return self.dirty
 
-    def _full_fair_shares(self) -> dict[tuple[str, str], int]:
-        """Fair shares as the engine would compute them from every pending job.
-
-        They depend only on each team's capped demand, which most cycles leave as it was: the
-        last answer is kept for the same demands, with each team's shares (`_team_shares`).
-        """
+    def _full_fair_shares(self) -> dict[str, list[tuple[str, int]]]:
+        """team -> (flavor, fair share) as the engine would compute them from every pending
+        job (fair shares depend on each team's demand capped by its limit)."""
         quotas = self._sorted_quotas
         used = self.used
         asked = self.asked
-        caps = tuple(min(quota.limit, used[key] + asked[key]) for key, quota in quotas)
-        if self._shares_for is not None and self._shares_for[0] == caps:
-            return self._shares_for[1]
-        shares: dict[tuple[str, str], int] = {}
+        caps = [min(quota.limit, used[key] + asked[key]) for key, quota in quotas]
+        shares: dict[str, list[tuple[str, int]]] = {}
         for flavor, capacity in self.capacity.items():
             claims: list[ClaimTuple] = [
                 (team, quota.guarantee, cap, quota.weight)
@@ -226,28 +187,19 @@ class GpuqueueEngine(SchedulingPolicy):
                 if f == flavor
             ]
             for team, share in water_fill_tuples(capacity, claims).items():
-                shares[(team, flavor)] = share
-        self._shares_for = (caps, shares)
-        self._team_shares = {}
-        for (team, flavor), share in shares.items():
-            self._team_shares.setdefault(team, []).append((flavor, share))
+                shares.setdefault(team, []).append((flavor, share))
         return shares
 
-    def _windowed(self, queue: OrderedQueue[PendingJob], team: str) -> list[PendingJob]:
+    def _windowed(
+        self, queue: OrderedQueue[PendingJob], team: str, shares: list[tuple[str, int]]
+    ) -> list[PendingJob]:
         """The head of a team's queue: `window` jobs, then more until, for every flavor, the
-        team's demand in the snapshot reaches its full-backlog fair share (or the backlog ends)."""
+        team's demand in the snapshot reaches its full-backlog fair share `shares` (or the
+        backlog ends)."""
         assert self.window is not None
         shown: list[PendingJob] = []
         used = self.used
-        short = {
-            flavor: share + 1 - used[(team, flavor)]
-            for flavor, share in self._team_shares.get(team, ())
-        }
-        # The same queue with the same shortfalls gives the same head: keep it between cycles.
-        memo = (queue.version, tuple(short.items()))
-        hit = self._window_memo.get(team)
-        if hit is not None and hit[0] == memo:
-            return hit[1]
+        short = {flavor: share + 1 - used[(team, flavor)] for flavor, share in shares}
         for job in queue.values():
             missing = short.get(job.flavor, 0)
             if len(shown) >= self.window and missing <= 0:
@@ -256,19 +208,18 @@ class GpuqueueEngine(SchedulingPolicy):
                 continue
             shown.append(job)
             short[job.flavor] = missing - job.gpus
-        self._window_memo[team] = (memo, shown)
         return shown
 
     def snapshot(self, now: float) -> Snapshot:
         if self.window is None:
             pending = tuple(itertools.chain.from_iterable(q.values() for q in self.queues.values()))
         else:
-            self._shares = self._full_fair_shares()
+            shares = self._full_fair_shares()
             pending = tuple(
                 itertools.chain.from_iterable(
                     itertools.islice(q.values(), self.window)
                     if len(q) <= self.window
-                    else self._windowed(q, team)
+                    else self._windowed(q, team, shares.get(team, []))
                     for team, q in self.queues.items()
                 )
             )
@@ -280,56 +231,32 @@ class GpuqueueEngine(SchedulingPolicy):
             now=now,
             nodes=self.nodes,
             teams=self.teams,
-            running=tuple(self.holdings.jobs.values()),
+            running=tuple(self.running.values()),
             pending=pending,
             share_balance=balance,
         )
 
     def cycle(self, now: float) -> Decision:
-        last = self._last
-        if (
-            self.keep_clock_only_plans
-            # Balances move with the clock, and `plan_holds_later` does not ask the rules that
-            # read them (time-based fair share): with balances every cycle plans.
-            and self.share_balance is None
-            and last is not None
-            and last[0] == self._changes
-            and self._plan_holds_later(last[1], last[2], now, self.engine_policy)
-        ):
-            # Nothing but the clock changed, and no rule that reads it answers differently:
-            # the plan would be the last one (its fair shares included), so are the decisions.
-            self.plans += 1
-            self.plans_kept += 1
-            self.dirty = False
-            return Decision(list(last[3].placements), list(last[3].preemptions))
         snapshot = self.snapshot(now)
         self.max_snapshot_pending = max(self.max_snapshot_pending, len(snapshot.pending))
         started = time.perf_counter()
-        # Only the decisions are read: no reasons or positions for the pending jobs.
-        plan = self._plan(snapshot, self.engine_policy, explain=False, holdings=self.holdings)
+        plan = self._plan(snapshot, self.engine_policy)
         spent = time.perf_counter() - started
         self.plan_seconds += spent
         self.plan_max_seconds = max(self.plan_max_seconds, spent)
         self.plans += 1
         self.fair_share = dict(plan.fair_shares)
         self.dirty = False
-        decision = Decision(
+        return Decision(
             placements=[(a.job_id, a.placement) for a in plan.admissions],
             preemptions=[(p.job_id, p.reason) for p in plan.preemptions],
         )
-        if self.keep_clock_only_plans:
-            self._last = (self._changes, snapshot, plan, decision)
-            return Decision(list(decision.placements), list(decision.preemptions))
-        return decision
 
     def stats(self) -> dict[str, float]:
         return {
             "plans": self.plans,
             "plan_seconds_total": round(self.plan_seconds, 3),
-            "plan_ms_mean": round(
-                1000 * self.plan_seconds / max(self.plans - self.plans_kept, 1), 3
-            ),
+            "plan_ms_mean": round(1000 * self.plan_seconds / max(self.plans, 1), 3),
             "plan_ms_max": round(1000 * self.plan_max_seconds, 3),
             "snapshot_pending_max": self.max_snapshot_pending,
-            "plans_kept": self.plans_kept,
         }

@@ -1,0 +1,187 @@
+"""Values a process keeps between reads, and the one rule that makes them stale.
+
+A kept value is used only while the version it was read under is still current, and for at
+most MAX_AGE_SECONDS. Every write to the rows a value derives from changes that version:
+
+- Values the API reads on every request from rows that change seldom (API tokens with their
+  users: `teams.token_cache`; the team and flavor a submission names:
+  `gpuqueue.services.submit`; the largest node of each flavor: `gpuqueue.services.inventory`)
+  are read under the cache epoch, a random value in Redis that every save or delete of such a
+  row replaces, at once and again when the write commits (each app names its models with
+  `derives_from`). A request reads the epoch once, in its first Redis round trip (the rate
+  count: `note_epoch`), so a change takes effect at the next request in every process.
+  Outside a request, and without Redis, nothing is kept.
+- The pending queue, which changes with every submission, is kept row by row under each
+  row's own version, PostgreSQL's xmin (`gpuqueue.cycle.snapshot.PendingRows`).
+
+MAX_AGE_SECONDS bounds what no version sees: a bulk write (the cluster sync writes nodes with
+`bulk_update`, so a new node size counts within a minute), SQL behind gpuqueue's back, an
+epoch Redis lost. A missing epoch is replaced by
+a fresh random value, never by one seen before, so an emptied Redis cannot make a stale value
+current. Misses are not kept.
+
+GPUQUEUE_CACHES off keeps nothing: every value is read every time (the plain path that the
+tests compare the caches with).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Generic, TypeVar
+
+from django.conf import settings
+from django.core.signals import request_finished, request_started
+from django.db import transaction
+from django.db.models import Model
+from django.db.models.signals import post_delete, post_save
+
+from gpuqueue.core import redis as api_redis
+
+log = logging.getLogger(__name__)
+
+EPOCH_KEY = "gpuqueue:cache-epoch"
+MAX_AGE_SECONDS = 60.0
+MAX_ENTRIES = 10_000  # per cache; past this it starts over
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def enabled() -> bool:
+    return bool(settings.GPUQUEUE_CACHES)
+
+
+class Kept(Generic[K, V]):
+    """One cache: values by key, each with the version it was read under and when.
+
+    Entries are replaced, never changed in place, so threads of one process may share it."""
+
+    def __init__(self) -> None:
+        self._entries: dict[K, tuple[Hashable, float, V]] = {}
+        _all.append(self)
+
+    def get(self, key: K, version: Hashable | None) -> V | None:
+        """The value kept for `key` if it was read under `version`, not too long ago."""
+        hit = self._entries.get(key)
+        if hit is None or version is None or not enabled():
+            return None
+        if hit[0] != version or time.monotonic() - hit[1] > MAX_AGE_SECONDS:
+            return None
+        return hit[2]
+
+    def holds(self, key: K) -> bool:
+        """Something is kept for `key`, current or not."""
+        return key in self._entries
+
+    def put(self, key: K, version: Hashable | None, value: V | None) -> None:
+        """Keep `value`, read under `version` (which must have been read before the value)."""
+        if value is None or version is None or not enabled():
+            return
+        if len(self._entries) >= MAX_ENTRIES:
+            self._entries = {}
+        self._entries[key] = (version, time.monotonic(), value)
+
+    def keep_only(self, keys: Iterable[K]) -> None:
+        entries = self._entries
+        self._entries = {key: entries[key] for key in keys if key in entries}
+
+    def clear(self) -> None:
+        self._entries = {}
+
+
+_all: list[Kept[Any, Any]] = []
+
+
+def forget_everything() -> None:
+    """Empty every cache of this process, as a fresh process starts."""
+    for kept in _all:
+        kept.clear()
+
+
+def read_through(kept: Kept[K, V], key: K, load: Callable[[], V | None]) -> V | None:
+    """The value for `key` under the request's epoch: kept, else loaded (and kept)."""
+    epoch = request_epoch()
+    value = kept.get(key, epoch)
+    if value is None:
+        value = load()
+        kept.put(key, epoch, value)
+    return value
+
+
+# --- The epoch ------------------------------------------------------------------------------
+
+_UNREAD = object()
+_request = threading.local()  # .epoch: _UNREAD, the request's epoch, or None (none known)
+
+
+def _request_started(**_: Any) -> None:
+    _request.epoch = _UNREAD
+
+
+def _request_finished(**_: Any) -> None:
+    _request.epoch = None
+
+
+request_started.connect(_request_started, dispatch_uid="gpuqueue-caches-started")
+request_finished.connect(_request_finished, dispatch_uid="gpuqueue-caches-finished")
+
+
+def new_epoch() -> str:
+    return secrets.token_hex(16)
+
+
+def note_epoch(epoch: bytes | None) -> None:
+    """The request in progress read the epoch (None: Redis did not answer)."""
+    if getattr(_request, "epoch", None) is _UNREAD:
+        _request.epoch = epoch
+
+
+def request_epoch() -> bytes | None:
+    """The epoch of the request in progress, read at most once per request; None outside a
+    request or without Redis (then nothing is kept)."""
+    epoch = getattr(_request, "epoch", None)
+    if epoch is _UNREAD:
+        epoch = _request.epoch = _read_epoch()
+    return epoch
+
+
+def _read_epoch() -> bytes | None:
+    try:
+        redis = api_redis.client()
+        epoch = redis.get(EPOCH_KEY)
+        if epoch is None:
+            redis.set(EPOCH_KEY, new_epoch(), nx=True)
+            epoch = redis.get(EPOCH_KEY)
+    except Exception:  # noqa: BLE001 - without Redis, read everything from the database
+        log.warning("cache epoch unavailable; keeping nothing", exc_info=True)
+        return None
+    return epoch
+
+
+def renew_epoch() -> None:
+    """Make every process's kept values stale. Best effort: without Redis no process uses
+    its kept values (it cannot read the epoch), and MAX_AGE_SECONDS bounds the rest."""
+    try:
+        api_redis.client().set(EPOCH_KEY, new_epoch())
+    except Exception:  # noqa: BLE001 - a write must not fail because Redis is away
+        log.warning("could not renew the cache epoch; kept values age out in %ss", MAX_AGE_SECONDS)
+
+
+def derives_from(*models: type[Model]) -> None:
+    """Kept values derive from these models: every save or delete of one of their rows renews
+    the epoch, at once and again once the write commits. The first renewal stops the old
+    value being used during the transaction; a process that reads the row again before the
+    commit still reads the old values under the new epoch, which the second makes stale."""
+    for model in models:
+        label = model._meta.label
+        post_save.connect(_row_written, sender=model, dispatch_uid=f"caches-save-{label}")
+        post_delete.connect(_row_written, sender=model, dispatch_uid=f"caches-delete-{label}")
+
+
+def _row_written(**_: Any) -> None:
+    renew_epoch()
+    transaction.on_commit(renew_epoch)
