@@ -203,7 +203,9 @@ class VictimSearch:
            leaving out jobs already chosen and jobs inside their minimum runtime.
         2. First try them in rule order, globally (`_in_order`); if that does not make room,
            try node by node (`_by_node`): victims spread over many nodes may free plenty of GPUs
-           and still no whole worker, where the same number on one node would do.
+           and still no whole worker, where the same number on one node would do; last, where
+           the next worker is cheapest (`_cheapest_first`): a team's spare share may buy one
+           worker on each of three nodes, where spent on one node it buys one.
         3. Give back every victim that turns out not to be needed, most valuable first, so that
            the fewest jobs are preempted.
         4. Refuse (and roll back) when more victims than `budget` would be needed.
@@ -230,7 +232,7 @@ class VictimSearch:
             return None
         g = job.gpus_per_worker
         start = fl.workers_fit(g, fl.incoming)
-        for strategy in (self._in_order, self._by_node):
+        for strategy in (self._in_order, self._by_node, self._cheapest_first):
             mark = ledger.checkpoint()
             found = strategy(job, fl, candidates, start, limit_ok, budget)
             if found is None:
@@ -322,7 +324,72 @@ class VictimSearch:
         limit_ok: Callable[[], bool],
         budget: int,
     ) -> tuple[list[tuple[RunningJob, str]], int] | None:
-        """1. Group the candidates by the nodes they sit on (in rule order on each node).
+        """1. Group the candidates by the nodes they sit on.
+        2. Visit nodes with the most GPUs already available first (the fewest victims needed),
+           skipping nodes that could not hold one worker even with every candidate gone.
+        3. On each node release candidates in rule order, one batch per extra worker, until the
+           gang fits or the node can gain no more; a batch that gains no worker is given back.
+        """
+        g = job.gpus_per_worker
+        ledger = self.ledger
+        on_node: dict[str, list[tuple[RunningJob, str]]] = {}
+        for victim, kind in candidates:
+            for node, _ in victim.placement:
+                if node in fl.free:
+                    on_node.setdefault(node, []).append((victim, kind))
+
+        def available(node: str) -> int:
+            return max(fl.free[node], 0) + fl.incoming.get(node, 0)
+
+        potential = {
+            node: available(node) + sum(v.gpus_per_worker * dict(v.placement)[node] for v, _ in vs)
+            for node, vs in on_node.items()
+        }
+        order = sorted(
+            (n for n in on_node if potential[n] // g > available(n) // g),
+            key=lambda n: (-available(n), n),
+        )
+        chosen: list[tuple[RunningJob, str]] = []
+        for node in order:
+            queue = iter(on_node[node])
+            most = potential[node] // g
+            while fit < job.workers and available(node) // g < most:
+                # One batch: victims until one more worker fits somewhere. A batch that ends
+                # without a new worker is given back, so that no team's spare share is spent
+                # on GPUs that do not help.
+                mark = ledger.checkpoint()
+                before_fit, before_count = fit, len(chosen)
+                for victim, kind in queue:
+                    delta = self._take(job, fl, victim, kind)
+                    if delta < 0:
+                        continue
+                    fit += delta
+                    chosen.append((victim, kind))
+                    if fit > before_fit:
+                        break
+                if fit == before_fit:
+                    ledger.rollback(mark)
+                    del chosen[before_count:]
+                    break
+                ledger.commit(mark)
+                if len(chosen) > budget:
+                    return None
+            if fit >= job.workers and limit_ok():
+                return chosen, fit
+        return None
+
+    def _cheapest_first(
+        self,
+        job: PendingJob,
+        fl: FlavorLedger,
+        candidates: list[tuple[RunningJob, str]],
+        fit: int,
+        limit_ok: Callable[[], bool],
+        budget: int,
+    ) -> tuple[list[tuple[RunningJob, str]], int] | None:
+        """The last resort, when rule order and node by node both failed.
+
+        1. Group the candidates by the nodes they sit on (in rule order on each node).
         2. Gain one worker at a time where it is cheapest: on the node whose next worker needs
            the fewest GPUs released (then the fewest victims, the most GPUs already available).
            With a team's spare share as the only currency this spends it where it buys most:
