@@ -204,7 +204,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
+    # Swagger UI asks validator.swagger.io about the schema unless told not to.
+    "SWAGGER_UI_SETTINGS": {"validatorUrl": None, "deepLinking": True},
 }
 
 # Celery: Redis is the broker only; results live in PostgreSQL as job state.

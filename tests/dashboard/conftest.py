@@ -174,6 +174,8 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Any:
         f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
     ):
         options.add_argument(flag)
+    # The network log (Chromium's DevTools events), for the test that no page asks another host.
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     driver = webdriver.Chrome(service=DriverService(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
     yield driver
