@@ -143,7 +143,7 @@ def test_a_member_cannot_open_another_teams_job(browser: Any, service: Any) -> N
     job_id = submit_job(browser, service, "alices-secret", duration=5)
     sign_in(browser, service, "carol")
     browser.get(f"{service.url}/jobs/{job_id}/")
-    assert "Not Found" in browser.page_source
+    assert "Not found" in browser.page_source and "Your jobs" in browser.page_source
     assert "alices-secret" not in browser.page_source
     browser.get(f"{service.url}/")
     assert "alices-secret" not in browser.page_source
