@@ -8,18 +8,16 @@ from typing import Any
 from django.db.models import Count, QuerySet
 from django.http import QueryDict
 
-from gpuqueue.core.states import ACTIVE, FINAL, HOLDING, JobState
+from gpuqueue.core.states import (
+    ACTIVE,
+    FINAL,
+    JobState,
+    states_named,
+    unknown_state_message,
+)
 from gpuqueue.models import Job
 
 PAGE_SIZE = 50
-# The state filter's choices: a group of states or one state.
-STATE_GROUPS: dict[str, frozenset[str]] = {
-    "active": frozenset(s.value for s in ACTIVE),
-    "pending": frozenset({JobState.PENDING.value}),
-    "holding": frozenset(s.value for s in HOLDING),
-    "finished": frozenset(s.value for s in FINAL),
-    **{s.value.lower(): frozenset({s.value}) for s in JobState},
-}
 STATE_LABELS = [
     ("", "any state"),
     ("active", "active (pending or holding GPUs)"),
@@ -41,11 +39,13 @@ class JobFilter:
     mine: bool = False
     q: str = ""
     page: int = 1
+    problem: str = ""  # a value the filter could not use, said to the user
 
     @classmethod
     def parse(cls, params: QueryDict) -> JobFilter:
-        """Unknown or malformed values are ignored rather than refused: a filter is a view."""
-        state = params.get("state", "")
+        """A state in any case; an unknown state is shown as a problem (`problem`) and the
+        list is not filtered by it. Other malformed values are ignored: a filter is a view."""
+        state = params.get("state", "").strip()
         try:
             page = max(1, min(int(params.get("page", "1")), 10_000))
         except ValueError:
@@ -53,7 +53,8 @@ class JobFilter:
         return cls(
             team=params.get("team", "")[:63],
             flavor=params.get("flavor", "")[:63],
-            state=state if state in STATE_GROUPS else "",
+            state=state.lower() if states_named(state) else "",
+            problem=unknown_state_message(state) if state and not states_named(state) else "",
             mine=params.get("mine") == "1",
             q=params.get("q", "").strip()[:63],
             page=page,
@@ -77,7 +78,7 @@ class JobFilter:
         if self.flavor:
             jobs = jobs.filter(flavor__name=self.flavor)
         if self.state:
-            jobs = jobs.filter(state__in=STATE_GROUPS[self.state])
+            jobs = jobs.filter(state__in=states_named(self.state) or ())
         if self.mine:
             jobs = jobs.filter(user=user)
         if self.q:

@@ -7,14 +7,15 @@ from typing import Any
 import django_filters as filters
 
 from gpuqueue.api.fields import UtcDateTimeFilter
-from gpuqueue.core.states import JobState
+from gpuqueue.api.filtersets import StateFilter, StrictFilterSet
 from gpuqueue.models import Job, UtilizationSample
 
 
-class JobFilter(filters.FilterSet):
+class JobFilter(StrictFilterSet):
     team = filters.CharFilter(field_name="team__slug", help_text="team slug")
-    state = filters.MultipleChoiceFilter(
-        choices=JobState.choices, help_text="repeat for several: ?state=PENDING&state=RUNNING"
+    state = StateFilter(
+        help_text="a state or a group (active, holding, finished), any case; repeat for "
+        "several: ?state=pending&state=running"
     )
     user = filters.CharFilter(field_name="user__username", help_text="submitter's username")
     flavor = filters.CharFilter(field_name="flavor__name", help_text="flavor name")
@@ -35,7 +36,7 @@ class JobFilter(filters.FilterSet):
         return queryset
 
 
-class UtilizationSampleFilter(filters.FilterSet):
+class UtilizationSampleFilter(StrictFilterSet):
     flavor = filters.CharFilter(field_name="flavor__name")
     team = filters.CharFilter(
         method="filter_team", help_text="a team slug, or 'cluster' for the whole cluster's rows"

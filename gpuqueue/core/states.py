@@ -21,6 +21,25 @@ FINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
 HOLDING = frozenset({S.ADMITTED, S.RUNNING, S.PREEMPTING})
 ACTIVE = frozenset({S.PENDING}) | HOLDING
 
+# The names a person filters by, in the dashboard, the API and the CLI alike, in any case: a
+# group of states or one state.
+STATE_NAMES: dict[str, frozenset[str]] = {
+    "active": frozenset(s.value for s in ACTIVE),
+    "holding": frozenset(s.value for s in HOLDING),
+    "finished": frozenset(s.value for s in FINAL),
+    **{s.value.lower(): frozenset({s.value}) for s in JobState},
+}
+
+
+def states_named(name: str) -> frozenset[str] | None:
+    """The states `name` stands for (any case), or None for a name that is none of them."""
+    return STATE_NAMES.get(name.strip().lower())
+
+
+def unknown_state_message(name: str) -> str:
+    return f"Unknown state {name!r}: one of {', '.join(STATE_NAMES)} (any case)."
+
+
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED}),
     # ADMITTED -> PENDING: the gang never became ready (stuck pods, lost node) and is requeued.

@@ -5,10 +5,11 @@ from __future__ import annotations
 import django_filters as filters
 
 from gpuqueue.api.fields import UtcDateTimeFilter
+from gpuqueue.api.filtersets import StrictFilterSet
 from teams.models import ApiToken, AuditEntry, Membership
 
 
-class MembershipFilter(filters.FilterSet):
+class MembershipFilter(StrictFilterSet):
     team = filters.CharFilter(field_name="team__slug")
     user = filters.CharFilter(field_name="user__username")
     role = filters.CharFilter()
@@ -18,7 +19,7 @@ class MembershipFilter(filters.FilterSet):
         fields: list[str] = []
 
 
-class TokenFilter(filters.FilterSet):
+class TokenFilter(StrictFilterSet):
     user = filters.CharFilter(field_name="user__username")
 
     class Meta:
@@ -26,7 +27,7 @@ class TokenFilter(filters.FilterSet):
         fields: list[str] = []
 
 
-class AuditFilter(filters.FilterSet):
+class AuditFilter(StrictFilterSet):
     team = filters.CharFilter(field_name="team__slug")
     action = filters.CharFilter()
     object_type = filters.CharFilter()

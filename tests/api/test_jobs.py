@@ -89,6 +89,38 @@ def test_list_filters_by_team_state_user_flavor_and_time(api: Any, world: Any, s
     assert api("root").get("/api/v1/jobs/?state=NOPE").status_code == 400
 
 
+def test_states_are_one_vocabulary_in_any_case_and_a_wrong_one_lists_them(
+    api: Any, world: Any, submit: Any
+) -> None:
+    running = submit(world.alice)
+    pending = submit(world.alice)
+    Job.objects.filter(pk=running.pk).update(state=JobState.RUNNING)
+    root = api("root")
+
+    def ids(query: str) -> set[int]:
+        response = root.get(f"/api/v1/jobs/?{query}")
+        assert response.status_code == 200, response.content
+        return {j["id"] for j in response.json()["results"]}
+
+    assert ids("state=running") == ids("state=Running") == ids("state=RUNNING") == {running.pk}
+    assert ids("state=active") == ids("state=ACTIVE") == {running.pk, pending.pk}
+    assert ids("state=holding") == {running.pk}
+    assert ids("state=finished") == set()
+    wrong = root.get("/api/v1/jobs/?state=pendin").json()["error"]
+    message = wrong["fields"]["state"][0]
+    assert "Unknown state 'pendin'" in message and "pending" in message and "finished" in message
+
+
+def test_an_unknown_query_parameter_is_refused_naming_the_known_ones(api: Any) -> None:
+    response = api("root").get("/api/v1/jobs/?nmae=train")
+    assert response.status_code == 400
+    message = response.json()["error"]["fields"]["nmae"][0]
+    assert "Unknown query parameter 'nmae'" in message
+    assert "state" in message and "team" in message and "cursor" in message
+    assert api("root").get("/api/v1/jobs/?page_size=2&state=pending").status_code == 200
+    assert api("root").get("/api/v1/memberships/?teem=x").status_code == 400
+
+
 def test_cursor_pages_cover_every_job_once(api: Any, submit: Any) -> None:
     made = {submit().pk for _ in range(7)}
     seen: list[int] = []

@@ -102,6 +102,15 @@ def test_job_list_filters(clients: Any, jobs: Any) -> None:
     assert "b-done" in clients["root"].get("/?state=finished").content.decode()
 
 
+def test_job_list_states_in_any_case_and_a_wrong_one_said(clients: Any, jobs: Any) -> None:
+    upper = clients["alice"].get("/?state=PENDING").content.decode()
+    assert "a-pending" in upper and "a-running" not in upper
+    assert 'id="filter-problem"' not in upper
+    wrong = clients["alice"].get("/?state=pendin").content.decode()
+    assert "Unknown state &#x27;pendin&#x27;: one of active, holding, finished" in wrong
+    assert "a-pending" in wrong and "a-running" in wrong  # not filtered by it
+
+
 def test_job_page_shows_timeline_placement_attempts_and_cancel(clients: Any, jobs: Any) -> None:
     body = clients["alice"].get(f"/jobs/{jobs.a_running.pk}/").content.decode()
     assert "PENDING → ADMITTED" in body and "ADMITTED → RUNNING" in body
