@@ -8,6 +8,7 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
+from dashboard import job_times
 from dashboard.joblist import active_counts
 from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
@@ -70,6 +71,23 @@ def relative(at: datetime | None) -> str:
     if abs(delta) < 5:
         return "now"
     return f"in {_span(delta)}" if delta > 0 else f"{_span(delta)} ago"
+
+
+@register.filter
+def waited(job: Job) -> str:
+    return _span(job_times.waited_seconds(job, timezone.now()))
+
+
+@register.filter
+def elapsed(job: Job) -> str:
+    value = job_times.elapsed_seconds(job, timezone.now())
+    return "" if value is None else _span(value)
+
+
+@register.filter
+def gpu_hours(job: Job) -> str:
+    value = job_times.gpu_hours(job, timezone.now())
+    return "" if value is None else f"{value:,.1f}"
 
 
 @register.filter
