@@ -1,0 +1,216 @@
+"""The admission cycle at production scale, on the real embedded PostgreSQL. Prints numbers;
+not a test.
+
+    .venv/bin/python benchmarks/cycle_scale.py                    # the wave scene
+    .venv/bin/python benchmarks/cycle_scale.py --scene large      # 100,000 pending, 3 flavors
+    .venv/bin/python benchmarks/cycle_scale.py --nodes 500 --pending 5000   # smaller
+
+Scenes:
+- `wave`: 5,000 nodes × 8 H100 of the simulated cluster, 30 teams whose guarantees add up to
+  the cluster (limits: all of it), 50,000 pending jobs inserted in bulk (60 % one GPU, 30 %
+  2-8 GPUs on one node, 10 % gangs of 2-8 workers × 8 GPUs). The first cycle admits a wave of
+  thousands of jobs; the next ones find nothing changed.
+- `large`: 11,000 nodes of three flavors (8,000 × 8 H100, 2,000 × 8 A100, 1,000 × 4 L4) and
+  100,000 pending jobs spread over them.
+
+Then `run_cycle()` --cycles times, each followed by a cluster sync of the simulated backend
+(which launches nothing itself: launching is the cycle's last phase). Each cycle's phases are
+printed as the cycle times them (lock, snapshot, plan, persist, then launch after the commit)
+with a calibration figure of the machine, the time of `sum(range(10**6))`, so that results
+from different machines compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from kube_scale import calibration, start_services  # noqa: E402
+
+SCENES: dict[str, dict[str, Any]] = {
+    "wave": {"flavors": [("h100", 5000, 8)], "pending": 50_000, "teams": 30},
+    "large": {
+        "flavors": [("h100", 8000, 8), ("a100", 2000, 8), ("l4", 1000, 4)],
+        "pending": 100_000,
+        "teams": 30,
+    },
+}
+PRODUCTS = {"h100": "NVIDIA-H100-80GB-HBM3", "a100": "NVIDIA-A100-SXM4-80GB", "l4": "NVIDIA-L4"}
+
+
+def cluster_file(path: Path, flavors: list[tuple[str, int, int]]) -> Path:
+    import yaml
+
+    nodes = [
+        {
+            "name": f"{name}-{{i}}",
+            "count": count,
+            "labels": {"nvidia.com/gpu.product": PRODUCTS[name]},
+            "capacity": {"nvidia.com/gpu": gpus},
+        }
+        for name, count, gpus in flavors
+    ]
+    path.write_text(yaml.safe_dump({"nodes": nodes}))
+    return path
+
+
+def shape(rng: random.Random, node_gpus: int) -> tuple[int, int]:
+    """(workers, GPUs per worker): 60 % one GPU, 30 % 2-8 on one node, 10 % gangs of × 8."""
+    draw = rng.random()
+    if draw < 0.6:
+        return 1, 1
+    if draw < 0.9:
+        return 1, rng.choice([g for g in (2, 4, 8) if g <= node_gpus])
+    return rng.randint(2, 8), node_gpus
+
+
+def build_world(flavors: list[tuple[str, int, int]], teams: int, pending: int, seed: int) -> None:
+    """Flavors, teams with quotas, one user, the node inventory, and `pending` jobs in bulk."""
+    from django.contrib.auth import get_user_model
+
+    from gpuqueue.cluster.simulated import SimulatedBackend
+    from gpuqueue.core.states import JobState
+    from gpuqueue.models import Flavor, Job, Quota
+    from gpuqueue.services.cluster_sync import sync_cluster
+    from teams.models import Membership, Role, Team
+
+    user = get_user_model().objects.create_user("bench", "bench@example.com", "x")
+    made_flavors = []
+    for name, count, gpus in flavors:
+        flavor = Flavor.objects.create(
+            name=name,
+            resource_name="nvidia.com/gpu",
+            node_selector={"nvidia.com/gpu.product": PRODUCTS[name]},
+        )
+        made_flavors.append((flavor, count * gpus, gpus))
+    made_teams = []
+    for t in range(teams):
+        team = Team.objects.create(
+            slug=f"team-{t:02d}", name=f"Team {t}", namespace=f"team-{t:02d}"
+        )
+        Membership.objects.create(user=user, team=team, role=Role.MEMBER)
+        for flavor, capacity, _ in made_flavors:
+            Quota.objects.create(
+                team=team, flavor=flavor, guarantee=capacity // teams, limit=capacity, weight=1.0
+            )
+        made_teams.append(team)
+    sync_cluster(SimulatedBackend.from_settings())
+    rng = random.Random(seed)
+    rows = []
+    for i in range(pending):
+        flavor, _, node_gpus = made_flavors[i % len(made_flavors)]
+        workers, gpus = shape(rng, node_gpus)
+        rows.append(
+            Job(
+                team=made_teams[i % teams],
+                user=user,
+                name=f"job-{i}",
+                image="bench:1",
+                flavor=flavor,
+                workers=workers,
+                gpus_per_worker=gpus,
+                state=JobState.PENDING,
+                annotations={"gpuqueue.dev/sim-duration-seconds": "36000"},
+            )
+        )
+    Job.objects.bulk_create(rows, batch_size=5000)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scene", choices=sorted(SCENES), default="wave")
+    parser.add_argument("--nodes", type=int, help="nodes of the first flavor (scaled scene)")
+    parser.add_argument("--pending", type=int, help="pending jobs (scaled scene)")
+    parser.add_argument("--cycles", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    scene = dict(SCENES[args.scene])
+    flavors = list(scene["flavors"])
+    if args.nodes:
+        flavors[0] = (flavors[0][0], args.nodes, flavors[0][2])
+    pending = args.pending or scene["pending"]
+    import os
+
+    with tempfile.TemporaryDirectory(prefix="gq-cycle-") as tmp:
+        os.environ["GPUQUEUE_SIM_CLUSTER"] = str(cluster_file(Path(tmp) / "cluster.yaml", flavors))
+        os.environ["GPUQUEUE_CLUSTER_BACKEND"] = "simulated"
+        servers = start_services(Path(tmp))
+        try:
+            return run(args, flavors, scene["teams"], pending)
+        finally:
+            for server in reversed(servers):
+                server.stop()
+
+
+def run(
+    args: argparse.Namespace, flavors: list[tuple[str, int, int]], teams: int, pending: int
+) -> int:
+    from gpuqueue.cluster.simulated import SimulatedBackend
+    from gpuqueue.core.states import JobState
+    from gpuqueue.cycle.run import run_cycle
+    from gpuqueue.models import Job
+    from gpuqueue.services.cluster_sync import sync_cluster
+
+    started = time.perf_counter()
+    build_world(flavors, teams, pending, args.seed)
+    nodes = sum(count for _, count, _ in flavors)
+    gpus = sum(count * per for _, count, per in flavors)
+    print(
+        f"cycle_scale {args.scene}: {nodes:,} nodes, {gpus:,} GPUs, {teams} teams, "
+        f"{pending:,} pending (built in {time.perf_counter() - started:.1f} s); "
+        f"calibration sum(range(10**6)) = {calibration() * 1000:.1f} ms",
+        flush=True,
+    )
+    backend = SimulatedBackend.from_settings()
+    print(
+        "| cycle | admitted | lock | snapshot | plan | persist | launch | total | pending after |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    results = []
+    for n in range(1, args.cycles + 1):
+        t0 = time.perf_counter()
+        result = run_cycle(backend=backend)
+        total = time.perf_counter() - t0
+        t = result.phase_seconds
+        left = Job.objects.filter(state=JobState.PENDING).count()
+        row = {
+            "cycle": n,
+            "admitted": len(result.admitted),
+            **{k: t.get(k) for k in ("1_lock", "2_snapshot", "3_plan", "4_persist", "5_apply")},
+            "total": round(total, 3),
+            "pending_after": left,
+        }
+        results.append(row)
+        print(
+            f"| {n} | {row['admitted']:,} | {_s(row['1_lock'])} | {_s(row['2_snapshot'])} | "
+            f"{_s(row['3_plan'])} | {_s(row['4_persist'])} | {_s(row['5_apply'])} | "
+            f"{total:.2f} s | {left:,} |",
+            flush=True,
+        )
+        sync_cluster(backend)
+    from collections import Counter
+
+    reasons = Counter(
+        (j.pending_reason or {}).get("code") for j in Job.objects.filter(state=JobState.PENDING)
+    )
+    print("pending reasons:", dict(reasons.most_common(5)))
+    print(json.dumps({"scene": args.scene, "cycles": results}))
+    return 0
+
+
+def _s(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f} s"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
