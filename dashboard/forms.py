@@ -136,6 +136,36 @@ class MappingField(forms.CharField):
             raise ValidationError(str(exc), code="invalid") from None
 
 
+def parse_volume(text: str) -> dict[str, Any]:
+    """CLAIM:PATH or CLAIM:PATH:ro, as the CLI's --volume."""
+    claim, _, rest = text.partition(":")
+    path, _, mode = rest.partition(":")
+    if not claim or not path or mode not in ("", "ro", "rw"):
+        raise ValueError(f"{text!r}: write CLAIM:PATH or CLAIM:PATH:ro.")
+    return {"claim": claim, "mount_path": path, "read_only": mode == "ro"}
+
+
+class VolumesField(forms.CharField):
+    """One CLAIM:PATH[:ro] per line."""
+
+    def to_python(self, value: Any) -> list[dict[str, Any]] | None:
+        lines = [line.strip() for line in _text(value).splitlines() if line.strip()]
+        if not lines:
+            return None
+        try:
+            return [parse_volume(line) for line in lines]
+        except ValueError as exc:
+            raise ValidationError(str(exc), code="invalid") from None
+
+
+class NamesField(forms.CharField):
+    """Names separated by commas or spaces."""
+
+    def to_python(self, value: Any) -> list[str] | None:
+        names = _text(value).replace(",", " ").split()
+        return names or None
+
+
 class ServiceForm(forms.Form):
     def add_field_errors(self, errors: Mapping[str, list[str]]) -> None:
         """A service's messages per field, on the field of that name."""
@@ -207,6 +237,50 @@ class SubmitForm(ServiceForm):
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="key=value, one per line.",
+    )
+    cpu_millicores = WholeNumberField(
+        required=False,
+        label="CPU per worker (millicores)",
+        widget=forms.NumberInput(attrs={"min": 0}),
+        help_text="Defaults from the flavor, per GPU.",
+    )
+    memory_mib = WholeNumberField(
+        required=False,
+        label="Memory per worker (MiB)",
+        widget=forms.NumberInput(attrs={"min": 0}),
+        help_text="Defaults from the flavor, per GPU; also the limit unless one is set.",
+    )
+    cpu_limit_millicores = WholeNumberField(
+        required=False,
+        label="CPU limit (millicores)",
+        widget=forms.NumberInput(attrs={"min": 1}),
+    )
+    memory_limit_mib = WholeNumberField(
+        required=False,
+        label="Memory limit (MiB)",
+        widget=forms.NumberInput(attrs={"min": 1}),
+    )
+    shm_mib = WholeNumberField(
+        required=False,
+        label="/dev/shm (MiB)",
+        widget=forms.NumberInput(attrs={"min": 1}),
+        help_text="Default: half the memory.",
+    )
+    volumes = VolumesField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Existing claims of the team's namespace: CLAIM:PATH or CLAIM:PATH:ro, one per "
+        "line.",
+    )
+    image_pull_secrets = NamesField(required=False, help_text="Secret names, comma-separated.")
+    env_from_secrets = NamesField(
+        required=False,
+        label="Environment from Secrets",
+        help_text="Secret names whose keys become variables, comma-separated.",
+    )
+    priority_class = forms.CharField(required=False, label="Priority class")
+    service_account = forms.CharField(
+        required=False, label="Service account", help_text="Its API token is mounted."
     )
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:

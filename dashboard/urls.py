@@ -9,6 +9,7 @@ urlpatterns = [
     path("jobs/new/curl/", jobs.submit_curl, name="submit-curl"),
     path("jobs/<int:job_id>/", jobs.job_detail, name="job"),
     path("jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job-cancel"),
+    path("jobs/<int:job_id>/logs/", jobs.job_logs, name="job-logs"),
     path("queues/", capacity.queues, name="queues"),
     path("cluster/", capacity.cluster, name="cluster"),
     path("utilization/", capacity.utilization, name="utilization"),

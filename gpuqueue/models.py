@@ -42,6 +42,14 @@ class Flavor(models.Model):
     memory_mib_per_gpu = models.PositiveIntegerField(
         default=0, help_text="memory per GPU in MiB (request and limit), e.g. 98304 (96 GiB)"
     )
+    # The most a job may ask for one worker (requests and limits alike); null: no maximum.
+    # The per-GPU defaults above are capped by them.
+    max_cpu_millicores_per_worker = models.PositiveIntegerField(
+        null=True, blank=True, help_text="the most CPU a worker may ask for, in millicores"
+    )
+    max_memory_mib_per_worker = models.PositiveIntegerField(
+        null=True, blank=True, help_text="the most memory a worker may ask for, in MiB"
+    )
     description = models.CharField(max_length=200, blank=True)
 
     class Meta:
@@ -186,6 +194,26 @@ class Job(models.Model):
     max_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
     expected_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    # The workload spec, per worker (gpuqueue/services/job_spec.py fills in the defaults at
+    # submission; null on jobs older than these fields: the flavor's per-GPU values).
+    cpu_millicores = models.PositiveIntegerField(null=True, blank=True, help_text="request")
+    cpu_limit_millicores = models.PositiveIntegerField(
+        null=True, blank=True, help_text="null: no CPU limit"
+    )
+    memory_mib = models.PositiveIntegerField(null=True, blank=True, help_text="request")
+    memory_limit_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="null: the request"
+    )
+    shm_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="/dev/shm size; null: half the memory request"
+    )
+    # [{"claim": PVC name, "mount_path": "/data", "read_only": bool}]
+    volumes = models.JSONField(default=list, blank=True)
+    # Secret names only: gpuqueue never reads their values.
+    image_pull_secrets = models.JSONField(default=list, blank=True)
+    env_from_secrets = models.JSONField(default=list, blank=True)
+    priority_class = models.CharField(max_length=253, blank=True)
+    service_account = models.CharField(max_length=253, blank=True)
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     submitted_at = models.DateTimeField(auto_now_add=True)

@@ -296,6 +296,9 @@ GPUQUEUE_K8S_KUBECONFIG = env_str("GPUQUEUE_K8S_KUBECONFIG", env_str("KUBECONFIG
 GPUQUEUE_K8S_CONTEXT = env_str("GPUQUEUE_K8S_CONTEXT")
 # The taint key on GPU nodes that gpuqueue's pods tolerate (the GPU Operator's default).
 GPUQUEUE_K8S_GPU_TAINT = env_str("GPUQUEUE_K8S_GPU_TAINT", "nvidia.com/gpu")
+# The PriorityClasses a job may name (none unless listed): a class preempts pods outside the
+# queue's plan, so an admin chooses which exist for gpuqueue's workloads.
+GPUQUEUE_PRIORITY_CLASSES = env_list("GPUQUEUE_PRIORITY_CLASSES", [])
 # Every API call gives up after this long (then counts as a transient error and is retried).
 GPUQUEUE_K8S_API_TIMEOUT_SECONDS = env_float("GPUQUEUE_K8S_API_TIMEOUT_SECONDS", 10.0, minimum=0.1)
 # Attempts per API call on 429, 5xx and timeouts, with exponential backoff from the base delay.

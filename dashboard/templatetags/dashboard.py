@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from datetime import datetime
 from typing import Any
 
@@ -88,6 +89,12 @@ def elapsed(job: Job) -> str:
 def gpu_hours(job: Job) -> str:
     value = job_times.gpu_hours(job, timezone.now())
     return "" if value is None else f"{value:,.1f}"
+
+
+@register.filter
+def shell(command: list[str] | None) -> str:
+    """A command as a shell would need it typed: `python -c "two words"` stays one argument."""
+    return shlex.join(str(part) for part in command or [])
 
 
 @register.filter

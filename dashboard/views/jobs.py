@@ -11,9 +11,11 @@ from django.views.decorators.http import require_GET, require_http_methods
 from dashboard.forms import PRESETS, SubmitForm, curl_command
 from dashboard.joblist import STATE_LABELS, JobFilter, job_page
 from dashboard.views.common import INVALID, htmx_redirect, page_or_partial
+from gpuqueue.core.errors import Refused, Unavailable
 from gpuqueue.core.states import InvalidTransition
 from gpuqueue.models import Flavor, Job
 from gpuqueue.services.cancel import CancelRefused, cancel_job, may_cancel
+from gpuqueue.services.logs import read_job_log
 from gpuqueue.services.submit import SubmissionRefused, submit_job
 from teams.models import Team
 
@@ -71,6 +73,38 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "dashboard/partials/_job_status.html",
         context,
         live=context["live"],
+    )
+
+
+# The job page shows this many of a worker's last lines.
+LOG_LINES = 50
+
+
+@login_required
+@require_GET
+def job_logs(request: HttpRequest, job_id: int) -> HttpResponse:
+    """One worker's last lines (?worker=N), for the job page's panel; it polls while the job
+    can still write and stops (286) once it is final. What keeps the lines from being read
+    (not started, still starting, the cluster away) is said in the panel instead."""
+    job = _visible_job(request, job_id)
+    asked = request.GET.get("worker", "0")
+    worker = int(asked) if asked.isdigit() else 0
+    context: dict[str, object] = {
+        "job": job,
+        "worker": worker,
+        "workers": range(job.workers),
+        "live": not job.is_final,
+    }
+    try:
+        context["log"] = read_job_log(job, worker, tail=LOG_LINES)
+    except (Refused, Unavailable) as exc:
+        context["problem"] = exc.message
+    return page_or_partial(
+        request,
+        "dashboard/job_logs.html",
+        "dashboard/partials/_job_logs.html",
+        context,
+        live=not job.is_final,
     )
 
 

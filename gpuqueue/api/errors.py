@@ -12,7 +12,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from gpuqueue.core.errors import Refused
+from gpuqueue.core.errors import Refused, Unavailable
 from gpuqueue.core.states import InvalidTransition
 from gpuqueue.services.cancel import CancelRefused
 from gpuqueue.services.submit import SubmissionRefused
@@ -77,6 +77,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, SubmissionRefused):
         fields = {exc.field: [str(exc)]} if exc.field else None
         return error_response("refused", str(exc), exc.status, fields)
+    if isinstance(exc, Unavailable):
+        return error_response(
+            exc.code, exc.message, exc.status, headers={"Retry-After": str(exc.retry_after)}
+        )
     if isinstance(exc, Refused):
         return error_response(exc.code, exc.message, exc.status, exc.fields or None)
     if isinstance(exc, ProtectedError):

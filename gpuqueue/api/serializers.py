@@ -22,7 +22,7 @@ from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
 from gpuqueue.core.taints import toleration_errors
 from gpuqueue.models import Flavor, Job, JobEvent, Node, Quota, UtilizationSample
-from gpuqueue.services import job_spec
+from gpuqueue.services import job_spec, pod_spec
 from gpuqueue.services import validation as v
 from gpuqueue.services.flavors import save_flavor
 from gpuqueue.services.quotas import (
@@ -80,6 +80,38 @@ def _bounds(table: Mapping[str, tuple[int, int]], field: str) -> dict[str, int]:
 # --- Jobs ---------------------------------------------------------------------------------------
 
 
+class VolumeSerializer(serializers.Serializer):
+    """An existing PersistentVolumeClaim of the team's namespace, mounted in every worker."""
+
+    claim = StrictCharField(max_length=253, help_text="the claim's name")
+    mount_path = StrictCharField(
+        max_length=pod_spec.MAX_MOUNT_PATH_CHARS,
+        trim_whitespace=False,
+        help_text="absolute; not under /dev/shm or /etc/gpuqueue",
+    )
+    read_only = StrictBooleanField(default=False)
+
+    def to_internal_value(self, data: Any) -> Any:
+        reject_unknown_fields(self, data)
+        return dict(super().to_internal_value(data))
+
+
+def _names(help_text: str) -> serializers.ListField:
+    return serializers.ListField(
+        child=StrictCharField(max_length=253),
+        required=False,
+        default=list,
+        max_length=pod_spec.MAX_SECRETS,
+        help_text=help_text,
+    )
+
+
+def _per_worker(field: str, help_text: str) -> StrictIntegerField:
+    return StrictIntegerField(
+        **_bounds(job_spec.BOUNDS, field), required=False, allow_null=True, help_text=help_text
+    )
+
+
 class JobSubmitSerializer(serializers.Serializer):
     """A submission. Its fields read the types; the rules, every one that Kubernetes or the
     engine would refuse later, are gpuqueue.services.job_spec's, which the dashboard's form
@@ -132,6 +164,32 @@ class JobSubmitSerializer(serializers.Serializer):
     expected_runtime_seconds = StrictIntegerField(
         **_bounds(job_spec.BOUNDS, "expected_runtime_seconds"), required=False, allow_null=True
     )
+    cpu_millicores = _per_worker(
+        "cpu_millicores", "CPU request per worker; defaults from the flavor, per GPU."
+    )
+    cpu_limit_millicores = _per_worker("cpu_limit_millicores", "Default: no CPU limit.")
+    memory_mib = _per_worker(
+        "memory_mib", "Memory request per worker; defaults from the flavor, per GPU."
+    )
+    memory_limit_mib = _per_worker("memory_limit_mib", "Default: the request.")
+    shm_mib = _per_worker("shm_mib", "Size of /dev/shm; default: half the memory request.")
+    volumes = serializers.ListField(
+        child=VolumeSerializer(), required=False, default=list, max_length=pod_spec.MAX_VOLUMES
+    )
+    image_pull_secrets = _names("Secrets of the team's namespace to pull the image with.")
+    env_from_secrets = _names("Secrets of the team's namespace whose keys become variables.")
+    priority_class = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=253,
+        help_text="A Kubernetes PriorityClass among those the site allows.",
+    )
+    service_account = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=253,
+        help_text="A ServiceAccount of the team's namespace; its token is mounted.",
+    )
 
     validate_name = _by_rules(job_spec.field_errors, "name")
     validate_image = _by_rules(job_spec.field_errors, "image")
@@ -145,6 +203,16 @@ class JobSubmitSerializer(serializers.Serializer):
     validate_checkpoint_grace_seconds = _by_rules(job_spec.field_errors, "checkpoint_grace_seconds")
     validate_max_runtime_seconds = _by_rules(job_spec.field_errors, "max_runtime_seconds")
     validate_expected_runtime_seconds = _by_rules(job_spec.field_errors, "expected_runtime_seconds")
+    validate_cpu_millicores = _by_rules(job_spec.field_errors, "cpu_millicores")
+    validate_cpu_limit_millicores = _by_rules(job_spec.field_errors, "cpu_limit_millicores")
+    validate_memory_mib = _by_rules(job_spec.field_errors, "memory_mib")
+    validate_memory_limit_mib = _by_rules(job_spec.field_errors, "memory_limit_mib")
+    validate_shm_mib = _by_rules(job_spec.field_errors, "shm_mib")
+    validate_volumes = _by_rules(job_spec.field_errors, "volumes")
+    validate_image_pull_secrets = _by_rules(job_spec.field_errors, "image_pull_secrets")
+    validate_env_from_secrets = _by_rules(job_spec.field_errors, "env_from_secrets")
+    validate_priority_class = _by_rules(job_spec.field_errors, "priority_class")
+    validate_service_account = _by_rules(job_spec.field_errors, "service_account")
 
     def to_internal_value(self, data: Any) -> Any:
         reject_unknown_fields(self, data)
@@ -177,6 +245,9 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
     labels = serializers.DictField(child=serializers.CharField(), read_only=True)
     annotations = serializers.DictField(child=serializers.CharField(), read_only=True)
     placement = serializers.DictField(child=serializers.IntegerField(), read_only=True)
+    volumes = VolumeSerializer(many=True, read_only=True)
+    image_pull_secrets = serializers.ListField(child=serializers.CharField(), read_only=True)
+    env_from_secrets = serializers.ListField(child=serializers.CharField(), read_only=True)
     pending_reason = serializers.JSONField(
         read_only=True,
         allow_null=True,
@@ -208,6 +279,16 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
             "checkpoint_grace_seconds",
             "max_runtime_seconds",
             "expected_runtime_seconds",
+            "cpu_millicores",
+            "cpu_limit_millicores",
+            "memory_mib",
+            "memory_limit_mib",
+            "shm_mib",
+            "volumes",
+            "image_pull_secrets",
+            "env_from_secrets",
+            "priority_class",
+            "service_account",
             "idempotency_key",
             "state",
             "submitted_at",
@@ -271,6 +352,8 @@ class FlavorSerializer(serializers.ModelSerializer):
             "tolerations",
             "cpu_millicores_per_gpu",
             "memory_mib_per_gpu",
+            "max_cpu_millicores_per_worker",
+            "max_memory_mib_per_worker",
             "description",
         ]
         read_only_fields = ["id"]

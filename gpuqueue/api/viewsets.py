@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gpuqueue.api.filters import JobFilter, UtilizationSampleFilter
+from gpuqueue.api.log_serializers import JobLogSerializer, LogQuerySerializer
 from gpuqueue.api.pagination import NewestFirst, OldestFirst, SamplesNewestFirst
 from gpuqueue.api.serializers import (
     FlavorSerializer,
@@ -32,6 +33,7 @@ from gpuqueue.models import Flavor, Job, Node, Quota, UtilizationSample
 from gpuqueue.services.cancel import cancel_job
 from gpuqueue.services.flavors import delete_flavor
 from gpuqueue.services.inventory import usage_now
+from gpuqueue.services.logs import read_job_log
 from gpuqueue.services.nodes import set_drained
 from gpuqueue.services.quotas import delete_quota
 from gpuqueue.services.submit import TeamRequired, previous_submission, submit_job
@@ -120,6 +122,17 @@ class JobViewSet(
         """The job's timeline: every transition with who, when and why."""
         job = self.get_object()
         return Response(JobEventSerializer(job.events.order_by("at", "id"), many=True).data)
+
+    @extend_schema(parameters=[LogQuerySerializer], responses=JobLogSerializer, filters=False)
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def logs(self, request: Request, pk: str | None = None) -> Response:
+        """The last lines of one worker's log, from the job's current or last attempt: 404
+        when it has not started or its worker is gone, 503 (Retry-After) while the cluster
+        cannot be reached."""
+        job = self.get_object()
+        query = LogQuerySerializer(data=request.query_params.dict(), context={"job": job})
+        query.is_valid(raise_exception=True)
+        return Response(JobLogSerializer(read_job_log(job, **query.validated_data)).data)
 
 
 class FlavorViewSet(viewsets.ModelViewSet):

@@ -1,4 +1,5 @@
-"""The public API over urllib: submit (idempotent, retried), list, get, wait, cancel, events.
+"""The public API over urllib: submit (idempotent, retried), list, get, wait, cancel, events,
+logs.
 
 It imports nothing from the server side, so that `pip install gpuqueue` on a laptop or in a CI
 image is enough to drive a remote gpuqueue.
@@ -19,6 +20,7 @@ from typing import Any
 
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+MAX_TAIL = 10_000  # the most lines one read of a log returns
 
 
 class ApiError(Exception):
@@ -162,6 +164,52 @@ class Client:
     def events(self, job_id: int) -> list[dict[str, Any]]:
         return list(self.request("GET", f"/api/v1/jobs/{job_id}/events/", retry=True)[1])
 
+    def logs(
+        self,
+        job_id: int,
+        *,
+        worker: int = 0,
+        tail: int | None = None,
+        since_seconds: int | None = None,
+    ) -> dict[str, Any]:
+        """{"job", "worker", "attempt", "lines", "truncated"}: the last lines of one worker of
+        the job's current or last attempt."""
+        query = {"worker": worker, "tail": tail, "since_seconds": since_seconds}
+        return dict(self.request("GET", f"/api/v1/jobs/{job_id}/logs/", query=query, retry=True)[1])
+
+    def follow_logs(
+        self, job_id: int, *, worker: int = 0, tail: int = 100, interval: float = 2.0
+    ) -> Iterator[str]:
+        """The last `tail` lines, then each new line, until the job is final (its last lines
+        included). Polls for the lines written since the previous read (with a margin) and
+        skips those already yielded; a job not (yet, or again) running is waited for."""
+        seen: list[str] = []
+        attempt, last_read = None, None
+        while True:
+            job = self.job(job_id)  # first: once it is final, the read that follows is complete
+            since = None if last_read is None else int(time.monotonic() - last_read) + 5
+            try:
+                body = self.logs(
+                    job_id,
+                    worker=worker,
+                    tail=tail if since is None else MAX_TAIL,
+                    since_seconds=since,
+                )
+            except ApiError as exc:
+                # 404: not started, or requeued and between attempts; 409: still starting.
+                if exc.status not in (404, 409) or job["state"] in FINAL_STATES:
+                    raise
+            else:
+                if body["attempt"] != attempt:
+                    seen, attempt = [], body["attempt"]
+                fresh = after_overlap(seen, body["lines"])
+                yield from fresh
+                seen = (seen + fresh)[-MAX_TAIL:]
+                last_read = time.monotonic()
+            if job["state"] in FINAL_STATES:
+                return
+            time.sleep(interval)
+
     def wait(
         self,
         job_id: int,
@@ -186,6 +234,18 @@ class Client:
 
     def me(self) -> dict[str, Any]:
         return dict(self.request("GET", "/api/v1/me/", retry=True)[1])
+
+
+def after_overlap(seen: list[str], lines: list[str]) -> list[str]:
+    """The part of `lines` after its longest start that repeats the end of `seen` (a polling
+    window overlaps the previous one). Identical lines can make it skip too few or too many:
+    logs carry no line numbers to tell them apart."""
+    if not lines:
+        return lines
+    for i in range(max(0, len(seen) - len(lines)), len(seen)):  # the longest overlap first
+        if seen[i] == lines[0] and seen[i:] == lines[: len(seen) - i]:
+            return lines[len(seen) - i :]
+    return lines
 
 
 def _backoff(attempt: int, retry_after: str | None) -> float:

@@ -4,18 +4,23 @@ gpuqueue configure --url http://gpuqueue:8000 --token gq_…
 gpuqueue submit --flavor h100 --workers 2 --image ghcr.io/acme/train:1 -- python train.py
 gpuqueue submit -f job.yaml --idempotency-key nightly-2026-11-22
 gpuqueue wait 42   # exit: 0 succeeded, the job's exit code (or 1) failed, 3 cancelled
-gpuqueue list --state PENDING --mine
+gpuqueue queue            # like squeue: your teams' pending and running jobs, why, when
+gpuqueue list --state pending --mine
 gpuqueue status 42 | gpuqueue events 42 | gpuqueue cancel 42
+gpuqueue logs 42 --worker 1 --tail 50 --follow   # --follow: until the job ends; exit as wait
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpuqueue.client import humane
 from gpuqueue.client.api import ApiError, Client, save_config
 
 EXIT_FAILED = 1
@@ -78,10 +83,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--annotation", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--cpu", type=int, dest="cpu_millicores", help="millicores per worker")
+    p.add_argument("--cpu-limit", type=int, dest="cpu_limit_millicores", help="millicores")
+    p.add_argument("--memory", type=int, dest="memory_mib", help="MiB per worker")
+    p.add_argument("--memory-limit", type=int, dest="memory_limit_mib", help="MiB")
+    p.add_argument("--shm", type=int, dest="shm_mib", help="/dev/shm in MiB")
+    p.add_argument(
+        "--volume", action="append", default=[], metavar="CLAIM:PATH[:ro]", help="a team PVC"
+    )
+    p.add_argument("--image-pull-secret", action="append", default=[], metavar="SECRET")
+    p.add_argument("--env-from-secret", action="append", default=[], metavar="SECRET")
+    p.add_argument("--priority-class")
+    p.add_argument("--service-account")
     p.add_argument("--idempotency-key", help="retrying with the same key never makes a second job")
     p.add_argument("--wait", action="store_true", help="then wait, as `gpuqueue wait`")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the command and its arguments")
     p.set_defaults(handler=cmd_submit)
+
+    p = sub.add_parser(
+        "queue", help="the active jobs (pending and holding GPUs), squeue-like, oldest first"
+    )
+    p.add_argument("--team")
+    p.add_argument("--flavor")
+    p.add_argument("--mine", action="store_true")
+    p.add_argument("--state", action="append", help="default: active (any case; repeatable)")
+    p.add_argument("--limit", type=int, default=500)
+    p.set_defaults(handler=cmd_queue)
 
     p = sub.add_parser("list", help="list jobs, newest first")
     p.add_argument("--team")
@@ -101,6 +128,14 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("job", type=int)
         p.set_defaults(handler=handler)
 
+    p = sub.add_parser("logs", help="a worker's last log lines; --follow: new ones as they come")
+    p.add_argument("job", type=int)
+    p.add_argument("--worker", type=int, default=0, help="the worker's index (default 0)")
+    p.add_argument("--tail", type=int, default=100, help="the last lines only (1 to 10000)")
+    p.add_argument("--follow", "-f", action="store_true", help="until the job is finished")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between polls")
+    p.set_defaults(handler=cmd_logs)
+
     p = sub.add_parser("wait", help="wait for a job to finish; the exit code is its result")
     p.add_argument("job", type=int)
     p.add_argument("--timeout", type=float, help="seconds; exit 124 when over")
@@ -112,6 +147,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _client(args: argparse.Namespace) -> Client:
     return Client(url=args.url, token=args.token)
+
+
+def _volume(text: str) -> dict[str, Any]:
+    claim, _, rest = text.partition(":")
+    path, _, mode = rest.partition(":")
+    if not claim or not path or mode not in ("", "ro", "rw"):
+        raise ValueError(f"--volume {text!r}: expected CLAIM:PATH or CLAIM:PATH:ro")
+    return {"claim": claim, "mount_path": path, "read_only": mode == "ro"}
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
@@ -145,6 +188,13 @@ def job_spec(args: argparse.Namespace) -> dict[str, Any]:
         "priority",
         "checkpoint_grace_seconds",
         "max_runtime_seconds",
+        "cpu_millicores",
+        "cpu_limit_millicores",
+        "memory_mib",
+        "memory_limit_mib",
+        "shm_mib",
+        "priority_class",
+        "service_account",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -158,6 +208,14 @@ def job_spec(args: argparse.Namespace) -> dict[str, Any]:
     ):
         if items:
             spec[key] = {**spec.get(key, {}), **_pairs(items, what)}
+    if args.volume:
+        spec["volumes"] = [*spec.get("volumes", []), *map(_volume, args.volume)]
+    for key, names in (
+        ("image_pull_secrets", args.image_pull_secret),
+        ("env_from_secrets", args.env_from_secret),
+    ):
+        if names:
+            spec[key] = [*spec.get(key, []), *names]
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -222,8 +280,36 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(job: dict[str, Any]) -> str:
+def cmd_queue(args: argparse.Namespace) -> int:
+    jobs = list(
+        _client(args).jobs(
+            limit=args.limit,
+            team=args.team,
+            state=args.state or ["active"],
+            flavor=args.flavor,
+            mine="true" if args.mine else None,
+        )
+    )
+    if args.json:
+        print(json.dumps(jobs, indent=2))
+        return 0
+    # Holding GPUs first, then pending in the order they will be considered (positions).
+    jobs.sort(
+        key=lambda j: (
+            j["state"] == "PENDING",
+            j.get("cluster_position") or 0,
+            j.get("submitted_at") or "",
+        )
+    )
+    now = datetime.now(UTC)
+    print(humane.table(humane.QUEUE_COLUMNS, humane.queue_rows(jobs, now)))
+    return 0
+
+
+def describe(job: dict[str, Any], now: datetime | None = None) -> str:
     lines = [f"job {job['id']} ({job['name']}): {job['state']}"]
+    if job.get("command"):
+        lines.append(f"  command: {shlex.join(job['command'])}")
     if job.get("pending_reason_text"):
         lines.append(f"  why: {job['pending_reason_text']}")
     if job.get("queue_position") is not None:
@@ -232,7 +318,8 @@ def describe(job: dict[str, Any]) -> str:
             f"{job.get('cluster_position')} in the cluster"
         )
     if job.get("estimated_start"):
-        lines.append(f"  estimated start: {job['estimated_start']}")
+        now = now or datetime.now(UTC)
+        lines.append(f"  estimated start: {humane.when(job['estimated_start'], now)}")
     if job.get("placement"):
         lines.append("  placement: " + ", ".join(f"{n}×{w}" for n, w in job["placement"].items()))
     if job.get("attempts"):
@@ -262,11 +349,34 @@ def cmd_events(args: argparse.Namespace) -> int:
         print(json.dumps(events, indent=2))
         return 0
     for e in events:
+        at = humane.parse(e["at"])
+        shown = "" if at is None else f"{at.astimezone():%Y-%m-%d %H:%M:%S %Z}"
         print(
-            f"{e['at']}  {e['from_state'] or '-':10} → {e['to_state']:10}  "
+            f"{shown}  {e['from_state'] or '-':10} → {e['to_state']:10}  "
             f"{e['actor']:14}  {e['reason']}"
         )
     return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    """Print the lines (--json: the API's answer, not with --follow); following, exit as
+    `wait` does once the job is finished."""
+    client = _client(args)
+    if not args.follow:
+        body = client.logs(args.job, worker=args.worker, tail=args.tail)
+        if args.json:
+            print(json.dumps(body, indent=2))
+            return 0
+        for line in body["lines"]:
+            print(line)
+        if body["truncated"]:
+            print("(cut at the size limit: ask for fewer lines with --tail)", file=sys.stderr)
+        return 0
+    for line in client.follow_logs(
+        args.job, worker=args.worker, tail=args.tail, interval=args.interval
+    ):
+        print(line, flush=True)
+    return exit_code_for(client.job(args.job))
 
 
 def exit_code_for(job: dict[str, Any]) -> int:

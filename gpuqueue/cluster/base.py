@@ -49,6 +49,15 @@ class LaunchSpec:
     tolerations: Sequence[Mapping[str, str]] = ()  # the flavor's, for its tainted nodes
     cpu_millicores: int = 0  # per worker, requested (0: none)
     memory_mib: int = 0  # per worker, requested and limit (0: none)
+    cpu_limit_millicores: int = 0  # per worker (0: no limit)
+    memory_limit_mib: int | None = None  # per worker (None: the request)
+    shm_mib: int | None = None  # /dev/shm (None: half the memory request)
+    # Existing PVCs of the team's namespace: {"claim", "mount_path", "read_only"}.
+    volumes: Sequence[Mapping[str, str | bool]] = ()
+    image_pull_secrets: Sequence[str] = ()
+    env_from_secrets: Sequence[str] = ()  # Secret names whose keys become variables
+    priority_class: str = ""
+    service_account: str = ""  # "": none, and no API token mounted
 
 
 class Phase(enum.StrEnum):
@@ -83,6 +92,28 @@ class ClusterError(Exception):
         self.transient = transient
 
 
+@dataclass(frozen=True, slots=True)
+class LogQuery:
+    """Which part of one worker's log to read (the names of Kubernetes' PodLogOptions)."""
+
+    tail_lines: int | None = None  # the last lines only
+    limit_bytes: int | None = None  # at most this much, counted from the first line read
+    since_seconds: int | None = None  # only lines written this recently
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLog:
+    lines: Sequence[str]
+    truncated: bool = False  # `limit_bytes` cut it short
+
+
+class LogNotFound(ClusterError):
+    """The worker has no log on the cluster: its pod was never created, or is gone."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=False)
+
+
 class ClusterBackend(abc.ABC):
     name: str
     # How many launches may run at once. A backend that writes the database launches one at a
@@ -111,6 +142,11 @@ class ClusterBackend(abc.ABC):
     @abc.abstractmethod
     def observe(self) -> list[WorkloadStatus]:
         """The status of every gpuqueue workload that exists on the cluster."""
+
+    @abc.abstractmethod
+    def read_log(self, job_id: int, attempt: int, worker: int, query: LogQuery) -> WorkerLog:
+        """The log of worker `worker` (its completion index) of the attempt. Raises LogNotFound
+        when the cluster has no such worker, and ClusterError when it cannot be asked."""
 
     def unseen_namespaces(self) -> Collection[str]:
         """Team namespaces whose workloads the last observe() could not see (the sync leaves

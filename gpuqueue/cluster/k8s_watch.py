@@ -22,6 +22,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from gpuqueue.cluster.base import ClusterError
 from gpuqueue.cluster.manifests import SELECTOR
+from gpuqueue.cluster.projection import projector
 
 if TYPE_CHECKING:
     from gpuqueue.cluster.kubernetes import KubernetesBackend
@@ -33,7 +34,8 @@ KINDS = ("nodes", "pods", "jobs")
 
 def without_managed_fields(obj: Obj) -> Obj:
     """Drop the server-side-apply bookkeeping, often the larger part of an object, that
-    nothing in gpuqueue reads (the watcher keeps every pod of the cluster)."""
+    nothing in gpuqueue reads: for what is listed once (events), not kept; what the watcher
+    keeps is cut down further (projection)."""
     (obj.get("metadata") or {}).pop("managedFields", None)
     return obj
 
@@ -96,6 +98,7 @@ class ResourceWatch:
     ) -> None:
         self.backend, self.kind, self.fn, self.args, self.kwargs = backend, kind, fn, args, kwargs
         self.namespace = namespace
+        self.shape = projector(kind)  # what of each object is kept: see projection
         self.changed = changed
         self.watch_seconds = watch_seconds
         self.resource_version: str | None = None
@@ -155,7 +158,9 @@ class ResourceWatch:
         time.sleep(min(30.0, self.backend.call.backoff * 2 ** min(failures, 6)))
 
     def _list(self) -> None:
-        listed = self.backend._list(f"list {self.kind}", self.fn, *self.args, **self.kwargs)
+        listed = self.backend._list(
+            f"list {self.kind}", self.fn, *self.args, shape=self.shape, **self.kwargs
+        )
         self.backend.store.replace(self.kind, listed.get("items") or [], self.namespace)
         self.resource_version = (listed.get("metadata") or {}).get("resourceVersion") or ""
         self.failing = False
@@ -189,7 +194,7 @@ class ResourceWatch:
                     raise ApiException(status=obj.get("code"), reason=obj.get("message", ""))
                 version = (obj.get("metadata") or {}).get("resourceVersion")
                 if event.get("type") != "BOOKMARK":
-                    self.backend.store.apply(self.kind, event["type"], without_managed_fields(obj))
+                    self.backend.store.apply(self.kind, event["type"], self.shape(obj))
                     self.changed.set()
                 if version:
                     self.resource_version = version

@@ -23,11 +23,21 @@ from django.utils import timezone
 from kubernetes import client
 
 from gpuqueue.cluster import manifests as mf
-from gpuqueue.cluster.base import ClusterBackend, ClusterError, LaunchSpec, NodeInfo, WorkloadStatus
+from gpuqueue.cluster.base import (
+    ClusterBackend,
+    ClusterError,
+    LaunchSpec,
+    LogNotFound,
+    LogQuery,
+    NodeInfo,
+    WorkerLog,
+    WorkloadStatus,
+)
 from gpuqueue.cluster.gates import Release, releases
 from gpuqueue.cluster.inventory import inventory, not_ready_since
 from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound
 from gpuqueue.cluster.k8s_watch import Store, run_watcher, without_managed_fields
+from gpuqueue.cluster.projection import projector
 from gpuqueue.cluster.status import parse_time, workload_statuses
 
 log = logging.getLogger(__name__)
@@ -145,15 +155,25 @@ class KubernetesBackend(ClusterBackend):
 
     # Reading -----------------------------------------------------------------------------
 
-    def _list(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
+    def _list(
+        self,
+        what: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        call: Caller | None = None,
+        shape: Callable[[Obj], Obj] = without_managed_fields,
+        **kwargs: Any,
+    ) -> Obj:
         """A LIST as plain JSON (items and the list's resourceVersion), in pages of
         `page_size` (a big cluster's pods in one response would be hundreds of MB). The
-        managedFields of each item, which nothing here reads, are dropped."""
+        managedFields of each item, which nothing here reads, are dropped, or each item is cut
+        to `shape` (gpuqueue.cluster.projection). `call`: another retry policy than the
+        backend's."""
         items: list[Obj] = []
         token: str | None = None
         while True:
             page = _json(
-                self.call(
+                (call or self.call)(
                     what,
                     fn,
                     *args,
@@ -164,20 +184,20 @@ class KubernetesBackend(ClusterBackend):
                     **kwargs,
                 )
             )
-            for item in page.get("items") or []:
-                without_managed_fields(item)
-                items.append(item)
+            items += [shape(item) for item in page.get("items") or []]
             metadata = page.get("metadata") or {}
             token = metadata.get("continue") or None
             if token is None:  # every page carries the resourceVersion of the whole list
                 return {"items": items, "metadata": metadata}
 
     def list_raw_nodes(self) -> Obj:
-        return self._list("list nodes", self.core.list_node)
+        return self._list("list nodes", self.core.list_node, shape=projector("nodes"))
 
     def list_raw_pods(self) -> Obj:
         """Every pod cluster-wide: gpuqueue's workers and the GPUs others hold."""
-        return self._list("list pods", self.core.list_pod_for_all_namespaces)
+        return self._list(
+            "list pods", self.core.list_pod_for_all_namespaces, shape=projector("pods")
+        )
 
     def list_raw_jobs(self, namespace: str) -> Obj:
         return self._list(
@@ -185,6 +205,7 @@ class KubernetesBackend(ClusterBackend):
             self.batch.list_namespaced_job,
             namespace,
             label_selector=mf.SELECTOR,
+            shape=projector("jobs"),
         )
 
     def _current(self) -> tuple[list[Obj], list[Obj], list[Obj] | None]:
@@ -447,7 +468,7 @@ class KubernetesBackend(ClusterBackend):
             except NotFound:
                 continue  # the pod went away meanwhile: nothing left to ask
 
-    def _pods_of(self, job_id: int, attempt: int) -> list[Obj]:
+    def _pods_of(self, job_id: int, attempt: int, call: Caller | None = None) -> list[Obj]:
         if self.store.live:
             pods = self.store.items("pods")
         else:
@@ -455,8 +476,45 @@ class KubernetesBackend(ClusterBackend):
                 "list pods",
                 self.core.list_pod_for_all_namespaces,
                 label_selector=mf.attempt_selector(job_id, attempt),
+                call=call,
+                shape=projector("pods"),
             )["items"]
         return [p for p in pods if mf.attempt_of(p) == (job_id, attempt)]
+
+    def read_log(self, job_id: int, attempt: int, worker: int, query: LogQuery) -> WorkerLog:
+        """The worker container's log in the pod of completion index `worker` (the newest such
+        pod, when the Job controller replaced one). One try per call, no backoff: a person or
+        a poll waits on it, and the API's 503 tells them when to ask again."""
+        once = Caller(attempts=1, on_health=self.call.on_health)
+        pods = [
+            pod
+            for pod in self._pods_of(job_id, attempt, once)
+            if (pod["metadata"].get("annotations") or {}).get(mf.COMPLETION_INDEX_ANNOTATION)
+            == str(worker)
+        ]
+        if not pods:
+            raise LogNotFound(f"job {job_id} has no worker {worker} in attempt {attempt}")
+        meta = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")["metadata"]
+        try:
+            response = once(
+                f"read log of pod {meta.get('namespace')}/{meta['name']}",
+                self.core.read_namespaced_pod_log,
+                meta["name"],
+                meta["namespace"],
+                container=mf.CONTAINER,
+                tail_lines=query.tail_lines,
+                limit_bytes=query.limit_bytes,
+                since_seconds=query.since_seconds,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        except NotFound as exc:  # deleted between the two calls
+            raise LogNotFound(f"job {job_id} has no worker {worker} in attempt {attempt}") from exc
+        data: bytes = response.data or b""
+        truncated = query.limit_bytes is not None and len(data) >= query.limit_bytes
+        return WorkerLog(
+            lines=tuple(data.decode(errors="replace").splitlines()), truncated=truncated
+        )
 
     def stop(self, job_id: int, attempt: int) -> None:
         """Delete the Job (its pods get SIGTERM and their grace period), the Service and the

@@ -152,8 +152,11 @@ def job_manifest(
     slots = planned_slots(spec, hostnames)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        # The workload talks to gpuqueue with its job token, never to Kubernetes.
-        "automountServiceAccountToken": False,
+        # The workload talks to gpuqueue with its job token, not to Kubernetes, unless the job
+        # names a ServiceAccount of its team to act as.
+        "automountServiceAccountToken": bool(spec.service_account),
+        # Pod Security "restricted" by default: a team namespace may enforce it.
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "schedulingGates": [{"name": PLACEMENT_GATE}],
         # SIGTERM comes this long before SIGKILL: the grace of workloads that only handle SIGTERM.
         "terminationGracePeriodSeconds": spec.checkpoint_grace_seconds,
@@ -190,8 +193,24 @@ def job_manifest(
                     ]
                 },
             },
+            *(
+                {
+                    "name": _volume_name(i),
+                    "persistentVolumeClaim": {
+                        "claimName": str(volume["claim"]),
+                        "readOnly": bool(volume.get("read_only", False)),
+                    },
+                }
+                for i, volume in enumerate(spec.volumes)
+            ),
         ],
     }
+    if spec.service_account:
+        pod_spec["serviceAccountName"] = spec.service_account
+    if spec.priority_class:
+        pod_spec["priorityClassName"] = spec.priority_class
+    if spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": spec.workers,
@@ -241,33 +260,66 @@ def job_manifest(
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
 
 
+def _volume_name(index: int) -> str:
+    return f"volume-{index}"
+
+
 def _shm_volume(spec: LaunchSpec) -> dict[str, Any]:
     """/dev/shm in memory: the container runtime's 64 MiB default stalls PyTorch's data loaders
-    and NCCL. Half the worker's memory at most, when the flavor gives it memory."""
+    and NCCL. The job's size, else half the worker's memory when it has some."""
     empty_dir: dict[str, Any] = {"medium": "Memory"}
-    if spec.memory_mib:
+    if spec.shm_mib is not None:
+        empty_dir["sizeLimit"] = f"{spec.shm_mib}Mi"
+    elif spec.memory_mib:
         empty_dir["sizeLimit"] = f"{spec.memory_mib // 2}Mi"
     return {"name": "dshm", "emptyDir": empty_dir}
 
 
-def _container(spec: LaunchSpec, options: ClusterOptions, name: str) -> dict[str, Any]:
+def _resources(spec: LaunchSpec) -> dict[str, dict[str, str]]:
+    """GPUs, CPU and memory. The memory limit is the request unless the job sets one: no
+    surprise OOM kill because a neighbour used more. With CPU and memory limits equal to the
+    requests the pod is Guaranteed QoS, the last evicted."""
     gpus = str(spec.gpus_per_worker)
     requests = {spec.resource_name: gpus}
     limits = {spec.resource_name: gpus}
     if spec.cpu_millicores:
         requests["cpu"] = f"{spec.cpu_millicores}m"
-    if spec.memory_mib:  # a memory limit equal to the request: no surprise OOM kill by others
-        requests["memory"] = limits["memory"] = f"{spec.memory_mib}Mi"
+    if spec.cpu_limit_millicores:
+        limits["cpu"] = f"{spec.cpu_limit_millicores}m"
+    if spec.memory_mib:
+        requests["memory"] = f"{spec.memory_mib}Mi"
+    memory_limit = spec.memory_mib if spec.memory_limit_mib is None else spec.memory_limit_mib
+    if memory_limit:
+        limits["memory"] = f"{memory_limit}Mi"
+    return {"limits": limits, "requests": requests}
+
+
+def _container(spec: LaunchSpec, options: ClusterOptions, name: str) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image,
         "env": _env(spec, options, name),
-        "resources": {"limits": limits, "requests": requests},
+        "resources": _resources(spec),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "podinfo", "mountPath": PODINFO_DIR, "readOnly": True},
+            *(
+                {
+                    "name": _volume_name(i),
+                    "mountPath": str(volume["mount_path"]),
+                    "readOnly": bool(volume.get("read_only", False)),
+                }
+                for i, volume in enumerate(spec.volumes)
+            ),
         ],
     }
+    if spec.env_from_secrets:
+        # Variables set in `env` win over these, so a Secret cannot forge RANK either.
+        container["envFrom"] = [{"secretRef": {"name": n}} for n in spec.env_from_secrets]
     if spec.command:
         container["command"] = [str(part) for part in spec.command]
     return container

@@ -24,10 +24,14 @@ from django.utils import timezone
 from gpuqueue.cluster.base import (
     ClusterBackend,
     LaunchSpec,
+    LogNotFound,
+    LogQuery,
     NodeInfo,
     Phase,
+    WorkerLog,
     WorkloadStatus,
 )
+from gpuqueue.cluster.sim_log import SimulatedRun, simulated_log
 
 DURATION_ANNOTATION = "gpuqueue.dev/sim-duration-seconds"
 EXIT_CODE_ANNOTATION = "gpuqueue.dev/sim-exit-code"
@@ -150,6 +154,27 @@ class SimulatedBackend(ClusterBackend):
         for workload in SimulatedWorkload.objects.order_by("job_id", "attempt"):
             statuses.append(self._status(workload, now, down))
         return statuses
+
+    def read_log(self, job_id: int, attempt: int, worker: int, query: LogQuery) -> WorkerLog:
+        """Lines made up from the workload's run so far (gpuqueue.cluster.sim_log); gone with
+        the workload, as a pod's log goes with the pod."""
+        from gpuqueue.models import SimulatedWorkload
+
+        workload = SimulatedWorkload.objects.filter(job_id=job_id, attempt=attempt).first()
+        workers = sum(int(n) for n in workload.placement.values()) if workload else 0
+        if workload is None or not 0 <= worker < workers:
+            raise LogNotFound(f"job {job_id} has no worker {worker} in attempt {attempt}")
+        run = SimulatedRun(
+            job_id=job_id,
+            attempt=attempt,
+            worker=worker,
+            workers=workers,
+            ready_at=workload.ready_at,
+            ends_at=workload.ends_at,
+            exit_code=workload.exit_code,
+            prior_steps=int(float(workload.env.get("prior_progress", 0))),
+        )
+        return simulated_log(run, self.clock(), query)
 
     def _status(self, workload: Any, now: datetime, down: set[str]) -> WorkloadStatus:
         location = None

@@ -42,3 +42,16 @@ class Forbidden(Refused):
 class Conflict(Refused):
     status = 409
     code = "conflict"
+
+
+class Unavailable(Exception):
+    """What the caller asked for depends on something that cannot be reached now (the
+    cluster); asking again after `retry_after` seconds may succeed. Never the caller's fault."""
+
+    status = 503
+    code = "unavailable"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after

@@ -48,8 +48,31 @@ def launch_spec(job: Job) -> LaunchSpec:
         tolerations=tuple(
             {str(k): str(v) for k, v in toleration.items()} for toleration in job.flavor.tolerations
         ),
-        cpu_millicores=job.flavor.cpu_millicores_per_gpu * job.gpus_per_worker,
-        memory_mib=job.flavor.memory_mib_per_gpu * job.gpus_per_worker,
+        cpu_millicores=(
+            job.flavor.cpu_millicores_per_gpu * job.gpus_per_worker
+            if job.cpu_millicores is None
+            else job.cpu_millicores
+        ),
+        memory_mib=(
+            job.flavor.memory_mib_per_gpu * job.gpus_per_worker
+            if job.memory_mib is None
+            else job.memory_mib
+        ),
+        cpu_limit_millicores=job.cpu_limit_millicores or 0,
+        memory_limit_mib=job.memory_limit_mib,
+        shm_mib=job.shm_mib,
+        volumes=tuple(
+            {
+                "claim": str(v["claim"]),
+                "mount_path": str(v["mount_path"]),
+                "read_only": bool(v.get("read_only")),
+            }
+            for v in job.volumes
+        ),
+        image_pull_secrets=tuple(str(name) for name in job.image_pull_secrets),
+        env_from_secrets=tuple(str(name) for name in job.env_from_secrets),
+        priority_class=job.priority_class,
+        service_account=job.service_account,
     )
 
 

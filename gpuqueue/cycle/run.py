@@ -158,7 +158,8 @@ def _persist_preemptions(plan: m.Plan, now: datetime) -> list[tuple[int, int, da
             job,
             JobState.PREEMPTING,
             reason=f"preempted ({preemption.reason}) for job {preemption.for_job_id}; "
-            f"checkpoint requested, deadline {deadline.isoformat()}",
+            f"checkpoint requested: {job.checkpoint_grace_seconds} s to save, until "
+            f"{deadline:%Y-%m-%d %H:%M:%S} UTC",
             actor=ACTOR,
             details={
                 "for_job": preemption.for_job_id,

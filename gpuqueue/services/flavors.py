@@ -20,6 +20,8 @@ def flavor_state(flavor: Flavor) -> dict[str, Any]:
         "tolerations": flavor.tolerations,
         "cpu_millicores_per_gpu": flavor.cpu_millicores_per_gpu,
         "memory_mib_per_gpu": flavor.memory_mib_per_gpu,
+        "max_cpu_millicores_per_worker": flavor.max_cpu_millicores_per_worker,
+        "max_memory_mib_per_worker": flavor.max_memory_mib_per_worker,
         "description": flavor.description,
     }
 

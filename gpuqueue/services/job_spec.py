@@ -8,10 +8,12 @@ fields.
 A check takes two steps, as DRF's serializers do:
 1. each field alone: the team and the flavor exist for the submitter, numbers are within their
    bounds, names, the image, the command, the environment, labels and annotations are well
-   formed (`field_errors`);
+   formed, and so are the pod's volumes, Secrets, priority class and ServiceAccount
+   (`field_errors`);
 2. only when every field passed, the job as a whole: the team a submission leaves out, the
-   defaults (the name from the image, the checkpoint grace from settings), and whether a worker
-   fits the largest node of its flavor (`check_whole`).
+   defaults (the name from the image, the checkpoint grace from settings, CPU and memory from
+   the flavor), whether a worker fits the largest node of its flavor, and its CPU and memory
+   within the flavor's maxima (`check_whole`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from django.conf import settings
 
 from gpuqueue.models import Flavor
+from gpuqueue.services import pod_spec
 from gpuqueue.services import validation as rules
 from gpuqueue.services.submit import (
     JOB_FIELDS,
@@ -53,18 +56,29 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "checkpoint_grace_seconds": (0, MAX_GRACE_SECONDS),
     "max_runtime_seconds": (1, MAX_RUNTIME_SECONDS),
     "expected_runtime_seconds": (1, MAX_RUNTIME_SECONDS),
+    **pod_spec.RESOURCE_BOUNDS,
 }
 
 FIELDS = ("team", "flavor", *JOB_FIELDS)
 REQUIRED_FIELDS = ("flavor", "image")
 # What a field left out becomes. The name and the checkpoint grace are filled in by
 # `check_whole`; the runtimes stay unset.
-DEFAULTS: dict[str, Any] = {"workers": 1, "gpus_per_worker": 1, "priority": 0, "preemptible": True}
+DEFAULTS: dict[str, Any] = {
+    "workers": 1,
+    "gpus_per_worker": 1,
+    "priority": 0,
+    "preemptible": True,
+    "priority_class": "",
+    "service_account": "",
+}
 EMPTY_BY_DEFAULT: dict[str, Callable[[], Any]] = {
     "command": list,
     "env": dict,
     "labels": dict,
     "annotations": dict,
+    "volumes": list,
+    "image_pull_secrets": list,
+    "env_from_secrets": list,
 }
 
 UNKNOWN_TEAM = "Unknown team {value}."
@@ -88,6 +102,11 @@ FIELD_RULES: dict[str, Callable[[Any], list[str]]] = {
     "env": rules.env_errors,
     "labels": rules.label_errors,
     "annotations": rules.annotation_errors,
+    "volumes": pod_spec.volume_errors,
+    "image_pull_secrets": pod_spec.secret_names_errors,
+    "env_from_secrets": pod_spec.secret_names_errors,
+    "priority_class": lambda name: pod_spec.priority_class_errors(name) if name else [],
+    "service_account": pod_spec.service_account_errors,
     **{
         field: partial(rules.bound_errors, lowest=lowest, highest=highest)
         for field, (lowest, highest) in BOUNDS.items()
@@ -166,6 +185,8 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
     3. A worker must fit the largest node of its flavor, the gang all its nodes together.
        Without a team, a submitter who does not have exactly one is told that first, as the
        insert would.
+    4. CPU, memory and /dev/shm per worker: the flavor's defaults for what was left out, and
+       the flavor's maxima (gpuqueue.services.pod_spec.resources).
     """
     job = dict(values)
     if job.get("team") is None:
@@ -185,4 +206,6 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
         if job["team"] is None and len(teams_for_submission(user)) != 1:
             return Checked(job, {"team": [TEAM_REQUIRED]})
         return Checked(job, {exc.field or "flavor": [str(exc)]})
-    return Checked(job, {})
+    resources, errors = pod_spec.resources(job, job["flavor"])
+    job.update(resources)
+    return Checked(job, errors)

@@ -61,6 +61,16 @@ JOB_FIELDS = (
     "checkpoint_grace_seconds",
     "max_runtime_seconds",
     "expected_runtime_seconds",
+    "cpu_millicores",
+    "cpu_limit_millicores",
+    "memory_mib",
+    "memory_limit_mib",
+    "shm_mib",
+    "volumes",
+    "image_pull_secrets",
+    "env_from_secrets",
+    "priority_class",
+    "service_account",
 )
 
 

@@ -5,6 +5,7 @@ user can see but may not do answers 403; anonymous callers get 401."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from django.db import transaction
 from gpuqueue.models import Flavor
 from teams.models import AuditEntry, Membership
 from teams.services import create_token
+from tests.api.test_logs import start_job
 
 PERSONAS = ("alice", "bob", "carol", "root", None)
 ALL_OK = {"alice": 200, "bob": 200, "carol": 200, "root": 200, None: 401}
@@ -57,6 +59,22 @@ ROWS = [
         "GET",
         "/api/v1/jobs/{alice_job}/events/",
         {"alice": 200, "bob": 200, "carol": 404, "root": 200, None: 401},
+    ),
+    # Logs are read as the job is: the same roles, another team's job 404.
+    Row(
+        "GET",
+        "/api/v1/jobs/{alice_started}/logs/",
+        {"alice": 200, "bob": 200, "carol": 404, "root": 200, None: 401},
+    ),
+    Row(
+        "GET",
+        "/api/v1/jobs/{carol_started}/logs/?worker=0&tail=5",
+        {"alice": 404, "bob": 404, "carol": 200, "root": 200, None: 401},
+    ),
+    Row(
+        "POST",
+        "/api/v1/jobs/{alice_started}/logs/",
+        {"alice": 405, "bob": 405, "carol": 405, "root": 405, None: 401},
     ),
     Row(
         "POST",
@@ -211,7 +229,7 @@ ROWS = [
 
 
 @pytest.fixture
-def objects(world: Any, submit: Any) -> dict[str, Any]:
+def objects(world: Any, submit: Any, cluster_file: Path) -> dict[str, Any]:
     spare = Flavor.objects.create(name="spare", resource_name="example.com/gpu")
     del spare
     quota = world.team_a.quotas.get(flavor=world.h100)
@@ -226,6 +244,8 @@ def objects(world: Any, submit: Any) -> dict[str, Any]:
         "alice_job": submit(world.alice).pk,
         "bob_job": submit(world.bob).pk,
         "carol_job": submit(world.carol, team=world.team_b).pk,
+        "alice_started": start_job(submit(world.alice), cluster_file).pk,
+        "carol_started": start_job(submit(world.carol, team=world.team_b), cluster_file).pk,
         "alice_membership": Membership.objects.get(user=world.alice, team=world.team_a).pk,
         "carol_membership": Membership.objects.get(user=world.carol).pk,
         "quota": quota.pk,

@@ -141,6 +141,7 @@ def test_rbac_writes_only_what_the_backend_needs_in_team_namespaces() -> None:
         ("", "secrets", "delete"),
         ("", "secrets", "get"),
         ("", "pods", "patch"),
+        ("", "pods/log", "get"),
         ("", "events", "list"),
     }
 

@@ -46,6 +46,13 @@ SPEC = LaunchSpec(
     checkpoint_location="s3://ckpt/job-42/step-900",
     cpu_millicores=48000,
     memory_mib=393216,
+    cpu_limit_millicores=48000,
+    volumes=(
+        {"claim": "imagenet", "mount_path": "/data", "read_only": True},
+        {"claim": "team-a-scratch", "mount_path": "/scratch", "read_only": False},
+    ),
+    image_pull_secrets=("ghcr-pull",),
+    env_from_secrets=("wandb",),
 )
 HOSTNAMES = {"gpu-node-a": "gpu-node-a", "gpu-node-b": "gpu-node-b"}
 MODELS = {"Job": client.V1Job, "Service": client.V1Service, "Secret": client.V1Secret}
@@ -102,8 +109,12 @@ def test_the_job_is_an_indexed_gang_pinned_to_the_planned_nodes() -> None:
     assert env["GPUQUEUE_JOB_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "gq-42-2-token"
 
 
+def pod_of(spec: LaunchSpec) -> dict[str, Any]:
+    return mf.job_manifest(spec, OPTIONS, HOSTNAMES)["spec"]["template"]["spec"]
+
+
 def test_each_worker_gets_the_flavor_s_cpu_and_memory_a_dev_shm_and_no_api_token() -> None:
-    pod = built()["job"]["spec"]["template"]["spec"]
+    pod = pod_of(replace(SPEC, cpu_limit_millicores=0))
     resources = pod["containers"][0]["resources"]
     assert resources["requests"] == {"nvidia.com/gpu": "4", "cpu": "48000m", "memory": "393216Mi"}
     assert resources["limits"] == {"nvidia.com/gpu": "4", "memory": "393216Mi"}  # Burstable
@@ -111,9 +122,91 @@ def test_each_worker_gets_the_flavor_s_cpu_and_memory_a_dev_shm_and_no_api_token
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "196608Mi"}
     assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
     assert pod["automountServiceAccountToken"] is False
-    bare = mf.job_manifest(replace(SPEC, cpu_millicores=0, memory_mib=0), OPTIONS, HOSTNAMES)
+    bare = mf.job_manifest(
+        replace(SPEC, cpu_millicores=0, memory_mib=0, cpu_limit_millicores=0), OPTIONS, HOSTNAMES
+    )
     bare_resources = bare["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert bare_resources["requests"] == bare_resources["limits"] == {"nvidia.com/gpu": "4"}
+
+
+def test_limits_equal_to_the_requests_make_the_pod_guaranteed() -> None:
+    resources = pod_of(SPEC)["containers"][0]["resources"]
+    assert resources["limits"] == resources["requests"]
+    assert resources["limits"] == {"nvidia.com/gpu": "4", "cpu": "48000m", "memory": "393216Mi"}
+
+
+def test_a_memory_limit_above_the_request_and_a_cpu_limit_of_its_own() -> None:
+    spec = replace(SPEC, cpu_limit_millicores=64000, memory_limit_mib=500000)
+    resources = pod_of(spec)["containers"][0]["resources"]
+    assert resources["requests"] == {"nvidia.com/gpu": "4", "cpu": "48000m", "memory": "393216Mi"}
+    assert resources["limits"] == {"nvidia.com/gpu": "4", "cpu": "64000m", "memory": "500000Mi"}
+
+
+def test_dev_shm_takes_the_job_s_size_else_half_the_memory_request() -> None:
+    def shm(spec: LaunchSpec) -> dict[str, Any]:
+        (volume,) = [v for v in pod_of(spec)["volumes"] if v["name"] == "dshm"]
+        return dict(volume["emptyDir"])
+
+    assert shm(replace(SPEC, shm_mib=1024)) == {"medium": "Memory", "sizeLimit": "1024Mi"}
+    assert shm(replace(SPEC, memory_limit_mib=500000)) == {
+        "medium": "Memory",
+        "sizeLimit": "196608Mi",
+    }
+    assert shm(replace(SPEC, memory_mib=0)) == {"medium": "Memory"}
+
+
+def test_each_volume_is_its_claim_mounted_at_its_path() -> None:
+    pod = pod_of(SPEC)
+    claims = {
+        v["name"]: v["persistentVolumeClaim"]
+        for v in pod["volumes"]
+        if "persistentVolumeClaim" in v
+    }
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert [
+        (c["claimName"], mounts[n]["mountPath"], mounts[n]["readOnly"]) for n, c in claims.items()
+    ] == [
+        ("imagenet", "/data", True),
+        ("team-a-scratch", "/scratch", False),
+    ]
+    assert all(c["readOnly"] == mounts[n]["readOnly"] for n, c in claims.items())
+    assert not any(
+        "persistentVolumeClaim" in v for v in pod_of(replace(SPEC, volumes=()))["volumes"]
+    )
+
+
+def test_secrets_are_passed_on_by_name_and_gpuqueue_s_variables_still_win() -> None:
+    pod = pod_of(SPEC)
+    assert pod["imagePullSecrets"] == [{"name": "ghcr-pull"}]
+    container = pod["containers"][0]
+    assert container["envFrom"] == [{"secretRef": {"name": "wandb"}}]
+    # Kubernetes lets `env` override `envFrom`: RANK and the token stay gpuqueue's.
+    assert {"RANK", "GPUQUEUE_JOB_TOKEN"} <= {e["name"] for e in container["env"]}
+    bare = pod_of(replace(SPEC, image_pull_secrets=(), env_from_secrets=()))
+    assert "imagePullSecrets" not in bare and "envFrom" not in bare["containers"][0]
+
+
+def test_pods_are_restricted_by_default_and_a_service_account_brings_its_token() -> None:
+    pod = pod_of(SPEC)
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert pod["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+    assert "priorityClassName" not in pod
+    acting = pod_of(replace(SPEC, service_account="trainer", priority_class="gpu-high"))
+    assert acting["serviceAccountName"] == "trainer"
+    assert acting["automountServiceAccountToken"] is True
+    assert acting["priorityClassName"] == "gpu-high"
+    full = mf.job_manifest(
+        replace(SPEC, service_account="trainer", priority_class="gpu-high"), OPTIONS, HOSTNAMES
+    )
+    model = client.V1Job.from_dict(full)  # no misspelt field dropped on the way
+    assert client.ApiClient().sanitize_for_serialization(model) == full
 
 
 def test_a_failed_worker_fails_the_job_but_a_disrupted_one_does_not() -> None:

@@ -118,3 +118,31 @@ def test_the_watcher_reconciles_at_start_deleting_orphans_and_relaunching_admitt
     names = {name for _, name in emulator.objects(JOBS)}
     assert names == {mf.workload_name(admitted.pk, 1)}
     assert not k8s.store.live
+
+
+def test_the_copy_keeps_listed_and_watched_pods_projected(emulator: Any, k8s: Any) -> None:
+    """What the watcher stores, listed or from an event, is cut to projection.POD: the pods'
+    images and environment are not kept."""
+    core = client.CoreV1Api(emulator.api())
+    core.create_namespaced_pod("ns", pod("p1", "5"))
+    watch = ResourceWatch(
+        k8s,
+        "pods",
+        k8s.core.list_pod_for_all_namespaces,
+        changed=threading.Event(),
+        watch_seconds=30,
+    )
+    watch.start()
+    try:
+        wait_for(lambda: watch.lists == 1)
+        core.create_namespaced_pod("ns", pod("p2"))
+        wait_for(lambda: len(k8s.store.items("pods")) == 2)
+        kept = k8s.store.items("pods")
+        assert [p["metadata"] for p in kept] == [
+            {"name": "p1", "namespace": "ns"},
+            {"name": "p2", "namespace": "ns"},
+        ]
+        assert all(p["spec"] == {"containers": [{}]} and "kind" not in p for p in kept)
+    finally:
+        watch.stop()
+    assert k8s.list_raw_pods()["items"] == kept

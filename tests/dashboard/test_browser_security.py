@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.test_browser import sign_in, wait
+from tests.dashboard.test_browser import sign_in, submit_job, text_of, wait
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -45,6 +45,24 @@ def test_the_pages_carry_the_policy(service: Any) -> None:
     assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
 
 
+def test_the_logs_panel_loads_follows_and_switches_worker_without_a_csp_violation(
+    browser: Any, service: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORD_VIOLATIONS})
+    sign_in(browser, service, "alice")
+    job_id = submit_job(browser, service, "browser-logs", duration=600, workers="2")
+    wait(browser, lambda b: "step 2 loss" in text_of(b, "log-lines"), timeout=90)
+    assert "worker 0 of 2" in text_of(browser, "log-lines")
+    Select(browser.find_element(By.ID, "log-worker")).select_by_value("1")
+    wait(browser, lambda b: "worker 1 of 2" in text_of(b, "log-lines"))
+    assert f"/jobs/{job_id}/" in browser.current_url  # swapped in place, no navigation
+    assert browser.execute_script("return window.__csp") == []
+
+
+# Last in this module: it locks this address out of signing in for the module's service.
 def test_repeated_wrong_passwords_lock_the_sign_in_even_for_the_right_one(service: Any) -> None:
     import http.cookiejar
     import re

@@ -92,6 +92,22 @@ BAD_JOBS = [
         "gpuqueue.dev/sim-exit-code=256",
         {"gpuqueue.dev/sim-exit-code": "256"},
     ),
+    bad(
+        "a relative mount path",
+        "volumes",
+        "imagenet:data",
+        [{"claim": "imagenet", "mount_path": "data", "read_only": False}],
+    ),
+    bad("a pull secret with capitals", "image_pull_secrets", "GHCR", ["GHCR"]),
+    bad("an env secret twice", "env_from_secrets", "wandb, wandb", ["wandb", "wandb"]),
+    bad("an unknown priority class", "priority_class", "high", "high"),
+    bad("a service account with '_'", "service_account", "my_sa", "my_sa"),
+    bad("/dev/shm of zero", "shm_mib", "0", 0),
+    Case(
+        "a CPU limit below the request",
+        {"cpu_millicores": "8000", "cpu_limit_millicores": "4000"},
+        {"cpu_millicores": 8000, "cpu_limit_millicores": 4000},
+    ),
     Case(
         "zero workers and no image",
         {"workers": "0", "image": ""},
@@ -143,8 +159,18 @@ def test_the_form_and_the_api_make_the_same_job_of_the_same_input(
     checkpoint grace from settings."""
     typed = {"team": "team-a", "flavor": "h100", "image": "ghcr.io/acme/train:1"}
     typed |= {"command": "python train.py", "env": "SEED=1", "preemptible": "on"}
+    typed |= {"volumes": "imagenet:/data:ro\nscratch:/scratch", "env_from_secrets": "a, b"}
+    typed |= {"memory_mib": "8192", "shm_mib": "1024", "service_account": "trainer"}
     sent = {"team": "team-a", "flavor": "h100", "image": "ghcr.io/acme/train:1"}
     sent |= {"command": ["python", "train.py"], "env": {"SEED": "1"}}
+    sent |= {
+        "volumes": [
+            {"claim": "imagenet", "mount_path": "/data", "read_only": True},
+            {"claim": "scratch", "mount_path": "/scratch"},
+        ],
+        "env_from_secrets": ["a", "b"],
+    }
+    sent |= {"memory_mib": 8192, "shm_mib": 1024, "service_account": "trainer"}
     assert clients["alice"].post("/jobs/new/", typed).status_code == 303
     assert _api(world.alice).post("/api/v1/jobs/", sent, format="json").status_code == 201
     from_form, from_api = (
@@ -152,6 +178,11 @@ def test_the_form_and_the_api_make_the_same_job_of_the_same_input(
         for pk in Job.objects.order_by("pk").values_list("pk", flat=True)
     )
     assert from_form == from_api and from_form["name"] == "train"
+    assert from_form["volumes"][1] == {
+        "claim": "scratch",
+        "mount_path": "/scratch",
+        "read_only": False,
+    }
 
 
 BAD_QUOTAS = [

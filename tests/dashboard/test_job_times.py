@@ -60,3 +60,12 @@ def test_the_job_list_shows_them_without_breaking_names(clients: Any, jobs: Any)
     row = row[: row.index("</tr>")]
     assert '<td class="nowrap">team-a</td>' in row
     assert re.search(r'<td class="nowrap num">\d+\.\d</td>', row)  # GPU-hours once it runs
+
+
+def test_the_job_page_quotes_the_command_and_counts_gpus_in_words(
+    clients: Any, world: Any, nodes: Any, submit: Any
+) -> None:
+    job = submit(world.alice, name="one-gpu", command=["python", "-c", "print('two words')"])
+    page = clients["alice"].get(f"/jobs/{job.pk}/").content.decode()
+    assert "python -c &#x27;print(&#x27;&quot;&#x27;&quot;&#x27;two words" in page
+    assert "= 1 GPU</dd>" in page

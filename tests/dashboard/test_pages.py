@@ -20,6 +20,8 @@ def _url(name: str, world: Any, jobs: Any) -> str:
         "job_a": f"/jobs/{jobs.a_running.pk}/",
         "job_a_pending": f"/jobs/{jobs.a_pending.pk}/",
         "job_b": f"/jobs/{jobs.b_running.pk}/",
+        "logs_a": f"/jobs/{jobs.a_running.pk}/logs/",
+        "logs_b": f"/jobs/{jobs.b_running.pk}/logs/?worker=0",
         "cancel_a": f"/jobs/{jobs.a_pending.pk}/cancel/",
         "queues": "/queues/",
         "cluster": "/cluster/",
@@ -41,6 +43,8 @@ EXPECTED = {
     "job_a": (200, 200, 404, 200),
     "job_a_pending": (200, 200, 404, 200),
     "job_b": (404, 404, 200, 200),
+    "logs_a": (200, 200, 404, 200),
+    "logs_b": (404, 404, 200, 200),
     # alice owns the job, bob administers its team; carol cannot see it.
     "cancel_a": (200, 200, 404, 200),
     "queues": (200, 200, 200, 200),

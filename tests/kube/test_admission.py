@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from gpuqueue.cluster.base import LaunchSpec
 from gpuqueue.cluster.k8s_calls import Caller
 from gpuqueue.cluster.kubernetes import KubernetesBackend
-from gpuqueue.cluster.manifests import ClusterOptions
+from gpuqueue.cluster.manifests import ClusterOptions, job_manifest
 from tests.kube.conftest import DEPLOY, Kube, apply
 
 GUARDED = "team-guarded"
@@ -220,3 +221,95 @@ def test_every_manifest_in_deploy_is_accepted_by_the_api_server(kube: Kube) -> N
     with pytest.raises(utils.FailToCreateError) as failure:
         utils.create_from_dict(kube.api, broken, namespace="gpuqueue", dry_run="All")
     assert failure.value.api_exceptions[0].status == 422
+
+
+WORKLOAD = LaunchSpec(
+    job_id=990002,
+    attempt=1,
+    team="restricted",
+    namespace="restricted-jobs",
+    name="restricted",
+    image="ghcr.io/acme/train:1",
+    command=["python", "train.py"],
+    env={"EPOCHS": "3"},
+    labels={},
+    annotations={},
+    workers=2,
+    gpus_per_worker=4,
+    resource_name="nvidia.com/gpu",
+    placement={"h100-1": 2},
+    checkpoint_grace_seconds=30,
+    max_runtime_seconds=3600,
+    cpu_millicores=16000,
+    memory_mib=65536,
+)
+
+
+def test_a_job_s_pods_pass_pod_security_restricted_with_its_workload_spec(kube: Kube) -> None:
+    """The pods of a gpuqueue Job, as they are by default and with volumes, pull secrets,
+    envFrom, a priority class, a ServiceAccount and limits, sent as server-side dry runs to a
+    namespace that enforces "restricted": the Job and its pod template are admitted."""
+    namespace = WORKLOAD.namespace
+    for create in (
+        lambda: kube.core.create_namespace(
+            {
+                "metadata": {
+                    "name": namespace,
+                    "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+                }
+            }
+        ),
+        lambda: kube.core.create_namespaced_service_account(
+            namespace, {"metadata": {"name": "trainer"}}
+        ),
+        lambda: client.SchedulingV1Api(kube.api).create_priority_class(
+            {"metadata": {"name": "gpu-batch"}, "value": 1000}
+        ),
+    ):
+        refused = refusal(create)
+        assert refused is None or refused.status == 409, refused
+    kube.wait(
+        lambda: any(
+            sa.metadata.name == "default"
+            for sa in kube.core.list_namespaced_service_account(namespace).items
+        )
+    )
+    full = replace(
+        WORKLOAD,
+        cpu_limit_millicores=16000,
+        memory_limit_mib=65536,
+        shm_mib=8192,
+        volumes=(
+            {"claim": "imagenet", "mount_path": "/data", "read_only": True},
+            {"claim": "scratch", "mount_path": "/scratch", "read_only": False},
+        ),
+        image_pull_secrets=("ghcr-pull",),
+        env_from_secrets=("wandb",),
+        priority_class="gpu-batch",
+        service_account="trainer",
+    )
+    hostnames = {"h100-1": "h100-1"}
+    options = ClusterOptions(public_url="http://gpuqueue.test")
+    # The check itself: the same pod as root-capable as a container may be is refused there.
+    loose = job_manifest(WORKLOAD, options, hostnames)["spec"]["template"]
+    loose["spec"].pop("securityContext")
+    loose["spec"]["containers"][0].pop("securityContext")
+    bare = refusal(
+        lambda: kube.core.create_namespaced_pod(
+            namespace, {"metadata": {"name": "loose"}, "spec": loose["spec"]}, dry_run="All"
+        )
+    )
+    assert bare is not None and "violates PodSecurity" in str(bare.body)
+    for spec in (WORKLOAD, full):
+        job = job_manifest(spec, options, hostnames)
+        template = job["spec"]["template"]
+        pod = {"metadata": {"name": "worker", **template["metadata"]}, "spec": template["spec"]}
+        refused = refusal(
+            lambda pod=pod: kube.core.create_namespaced_pod(namespace, pod, dry_run="All")
+        )
+        assert refused is None, refused and refused.body
+        refused = refusal(
+            lambda job=job: kube.batch.create_namespaced_job(namespace, job, dry_run="All")
+        )
+        assert refused is None, refused and refused.body
+    assert kube.batch.list_namespaced_job(namespace).items == []  # dry runs only

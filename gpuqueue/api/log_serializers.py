@@ -1,0 +1,50 @@
+"""The query and the answer of GET /api/v1/jobs/{id}/logs/ (apart from serializers.py, which
+describes the job itself)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from gpuqueue.services.logs import DEFAULT_TAIL, MAX_TAIL
+
+
+class LogQuerySerializer(serializers.Serializer):
+    """?worker=N&tail=LINES&since_seconds=S; `context["job"]` bounds the worker."""
+
+    worker = serializers.IntegerField(default=0, help_text="the worker (completion index)")
+    tail = serializers.IntegerField(
+        default=DEFAULT_TAIL, min_value=1, max_value=MAX_TAIL, help_text="the last lines only"
+    )
+    since_seconds = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=86400,
+        help_text="only lines written this many seconds ago or later (for polling)",
+    )
+
+    def validate_worker(self, value: int) -> int:
+        workers = self.context["job"].workers
+        if not 0 <= value < workers:
+            raise serializers.ValidationError(
+                f"Between 0 and {workers - 1}: the job has {workers} worker"
+                f"{'s' if workers != 1 else ''}."
+            )
+        return value
+
+    def to_internal_value(self, data: Any) -> Any:
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["Unknown parameter."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class JobLogSerializer(serializers.Serializer):
+    job = serializers.IntegerField(source="job_id")
+    worker = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    lines = serializers.ListField(child=serializers.CharField(trim_whitespace=False))
+    truncated = serializers.BooleanField(
+        help_text="the byte limit (1 MiB) cut the answer short: ask for fewer lines"
+    )

@@ -1,0 +1,95 @@
+"""Times and rows for people at a terminal (standard library only): the API's machine times
+become the viewer's local time with how far off it is, and jobs become squeue-like rows."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+
+def parse(value: str | None) -> datetime | None:
+    """An RFC 3339 time of the API (…Z or with an offset); None for none."""
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def span(seconds: float) -> str:
+    """12 s, 4 min, 3 h 05 min, 2 d 4 h."""
+    seconds = abs(int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        hours, minutes = divmod(seconds // 60, 60)
+        return f"{hours} h {minutes:02d} min" if minutes else f"{hours} h"
+    return f"{seconds // 86400} d {(seconds % 86400) // 3600} h"
+
+
+def when(value: str | None, now: datetime) -> str:
+    """'2026-11-24 15:32 CET (in 12 min)' in the viewer's time zone; '' for none."""
+    at = parse(value)
+    if at is None:
+        return ""
+    local = at.astimezone()
+    delta = (at - now).total_seconds()
+    relative = (
+        "now" if abs(delta) < 5 else f"in {span(delta)}" if delta > 0 else f"{span(delta)} ago"
+    )
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname()} ({relative})"
+
+
+def elapsed(job: dict[str, Any], now: datetime) -> str:
+    """How long it has waited (pending) or run (since it started): squeue's TIME."""
+    if job["state"] == "PENDING":
+        start = parse(job.get("submitted_at"))
+    else:
+        start = parse(job.get("started_at")) or parse(job.get("admitted_at"))
+    if start is None:
+        return ""
+    end = parse(job.get("finished_at")) or now
+    return span(max((end - start).total_seconds(), 0))
+
+
+QUEUE_COLUMNS = ("ID", "TEAM", "USER", "STATE", "SHAPE", "TIME", "POS", "START", "NAME", "WHY")
+
+
+def queue_rows(jobs: list[dict[str, Any]], now: datetime) -> list[tuple[str, ...]]:
+    """One row per job: what squeue shows, plus gpuqueue's position, estimated start and reason."""
+    rows = []
+    for job in jobs:
+        position = ""
+        if job["state"] == "PENDING" and job.get("queue_position") is not None:
+            position = f"{job['queue_position']}/{job.get('cluster_position')}"
+        start = parse(job.get("estimated_start")) if job["state"] == "PENDING" else None
+        rows.append(
+            (
+                str(job["id"]),
+                job["team"],
+                job["user"],
+                job["state"],
+                f"{job['workers']}×{job['gpus_per_worker']} {job['flavor']}",
+                elapsed(job, now),
+                position,
+                ""
+                if start is None
+                else f"{start.astimezone():%H:%M}"
+                + (f" +{(start - now).days}d" if start - now >= timedelta(days=1) else ""),
+                job["name"],
+                job.get("pending_reason_text") or "",
+            )
+        )
+    return rows
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]], last_wide: bool = True) -> str:
+    """Columns as wide as their widest cell; the last one is left as long as it is."""
+    widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(len(header))]
+    lines = []
+    for cells in [header, *rows]:
+        padded = [c.ljust(w) for c, w in zip(cells, widths, strict=True)]
+        if last_wide:
+            padded[-1] = cells[-1]
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)

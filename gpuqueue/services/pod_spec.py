@@ -1,0 +1,173 @@
+"""The rules of what a job asks of its pods besides GPUs: CPU, memory and /dev/shm per worker,
+the team's PersistentVolumeClaims, Secrets by name, a priority class and a ServiceAccount.
+
+Names are checked by Kubernetes' syntax (DNS-1123 subdomains) so that the cluster never refuses
+a job gpuqueue accepted; whether a claim or a Secret exists is the cluster's to say, when the
+pods start. gpuqueue never reads a Secret: it passes names on.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.conf import settings
+
+from gpuqueue.models import Flavor
+from gpuqueue.services.validation import FieldErrors
+
+# A worker larger than any machine is a typo, not a request: 1,024 CPUs, 16 TiB.
+MAX_CPU_MILLICORES = 1024 * 1000
+MAX_MEMORY_MIB = 16 * 1024 * 1024
+RESOURCE_BOUNDS: dict[str, tuple[int, int]] = {
+    "cpu_millicores": (0, MAX_CPU_MILLICORES),
+    "cpu_limit_millicores": (1, MAX_CPU_MILLICORES),
+    "memory_mib": (0, MAX_MEMORY_MIB),
+    "memory_limit_mib": (1, MAX_MEMORY_MIB),
+    "shm_mib": (1, MAX_MEMORY_MIB),
+}
+MAX_VOLUMES = 16
+MAX_SECRETS = 16
+MAX_MOUNT_PATH_CHARS = 1024
+VOLUME_KEYS = frozenset({"claim", "mount_path", "read_only"})
+# Paths gpuqueue mounts itself in every worker.
+RESERVED_MOUNTS = ("/dev/shm", "/etc/gpuqueue")
+
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+BAD_NAME = (
+    "{name!r} is not a valid Kubernetes name: lowercase letters, digits, '-' and '.', starting "
+    "and ending with a letter or digit, at most 253 characters."
+)
+
+
+def name_errors(name: str) -> list[str]:
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+        return [BAD_NAME.format(name=name[:80])]
+    return []
+
+
+def secret_names_errors(names: Sequence[str]) -> list[str]:
+    errors: list[str] = []
+    if len(names) > MAX_SECRETS:
+        errors.append(f"At most {MAX_SECRETS} Secrets; got {len(names)}.")
+    for name in names:
+        errors += name_errors(name)
+    if len(set(names)) != len(names):
+        errors.append("Each Secret at most once.")
+    return errors
+
+
+def mount_path_errors(path: str) -> list[str]:
+    if len(path) > MAX_MOUNT_PATH_CHARS:
+        return [f"Mount path longer than {MAX_MOUNT_PATH_CHARS} characters."]
+    if not path.startswith("/") or posixpath.normpath(path) != path or path == "/":
+        return [
+            f"Mount path {path[:80]!r} must be an absolute, normalized path other than / "
+            "(no '..', '.', '//' or trailing '/')."
+        ]
+    for reserved in RESERVED_MOUNTS:
+        if path == reserved or path.startswith(reserved + "/"):
+            return [f"Mount path {path} is under {reserved}, which gpuqueue mounts itself."]
+    if ":" in path:
+        return [f"Mount path {path[:80]!r} contains ':'."]
+    return []
+
+
+def volume_errors(volumes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Existing claims of the team's namespace, each at its own absolute path."""
+    errors: list[str] = []
+    if len(volumes) > MAX_VOLUMES:
+        errors.append(f"At most {MAX_VOLUMES} volumes; got {len(volumes)}.")
+    paths: list[str] = []
+    for number, volume in enumerate(volumes, 1):
+        unknown = sorted(set(volume) - VOLUME_KEYS)
+        if unknown:
+            errors.append(f"Volume {number}: unknown keys {', '.join(unknown)}.")
+        missing = [key for key in ("claim", "mount_path") if not volume.get(key)]
+        if missing:
+            errors.append(f"Volume {number}: {' and '.join(missing)} required.")
+            continue
+        errors += [f"Volume {number}: {e}" for e in name_errors(volume["claim"])]
+        errors += [f"Volume {number}: {e}" for e in mount_path_errors(volume["mount_path"])]
+        paths.append(volume["mount_path"])
+    if len(set(paths)) != len(paths):
+        errors.append("Each mount path at most once.")
+    return errors
+
+
+def priority_class_errors(name: str) -> list[str]:
+    allowed = settings.GPUQUEUE_PRIORITY_CLASSES
+    if name in allowed:
+        return []
+    if not allowed:
+        return [f"Unknown priority class {name[:80]!r}: this gpuqueue allows none."]
+    return [f"Unknown priority class {name[:80]!r}; allowed: {', '.join(allowed)}."]
+
+
+def service_account_errors(name: str) -> list[str]:
+    return name_errors(name) if name else []
+
+
+def resources(job: Mapping[str, Any], flavor: Flavor) -> tuple[dict[str, Any], FieldErrors]:
+    """The worker's CPU, memory and /dev/shm with the flavor's defaults filled in, and what is
+    wrong with them as a whole.
+
+    1. A request left out is the flavor's per-GPU value times the worker's GPUs, capped by the
+       flavor's maximum per worker (an admin's defaults never refuse a job by themselves).
+    2. Requests and limits asked for are within the flavor's maximum.
+    3. A limit is at least its request; /dev/shm, which lives in the worker's memory, fits the
+       memory limit.
+    """
+    gpus = job["gpus_per_worker"]
+    max_cpu, max_memory = flavor.max_cpu_millicores_per_worker, flavor.max_memory_mib_per_worker
+    values: dict[str, Any] = {}
+    errors: FieldErrors = {}
+
+    def default(per_gpu: int, most: int | None) -> int:
+        return per_gpu * gpus if most is None else min(per_gpu * gpus, most)
+
+    # 1.
+    values["cpu_millicores"] = job.get("cpu_millicores")
+    if values["cpu_millicores"] is None:
+        values["cpu_millicores"] = default(flavor.cpu_millicores_per_gpu, max_cpu)
+    values["memory_mib"] = job.get("memory_mib")
+    if values["memory_mib"] is None:
+        values["memory_mib"] = default(flavor.memory_mib_per_gpu, max_memory)
+    for field in ("cpu_limit_millicores", "memory_limit_mib", "shm_mib"):
+        values[field] = job.get(field)
+    # 2.
+    for field, most, unit in (
+        ("cpu_millicores", max_cpu, "millicores"),
+        ("cpu_limit_millicores", max_cpu, "millicores"),
+        ("memory_mib", max_memory, "MiB"),
+        ("memory_limit_mib", max_memory, "MiB"),
+    ):
+        asked = job.get(field)
+        if most is not None and asked is not None and asked > most:
+            errors[field] = [
+                f"{asked} {unit} per worker is more than flavor {flavor.name} allows: at most "
+                f"{most}."
+            ]
+    # 3.
+    cpu_limit = values["cpu_limit_millicores"]
+    if cpu_limit is not None and cpu_limit < values["cpu_millicores"]:
+        errors.setdefault("cpu_limit_millicores", []).append(
+            f"The CPU limit ({cpu_limit} millicores) is below the request "
+            f"({values['cpu_millicores']})."
+        )
+    memory_limit = values["memory_limit_mib"]
+    if memory_limit is not None and memory_limit < values["memory_mib"]:
+        errors.setdefault("memory_limit_mib", []).append(
+            f"The memory limit ({memory_limit} MiB) is below the request ({values['memory_mib']})."
+        )
+    memory = values["memory_mib"] if memory_limit is None else memory_limit
+    shm = values["shm_mib"]
+    if shm is not None and memory and shm > memory:
+        errors["shm_mib"] = [
+            f"/dev/shm of {shm} MiB does not fit the worker's memory of {memory} MiB."
+        ]
+    return values, errors

@@ -1,0 +1,91 @@
+"""`gpuqueue queue`: the squeue of gpuqueue, and times a person reads."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from gpuqueue.client import humane
+from gpuqueue.client.cli import main
+from gpuqueue.core.states import JobState
+from gpuqueue.models import Job
+
+
+@pytest.fixture
+def cli(
+    live_server: Any, tokens: dict[str, str], nodes: Any, monkeypatch: Any, tmp_path: Path
+) -> Any:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+    def run(*argv: str, persona: str = "alice") -> int:
+        return main(["--url", live_server.url, "--token", tokens[persona], *argv])
+
+    return run
+
+
+def test_queue_shows_active_jobs_running_first_then_by_position(
+    cli: Any, submit: Any, capsys: Any
+) -> None:
+    running = submit(name="running-one")
+    later = submit(name="second-in-line")
+    first = submit(name="first-in-line", workers=2, gpus_per_worker=4)
+    done = submit(name="finished-one")
+    now = timezone.now()
+    Job.objects.filter(pk=running.pk).update(
+        state=JobState.RUNNING,
+        admitted_at=now - timedelta(minutes=30),
+        started_at=now - timedelta(minutes=25),
+    )
+    Job.objects.filter(pk=first.pk).update(
+        queue_position=1,
+        cluster_position=1,
+        estimated_start=now + timedelta(minutes=40),
+        pending_reason={
+            "code": "no_capacity",
+            "numbers": {
+                "flavor": "h100",
+                "workers": 2,
+                "gpus_per_worker": 4,
+                "workers_fit": 1,
+                "free": 4,
+            },
+        },
+    )
+    Job.objects.filter(pk=later.pk).update(queue_position=2, cluster_position=2)
+    Job.objects.filter(pk=done.pk).update(state=JobState.SUCCEEDED, finished_at=now)
+    assert cli("queue") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == list(humane.QUEUE_COLUMNS)
+    at = lines[0].index("NAME")  # columns are padded to the header's offsets
+    names = [line[at:].split()[0] for line in lines[1:]]
+    assert names == ["running-one", "first-in-line", "second-in-line"]  # no finished job
+    assert "25 min" in lines[1]  # running for
+    assert "1/1" in lines[2] and "2×4 h100" in lines[2] and "1 of 2 workers fit" in lines[2]
+    assert cli("--json", "queue", "--state", "RUNNING") == 0
+    assert [j["name"] for j in json.loads(capsys.readouterr().out)] == ["running-one"]
+
+
+def test_status_gives_the_estimated_start_in_local_time_and_quotes_the_command(
+    cli: Any, submit: Any, capsys: Any
+) -> None:
+    job = submit(name="quoted", command=["python", "-c", "print('two words')"])
+    Job.objects.filter(pk=job.pk).update(estimated_start=timezone.now() + timedelta(hours=2))
+    assert cli("status", str(job.pk)) == 0
+    out = capsys.readouterr().out
+    assert "command: python -c 'print('\"'\"'two words'\"'\"')'" in out
+    assert "(in 2 h" in out or "(in 1 h 59 min)" in out
+    # Not an ISO string: the viewer's local time and how far off it is.
+    assert re.search(r"estimated start: \d{4}-\d\d-\d\d \d\d:\d\d \w+ \(in ", out)
+
+
+def test_when_is_local_and_relative() -> None:
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    assert humane.when("2026-11-24T12:12:00Z", now).endswith("(in 12 min)")
+    assert humane.when("2026-11-24T09:55:00+00:00", now).endswith("(2 h 05 min ago)")
+    assert humane.when(None, now) == ""
