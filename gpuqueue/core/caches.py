@@ -60,8 +60,11 @@ class Kept(Generic[K, V]):
 
     Entries are replaced, never changed in place, so threads of one process may share it."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_entries: int | None = MAX_ENTRIES) -> None:
+        """max_entries: past this the cache starts over; None for a cache whose owner prunes
+        it itself (`keep_only`)."""
         self._entries: dict[K, tuple[Hashable, float, V]] = {}
+        self.max_entries = max_entries
         _all.append(self)
 
     def get(self, key: K, version: Hashable | None) -> V | None:
@@ -81,7 +84,7 @@ class Kept(Generic[K, V]):
         """Keep `value`, read under `version` (which must have been read before the value)."""
         if value is None or version is None or not enabled():
             return
-        if len(self._entries) >= MAX_ENTRIES:
+        if self.max_entries is not None and len(self._entries) >= self.max_entries:
             self._entries = {}
         self._entries[key] = (version, time.monotonic(), value)
 

@@ -203,7 +203,11 @@ class PendingRows:
 
     def __init__(self) -> None:
         # id -> the job and what the cycle last wrote on it
-        self._kept: caches.Kept[int, tuple[m.PendingJob, StoredPending]] = caches.Kept()
+        # One entry per pending job, pruned to the jobs still pending at every read: no cap
+        # (a cap below the queue's length would empty it on every cycle).
+        self._kept: caches.Kept[int, tuple[m.PendingJob, StoredPending]] = caches.Kept(
+            max_entries=None
+        )
 
     def read(self, cursor: Any, now: datetime) -> list[tuple[m.PendingJob, StoredPending]]:
         """Every pending job due at `now`, in id order, with what the cycle last wrote on it.

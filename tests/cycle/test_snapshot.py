@@ -163,6 +163,29 @@ def test_unchanged_pending_rows_are_not_read_again(world: Any, submit: Any) -> N
     assert _load_both(now)[0] == snapshot
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_queue_longer_than_a_caches_cap_is_kept_whole(world: Any, submit: Any) -> None:
+    """Every pending row is kept, however long the queue: a cap below its length would empty
+    the kept rows on each load and read all of them whole every cycle."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gpuqueue.core import caches
+
+    template = submit()
+    Job.objects.bulk_create(
+        [
+            Job(team=template.team, user=template.user, flavor=template.flavor, name=f"j{i}")
+            for i in range(caches.MAX_ENTRIES + 10)
+        ]
+    )
+    now = timezone.now()
+    assert len(load_snapshot(now).pending) == caches.MAX_ENTRIES + 11
+    with CaptureQueriesContext(connection) as queries:
+        load_snapshot(now)
+    assert _whole_reads(queries) == []
+
+
 def test_rows_written_by_the_reading_transaction_are_not_kept(world: Any, submit: Any) -> None:
     """The test's own transaction wrote these rows: it could write them again under the same
     row version, so every load reads them whole."""
