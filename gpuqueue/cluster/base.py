@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -130,6 +131,23 @@ class ClusterBackend(abc.ABC):
         """Start the job's gang on its planned nodes; already started is success. Returns the
         token the workload acknowledges its checkpoint with, when the backend hands it one
         (the caller keeps its hash), else None."""
+
+    def launch_all(self, specs: Sequence[LaunchSpec]) -> list[str | None | Exception]:
+        """`launch` for each spec, up to `launch_concurrency` at once; one outcome per spec,
+        in order: its token, None, or the exception its launch raised (one job's bad launch
+        must not stop the rest). A backend that can start many workloads in one request
+        overrides this."""
+
+        def one(spec: LaunchSpec) -> str | None | Exception:
+            try:
+                return self.launch(spec)
+            except Exception as exc:  # noqa: BLE001 - returned to the caller, per job
+                return exc
+
+        if self.launch_concurrency > 1 and len(specs) > 1:
+            with ThreadPoolExecutor(max_workers=self.launch_concurrency) as pool:
+                return list(pool.map(one, specs))
+        return [one(spec) for spec in specs]
 
     @abc.abstractmethod
     def request_checkpoint(self, job_id: int, attempt: int, deadline: datetime) -> None:

@@ -11,7 +11,7 @@ resumed attempt only runs what was left.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -106,9 +106,31 @@ class SimulatedBackend(ClusterBackend):
         return list(self._nodes_cache[1])
 
     def launch(self, spec: LaunchSpec) -> str | None:
+        outcome = self.launch_all([spec])[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def launch_all(self, specs: Sequence[LaunchSpec]) -> list[str | None | Exception]:
+        """Every workload in one INSERT; one already there (a launch retried) is left as it
+        is. The simulated workload acknowledges checkpoints itself: no token."""
         from gpuqueue.models import SimulatedWorkload
 
         now = self.clock()
+        outcomes: list[str | None | Exception] = []
+        rows = []
+        for spec in specs:
+            try:
+                rows.append(self._workload(spec, now))
+                outcomes.append(None)
+            except Exception as exc:  # noqa: BLE001 - this job fails, the others launch
+                outcomes.append(exc)
+        SimulatedWorkload.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
+        return outcomes
+
+    def _workload(self, spec: LaunchSpec, now: datetime) -> Any:
+        from gpuqueue.models import SimulatedWorkload
+
         duration = _annotation_float(
             spec.annotations, DURATION_ANNOTATION, DEFAULT_DURATION_SECONDS
         )
@@ -119,19 +141,16 @@ class SimulatedBackend(ClusterBackend):
             remaining = float(spec.max_runtime_seconds)
             exit_code = exit_code or 124  # killed at its deadline, like activeDeadlineSeconds
         ready_at = now + self.startup
-        SimulatedWorkload.objects.get_or_create(
+        return SimulatedWorkload(
             job_id=spec.job_id,
             attempt=spec.attempt,
-            defaults={
-                "placement": dict(spec.placement),
-                "created_at": now,
-                "ready_at": ready_at,
-                "ends_at": ready_at + timedelta(seconds=remaining),
-                "exit_code": exit_code,
-                "env": {"prior_progress": duration - remaining, **dict(spec.env)},
-            },
+            placement=dict(spec.placement),
+            created_at=now,
+            ready_at=ready_at,
+            ends_at=ready_at + timedelta(seconds=remaining),
+            exit_code=exit_code,
+            env={"prior_progress": duration - remaining, **dict(spec.env)},
         )
-        return None  # the simulated workload acknowledges checkpoints itself, without a token
 
     def request_checkpoint(self, job_id: int, attempt: int, deadline: datetime) -> None:
         from gpuqueue.models import SimulatedWorkload

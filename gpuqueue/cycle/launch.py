@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 
 from django.db import transaction
 from django.utils import timezone
@@ -80,7 +79,8 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
     """Launch each admitted job.
 
     1. Read the jobs and build their launch specs (this thread: the database).
-    2. Call the backend, up to its `launch_concurrency` at once (backend calls only).
+    2. Call the backend (`ClusterBackend.launch_all`: in bulk where it can, else up to its
+       `launch_concurrency` at once).
     3. Keep the hash of each token the workloads were given, in one bulk update, so the API
        accepts it; fail each job whose manifest the cluster refused, or whose launch raised
        anything else, with the error. A transient failure leaves the job ADMITTED for the next
@@ -94,17 +94,7 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
     specs = [launch_spec(job) for job in jobs]
 
     # 2.
-    def launch(spec: LaunchSpec) -> str | Exception | None:
-        try:
-            return backend.launch(spec)
-        except Exception as exc:  # noqa: BLE001 - one job's bad launch must not stop the rest
-            return exc
-
-    if backend.launch_concurrency > 1 and len(specs) > 1:
-        with ThreadPoolExecutor(max_workers=backend.launch_concurrency) as pool:
-            outcomes = list(pool.map(launch, specs))
-    else:
-        outcomes = [launch(spec) for spec in specs]
+    outcomes = backend.launch_all(specs)
     # 3.
     with_token = []
     for job, outcome in zip(jobs, outcomes, strict=True):

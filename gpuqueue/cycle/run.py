@@ -26,7 +26,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from gpuqueue import scheduler
@@ -39,6 +38,7 @@ from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_se
 from gpuqueue.models import Job
 from gpuqueue.scheduler import model as m
 from gpuqueue.scheduler.runtime import paused_gc
+from gpuqueue.services.admissions import Admitted, admit_all
 from gpuqueue.services.fair_shares import store_fair_shares
 from gpuqueue.services.pending import update_estimated_starts, update_pending_rows
 from gpuqueue.services.share_balance import advance_balances, load_balances, store_balances
@@ -120,28 +120,16 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
 
 
 def _persist_admissions(plan: m.Plan, now: datetime) -> list[int]:
-    admitted = []
-    for admission in plan.admissions:
-        placement = {node: workers for node, workers in admission.placement}
-        # The snapshot saw it PENDING; a job moved since (cancelled) is skipped.
-        moved = transition(
-            Job(pk=admission.job_id, state=JobState.PENDING),
-            JobState.ADMITTED,
-            reason="borrowing idle GPUs" if admission.borrowed else "within fair share",
-            actor=ACTOR,
-            details={"placement": placement, "borrowed": admission.borrowed},
-            admitted_at=now,
-            placement=placement,
-            attempts=F("attempts") + 1,
-            pending_reason=None,
-            queue_position=None,
-            cluster_position=None,
-            estimated_start=None,
-            started_at=None,
-        )
-        if moved:
-            admitted.append(admission.job_id)
-    return admitted
+    """In bulk (gpuqueue.services.admissions); a job moved since the snapshot (cancelled) is
+    skipped."""
+    return admit_all(
+        [
+            Admitted(a.job_id, {node: workers for node, workers in a.placement}, a.borrowed)
+            for a in plan.admissions
+        ],
+        now,
+        ACTOR,
+    )
 
 
 def _persist_preemptions(plan: m.Plan, now: datetime) -> list[tuple[int, int, datetime]]:

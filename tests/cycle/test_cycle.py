@@ -113,7 +113,7 @@ def test_an_admitted_job_lost_before_launch_is_launched_by_the_next_sync(
     job = submit()
 
     class CrashingBackend(type(backend)):  # type: ignore[misc]
-        def launch(self, spec: Any) -> None:
+        def launch_all(self, specs: Any) -> Any:
             raise SystemExit("worker killed")
 
     crashing = CrashingBackend(backend.cluster_file, startup_seconds=0, checkpoint_seconds=0)
