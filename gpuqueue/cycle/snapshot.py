@@ -156,10 +156,10 @@ def _due(quote: Any) -> str:
 
 
 @cache
-def _pending_sql() -> str:
-    """The pending jobs due at the second `%s` with ids in the third, with what the cycle last
-    wrote on them and their row version (in no order: `PendingRows` orders them by the
-    versions' query). It repeats the versions' condition on `not_before`: a row that began
+def _pending_sql(by_id: bool = True) -> str:
+    """The pending jobs due at the last `%s` (`by_id`: with ids in the first), with what the
+    cycle last wrote on them and their row version (in no order: `PendingRows` orders them by
+    the versions' query). It repeats the versions' condition on `not_before`: a row that began
     backing off between the two reads is left out like one that is no longer pending."""
     quote, jobs, teams, flavors = _sql_names()
     j = f"{quote('j')}."
@@ -171,7 +171,15 @@ def _pending_sql() -> str:
         f"{j}{quote('pending_reason')}::text, {j}{quote('queue_position')}, "
         f"{j}{quote('cluster_position')}, {j}{quote('xmin')}::text "
         f"FROM {jobs} {teams} {flavors} "
-        f"WHERE {j}{quote('state')} = %s AND {_due(quote)} AND {j}{quote('id')} = ANY(%s)"
+        # The ids as rows to join (by the primary key), not `id = ANY(…)`: PostgreSQL may check
+        # that filter row by row against the whole list.
+        + (
+            f"JOIN unnest(%s::bigint[]) AS {quote('s')}({quote('id')}) "
+            f"ON {quote('s')}.{quote('id')} = {j}{quote('id')} "
+            if by_id
+            else ""
+        )
+        + f"WHERE {j}{quote('state')} = %s AND {_due(quote)}"
     )
 
 
@@ -219,9 +227,15 @@ class PendingRows:
         stale = [job_id for job_id, kept in held.items() if kept is None]
         fresh: dict[int, tuple[tuple[str, str, str], m.PendingJob, StoredPending]] = {}
         if stale:
-            cursor.execute(_pending_sql(), [JobState.PENDING.value, now, stale])
+            # Most rows stale (a cold start, a cycle that wrote every reason): all of them.
+            by_id = len(stale) * 2 <= len(versions)
+            wanted = set(stale)
+            params = [*([stale] if by_id else []), JobState.PENDING.value, now]
+            cursor.execute(_pending_sql(by_id), params)
             decoded: dict[str | None, Any] = {None: None}
             for row in cursor.fetchall():
+                if row[0] not in wanted:
+                    continue  # kept, and current
                 job, reason, queue_position, cluster_position, xmin = _pending(row)
                 if reason not in decoded:
                     decoded[reason] = json.loads(reason)

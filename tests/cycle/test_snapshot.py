@@ -118,8 +118,8 @@ def test_jobs_reach_the_engine_with_their_times_placements_and_stored_reasons(
 
 
 def _whole_reads(queries: Any) -> list[str]:
-    """The statements that read pending rows whole (by id)."""
-    return [q["sql"] for q in queries.captured_queries if '"id" = ANY(' in q["sql"]]
+    """The statements that read pending rows whole (only they read the stored reason)."""
+    return [q["sql"] for q in queries.captured_queries if '"pending_reason"::text' in q["sql"]]
 
 
 def _load_both(now: Any) -> tuple[m.Snapshot, dict[int, StoredPending]]:
@@ -161,6 +161,28 @@ def test_unchanged_pending_rows_are_not_read_again(world: Any, submit: Any) -> N
     assert by_id[jobs[1].pk].priority == 7 and by_id[jobs[3].pk].team == "team-b2"
     assert stored[jobs[1].pk] == (REASON, 4, None)
     assert _load_both(now)[0] == snapshot
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_few_changed_rows_are_read_by_id_and_most_changed_rows_all_at_once(
+    world: Any, submit: Any
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    now = timezone.now()
+    jobs = [submit() for _ in range(6)]
+    load_snapshot(now)
+    Job.objects.filter(pk=jobs[2].pk).update(priority=5)
+    with CaptureQueriesContext(connection) as queries:
+        few, _ = _load_both(now)
+    assert [q for q in _whole_reads(queries) if "unnest(" in q]  # by id: one row changed
+    assert {j.id: j.priority for j in few.pending}[jobs[2].pk] == 5
+    Job.objects.filter(pk__in=[j.pk for j in jobs[:5]]).update(priority=7)
+    with CaptureQueriesContext(connection) as queries:
+        most, _ = _load_both(now)
+    assert _whole_reads(queries) and not [q for q in _whole_reads(queries) if "unnest(" in q]
+    assert [j.priority for j in most.pending] == [7, 7, 7, 7, 7, 0]
 
 
 @pytest.mark.django_db(transaction=True)
