@@ -34,9 +34,15 @@ MODELS = {
 }
 
 
+def kustomize_files(pattern: str) -> list[Path]:
+    """deploy/'s kustomize manifests (the Helm chart's templates are tested from its render:
+    tests/kube/test_helm_chart.py)."""
+    return sorted(p for p in DEPLOY.rglob(pattern) if "helm" not in p.relative_to(DEPLOY).parts)
+
+
 def documents() -> list[dict[str, Any]]:
     docs = []
-    for path in sorted(DEPLOY.rglob("*.yaml")):
+    for path in kustomize_files("*.yaml"):
         if path.name == "kustomization.yaml":
             continue
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
@@ -181,7 +187,7 @@ def test_only_the_processes_that_call_kubernetes_get_a_token() -> None:
         assert spec.get("automountServiceAccountToken", True) is calls_api
 
 
-@pytest.mark.parametrize("path", sorted(DEPLOY.rglob("*.json")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", kustomize_files("*.json"), ids=lambda p: p.name)
 def test_the_grafana_dashboard_charts_only_metrics_gpuqueue_exports(path: Path) -> None:
     dashboard = json.loads(path.read_text())
     exported = (ROOT / "gpuqueue" / "ops" / "metrics.py").read_text()
