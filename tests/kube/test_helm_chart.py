@@ -13,6 +13,7 @@ from kubernetes import client, utils
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from tests.kube import openapi
 from tests.kube.conftest import DEPLOY, Kube
 from tests.kube.controlplane import KUBE_VERSION, Unavailable
 from tests.kube.helm import (
@@ -75,6 +76,25 @@ def test_the_chart_installs_on_kubernetes_1_30_and_later_only() -> None:
     assert kinds(render(TEAMS, kube_version=MINIMUM_KUBERNETES)) == kinds(render(TEAMS))
     older = helm("template", "x", str(CHART), "--kube-version", "v1.29.9", check=False)
     assert older.returncode != 0 and "kubeVersion: >=1.30.0-0" in older.stderr
+
+
+@pytest.mark.parametrize("version", [MINIMUM_KUBERNETES, NEWEST_KUBERNETES])
+def test_every_object_is_valid_for_the_oldest_and_newest_kubernetes(version: str) -> None:
+    """Strictly, against Kubernetes' own OpenAPI schemas of that release (no field it does not
+    declare); the newest is also applied to a real API server below."""
+    try:
+        objects = render(TEAMS, kube_version=version)
+        found = {
+            f"{o['kind']}/{o['metadata']['name']}": openapi.errors(o, version) for o in objects
+        }
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    assert {name: problems for name, problems in found.items() if problems} == {}
+    # The check does judge: a misspelt field and a wrong type are errors.
+    (web,) = [o for o in objects if o["kind"] == "Deployment" and "web" in o["metadata"]["name"]]
+    wrong = {**web, "spec": {**web["spec"], "replicaz": 2, "replicas": "two"}}
+    problems = " ".join(openapi.errors(wrong, version))
+    assert "replicaz" in problems and "'two' is not of type 'integer'" in problems
 
 
 def test_the_migration_is_a_hook_run_once_before_install_and_upgrade() -> None:
