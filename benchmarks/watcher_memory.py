@@ -34,20 +34,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from kube_scale import calibration  # noqa: E402
+
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 GPUS_PER_NODE = 8
 NAMESPACES = ("bench-a", "bench-b")
 REPLICAS = 250  # pods per Deployment, at most
-
-
-def calibration() -> float:
-    """Seconds for sum(range(10**6)), best of 5: how fast this machine runs Python."""
-    best = float("inf")
-    for _ in range(5):
-        started = time.perf_counter()
-        sum(range(10**6))
-        best = min(best, time.perf_counter() - started)
-    return best
 
 
 def deployment(name: str, replicas: int, gpus: int) -> dict[str, Any]:

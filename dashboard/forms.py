@@ -13,6 +13,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from gpuqueue.client.volumes import parse_volume
 from gpuqueue.core.errors import Forbidden, Refused
 from gpuqueue.models import Flavor, Quota
 from gpuqueue.services import job_spec
@@ -134,15 +135,6 @@ class MappingField(forms.CharField):
             return parse_mapping(text)
         except ValueError as exc:
             raise ValidationError(str(exc), code="invalid") from None
-
-
-def parse_volume(text: str) -> dict[str, Any]:
-    """CLAIM:PATH or CLAIM:PATH:ro, as the CLI's --volume."""
-    claim, _, rest = text.partition(":")
-    path, _, mode = rest.partition(":")
-    if not claim or not path or mode not in ("", "ro", "rw"):
-        raise ValueError(f"{text!r}: write CLAIM:PATH or CLAIM:PATH:ro.")
-    return {"claim": claim, "mount_path": path, "read_only": mode == "ro"}
 
 
 class VolumesField(forms.CharField):

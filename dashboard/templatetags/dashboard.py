@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from dashboard import job_times
 from dashboard.joblist import active_counts
+from gpuqueue.client.humane import span as _span  # the CLI's words for a time span
 from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
@@ -49,18 +50,6 @@ def reason_text(job: Job) -> str:
     if job.state != JobState.PENDING:
         return ""
     return describe_reason(job.pending_reason)
-
-
-def _span(seconds: float) -> str:
-    seconds = abs(int(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    if seconds < 86400:
-        hours, minutes = divmod(seconds // 60, 60)
-        return f"{hours} h {minutes:02d} min" if minutes else f"{hours} h"
-    return f"{seconds // 86400} d {(seconds % 86400) // 3600} h"
 
 
 @register.filter

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpuqueue.client import humane
 from gpuqueue.client.api import ApiError, Client, save_config
+from gpuqueue.client.volumes import parse_volume
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -149,14 +150,6 @@ def _client(args: argparse.Namespace) -> Client:
     return Client(url=args.url, token=args.token)
 
 
-def _volume(text: str) -> dict[str, Any]:
-    claim, _, rest = text.partition(":")
-    path, _, mode = rest.partition(":")
-    if not claim or not path or mode not in ("", "ro", "rw"):
-        raise ValueError(f"--volume {text!r}: expected CLAIM:PATH or CLAIM:PATH:ro")
-    return {"claim": claim, "mount_path": path, "read_only": mode == "ro"}
-
-
 def _pairs(items: list[str], what: str) -> dict[str, str]:
     out = {}
     for item in items:
@@ -209,7 +202,7 @@ def job_spec(args: argparse.Namespace) -> dict[str, Any]:
         if items:
             spec[key] = {**spec.get(key, {}), **_pairs(items, what)}
     if args.volume:
-        spec["volumes"] = [*spec.get("volumes", []), *map(_volume, args.volume)]
+        spec["volumes"] = [*spec.get("volumes", []), *map(parse_volume, args.volume)]
     for key, names in (
         ("image_pull_secrets", args.image_pull_secret),
         ("env_from_secrets", args.env_from_secret),
