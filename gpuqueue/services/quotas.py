@@ -144,8 +144,9 @@ def set_quota(
                 fields={
                     "guarantee": [
                         f"Guarantees of {flavor.name} would total {total} GPUs (others {others}, "
-                        f"this {guarantee}) against a capacity of {capacity}; set oversubscribe "
-                        "to allow it."
+                        f"this {guarantee}) against a capacity of {capacity}; to keep it, allow "
+                        "guarantees beyond capacity (`oversubscribe` in the API): then not every "
+                        "guarantee can be honoured at once."
                     ]
                 },
                 code="over_capacity",

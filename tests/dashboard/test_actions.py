@@ -157,6 +157,8 @@ def test_a_refused_quota_edit_answers_422_with_the_numbers(
         **HX,
     )
     assert over.status_code == 422 and "against a capacity of" in over.content.decode()
+    # The way out is named as the form names it.
+    assert "allow guarantees beyond capacity" in over.content.decode().split("against")[1]
     assert Quota.objects.get(team=world.team_a, flavor=world.h100).guarantee == 8
 
 
