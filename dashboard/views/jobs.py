@@ -213,10 +213,19 @@ def submit(request: HttpRequest) -> HttpResponse:
 def submit_curl(request: HttpRequest) -> HttpResponse:
     """The equivalent API request for the form as typed so far (htmx, on every change)."""
     form = SubmitForm(data=request.GET, user=request.user)
+    body = form.payload()
+    # What the API would refuse in it, at the same fields (nothing is written).
+    form.is_valid()  # the fields read alone, then the rules on the rest, as a submit would
+    form.validated_submission()
+    refused = form.errors
     return render(
         request,
         "dashboard/partials/_curl.html",
         {
-            "curl": curl_command(request.build_absolute_uri("/"), form.payload()),
+            "curl": curl_command(request.build_absolute_uri("/"), body),
+            "refused": [
+                (form[name].label if name in form.fields else name, messages)
+                for name, messages in refused.items()
+            ],
         },
     )

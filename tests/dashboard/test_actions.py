@@ -86,6 +86,21 @@ def test_presets_and_the_curl_to_copy(clients: Any, nodes: Any) -> None:
     assert "curl -X POST" in body and "/api/v1/jobs/" in body and "&quot;workers&quot;: 4" in body
     curl = clients["alice"].get("/jobs/new/curl/", {**_job_form(workers="3")}, **HX)
     assert curl.status_code == 200 and "&quot;workers&quot;: 3" in curl.content.decode()
+    assert 'id="curl-refused"' not in curl.content.decode()
+
+
+def test_the_curl_shows_what_was_typed_and_marks_what_the_api_would_refuse(
+    clients: Any, nodes: Any
+) -> None:
+    before = Job.objects.count()
+    typed = {**_job_form(workers="0"), "gpus_per_worker": "many"}
+    page = clients["alice"].get("/jobs/new/curl/", typed, **HX).content.decode()
+    assert (
+        "&quot;workers&quot;: 0" in page and "&quot;gpus_per_worker&quot;: &quot;many&quot;" in page
+    )
+    refused = page[page.index('id="curl-refused"') :]
+    assert "would refuse" in refused and "Workers" in refused and "GPUs per worker" in refused
+    assert Job.objects.count() == before
 
 
 def test_cancel_by_owner_team_admin_and_refusals(clients: Any, jobs: Any) -> None:
