@@ -30,7 +30,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from django.conf import settings
@@ -75,6 +75,33 @@ class Kept(Generic[K, V]):
         if hit[0] != version or time.monotonic() - hit[1] > MAX_AGE_SECONDS:
             return None
         return hit[2]
+
+    def get_many(self, versions: Mapping[K, Hashable]) -> dict[K, V | None]:
+        """`get` for each key and the version it is read under now: one look at the settings
+        and the clock for all (a cycle asks for tens of thousands of pending rows)."""
+        if not enabled():
+            return dict.fromkeys(versions)
+        oldest = time.monotonic() - MAX_AGE_SECONDS
+        entries = self._entries
+        out: dict[K, V | None] = {}
+        for key, version in versions.items():
+            hit = entries.get(key)
+            if hit is not None and version is not None and hit[0] == version and hit[1] >= oldest:
+                out[key] = hit[2]
+            else:
+                out[key] = None
+        return out
+
+    def put_many(self, values: Mapping[K, tuple[Hashable, V]]) -> None:
+        """`put` for each key: (the version it was read under, the value)."""
+        if not enabled():
+            return
+        now = time.monotonic()
+        if self.max_entries is not None and len(self._entries) + len(values) > self.max_entries:
+            self._entries = {}
+        for key, (version, value) in values.items():
+            if version is not None and value is not None:
+                self._entries[key] = (version, now, value)
 
     def holds(self, key: K) -> bool:
         """Something is kept for `key`, current or not."""

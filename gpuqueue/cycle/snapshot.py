@@ -223,7 +223,7 @@ class PendingRows:
         its time comes.)"""
         cursor.execute(_pending_versions_sql(), [JobState.PENDING.value, now])
         versions = {row[0]: tuple(row[1:]) for row in cursor.fetchall()}  # id: (xmin, team, flavor)
-        held = {job_id: self._kept.get(job_id, version) for job_id, version in versions.items()}
+        held = self._kept.get_many(versions)
         stale = [job_id for job_id, kept in held.items() if kept is None]
         fresh: dict[int, tuple[tuple[str, str, str], m.PendingJob, StoredPending]] = {}
         if stale:
@@ -243,8 +243,9 @@ class PendingRows:
                 fresh[job.id] = ((xmin, job.team, job.flavor), job, shown)
         cursor.execute("SELECT pg_current_xact_id_if_assigned() IS NULL")
         if cursor.fetchone()[0]:
-            for job_id, (version, job, shown) in fresh.items():
-                self._kept.put(job_id, version, (job, shown))
+            self._kept.put_many(
+                {job_id: (version, (job, shown)) for job_id, (version, job, shown) in fresh.items()}
+            )
             self._kept.keep_only(versions)
         read = []
         for job_id in versions:
