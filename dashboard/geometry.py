@@ -5,6 +5,7 @@ No Django here: numbers in, coordinates out, so every rule is testable on its ow
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -114,18 +115,6 @@ WIDTH, HEIGHT = 640, 200
 LEFT, RIGHT, TOP, BOTTOM = 40, 630, 10, 175
 
 
-def nice_max(value: float) -> int:
-    """The smallest of 1, 2, 5 × 10^k at or above `value` (at least 1): round axis ends."""
-    if value <= 1:
-        return 1
-    step = 1
-    while True:
-        for m in (1, 2, 5):
-            if m * step >= value:
-                return m * step
-        step *= 10
-
-
 def _x(t: datetime, start: datetime, end: datetime) -> float:
     span = (end - start).total_seconds() or 1.0
     return round(LEFT + (t - start).total_seconds() / span * (RIGHT - LEFT), 1)
@@ -192,7 +181,9 @@ def stacked_chart(
     Each band is drawn between the running total below it and the total including it.
     """
     totals = [sum(values[i] for _, _, values in stacks) for i in range(len(times))]
-    y_max = nice_max(max([*capacity, *totals, 1]))
+    # The axis ends at the capacity (or at the allocation when it is higher, as when nodes
+    # left): 64 GPUs fill the chart's height, not 64 % of an axis rounded up to 100.
+    y_max = math.ceil(max([*capacity, *totals, 1]))
     xs = [_x(t, start, end) for t in times]
     # Every sample holds for its interval: extend the last one to the window's end.
     xs_ext = [*xs, float(RIGHT)] if xs else []

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dashboard.geometry import bar_scale, nice_max, node_cells, quota_bar, stacked_chart, step_path
+from dashboard.geometry import bar_scale, node_cells, quota_bar, stacked_chart, step_path
 from gpuqueue.services.utilization import PendingShape, gang_fits, idle_gpu_hours, waiting_fit_gpus
 
 
@@ -29,10 +29,6 @@ def test_the_scale_is_the_longest_thing_to_draw() -> None:
     assert bar_scale([]) == 1
 
 
-def test_axis_ends_are_round() -> None:
-    assert [nice_max(v) for v in (0, 1, 3, 7, 64, 100, 512)] == [1, 1, 5, 10, 100, 100, 1000]
-
-
 def test_step_paths_hold_each_value_until_the_next_sample() -> None:
     assert step_path([(0, 10), (5, 10), (10, 4)]) == "M0,10H5H10V4"
     assert step_path([]) == ""
@@ -48,7 +44,12 @@ def test_a_stacked_chart_puts_teams_under_the_capacity_line() -> None:
         start,
         start + timedelta(hours=1),
     )
-    assert chart.y_max == 100 and [a.name for a in chart.areas] == ["a"]  # b had nothing
+    assert chart.y_max == 64 and [a.name for a in chart.areas] == ["a"]  # b had nothing
+    assert [t.label for t in chart.y_ticks] == ["0", "32", "64"]  # the axis is the capacity
+    over = stacked_chart(
+        times, [64] * 6, [("a", "#111", [70] * 6)], start, start + timedelta(hours=1)
+    )
+    assert over.y_max == 70  # nodes left under running work: the allocation still fits
     assert chart.areas[0].path.endswith("Z")
     assert [t.label for t in chart.x_ticks] == [
         "12:10",
