@@ -75,3 +75,21 @@ JOB = {"team": "team-a", "flavor": "h100", "name": "train", "image": "ghcr.io/ac
 @pytest.fixture
 def job_body() -> dict[str, Any]:
     return dict(JOB)
+
+
+@pytest.fixture
+def cli(
+    live_server: Any, tokens: dict[str, str], nodes: Any, monkeypatch: Any, tmp_path: Any
+) -> Callable[..., int]:
+    """cli(*argv, persona="alice"): the `gpuqueue` command against a live server, with a config
+    folder of its own and no URL or token from the environment."""
+    from gpuqueue.client.cli import main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("GPUQUEUE_URL", raising=False)
+    monkeypatch.delenv("GPUQUEUE_TOKEN", raising=False)
+
+    def run(*argv: str, persona: str = "alice") -> int:
+        return main(["--url", live_server.url, "--token", tokens[persona], *argv])
+
+    return run

@@ -16,20 +16,6 @@ from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
 
 
-@pytest.fixture
-def cli(
-    live_server: Any, tokens: dict[str, str], nodes: Any, monkeypatch: Any, tmp_path: Path
-) -> Any:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("GPUQUEUE_URL", raising=False)
-    monkeypatch.delenv("GPUQUEUE_TOKEN", raising=False)
-
-    def run(*argv: str, persona: str = "alice") -> int:
-        return main(["--url", live_server.url, "--token", tokens[persona], *argv])
-
-    return run
-
-
 def test_configure_then_submit_from_yaml_and_flags_retry_safely(
     cli: Any, live_server: Any, tokens: dict[str, str], tmp_path: Path, capsys: Any
 ) -> None:

@@ -11,12 +11,11 @@ from django.utils import timezone
 from gpuqueue.cluster.simulated import DURATION_ANNOTATION
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from tests.api.test_cli import cli  # noqa: F401  (the fixture)
 from tests.api.test_logs import start_job
 
 
 def test_logs_prints_the_last_lines_of_the_worker(
-    cli: Any,  # noqa: F811
+    cli: Any,
     submit: Any,
     cluster_file: Path,
     backend: Any,
@@ -30,7 +29,7 @@ def test_logs_prints_the_last_lines_of_the_worker(
 
 
 def test_logs_of_a_job_that_never_started_exits_4_saying_so(
-    cli: Any,  # noqa: F811
+    cli: Any,
     submit: Any,
     backend: Any,
     capsys: Any,
@@ -41,7 +40,7 @@ def test_logs_of_a_job_that_never_started_exits_4_saying_so(
 
 
 def test_a_bad_tail_is_refused_at_the_field(
-    cli: Any,  # noqa: F811
+    cli: Any,
     submit: Any,
     cluster_file: Path,
     backend: Any,
@@ -53,7 +52,7 @@ def test_a_bad_tail_is_refused_at_the_field(
 
 
 def test_follow_prints_each_line_once_until_the_job_is_finished(
-    cli: Any,  # noqa: F811
+    cli: Any,
     submit: Any,
     cluster_file: Path,
     backend: Any,

@@ -5,28 +5,13 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-import pytest
 from django.utils import timezone
 
 from gpuqueue.client import humane
-from gpuqueue.client.cli import main
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-
-
-@pytest.fixture
-def cli(
-    live_server: Any, tokens: dict[str, str], nodes: Any, monkeypatch: Any, tmp_path: Path
-) -> Any:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-    def run(*argv: str, persona: str = "alice") -> int:
-        return main(["--url", live_server.url, "--token", tokens[persona], *argv])
-
-    return run
 
 
 def test_queue_shows_active_jobs_running_first_then_by_position(
