@@ -60,11 +60,15 @@ class Kept(Generic[K, V]):
 
     Entries are replaced, never changed in place, so threads of one process may share it."""
 
-    def __init__(self, max_entries: int | None = MAX_ENTRIES) -> None:
+    def __init__(
+        self, max_entries: int | None = MAX_ENTRIES, max_age_seconds: float = MAX_AGE_SECONDS
+    ) -> None:
         """max_entries: past this the cache starts over; None for a cache whose owner prunes
-        it itself (`keep_only`)."""
+        it itself (`keep_only`). max_age_seconds: how long a value is used at most, however
+        current its version."""
         self._entries: dict[K, tuple[Hashable, float, V]] = {}
         self.max_entries = max_entries
+        self.max_age_seconds = max_age_seconds
         _all.append(self)
 
     def get(self, key: K, version: Hashable | None) -> V | None:
@@ -72,7 +76,7 @@ class Kept(Generic[K, V]):
         hit = self._entries.get(key)
         if hit is None or version is None or not enabled():
             return None
-        if hit[0] != version or time.monotonic() - hit[1] > MAX_AGE_SECONDS:
+        if hit[0] != version or time.monotonic() - hit[1] > self.max_age_seconds:
             return None
         return hit[2]
 
@@ -81,7 +85,7 @@ class Kept(Generic[K, V]):
         and the clock for all (a cycle asks for tens of thousands of pending rows)."""
         if not enabled():
             return dict.fromkeys(versions)
-        oldest = time.monotonic() - MAX_AGE_SECONDS
+        oldest = time.monotonic() - self.max_age_seconds
         entries = self._entries
         out: dict[K, V | None] = {}
         for key, version in versions.items():
@@ -212,6 +216,13 @@ def derives_from(*models: type[Model]) -> None:
         post_delete.connect(_row_written, sender=model, dispatch_uid=f"caches-delete-{label}")
 
 
-def _row_written(**_: Any) -> None:
+# Saves that write only these columns change nothing a cache keeps (a sign-in stamps
+# last_login): without this every sign-in would make every process read everything again.
+UNREAD_COLUMNS = frozenset({"last_login"})
+
+
+def _row_written(update_fields: Any = None, **_: Any) -> None:
+    if update_fields is not None and set(update_fields) <= UNREAD_COLUMNS:
+        return
     renew_epoch()
     transaction.on_commit(renew_epoch)

@@ -212,9 +212,10 @@ class PendingRows:
     def __init__(self) -> None:
         # id -> the job and what the cycle last wrote on it
         # One entry per pending job, pruned to the jobs still pending at every read: no cap
-        # (a cap below the queue's length would empty it on every cycle).
+        # (a cap below the queue's length would empty it on every cycle). A row's xmin is its
+        # version; all are read again after ten minutes, as transaction ids wrap around.
         self._kept: caches.Kept[int, tuple[m.PendingJob, StoredPending]] = caches.Kept(
-            max_entries=None
+            max_entries=None, max_age_seconds=600.0
         )
 
     def read(self, cursor: Any, now: datetime) -> list[tuple[m.PendingJob, StoredPending]]:

@@ -181,3 +181,16 @@ def test_kept_tokens_were_checked_against_the_pinned_django() -> None:
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     pins = [d for d in pyproject["project"]["dependencies"] if d.lower().startswith("django==")]
     assert pins == [f"Django=={django.__version__}"]
+
+
+def test_signing_in_leaves_kept_tokens_current(world: Any) -> None:
+    """A sign-in stamps last_login, which no kept value reads: the epoch stays; any other
+    change to the user renews it."""
+    from django.contrib.auth.models import update_last_login
+
+    api_redis.client().set(caches.EPOCH_KEY, "before")
+    update_last_login(None, world.alice)
+    assert api_redis.client().get(caches.EPOCH_KEY) == b"before"
+    world.alice.first_name = "Alice"
+    world.alice.save()
+    assert api_redis.client().get(caches.EPOCH_KEY) != b"before"

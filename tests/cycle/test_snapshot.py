@@ -186,6 +186,28 @@ def test_a_few_changed_rows_are_read_by_id_and_most_changed_rows_all_at_once(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_kept_pending_rows_last_ten_minutes_not_the_api_caches_minute(
+    world: Any, submit: Any, monkeypatch: Any
+) -> None:
+    """An idle queue is not read whole every minute (the API's kept values are); after ten
+    minutes it is, as transaction ids wrap around."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gpuqueue.core import caches
+
+    submit()
+    now = timezone.now()
+    load_snapshot(now)
+    started = caches.time.monotonic()
+    for later, reads in ((61.0, 0), (601.0, 1)):
+        monkeypatch.setattr(caches.time, "monotonic", lambda later=later: started + later)
+        with CaptureQueriesContext(connection) as queries:
+            load_snapshot(now)
+        assert len(_whole_reads(queries)) == reads, later
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_queue_longer_than_a_caches_cap_is_kept_whole(world: Any, submit: Any) -> None:
     """Every pending row is kept, however long the queue: a cap below its length would empty
     the kept rows on each load and read all of them whole every cycle."""
