@@ -8,6 +8,7 @@ with the value of `X` (secrets mounted by Kubernetes).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -16,20 +17,31 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-def _raw(name: str) -> str | None:
-    file_name = os.environ.get(f"{name}_FILE")
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def _raw(name: str, environ: Mapping[str, str] = os.environ) -> str | None:
+    file_name = environ.get(f"{name}_FILE")
     if file_name:
         try:
             return Path(file_name).read_text().strip()
         except OSError as exc:
             raise ImproperlyConfigured(f"{name}_FILE={file_name!r} cannot be read: {exc}") from exc
-    value = os.environ.get(name)
+    value = environ.get(name)
     return value if value not in (None, "") else None
 
 
-def env_str(name: str, default: str | None = None) -> str | None:
-    value = _raw(name)
+def env_str(
+    name: str, default: str | None = None, environ: Mapping[str, str] = os.environ
+) -> str | None:
+    value = _raw(name, environ)
     return default if value is None else value
+
+
+def data_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where the embedded PostgreSQL and Redis keep their data: GPUQUEUE_DATA_DIR, else the
+    repository's ./data (the settings, `make run` and manage.py's check agree on it)."""
+    return Path(env_str("GPUQUEUE_DATA_DIR", str(REPOSITORY / "data"), environ)).resolve()
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:

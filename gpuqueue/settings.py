@@ -14,10 +14,10 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from gpuqueue.config import env_bool, env_choice, env_float, env_int, env_list, env_str
+from gpuqueue.config import data_dir, env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-DATA_DIR = Path(env_str("GPUQUEUE_DATA_DIR", str(BASE_DIR / "data"))).resolve()
+DATA_DIR = data_dir()
 
 DATABASE_URL = env_str("DATABASE_URL")
 REDIS_URL = env_str("REDIS_URL")

@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from gpuqueue.config import data_dir as configured_data_dir
+from gpuqueue.config import env_str
+
 # Commands that work without the database.
 OFFLINE_COMMANDS = frozenset(
-    {"help", "version", "check", "collectstatic", "makemigrations", "diffsettings", "shell_plus"}
+    {"help", "version", "check", "collectstatic", "makemigrations", "diffsettings"}
 )
 
 
@@ -27,11 +29,11 @@ def socket_path(data_dir: Path) -> Path:
 def embedded_database_missing(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
     """One line saying what to do, when `argv` (manage.py's arguments) needs the embedded
     database and it is not running; None otherwise (a DATABASE_URL, an offline command)."""
-    if "DATABASE_URL" in environ or not argv or argv[0].startswith("-"):
+    if env_str("DATABASE_URL", environ=environ) or not argv or argv[0].startswith("-"):
         return None
     if argv[0] in OFFLINE_COMMANDS or "--help" in argv or "-h" in argv:
         return None
-    data_dir = Path(environ.get("GPUQUEUE_DATA_DIR", ROOT / "data")).resolve()
+    data_dir = configured_data_dir(environ)
     if socket_path(data_dir).exists():
         return None
     return (

@@ -28,11 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuqueue import config
 from gpuqueue.config import env_bool
 from gpuqueue.ops.embedded import EmbeddedPostgres, EmbeddedRedis, start_postgres, start_redis
 from gpuqueue.ops.supervision import RestartPolicy
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository
+ROOT = config.REPOSITORY
 GRACE_SECONDS = 15.0
 # The web server's fixed arguments (deploy/, docker-compose.yml and the Dockerfile use the same).
 GRANIAN_WSGI = (
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    data_dir = Path(os.environ.get("GPUQUEUE_DATA_DIR", ROOT / "data")).resolve()
+    data_dir = config.data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "staticfiles").mkdir(exist_ok=True)  # whitenoise serves from the finders
     run_as = service_user(data_dir)

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuqueue.ops.data_folder import ROOT, embedded_database_missing, socket_path
+from gpuqueue.config import REPOSITORY as ROOT
+from gpuqueue.ops.data_folder import embedded_database_missing, socket_path
 
 
 def test_a_command_without_the_database_says_what_to_set_and_leaves_nothing(
@@ -41,6 +42,12 @@ def test_commands_that_need_no_database_and_configured_servers_pass(tmp_path: Pa
     assert embedded_database_missing([], env) is None
     assert embedded_database_missing(["shell"], {**env, "DATABASE_URL": "postgresql://x/y"}) is None
     assert embedded_database_missing(["shell"], env) is not None
+    url_file = tmp_path / "database-url"
+    url_file.write_text("postgresql://x/y\n")
+    assert (
+        embedded_database_missing(["migrate"], {**env, "DATABASE_URL_FILE": str(url_file)}) is None
+    )
+    assert embedded_database_missing(["shell"], {**env, "DATABASE_URL": ""}) is not None  # unset
 
 
 def test_a_running_embedded_database_is_found_by_its_socket(tmp_path: Path) -> None:
