@@ -21,6 +21,7 @@ from gpuqueue.scheduler.fairshare import fair_shares
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Admission,
+    Kind,
     Pending,
     PendingJob,
     Placement,
@@ -74,7 +75,7 @@ class Cycle:
         # Phase 1: the ledger (its per-team sums are the running part of the demand). Before
         # any job is counted, each flavor's free GPUs are its capacity (`capacity_by_flavor`).
         self.ledger = Ledger(snapshot.nodes, self.chains, memo)
-        self.capacity = {name: fl.total_free for name, fl in self.ledger.flavors.items()}
+        capacity = {name: fl.total_free for name, fl in self.ledger.flavors.items()}
         running = self.ledger.hold_running(snapshot.running)
         # (team, flavor) -> the team and its department with their quotas (None: no quota).
         self.groups = {
@@ -94,7 +95,7 @@ class Cycle:
                 jobs.extend(run)
         self.queues = {key: QueueJobs(jobs) for key, jobs in grouped.items()}
         asked = {key: queue.gpus for key, queue in self.queues.items()}
-        self.fair_share = fair_shares(snapshot, self.capacity, running, asked)
+        self.fair_share = fair_shares(snapshot, capacity, running, asked)
         self.search = VictimSearch(
             self.ledger,
             VictimIndex(snapshot.running),
@@ -421,8 +422,6 @@ class Cycle:
         return reasons.waiting_for_preemption(job, tuple(waited))
 
 
-# What `_consider` reads of a job that is not starving (`PendingJob.kind`).
-Kind = tuple[str, str, int, int, int, bool, float | None]
 # The cycle's state (`Cycle._state`).
 State = tuple[int, int, int]
 # A kept verdict: the state, and the reason (None: waits for capacity, with the workers that

@@ -67,6 +67,11 @@ class RunningJob:
         object.__setattr__(self, "gpus", workers * self.gpus_per_worker)
 
 
+# What the engine's steps read of a job that is not starving: team, flavor, workers, GPUs per
+# worker, priority, preemptible, max runtime (`PendingJob.kind`).
+Kind = tuple[str, str, int, int, int, bool, float | None]
+
+
 @dataclass(frozen=True, slots=True)
 class PendingJob:
     id: int
@@ -83,9 +88,7 @@ class PendingJob:
     gpus: int = field(init=False, repr=False, compare=False)  # workers x GPUs per worker
     # What the engine's steps read of a job that is not starving, made once: a plan looks up
     # the verdict for this kind for every pending job (engine.Cycle._consider).
-    kind: tuple[str, str, int, int, int, bool, float | None] = field(
-        init=False, repr=False, compare=False
-    )
+    kind: Kind = field(init=False, repr=False, compare=False)
     # Its place among one user's jobs, best first: higher priority, earlier submission, smaller
     # id (ordering.py, rules 3, 5 and 6), made once: a plan sorts every queue by it.
     rank: tuple[int, float, int] = field(init=False, repr=False, compare=False)

@@ -183,7 +183,7 @@ class VictimSearch:
             free = fl.free.get(node)
             if free is None:
                 continue
-            base = max(free, 0) + fl.incoming.get(node, 0)
+            base = _available(fl, node)
             after = base + sign * workers * victim.gpus_per_worker
             delta += after // g - base // g
         return delta
@@ -332,34 +332,26 @@ class VictimSearch:
         """
         g = job.gpus_per_worker
         ledger = self.ledger
-        on_node: dict[str, list[tuple[RunningJob, str]]] = {}
-        for victim, kind in candidates:
-            for node, _ in victim.placement:
-                if node in fl.free:
-                    on_node.setdefault(node, []).append((victim, kind))
-
-        def available(node: str) -> int:
-            return max(fl.free[node], 0) + fl.incoming.get(node, 0)
-
+        on_node = _on_nodes(fl, candidates)
         potential = {
-            node: available(node) + sum(v.gpus_per_worker * dict(v.placement)[node] for v, _ in vs)
-            for node, vs in on_node.items()
+            node: _available(fl, node) + sum(gpus for _, gpus, _ in here)
+            for node, here in on_node.items()
         }
         order = sorted(
-            (n for n in on_node if potential[n] // g > available(n) // g),
-            key=lambda n: (-available(n), n),
+            (n for n in on_node if potential[n] // g > _available(fl, n) // g),
+            key=lambda n: (-_available(fl, n), n),
         )
         chosen: list[tuple[RunningJob, str]] = []
         for node in order:
             queue = iter(on_node[node])
             most = potential[node] // g
-            while fit < job.workers and available(node) // g < most:
+            while fit < job.workers and _available(fl, node) // g < most:
                 # One batch: victims until one more worker fits somewhere. A batch that ends
                 # without a new worker is given back, so that no team's spare share is spent
                 # on GPUs that do not help.
                 mark = ledger.checkpoint()
                 before_fit, before_count = fit, len(chosen)
-                for victim, kind in queue:
+                for victim, _, kind in queue:
                     delta = self._take(job, fl, victim, kind)
                     if delta < 0:
                         continue
@@ -399,19 +391,13 @@ class VictimSearch:
         """
         g = job.gpus_per_worker
         ledger = self.ledger
-        on_node: dict[str, list[tuple[RunningJob, int, str]]] = {}
-        for victim, kind in candidates:
-            for node, workers in victim.placement:
-                if node in fl.free:
-                    on_node.setdefault(node, []).append(
-                        (victim, workers * victim.gpus_per_worker, kind)
-                    )
+        on_node = _on_nodes(fl, candidates)
         refused: set[int] = set()
         chosen: list[tuple[RunningJob, str]] = []
         while fit < job.workers:
             best: tuple[tuple[int, int, int, str], list[tuple[RunningJob, str]]] | None = None
             for node, here in on_node.items():
-                have = max(fl.free[node], 0) + fl.incoming.get(node, 0)
+                have = _available(fl, node)
                 need = g - have % g  # GPUs to release for one more worker here
                 got, batch = 0, []
                 for victim, gpus, kind in here:
@@ -447,3 +433,23 @@ class VictimSearch:
             if len(chosen) > budget:
                 return None
         return (chosen, fit) if limit_ok() else None
+
+
+def _available(fl: FlavorLedger, node: str) -> int:
+    """GPUs of a node a worker could use now: free ones, and those coming back from victims."""
+    return max(fl.free[node], 0) + fl.incoming.get(node, 0)
+
+
+def _on_nodes(
+    fl: FlavorLedger, candidates: list[tuple[RunningJob, str]]
+) -> dict[str, list[tuple[RunningJob, int, str]]]:
+    """node -> (victim, its GPUs on that node, kind), in rule order, for the flavor's
+    schedulable nodes."""
+    on_node: dict[str, list[tuple[RunningJob, int, str]]] = {}
+    for victim, kind in candidates:
+        for node, workers in victim.placement:
+            if node in fl.free:
+                on_node.setdefault(node, []).append(
+                    (victim, workers * victim.gpus_per_worker, kind)
+                )
+    return on_node

@@ -82,9 +82,10 @@ class Reserver:
         GPUs back (not before now), sorted; without the jobs being preempted (they count
         through the incoming GPUs) and the victims of this cycle so far.
 
-        Made when the flavor's first starving job tries to reserve; the cycle's later
-        reservations replay the same events, including those of jobs preempted in between
-        (whose GPUs then also count as incoming)."""
+        Made once per flavor and cycle, when its first starving job tries to reserve (not a
+        memo: `memo=False` keeps it too). A known approximation: a later reservation of the
+        same cycle still counts a job preempted in between as releasing its GPUs at its
+        expected end, though the job that preempted it has claimed them."""
         events = self._events.get(fl.name)
         if events is not None:
             return events

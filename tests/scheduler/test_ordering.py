@@ -75,3 +75,8 @@ def test_a_kind_that_waits_gives_its_verdict_to_that_kind_only() -> None:
     kept = plan(snapshot, Policy())
     assert [a.job_id for a in kept.admissions] == [3]
     assert Cycle(snapshot, Policy(), memo=False).run() == kept
+    # The second 8-GPU job is not decided again: it takes the first's kept verdict.
+    cycle, decided = Cycle(snapshot, Policy()), []
+    decide = cycle._decide
+    cycle._decide = lambda job: decided.append(job.id) or decide(job)  # type: ignore[method-assign]
+    assert cycle.run() == kept and 1 in decided and 2 not in decided

@@ -273,6 +273,20 @@ RECLAIM = [
         pending=(pending(1, "y1", workers=8),),
         preempted={100 + i: "reclaim" for i in range(8, 16)},
     ),
+    Case(
+        # 5 GPUs free (1, 3, 1) and the hog's 3 beyond its share: in rule order or node by node
+        # they would all go to one node (one more worker of 2); one GPU from each node makes
+        # every node's free GPUs even, and the 4 workers fit (VictimSearch._cheapest_first).
+        "a team's spare share spent one GPU per node makes room where one node would not",
+        nodes=nodes(3, h100=8),
+        teams=(team("hog", limit=24), team("b", guarantee=8, limit=24)),
+        running=tuple(
+            running(k, "hog", {node: 1}, started=NOW - 2 * HOUR + k)
+            for k, node in enumerate(["n1"] * 7 + ["n2"] * 5 + ["n3"] * 7, start=100)
+        ),
+        pending=(pending(1, "b", workers=4, gpus=2),),
+        preempted={106: "reclaim", 111: "reclaim", 118: "reclaim"},
+    ),
 ]
 
 CASES = PRIORITY + RECLAIM
