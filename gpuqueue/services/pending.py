@@ -1,8 +1,10 @@
 """The cycle's writes on pending jobs: why each waits, where it stands in line, when it should
-start. Each is one UPDATE over a list of rows, guarded by the job's state."""
+start, and the admissions. Each is one UPDATE over a list of rows, guarded by the job's
+state."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -11,29 +13,45 @@ from django.db import connection
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
 
+# What a job shows only while it is PENDING: cleared when it is admitted.
+SHOWN_WHILE_PENDING = ("pending_reason", "queue_position", "cluster_position", "estimated_start")
+
 
 def update_pending_rows(rows: list[tuple[int, Any, int | None, int | None]]) -> int:
     """Set (reason, team position, cluster position) on each job id that is still PENDING; a
     job that moved on since the cycle's snapshot is left alone. Returns the rows written."""
-    return _update_pending(("pending_reason", "queue_position", "cluster_position"), rows)
+    return len(update_still_pending(("pending_reason", "queue_position", "cluster_position"), rows))
 
 
 def update_estimated_starts(rows: list[tuple[int, datetime | None]]) -> int:
     """Set the estimated start on each job id that is still PENDING."""
-    return _update_pending(("estimated_start",), rows)
+    return len(update_still_pending(("estimated_start",), rows))
 
 
-def _update_pending(columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> int:
+def update_still_pending(
+    columns: tuple[str, ...],
+    rows: Sequence[tuple[Any, ...]],
+    *,
+    cleared: tuple[str, ...] = (),
+    counted: tuple[str, ...] = (),
+) -> list[int]:
     """UPDATE job SET columns FROM unnest(one array per column) WHERE state = PENDING: one
     statement with one parameter per column, however many rows (a VALUES list of a parameter
-    per cell cost more to build and parse than the update itself at tens of thousands)."""
+    per cell cost more to build and parse than the update itself at tens of thousands). Each
+    row is (id, *values); `cleared` columns are set to NULL and `counted` ones incremented.
+    Returns the ids written: a job that moved on since the cycle's snapshot is left alone."""
     if not rows:
-        return 0
+        return []
     quote = connection.ops.quote_name
     fields = [Job._meta.get_field(name) for name in ("id", *columns)]
     arrays = ", ".join(f"%s::{f.cast_db_type(connection)}[]" for f in fields)
+    column = {name: quote(Job._meta.get_field(name).column) for name in (*cleared, *counted)}
     assignments = ", ".join(
-        f"{quote(f.column)} = {quote('v')}.{quote(f.column)}" for f in fields[1:]
+        [
+            *(f"{quote(f.column)} = {quote('v')}.{quote(f.column)}" for f in fields[1:]),
+            *(f"{column[name]} = NULL" for name in cleared),
+            *(f"{column[name]} = {quote('j')}.{column[name]} + 1" for name in counted),
+        ]
     )
     params = [
         [f.get_db_prep_save(value, connection) for value in values]
@@ -43,8 +61,8 @@ def _update_pending(columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> in
         f"UPDATE {quote(Job._meta.db_table)} {quote('j')} SET {assignments} "
         f"FROM unnest({arrays}) AS {quote('v')} ({', '.join(quote(f.column) for f in fields)}) "
         f"WHERE {quote('j')}.{quote('id')} = {quote('v')}.{quote('id')} "
-        f"AND {quote('j')}.{quote('state')} = %s"
+        f"AND {quote('j')}.{quote('state')} = %s RETURNING {quote('j')}.{quote('id')}"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, JobState.PENDING.value])
-        return int(cursor.rowcount)
+        return [row[0] for row in cursor.fetchall()]

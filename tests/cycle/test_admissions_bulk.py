@@ -21,7 +21,10 @@ def test_admitted_in_bulk_as_one_by_one_would_be(
     monkeypatch.setattr(admissions, "CHUNK", chunk)
     jobs = [submit() for _ in range(5)]
     Job.objects.filter(pk=jobs[0].pk).update(
-        pending_reason={"code": "no_capacity"}, queue_position=3, cluster_position=9
+        pending_reason={"code": "no_capacity"},
+        queue_position=3,
+        cluster_position=9,
+        estimated_start=timezone.now(),
     )
     transition(jobs[2], JobState.CANCELLED, reason="by hand", actor="user:alice")
     now = timezone.now()
@@ -34,9 +37,11 @@ def test_admitted_in_bulk_as_one_by_one_would_be(
         assert job.state == JobState.ADMITTED and job.admitted_at == now
         assert job.placement == {"h100-0": 1} and job.attempts == 1
         assert (job.pending_reason, job.queue_position, job.cluster_position) == (None, None, None)
+        assert job.estimated_start is None and job.started_at is None
     assert Job.objects.get(pk=jobs[2].pk).state == JobState.CANCELLED
     events = JobEvent.objects.filter(to_state=JobState.ADMITTED).order_by("job_id")
     assert [e.job_id for e in events] == sorted(moved)
+    assert {(e.from_state, e.actor) for e in events} == {(JobState.PENDING, "cycle")}
     borrowed = {e.job_id: (e.reason, e.details["borrowed"]) for e in events}
     assert borrowed[jobs[1].pk] == ("borrowing idle GPUs", True)
     assert borrowed[jobs[0].pk] == ("within fair share", False)
