@@ -27,20 +27,21 @@ from gpuqueue.core import caches
 from gpuqueue.core import redis as api_redis
 
 log = logging.getLogger(__name__)
-# KEYS[1]: the cache epoch; KEYS[2], if given: the window's counter. ARGV[1]: a fresh epoch, set
-# when there is none; ARGV[2]: the counter's lifetime in seconds. Returns {epoch, new count or 0}.
+# KEYS[1]: the cache epoch; KEYS[2…]: window counters to count. ARGV[1]: a fresh epoch, set
+# when there is none; ARGV[2]: the counters' lifetime in seconds. Returns {epoch, new counts…}.
 COUNT_SCRIPT = """
 local epoch = redis.call('GET', KEYS[1])
 if not epoch then
   epoch = ARGV[1]
   redis.call('SET', KEYS[1], epoch)
 end
-local count = 0
-if KEYS[2] then
-  count = redis.call('INCR', KEYS[2])
-  if count == 1 then redis.call('EXPIRE', KEYS[2], ARGV[2]) end
+local out = {epoch}
+for i = 2, #KEYS do
+  local count = redis.call('INCR', KEYS[i])
+  if count == 1 then redis.call('EXPIRE', KEYS[i], ARGV[2]) end
+  out[i] = count
 end
-return {epoch, count}
+return out
 """
 _PERIODS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
 
@@ -57,6 +58,10 @@ class Counter:
     limit: int
     period: int  # seconds
     window: int  # its number: start time // period
+
+    def retry_after(self, now: float) -> float:
+        """Seconds until the next window."""
+        return (self.window + 1) * self.period - now
 
 
 def counter(ident: str, rate: str, now: float) -> Counter | None:
@@ -98,7 +103,7 @@ def bad_token_counters(address: str, prefix: str, now: float) -> BadTokenCounter
 
 def _wait(c: Counter, count: Any, now: float) -> float | None:
     if count is not None and int(count) >= c.limit:
-        return (c.window + 1) * c.period - now
+        return c.retry_after(now)
     return None
 
 
@@ -120,26 +125,29 @@ def count_bad_token(counters: BadTokenCounters | None, now: float) -> float | No
     if counters is None:
         return None
     try:
-        with api_redis.client().pipeline(transaction=True) as pipe:
-            for c in (counters.address, counters.prefix):
-                pipe.incr(c.key)
-                pipe.expire(c.key, c.period + 1)
-            replies = pipe.execute()
+        _, counts = _run_count_script([counters.address, counters.prefix])
     except Exception:  # noqa: BLE001 - fail open
         log.warning("could not count a failed token", exc_info=True)
         return None
-    return _wait(counters.prefix, int(replies[2]) - 1, now)
+    return _wait(counters.prefix, counts[1] - 1, now)
 
 
 def count_and_epoch(counted: Counter | None) -> tuple[bytes, int]:
     """One round trip: the cache epoch and, with `counted`, the request counted in its window.
     Raises what redis-py raises when Redis is unreachable."""
-    epoch, count = _count_script()(
-        keys=[caches.EPOCH_KEY] + ([counted.key] if counted else []),
-        args=[caches.new_epoch(), counted.period + 1 if counted else 0],
+    epoch, counts = _run_count_script([counted] if counted else [])
+    return epoch, counts[0] if counts else 0
+
+
+def _run_count_script(counters: list[Counter]) -> tuple[bytes, list[int]]:
+    """The epoch and each counter counted once, in one atomic round trip (the counters share
+    their period)."""
+    reply = _count_script()(
+        keys=[caches.EPOCH_KEY, *(c.key for c in counters)],
+        args=[caches.new_epoch(), counters[0].period + 1 if counters else 0],
         client=api_redis.client(),
     )
-    return epoch, int(count)
+    return reply[0], [int(count) for count in reply[1:]]
 
 
 class TokenRateThrottle(BaseThrottle):
@@ -176,7 +184,7 @@ class TokenRateThrottle(BaseThrottle):
                 log.warning("throttle counter unavailable; letting it through", exc_info=True)
                 return True
         if count > counted.limit:
-            self.retry_after = (counted.window + 1) * counted.period - now
+            self.retry_after = counted.retry_after(now)
             return False
         return True
 

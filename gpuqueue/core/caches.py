@@ -61,11 +61,11 @@ class Kept(Generic[K, V]):
     Entries are replaced, never changed in place, so threads of one process may share it."""
 
     def __init__(
-        self, max_entries: int | None = MAX_ENTRIES, max_age_seconds: float = MAX_AGE_SECONDS
+        self, max_entries: int | None = MAX_ENTRIES, max_age_seconds: float | None = None
     ) -> None:
         """max_entries: past this the cache starts over; None for a cache whose owner prunes
         it itself (`keep_only`). max_age_seconds: how long a value is used at most, however
-        current its version."""
+        current its version (None: the module's MAX_AGE_SECONDS)."""
         self._entries: dict[K, tuple[Hashable, float, V]] = {}
         self.max_entries = max_entries
         self.max_age_seconds = max_age_seconds
@@ -76,7 +76,7 @@ class Kept(Generic[K, V]):
         hit = self._entries.get(key)
         if hit is None or version is None or not enabled():
             return None
-        if hit[0] != version or time.monotonic() - hit[1] > self.max_age_seconds:
+        if hit[0] != version or time.monotonic() - hit[1] > self._max_age():
             return None
         return hit[2]
 
@@ -85,7 +85,7 @@ class Kept(Generic[K, V]):
         and the clock for all (a cycle asks for tens of thousands of pending rows)."""
         if not enabled():
             return dict.fromkeys(versions)
-        oldest = time.monotonic() - self.max_age_seconds
+        oldest = time.monotonic() - self._max_age()
         entries = self._entries
         out: dict[K, V | None] = {}
         for key, version in versions.items():
@@ -106,6 +106,9 @@ class Kept(Generic[K, V]):
         for key, (version, value) in values.items():
             if version is not None and value is not None:
                 self._entries[key] = (version, now, value)
+
+    def _max_age(self) -> float:
+        return MAX_AGE_SECONDS if self.max_age_seconds is None else self.max_age_seconds
 
     def holds(self, key: K) -> bool:
         """Something is kept for `key`, current or not."""
