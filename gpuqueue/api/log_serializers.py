@@ -7,7 +7,8 @@ from typing import Any
 
 from rest_framework import serializers
 
-from gpuqueue.services.logs import DEFAULT_TAIL, MAX_TAIL
+from gpuqueue.api.fields import reject_unknown_fields
+from gpuqueue.services.logs import DEFAULT_TAIL, MAX_TAIL, worker_errors
 
 
 class LogQuerySerializer(serializers.Serializer):
@@ -25,18 +26,12 @@ class LogQuerySerializer(serializers.Serializer):
     )
 
     def validate_worker(self, value: int) -> int:
-        workers = self.context["job"].workers
-        if not 0 <= value < workers:
-            raise serializers.ValidationError(
-                f"Between 0 and {workers - 1}: the job has {workers} worker"
-                f"{'s' if workers != 1 else ''}."
-            )
+        if errors := worker_errors(self.context["job"], value):
+            raise serializers.ValidationError(errors)
         return value
 
     def to_internal_value(self, data: Any) -> Any:
-        unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: ["Unknown parameter."] for name in unknown})
+        reject_unknown_fields(self, data)
         return super().to_internal_value(data)
 
 

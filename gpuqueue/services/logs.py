@@ -31,6 +31,14 @@ class JobLog:
     truncated: bool
 
 
+def worker_errors(job: Job, worker: int) -> list[str]:
+    """What is wrong with asking `job` for worker `worker` (workers count from 0)."""
+    if 0 <= worker < job.workers:
+        return []
+    plural = "s" if job.workers != 1 else ""
+    return [f"Between 0 and {job.workers - 1}: the job has {job.workers} worker{plural}."]
+
+
 def read_job_log(
     job: Job,
     worker: int,
@@ -45,12 +53,8 @@ def read_job_log(
     (409) when the cluster has it but cannot give its log yet (a container still starting);
     Unavailable (503) when the cluster cannot be reached.
     """
-    if not 0 <= worker < job.workers:
-        raise Refused(
-            f"Job {job.pk} has {job.workers} worker{'s' if job.workers != 1 else ''}: "
-            f"0 to {job.workers - 1}.",
-            fields={"worker": [f"Between 0 and {job.workers - 1}."]},
-        )
+    if errors := worker_errors(job, worker):
+        raise Refused(errors[0], fields={"worker": errors})
     if job.attempts == 0:
         raise Refused(f"job {job.pk} has not started", status=404, code="not_started")
     query = LogQuery(tail_lines=tail, limit_bytes=LIMIT_BYTES, since_seconds=since_seconds)

@@ -9,14 +9,13 @@ pods start. gpuqueue never reads a Secret: it passes names on.
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
 
 from gpuqueue.models import Flavor
-from gpuqueue.services.validation import FieldErrors
+from gpuqueue.services.validation import DNS1123_SUBDOMAIN, FieldErrors
 
 # A worker larger than any machine is a typo, not a request: 1,024 CPUs, 16 TiB.
 MAX_CPU_MILLICORES = 1024 * 1000
@@ -35,9 +34,6 @@ VOLUME_KEYS = frozenset({"claim", "mount_path", "read_only"})
 # Paths gpuqueue mounts itself in every worker.
 RESERVED_MOUNTS = ("/dev/shm", "/etc/gpuqueue")
 
-_DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
 BAD_NAME = (
     "{name!r} is not a valid Kubernetes name: lowercase letters, digits, '-' and '.', starting "
     "and ending with a letter or digit, at most 253 characters."
@@ -45,7 +41,7 @@ BAD_NAME = (
 
 
 def name_errors(name: str) -> list[str]:
-    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+    if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
         return [BAD_NAME.format(name=name[:80])]
     return []
 

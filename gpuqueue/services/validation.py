@@ -60,9 +60,7 @@ IMAGE_RE = re.compile(
 IMAGE_NAME_MAX = 255  # distribution's limit on the name part
 
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 # Kubernetes accepts any C identifier-like name plus '-' and '.'; shells and launchers only the
 # C identifiers, so that is what gpuqueue accepts.
@@ -110,7 +108,7 @@ def qualified_key_errors(key: str, what: str) -> list[str]:
     if slash:
         if not prefix:
             errors.append(f"{what} key {key!r}: the prefix before '/' is empty.")
-        elif len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix):
+        elif len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix):
             errors.append(
                 f"{what} key {key!r}: the prefix must be a DNS subdomain (lowercase letters, "
                 "digits, '-' and '.', at most 253 characters)."

@@ -13,7 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dashboard.forms import SubmitForm
 from gpuqueue.models import Job, JobEvent, Quota
+from gpuqueue.services import job_spec
 
 EXAMPLES = 60
 FUZZ = settings(
@@ -31,11 +33,7 @@ json_values = st.recursive(
     max_leaves=20,
 )
 VALID = {"team": "team-a", "flavor": "h100", "image": "ghcr.io/acme/train:1"}
-FIELDS = [
-    "team", "flavor", "name", "image", "command", "env", "labels", "annotations", "workers",
-    "gpus_per_worker", "priority", "preemptible", "checkpoint_grace_seconds",
-    "max_runtime_seconds", "expected_runtime_seconds",
-]  # fmt: skip
+FIELDS = list(job_spec.FIELDS)  # every field a submission takes, the workload spec included
 # A valid job with some fields replaced by anything, or any JSON at all.
 bodies = st.one_of(
     st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=4).map(
@@ -121,10 +119,7 @@ def test_any_authorization_header(api: Any, authorization: str) -> None:
     assert response.status_code in (200, 401, 403, 429)
 
 
-FORM_FIELDS = [
-    "team", "flavor", "name", "image", "command", "env", "labels", "annotations", "workers",
-    "gpus_per_worker", "priority", "preemptible", "max_runtime_seconds",
-]  # fmt: skip
+FORM_FIELDS = list(SubmitForm.base_fields)  # every field of the submit form
 
 
 @FUZZ
