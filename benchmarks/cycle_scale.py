@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from kube_scale import calibration, start_services  # noqa: E402
+from kube_scale import H100, calibration, start_services  # noqa: E402
 
 SCENES: dict[str, dict[str, Any]] = {
     "wave": {"flavors": [("h100", 5000, 8)], "pending": 50_000, "teams": 30},
@@ -45,7 +45,11 @@ SCENES: dict[str, dict[str, Any]] = {
         "teams": 30,
     },
 }
-PRODUCTS = {"h100": "NVIDIA-H100-80GB-HBM3", "a100": "NVIDIA-A100-SXM4-80GB", "l4": "NVIDIA-L4"}
+PRODUCTS = {
+    "h100": H100["nvidia.com/gpu.product"],
+    "a100": "NVIDIA-A100-SXM4-80GB",
+    "l4": "NVIDIA-L4",
+}
 
 
 def cluster_file(path: Path, flavors: list[tuple[str, int, int]]) -> Path:

@@ -36,10 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from kube_scale import calibration  # noqa: E402
+from kube_scale import GPUS_PER_NODE, H100, calibration  # noqa: E402
 
-H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-GPUS_PER_NODE = 8
 NAMESPACES = ("bench-a", "bench-b")
 REPLICAS = 250  # pods per Deployment, at most
 

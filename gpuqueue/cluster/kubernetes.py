@@ -489,8 +489,7 @@ class KubernetesBackend(ClusterBackend):
         pods = [
             pod
             for pod in self._pods_of(job_id, attempt, once)
-            if (pod["metadata"].get("annotations") or {}).get(mf.COMPLETION_INDEX_ANNOTATION)
-            == str(worker)
+            if mf.completion_index(pod) == str(worker)
         ]
         if not pods:
             raise LogNotFound(f"job {job_id} has no worker {worker} in attempt {attempt}")

@@ -370,6 +370,11 @@ def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return (obj.get("metadata") or {}).get("labels") or {}
 
 
+def completion_index(pod: Mapping[str, Any]) -> str | None:
+    """The worker a pod of an Indexed Job runs (its completion index, as text)."""
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION)
+
+
 def attempt_of(obj: Mapping[str, Any]) -> tuple[int, int] | None:
     """(job id, attempt) of a gpuqueue-labelled object, or None for anything else. Checked here
     too because not every API server (nor the test emulator) honours label selectors."""

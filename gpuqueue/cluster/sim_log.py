@@ -35,19 +35,20 @@ def loss(run: SimulatedRun, step: int) -> float:
     return 2.5 / (1 + 0.05 * step) + jitter
 
 
-def _line(run: SimulatedRun, index: int, steps: int, ended: bool) -> tuple[datetime, str]:
-    """Line `index` of the log: 0 the start, 1..steps the steps, steps + 1 the exit."""
+def _line(run: SimulatedRun, index: int, steps: int, ended: bool) -> str:
+    """Line `index` of the log: 0 the start (at ready_at), 1..steps the steps (one a second),
+    steps + 1 the exit (at ends_at)."""
     if index == 0:
         resumed = f", resuming after step {run.prior_steps}" if run.prior_steps else ""
-        return run.ready_at, (
+        return (
             f"worker {run.worker} of {run.workers}: attempt {run.attempt} of job {run.job_id} "
             f"started{resumed}"
         )
     if index <= steps:
         step = run.prior_steps + index
-        return run.ready_at + index * STEP, f"step {step} loss {loss(run, step):.4f}"
+        return f"step {step} loss {loss(run, step):.4f}"
     assert ended and index == steps + 1
-    return run.ends_at, f"worker {run.worker} exited with code {run.exit_code}"
+    return f"worker {run.worker} exited with code {run.exit_code}"
 
 
 def _first_since(run: SimulatedRun, cutoff: datetime, steps: int, ended: bool) -> int:
@@ -57,7 +58,10 @@ def _first_since(run: SimulatedRun, cutoff: datetime, steps: int, ended: bool) -
     first = math.ceil((cutoff - run.ready_at) / STEP)
     if first <= steps:
         return first
-    return steps + 1 if ended and run.ends_at >= cutoff else steps + 1 + int(ended)
+    exit_line = steps + 1
+    if ended and run.ends_at >= cutoff:
+        return exit_line  # only the exit line is that recent
+    return exit_line + int(ended)  # no line is: past the last one
 
 
 def simulated_log(run: SimulatedRun, now: datetime, query: LogQuery) -> WorkerLog:
@@ -76,7 +80,7 @@ def simulated_log(run: SimulatedRun, now: datetime, query: LogQuery) -> WorkerLo
         first = max(first, count - query.tail_lines)
     lines, size, truncated = [], 0, False
     for index in range(first, count):
-        text = _line(run, index, steps, ended)[1]
+        text = _line(run, index, steps, ended)
         size += len(text.encode()) + 1
         if query.limit_bytes is not None and size > query.limit_bytes:
             truncated = True

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 from django.conf import settings
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from gpuqueue.cluster.base import (
@@ -113,19 +114,32 @@ class SimulatedBackend(ClusterBackend):
 
     def launch_all(self, specs: Sequence[LaunchSpec]) -> list[str | None | Exception]:
         """Every workload in one INSERT; one already there (a launch retried) is left as it
-        is. The simulated workload acknowledges checkpoints itself: no token."""
+        is. Should the database refuse the batch, each row is written alone, so that one bad
+        job fails by itself as a launch of its own would. The simulated workload acknowledges
+        checkpoints itself: no token."""
         from gpuqueue.models import SimulatedWorkload
 
         now = self.clock()
         outcomes: list[str | None | Exception] = []
-        rows = []
-        for spec in specs:
+        rows: dict[int, Any] = {}  # index of the spec -> its row
+        for index, spec in enumerate(specs):
             try:
-                rows.append(self._workload(spec, now))
+                rows[index] = self._workload(spec, now)
                 outcomes.append(None)
             except Exception as exc:  # noqa: BLE001 - this job fails, the others launch
                 outcomes.append(exc)
-        SimulatedWorkload.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
+        try:
+            with transaction.atomic():
+                SimulatedWorkload.objects.bulk_create(
+                    list(rows.values()), ignore_conflicts=True, batch_size=1000
+                )
+        except DatabaseError:
+            for index, row in rows.items():
+                try:
+                    with transaction.atomic():
+                        SimulatedWorkload.objects.bulk_create([row], ignore_conflicts=True)
+                except DatabaseError as exc:
+                    outcomes[index] = exc
         return outcomes
 
     def _workload(self, spec: LaunchSpec, now: datetime) -> Any:

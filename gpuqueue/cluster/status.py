@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuqueue.cluster.base import Phase, WorkloadStatus
-from gpuqueue.cluster.manifests import COMPLETION_INDEX_ANNOTATION, CONTAINER, attempt_of
+from gpuqueue.cluster.manifests import CONTAINER, attempt_of, completion_index
 
 Obj = Mapping[str, Any]
 PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff"})
@@ -39,8 +39,7 @@ def _condition(obj: Obj, kind: str) -> Mapping[str, Any] | None:
 
 
 def _rank(pod: Obj) -> str:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return str(annotations.get(COMPLETION_INDEX_ANNOTATION, "?"))
+    return completion_index(pod) or "?"
 
 
 def _worker_state(pod: Obj) -> Mapping[str, Any]:

@@ -24,7 +24,7 @@ def _plural(count: Any, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _when(timestamp: Any, *, seconds: bool = False) -> str:
+def when(timestamp: Any, *, seconds: bool = False) -> str:
     if not isinstance(timestamp, int | float):
         return "an unknown time"
     shape = "%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC"
@@ -73,8 +73,8 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
         )
     if code == "in_share_debt":
         recovers = n.get("recovers_at")
-        when = (
-            f"It should be back under that by {_when(recovers)} if the team holds no more "
+        outlook = (
+            f"It should be back under that by {when(recovers)} if the team holds no more "
             "than its fair share until then."
             if isinstance(recovers, int | float)
             else "It is not expected to fall under that."
@@ -84,7 +84,7 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
             f"than its fair share lately (older use counts less and less), and a team more than "
             f"{_gpu_hours(n.get('threshold_seconds'))} GPU-hours in debt borrows no GPUs beyond "
             f"its fair share of {n.get('fair_share')}: {n.get('in_use')} in use and this job "
-            f"asks for {n.get('requested')}. {when}"
+            f"asks for {n.get('requested')}. {outlook}"
         )
     if code in ("no_capacity", "queued_behind_team"):
         sentence = (
@@ -104,19 +104,19 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
         holders = ", ".join(f"#{j}" for j in jobs)
         return (
             f"The free {flavor} GPUs are reserved for starving job {holders}, expected to start "
-            f"at {_when(n.get('expected_start'))}."
+            f"at {when(n.get('expected_start'))}."
         )
     if code == "reserved":
         return (
             f"Waited past the starvation threshold: {_plural(n.get('nodes'), 'node')} are reserved "
-            f"for this job, which should start at {_when(n.get('expected_start'))}."
+            f"for this job, which should start at {when(n.get('expected_start'))}."
         )
     if code == BACKING_OFF:
         # Seconds: the first waits are half a minute.
         return (
             f"Backing off: {n.get('start_failures')} of {n.get('max_start_attempts')} allowed "
             f"start attempts failed ({n.get('cause')}); not considered for admission before "
-            f"{_when(n.get('until'), seconds=True)}."
+            f"{when(n.get('until'), seconds=True)}."
         )
     if code == "never_fits":
         return _never_fits(n, flavor, per, gpus, shape)

@@ -32,6 +32,7 @@ from gpuqueue import scheduler
 from gpuqueue.cluster import get_backend
 from gpuqueue.cluster.base import ClusterBackend, ClusterError
 from gpuqueue.core.locks import try_xact_lock
+from gpuqueue.core.reason_text import when
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.launch import launch_admitted
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
@@ -147,7 +148,7 @@ def _persist_preemptions(plan: m.Plan, now: datetime) -> list[tuple[int, int, da
             JobState.PREEMPTING,
             reason=f"preempted ({preemption.reason}) for job {preemption.for_job_id}; "
             f"checkpoint requested: {job.checkpoint_grace_seconds} s to save, until "
-            f"{deadline:%Y-%m-%d %H:%M:%S} UTC",
+            f"{when(deadline.timestamp(), seconds=True)}",
             actor=ACTOR,
             details={
                 "for_job": preemption.for_job_id,

@@ -156,7 +156,7 @@ def _due(quote: Any) -> str:
 
 
 @cache
-def _pending_sql(by_id: bool = True) -> str:
+def _pending_sql(by_id: bool) -> str:
     """The pending jobs due at the last `%s` (`by_id`: with ids in the first), with what the
     cycle last wrote on them and their row version (in no order: `PendingRows` orders them by
     the versions' query). It repeats the versions' condition on `not_before`: a row that began

@@ -134,24 +134,46 @@ def build(log: Any = sys.stderr) -> Path:
                 for name in built:
                     (staging / GO_PACKAGES[name][1]).rename(staging / name)
             if "kwok" in missing:
-                _go(
-                    [
-                        go,
-                        "install",
-                        "-trimpath",
-                        "-ldflags",
-                        "-s -w",
-                        f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
-                    ],
-                    cwd=staging,
-                    env={**go_cache, "GOBIN": str(staging), "GOFLAGS": "-mod=mod"},
-                )
+                _go_install(go, f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}", staging)
             for name in missing:
                 (staging / name).rename(target / name)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         print(f"built in {time.monotonic() - started:.0f} s", file=log)
     return target
+
+
+def install_binary(package: str, name: str, target: Path) -> Path:
+    """target/name, built once with `go install package@version` (a module with no
+    replacements: helm), behind a lock of its own and through a staging folder, so that a
+    half-built binary is never there."""
+    binary = target / name
+    if binary.is_file():
+        return binary
+    go = go_binary()
+    if go is None:
+        raise Unavailable(f"Go is not installed (needed once to build {name})")
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.is_file():
+            staging = Path(tempfile.mkdtemp(prefix="build-", dir=target))
+            try:
+                _go_install(go, package, staging)
+                (staging / name).rename(binary)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    return binary
+
+
+def _go_install(go: str, package: str, into: Path) -> None:
+    """`go install package` into the folder `into`, with a build cache there too (removed with
+    it: nothing reuses it once the binary is cached)."""
+    _go(
+        [go, "install", "-trimpath", "-ldflags", "-s -w", package],
+        cwd=into,
+        env={"GOCACHE": str(into / "go-build"), "GOBIN": str(into), "GOFLAGS": "-mod=mod"},
+    )
 
 
 def _go(command: list[str], cwd: Path, env: Mapping[str, str] | None = None) -> None:

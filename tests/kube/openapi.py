@@ -5,6 +5,7 @@ server these tests do not run (the chart's minimum)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -26,17 +27,11 @@ def spec_dir(version: str) -> Path:
         capture_output=True,
         text=True,
         timeout=600,
-        env={"GOFLAGS": "-mod=mod", **_go_env()},
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
     )
     if done.returncode != 0:
         raise Unavailable(f"could not fetch k8s.io/kubernetes@{version}: {done.stderr[-500:]}")
     return Path(json.loads(done.stdout)["Dir"]) / "api" / "openapi-spec" / "v3"
-
-
-def _go_env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 def _strict(schema: Any) -> Any:
