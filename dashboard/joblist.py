@@ -46,6 +46,7 @@ class JobFilter:
         """A state in any case; an unknown state is shown as a problem (`problem`) and the
         list is not filtered by it. Other malformed values are ignored: a filter is a view."""
         state = params.get("state", "").strip()
+        known = states_named(state) is not None
         try:
             page = max(1, min(int(params.get("page", "1")), 10_000))
         except ValueError:
@@ -53,8 +54,8 @@ class JobFilter:
         return cls(
             team=params.get("team", "")[:63],
             flavor=params.get("flavor", "")[:63],
-            state=state.lower() if states_named(state) else "",
-            problem=unknown_state_message(state) if state and not states_named(state) else "",
+            state=state.lower() if known else "",
+            problem=unknown_state_message(state) if state and not known else "",
             mine=params.get("mine") == "1",
             q=params.get("q", "").strip()[:63],
             page=page,

@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from dashboard import job_times
 from dashboard.joblist import active_counts
-from gpuqueue.client.humane import span as _span  # the CLI's words for a time span
+from gpuqueue.client import humane  # the CLI's words for times
+from gpuqueue.client.humane import span as _span
 from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
@@ -55,12 +56,7 @@ def reason_text(job: Job) -> str:
 @register.filter
 def relative(at: datetime | None) -> str:
     """'in 4 min' or '3 h 05 min ago' from now."""
-    if at is None:
-        return ""
-    delta = (at - timezone.now()).total_seconds()
-    if abs(delta) < 5:
-        return "now"
-    return f"in {_span(delta)}" if delta > 0 else f"{_span(delta)} ago"
+    return "" if at is None else humane.relative(at, timezone.now())
 
 
 @register.filter

@@ -215,8 +215,7 @@ def submit_curl(request: HttpRequest) -> HttpResponse:
     form = SubmitForm(data=request.GET, user=request.user)
     body = form.payload()
     # What the API would refuse in it, at the same fields (nothing is written).
-    form.is_valid()  # the fields read alone, then the rules on the rest, as a submit would
-    form.validated_submission()
+    form.validated_submission()  # the fields read alone, then the rules, as a submit would
     refused = form.errors
     return render(
         request,

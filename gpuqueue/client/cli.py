@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 from datetime import UTC, datetime
@@ -266,7 +267,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     print(f"{'ID':>7}  {'STATE':10}  {'TEAM':12}  {'USER':10}  {'GPUS':>9}  NAME")
     for j in jobs:
-        gpus = f"{j['workers']}×{j['gpus_per_worker']} {j['flavor']}"
+        gpus = humane.shape(j)
         print(
             f"{j['id']:>7}  {j['state']:10}  {j['team']:12}  {j['user']:10}  {gpus:>9}  {j['name']}"
         )
@@ -290,7 +291,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
     jobs.sort(
         key=lambda j: (
             j["state"] == "PENDING",
-            j.get("cluster_position") or 0,
+            j.get("cluster_position") or math.inf,  # no position yet: after those placed
             j.get("submitted_at") or "",
         )
     )

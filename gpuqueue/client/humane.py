@@ -27,17 +27,26 @@ def span(seconds: float) -> str:
     return f"{seconds // 86400} d {(seconds % 86400) // 3600} h"
 
 
+def relative(at: datetime, now: datetime) -> str:
+    """'now', 'in 4 min' or '3 h 05 min ago'."""
+    delta = (at - now).total_seconds()
+    if abs(delta) < 5:
+        return "now"
+    return f"in {span(delta)}" if delta > 0 else f"{span(delta)} ago"
+
+
 def when(value: str | None, now: datetime) -> str:
     """'2026-11-24 15:32 CET (in 12 min)' in the viewer's time zone; '' for none."""
     at = parse(value)
     if at is None:
         return ""
     local = at.astimezone()
-    delta = (at - now).total_seconds()
-    relative = (
-        "now" if abs(delta) < 5 else f"in {span(delta)}" if delta > 0 else f"{span(delta)} ago"
-    )
-    return f"{local:%Y-%m-%d %H:%M} {local.tzname()} ({relative})"
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname()} ({relative(at, now)})"
+
+
+def shape(job: dict[str, Any]) -> str:
+    """'2×8 h100': workers × GPUs per worker, and the flavor."""
+    return f"{job['workers']}×{job['gpus_per_worker']} {job['flavor']}"
 
 
 def elapsed(job: dict[str, Any], now: datetime) -> str:
@@ -69,7 +78,7 @@ def queue_rows(jobs: list[dict[str, Any]], now: datetime) -> list[tuple[str, ...
                 job["team"],
                 job["user"],
                 job["state"],
-                f"{job['workers']}×{job['gpus_per_worker']} {job['flavor']}",
+                shape(job),
                 elapsed(job, now),
                 position,
                 ""
@@ -83,13 +92,11 @@ def queue_rows(jobs: list[dict[str, Any]], now: datetime) -> list[tuple[str, ...
     return rows
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]], last_wide: bool = True) -> str:
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     """Columns as wide as their widest cell; the last one is left as long as it is."""
     widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(len(header))]
     lines = []
     for cells in [header, *rows]:
-        padded = [c.ljust(w) for c, w in zip(cells, widths, strict=True)]
-        if last_wide:
-            padded[-1] = cells[-1]
-        lines.append("  ".join(padded).rstrip())
+        padded = [c.ljust(w) for c, w in zip(cells[:-1], widths, strict=False)]
+        lines.append("  ".join([*padded, cells[-1]]).rstrip())
     return "\n".join(lines)

@@ -18,6 +18,8 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 def refusal(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
+    """The answer of a request refused before any view: the API's error shape under /api/,
+    plain text elsewhere."""
     if request.path.startswith("/api/"):
         # The API's error shape (gpuqueue/api/errors.py).
         return JsonResponse({"error": {"code": code, "message": message}}, status=status)

@@ -13,7 +13,9 @@ from typing import Any
 
 import redis
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
+
+from gpuqueue.ops.request_guard import refusal
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = 5
@@ -32,12 +34,6 @@ class ServiceUnavailableMiddleware:
             return None
         log.warning("answering 503: %s: %s", type(exc).__name__, exc)
         message = "gpuqueue's database or Redis is briefly unavailable; retry shortly."
-        response: HttpResponse
-        if request.path.startswith("/api/"):
-            # The API's error shape (gpuqueue/api/errors.py).
-            body = {"error": {"code": "unavailable", "message": message}}
-            response = JsonResponse(body, status=503)
-        else:
-            response = HttpResponse(message, status=503, content_type="text/plain")
+        response = refusal(request, 503, "unavailable", message)
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response

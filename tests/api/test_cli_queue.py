@@ -74,3 +74,15 @@ def test_when_is_local_and_relative() -> None:
     assert humane.when("2026-11-24T12:12:00Z", now).endswith("(in 12 min)")
     assert humane.when("2026-11-24T09:55:00+00:00", now).endswith("(2 h 05 min ago)")
     assert humane.when(None, now) == ""
+
+
+def test_a_pending_job_not_yet_placed_in_line_comes_after_those_that_are(
+    cli: Any, submit: Any, capsys: Any
+) -> None:
+    submit(name="just-submitted")
+    placed = submit(name="placed-first")
+    Job.objects.filter(pk=placed.pk).update(queue_position=1, cluster_position=1)
+    assert cli("queue") == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines[0].index("NAME")
+    assert [line[at:].split()[0] for line in lines[1:]] == ["placed-first", "just-submitted"]
