@@ -58,7 +58,8 @@ def enabled() -> bool:
 class Kept(Generic[K, V]):
     """One cache: values by key, each with the version it was read under and when.
 
-    Entries are replaced, never changed in place, so threads of one process may share it."""
+    Entries are replaced, never changed in place (but for the time a kept token was last used,
+    a plain attribute: teams.token_cache), so threads of one process may share it."""
 
     def __init__(
         self, max_entries: int | None = MAX_ENTRIES, max_age_seconds: float | None = None

@@ -152,6 +152,33 @@ def test_the_charts_rbac_is_deploys_least_privilege() -> None:
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
 
 
+def test_the_charts_processes_run_what_deploys_run() -> None:
+    """Each container of the chart (init containers included) has the command and probes of
+    its counterpart in deploy/base, so that the two ways to install run the same service."""
+
+    def containers(objects: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
+        out = {}
+        for obj in objects:
+            if obj["kind"] not in ("Deployment", "Job"):
+                continue
+            name = obj["metadata"]["name"].removeprefix(prefix)
+            spec = obj["spec"]["template"]["spec"]
+            for c in [*spec.get("initContainers", []), *spec["containers"]]:
+                probes = {k: c.get(k) for k in ("readinessProbe", "livenessProbe", "startupProbe")}
+                out[f"{name}/{c['name']}"] = (c["command"], probes)
+        return out
+
+    base = [
+        doc
+        for path in sorted((DEPLOY / "base").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
+    ours = containers(render(TEAMS), "gpuqueue-")
+    assert ours == containers(base, "gpuqueue-")
+    assert len(ours) == 9  # web, worker, beat, watcher, each with its wait, and the migration
+
+
 NAMESPACE = "gpuqueue-helm"
 
 
