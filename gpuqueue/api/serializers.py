@@ -32,6 +32,7 @@ from gpuqueue.services.quotas import (
     quota_field_errors,
     set_quota,
 )
+from gpuqueue.services.submit import JOB_FIELDS
 from teams.models import Team
 
 
@@ -264,31 +265,9 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
             "id",
             "team",
             "user",
-            "name",
-            "image",
-            "command",
-            "env",
-            "labels",
-            "annotations",
-            "workers",
-            "gpus_per_worker",
-            "gpus",
             "flavor",
-            "priority",
-            "preemptible",
-            "checkpoint_grace_seconds",
-            "max_runtime_seconds",
-            "expected_runtime_seconds",
-            "cpu_millicores",
-            "cpu_limit_millicores",
-            "memory_mib",
-            "memory_limit_mib",
-            "shm_mib",
-            "volumes",
-            "image_pull_secrets",
-            "env_from_secrets",
-            "priority_class",
-            "service_account",
+            "gpus",
+            *JOB_FIELDS,  # what a submission sets
             "idempotency_key",
             "state",
             "submitted_at",
