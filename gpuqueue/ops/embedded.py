@@ -43,6 +43,15 @@ class EmbeddedPostgres:
         """Start the server again on the same data (after a crash: it recovers from its WAL)."""
         self.server.ensure_postgres_running()
 
+    def socket_group(self) -> int:
+        """The group that may reach the server's socket, which lies in its data folder. As root
+        that folder belongs to PostgreSQL's own system user with mode 700; 750, which PostgreSQL
+        accepts, lets the group through to the socket but not into the files (initdb made them
+        600)."""
+        pgdata = Path(self.server.pgdata)
+        pgdata.chmod(0o750)
+        return pgdata.stat().st_gid
+
     def stop(self) -> None:
         import atexit
 

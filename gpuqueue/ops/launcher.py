@@ -11,8 +11,9 @@
    Redis and PostgreSQL.
 
 Started by root, Redis and the Python processes run as the unprivileged `gpuqueue` system user
-(PostgreSQL as a system user of its own), unless the interpreter lives where that user cannot
-reach it (then they run as root, with a warning).
+(PostgreSQL as a system user of its own). When this interpreter lives where that user cannot
+reach it, they run under a root-owned copy of it (gpuqueue/ops/service_python.py); only when
+that fails too do they run as root, with a warning.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from gpuqueue import config
 from gpuqueue.config import env_bool
 from gpuqueue.ops.embedded import EmbeddedPostgres, EmbeddedRedis, start_postgres, start_redis
+from gpuqueue.ops.service_python import RUNTIME, service_interpreter
 from gpuqueue.ops.supervision import RestartPolicy
 
 ROOT = config.REPOSITORY
@@ -66,15 +68,25 @@ def main(argv: list[str] | None = None) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "staticfiles").mkdir(exist_ok=True)  # whitenoise serves from the finders
     run_as = service_user(data_dir)
-    python_as = run_as if run_as and python_runs_as(run_as) else {}
-    if run_as and not python_as:
-        print(
-            f"warning: {sys.executable} cannot be run by an unprivileged user (a private folder "
-            "on its path); the Python processes run as root. Install Python where other users "
-            "can read it to run them as 'gpuqueue'.",
-            flush=True,
-        )
-    env = dict(os.environ, GPUQUEUE_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
+    python = sys.executable
+    python_as = run_as
+    python_env: dict[str, str] = {}
+    if run_as:
+        found = service_interpreter(data_dir, functools.partial(runs_as, run_as))
+        if found is None:
+            python_as = {}
+            print(
+                f"warning: the unprivileged user cannot run {sys.executable} (nor a copy of it) "
+                f"with the project's packages and the data folder {data_dir}; the Python "
+                "processes run as root. Keep Python, the repository and the data folder where "
+                "other users can reach them to run them as 'gpuqueue'.",
+                flush=True,
+            )
+        else:
+            python, python_env = found
+            if python != sys.executable:
+                print(f"Python processes: {python} as an unprivileged user", flush=True)
+    env = dict(os.environ, **python_env, GPUQUEUE_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
     postgres: EmbeddedPostgres | None = None
     redis: EmbeddedRedis | None = None
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -91,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         if "DATABASE_URL" not in os.environ:
             postgres = start_postgres(data_dir / "postgres")
             env.update(DATABASE_URL=postgres.url, GPUQUEUE_EMBEDDED="1")
+            if python_as:  # an unprivileged user reaches the server's socket through its group
+                python_as = {**python_as, "extra_groups": [postgres.socket_group()]}
             print(f"PostgreSQL: {data_dir / 'postgres'}", flush=True)
         if "REDIS_URL" not in os.environ:
             port = int(os.environ.get("GPUQUEUE_EMBEDDED_REDIS_PORT", "6399"))
@@ -98,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             env["REDIS_URL"] = redis.url
             print(f"Redis: {redis.url}", flush=True)
         # 2. Schema and demo data
-        manage = [sys.executable, str(ROOT / "manage.py")]
+        manage = [python, str(ROOT / "manage.py")]
         subprocess.run(
             [*manage, "migrate", "--noinput", "-v", "0"], env=env, check=True, **python_as
         )
@@ -106,12 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         if seeded:
             subprocess.run([*manage, "seed_demo"], env=env, check=True, **python_as)
         # 3. Processes
-        bin_dir = Path(sys.executable).parent
         commands = {
             "web": [
                 # Granian: its HTTP layer is Rust, which left a submission about a third
                 # less CPU than gunicorn's sync workers on these 2-core machines (docs/api.md).
-                str(bin_dir / "granian"),
+                python,
+                "-m",
+                "granian",
                 *GRANIAN_WSGI,
                 "--host",
                 args.host,
@@ -124,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.web_threads),
             ],
             "worker": [
-                str(bin_dir / "celery"),
+                python,
+                "-m",
+                "celery",
                 "-A",
                 "gpuqueue.celery",
                 "worker",
@@ -136,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                 "--without-mingle",
             ],
             "beat": [
-                str(bin_dir / "celery"),
+                python,
+                "-m",
+                "celery",
                 "-A",
                 "gpuqueue.celery",
                 "beat",
@@ -247,10 +266,12 @@ def _stop_children(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
         _signal_group(child, signal.SIGKILL)
 
 
-def python_runs_as(run_as: dict[str, Any]) -> bool:
-    """Whether this interpreter starts as that user (it may live under root's private home)."""
+def runs_as(run_as: dict[str, Any], argv: list[str], env: dict[str, str]) -> bool:
+    """Whether argv succeeds as that user (an interpreter may live under root's private home)."""
     try:
-        probe = subprocess.run([sys.executable, "-c", ""], capture_output=True, **run_as)
+        probe = subprocess.run(
+            argv, capture_output=True, cwd=ROOT, env={**os.environ, **env}, **run_as
+        )
     except OSError:
         return False
     return probe.returncode == 0
@@ -274,8 +295,8 @@ def service_user(data_dir: Path) -> dict[str, Any]:
         )
         account = pwd.getpwnam("gpuqueue" if created.returncode == 0 else "nobody")
     for path in [data_dir, *data_dir.iterdir()]:
-        if path.name in ("postgres", "run"):
-            continue  # PostgreSQL's own
+        if path.name in ("postgres", "run", RUNTIME):
+            continue  # PostgreSQL's own; the interpreter stays root's
         for sub in [path, *(path.rglob("*") if path.is_dir() and path != data_dir else [])]:
             os.chown(sub, account.pw_uid, account.pw_gid)
     return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}

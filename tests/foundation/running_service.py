@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -24,6 +26,13 @@ ROOT = Path(__file__).resolve().parents[2]
 class Service:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
+        # Started by root, the service's processes run as an unprivileged user, who must reach
+        # the data folder as in a real installation; pytest makes its temporary folders private.
+        for parent in data_dir.parents:
+            if parent == Path(tempfile.gettempdir()):
+                break
+            if parent.exists():
+                parent.chmod(parent.stat().st_mode | stat.S_IXOTH)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {

@@ -85,6 +85,14 @@ def test_make_run_serves_a_job_end_to_end_and_survives_a_restart(service: Servic
     celery = {n for n, cmd in nice.values() if "celery" in cmd}
     granian = {n for n, cmd in nice.values() if "granian" in cmd}
     assert celery == {own + 5} and granian == {own}, nice
+    # Started by root, no process of the service runs as root (PostgreSQL, not a child of the
+    # launcher, runs as a system user of its own).
+    if os.geteuid() == 0:
+        owners = {
+            " ".join(p.cmdline()): p.uids().effective
+            for p in psutil.Process(service.process.pid).children(recursive=True)
+        }
+        assert owners and 0 not in owners.values(), owners
 
     # 2. A cancel works.
     long = service.api("POST", "/api/v1/jobs/", token, job_body(duration=600, workers=1))
