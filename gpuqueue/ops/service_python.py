@@ -26,7 +26,9 @@ PROBE = (
     "sys.exit(not os.access(sys.argv[1], os.R_OK | os.W_OK | os.X_OK))"
 )
 RUNTIME = "python-runtime"  # under the data folder; root's, never handed to the service user
-_SKIPPED = shutil.ignore_patterns("site-packages", "test", "idlelib", "tkinter", "ensurepip")
+_SKIPPED = shutil.ignore_patterns(
+    "site-packages", "test", "idlelib", "tkinter", "ensurepip", "config-*"
+)
 
 
 def service_interpreter(

@@ -135,17 +135,16 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def service() -> Any:
     """`python -m gpuqueue.ops.launcher` on a fresh data folder and a free port: embedded
     PostgreSQL and Redis, Granian, a Celery worker and beat, the simulated cluster, the demo
     teams and users (demo traffic off, so the only jobs are the tests')."""
     from tests.foundation.test_embedded_service import Service
 
-    svc = Service(tmp_path_factory.mktemp("svc") / "data")
+    svc = Service()
     svc.start(timeout=180)
     yield svc
-    if svc.process is not None and svc.process.poll() is None:
-        svc.stop()
+    svc.close()
 
 
 @pytest.fixture(scope="module")

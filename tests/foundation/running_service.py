@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -24,15 +24,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Service:
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        # Started by root, the service's processes run as an unprivileged user, who must reach
-        # the data folder as in a real installation; pytest makes its temporary folders private.
-        for parent in data_dir.parents:
-            if parent == Path(tempfile.gettempdir()):
-                break
-            if parent.exists():
-                parent.chmod(parent.stat().st_mode | stat.S_IXOTH)
+    def __init__(self) -> None:
+        # A folder of its own that any user may traverse: started by root, the service's
+        # processes run as unprivileged users (PostgreSQL's and `gpuqueue`), as in a real
+        # installation, and pytest's temporary folders are private to root (and made private
+        # again whenever another pytest session starts).
+        self.folder = Path(tempfile.mkdtemp(prefix="gq-service-"))
+        self.folder.chmod(0o755)
+        self.data_dir = self.folder / "data"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
@@ -41,7 +40,7 @@ class Service:
             if k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "GPUQUEUE_DEMO")
         }
         self.env.update(
-            GPUQUEUE_DATA_DIR=str(data_dir),
+            GPUQUEUE_DATA_DIR=str(self.data_dir),
             GPUQUEUE_PORT=str(self.port),
             GPUQUEUE_EMBEDDED_REDIS_PORT=str(free_port()),
             GPUQUEUE_CYCLE_SECONDS="1",
@@ -91,6 +90,12 @@ class Service:
         code = self.process.wait(60)
         self.log.close()
         return code
+
+    def close(self) -> None:
+        """Stop it if it still runs, and remove its folder."""
+        if self.process is not None and self.process.poll() is None:
+            self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def leftovers(self) -> list[str]:
         alive = []

@@ -45,11 +45,10 @@ def test_embedded_servers_start_keep_data_and_stop(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def service(tmp_path: Path) -> Iterator[Service]:
-    svc = Service(tmp_path / "data")
+def service() -> Iterator[Service]:
+    svc = Service()
     yield svc
-    if svc.process is not None and svc.process.poll() is None:
-        svc.stop()
+    svc.close()
 
 
 def job_body(duration: int, workers: int = 2) -> dict[str, Any]:

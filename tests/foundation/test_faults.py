@@ -19,7 +19,6 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -133,8 +132,8 @@ FAULTS: dict[str, Callable[[Service], psutil.Process | None]] = {
 
 
 @pytest.fixture
-def service(tmp_path: Path) -> Iterator[Service]:
-    svc = Service(tmp_path / "data")
+def service() -> Iterator[Service]:
+    svc = Service()
     svc.env.update(
         GPUQUEUE_WEB_WORKERS="2",
         GPUQUEUE_API_RATE="100000/min",
@@ -142,8 +141,7 @@ def service(tmp_path: Path) -> Iterator[Service]:
         GPUQUEUE_SIM_CHECKPOINT_SECONDS="20",
     )
     yield svc
-    if svc.process is not None and svc.process.poll() is None:
-        svc.stop()
+    svc.close()
 
 
 def recover(service: Service, submitters: Submitters, find: Callable[..., Any], old: int) -> float:
