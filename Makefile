@@ -24,11 +24,13 @@ install-dev: $(VENV)/.installed-dev
 run: install
 	$(BIN)/python -m gpuqueue.ops.launcher
 
-# Browser tests drive Debian's chromium; install it when missing (needs root or sudo). If that
-# fails the browser tests skip and say why; the rest of the suite still runs.
+# Browser tests drive Debian's chromium, the utilization reader's tests its prometheus; install
+# them when missing (needs root or sudo). If that fails the browser tests skip and say why, the
+# reader's tests build Prometheus from Go; the rest of the suite still runs.
 browser:
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || ./scripts/install-chromium.sh \
-		|| echo "WARNING: could not install chromium; browser tests will be skipped" >&2
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v prometheus >/dev/null \
+		|| ./scripts/install-test-packages.sh \
+		|| echo "WARNING: could not install chromium or prometheus; browser tests will be skipped" >&2
 
 test: install-dev browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

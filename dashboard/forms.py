@@ -13,6 +13,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from dashboard import array_and_dependency_fields as links
 from gpuqueue.client.volumes import parse_volume
 from gpuqueue.core.errors import Forbidden, Refused
 from gpuqueue.models import Flavor, Quota
@@ -277,6 +278,7 @@ class SubmitForm(ServiceForm):
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.fields.update(links.form_fields())
         self.user = user
         teams = list(Team.objects.of_user(user).values_list("slug", "name"))
         self.fields["team"].widget.choices = [(slug, f"{slug} — {name}") for slug, name in teams]
@@ -314,16 +316,23 @@ class SubmitForm(ServiceForm):
             for name, value in self.cleaned_data.items()
             if value is not None and value != ""
         }
+        # 3. as the API: dependencies are checked once the job is good; an array spec was
+        #    read by its field.
+        linked = {name: given.pop(name) for name in links.FIELDS if name in given}
         checked = job_spec.check_submission(self.user, given, refused=refused)
         self.add_field_errors(checked.errors)
-        return None if self.errors else checked.values
+        if not self.errors:
+            self.add_field_errors(links.dependency_errors(self.user, linked))
+        return None if self.errors else {**checked.values, **linked}
 
 
 def curl_command(base_url: str, body: Mapping[str, Any]) -> str:
-    """The same submission for a pipeline: POST /api/v1/jobs/ with a token."""
+    """The same submission for a pipeline: POST /api/v1/jobs/ (an array: /api/v1/arrays/) with
+    a token."""
     payload = json.dumps(body, indent=2)
+    path = "/api/v1/arrays/" if "array" in body else "/api/v1/jobs/"
     return (
-        f"curl -X POST {shlex.quote(base_url.rstrip('/') + '/api/v1/jobs/')} \\\n"
+        f"curl -X POST {shlex.quote(base_url.rstrip('/') + path)} \\\n"
         '  -H "Authorization: Bearer $GPUQUEUE_TOKEN" \\\n'
         '  -H "Content-Type: application/json" \\\n'
         '  -H "Idempotency-Key: $(uuidgen)" \\\n'

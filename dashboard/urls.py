@@ -1,6 +1,7 @@
 from django.urls import path
 
-from dashboard.views import capacity, jobs, teams
+from dashboard.views import arrays, capacity, jobs, teams, usage
+from dashboard.views.job_progress import job_progress
 
 app_name = "dashboard"
 urlpatterns = [
@@ -10,9 +11,13 @@ urlpatterns = [
     path("jobs/<int:job_id>/", jobs.job_detail, name="job"),
     path("jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job-cancel"),
     path("jobs/<int:job_id>/logs/", jobs.job_logs, name="job-logs"),
+    path("arrays/<int:array_id>/", arrays.array_detail, name="array"),
+    path("arrays/<int:array_id>/cancel/", arrays.array_cancel, name="array-cancel"),
+    path("jobs/<int:job_id>/progress/", job_progress, name="job-progress"),
     path("queues/", capacity.queues, name="queues"),
     path("cluster/", capacity.cluster, name="cluster"),
     path("utilization/", capacity.utilization, name="utilization"),
+    path("usage/", usage.usage, name="usage"),
     path("teams/", teams.team_list, name="teams"),
     path("teams/<slug:slug>/", teams.team_detail, name="team"),
     path("teams/<slug:slug>/quotas/<slug:flavor>/", teams.quota_edit, name="quota"),

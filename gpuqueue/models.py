@@ -51,6 +51,18 @@ class Flavor(models.Model):
         null=True, blank=True, help_text="the most memory a worker may ask for, in MiB"
     )
     description = models.CharField(max_length=200, blank=True)
+    # Idle GPUs (gpuqueue/services/gpu_activity.py): null takes GPUQUEUE_IDLE_* settings.
+    idle_threshold_percent = models.FloatField(
+        null=True, blank=True, help_text="a job below this GPU utilization is idle; empty: default"
+    )
+    idle_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="for this long before it is flagged; empty: default"
+    )
+    idle_policy = models.CharField(
+        max_length=16,
+        choices=[("flag", "only flag"), ("reclaim_first", "flag; reclaim idle borrowers first")],
+        default="flag",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -155,6 +167,12 @@ class Node(models.Model):
         return self.ready and not self.cordoned and not self.drained
 
 
+class JobHold(models.TextChoices):
+    NONE = "", "offered to the engine"
+    DEPENDENCIES = "dependencies", "waiting for the jobs it depends on"
+    ARRAY_LIMIT = "array_limit", "waiting for a slot under its array's limit"
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     def visible_to(self, user: Any) -> JobQuerySet:
         """The one read filter for jobs: site admins see all, others their teams' jobs."""
@@ -214,6 +232,22 @@ class Job(models.Model):
     env_from_secrets = models.JSONField(default=list, blank=True)
     priority_class = models.CharField(max_length=253, blank=True)
     service_account = models.CharField(max_length=253, blank=True)
+    # A task of an array (gpuqueue/services/arrays.py): its array and index; null otherwise.
+    array = models.ForeignKey(
+        "JobArray",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="tasks",
+        db_index=False,
+    )
+    array_index = models.PositiveIntegerField(null=True, blank=True)
+    # Why a PENDING job is kept out of the admission cycle's snapshot ("": it is not): waiting
+    # for jobs it depends on, or for a slot under its array's %K. Only the cycle's hold phase
+    # (gpuqueue/services/holds.py) clears it.
+    hold = models.CharField(max_length=16, choices=JobHold.choices, blank=True, default="")
+    # A dependency that can no longer be met leaves the job pending instead of cancelling it.
+    keep_if_unmet = models.BooleanField(default=False)
 
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     submitted_at = models.DateTimeField(auto_now_add=True)
@@ -227,6 +261,10 @@ class Job(models.Model):
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     cluster_position = models.PositiveIntegerField(null=True, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
+    # The last forecast (services/runtime_history.py): {"early", "late": the estimated start's
+    # band, ISO times or null; "why_none": why there is no estimate, or null; "runtime": the
+    # runtime prediction it used, or null}. Written while PENDING.
+    forecast = models.JSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0, help_text="launches so far")
     # Launches whose pods never all started (services/start_failures.py): each requeues the
     # job with a growing wait, and the last one allowed fails it.
@@ -257,6 +295,12 @@ class Job(models.Model):
                 condition=Q(state__in=sorted(FINAL)) | Q(finished_at__isnull=True),
                 name="job_finished_only_when_final",
             ),
+            # One task per index of an array (its lookups by array go through this index too).
+            models.UniqueConstraint(
+                fields=["array", "array_index"],
+                condition=Q(array__isnull=False),
+                name="job_one_task_per_array_index",
+            ),
             # A retried submission with the same key from the same user is the same job.
             models.UniqueConstraint(
                 fields=["user", "idempotency_key"],
@@ -279,6 +323,8 @@ class Job(models.Model):
             models.Index(fields=["team", "-submitted_at"], name="job_team_recent"),
             # "My jobs": WHERE user_id = ? ORDER BY submitted_at DESC.
             models.Index(fields=["user", "-submitted_at"], name="job_user_recent"),
+            # The cycle's hold phase: the few PENDING jobs held back, without reading the queue.
+            models.Index(fields=["hold"], condition=~Q(hold=""), name="job_held"),
         ]
 
     def __str__(self) -> str:
@@ -291,6 +337,82 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL
+
+
+class JobArrayQuerySet(models.QuerySet["JobArray"]):
+    def visible_to(self, user: Any) -> JobArrayQuerySet:
+        """As `JobQuerySet.visible_to`: site admins see all, others their teams' arrays."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_superuser:
+            return self.all()
+        return self.filter(team__memberships__user=user)
+
+
+class JobArray(models.Model):
+    """One submission of N tasks of the same job (Slurm's --array=0-999%50): the tasks are
+    ordinary jobs with `array` and `array_index` set; this row keeps what they share."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+", db_index=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    name = models.CharField(max_length=63)
+    spec = models.CharField(max_length=200, help_text="the indices as given, e.g. 0-999:2%50")
+    size = models.PositiveIntegerField(help_text="how many tasks")
+    max_concurrent = models.PositiveIntegerField(
+        null=True, blank=True, help_text="the most tasks holding GPUs at once; null: no cap"
+    )
+    values = models.JSONField(default=list, blank=True, help_text="one per task, or none")
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    submitted_at = models.DateTimeField(auto_now_add=True)
+
+    objects = JobArrayQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="jobarray_idempotency_key_per_user",
+            ),
+        ]
+        indexes = [models.Index(fields=["team", "-submitted_at"], name="jobarray_team_recent")]
+
+    def __str__(self) -> str:
+        return f"array {self.pk} {self.name} [{self.spec}]"
+
+
+class DependencyKind(models.TextChoices):
+    AFTER_OK = "after_ok", "after it succeeds"
+    AFTER_ANY = "after_any", "after it ends"
+    AFTER_NOT_OK = "after_not_ok", "after it fails or is cancelled"
+
+
+class JobDependency(models.Model):
+    """`job` waits for `upstream` (gpuqueue/services/dependencies.py)."""
+
+    # The unique (job, upstream, kind) index serves lookups by job.
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="dependencies", db_index=False
+    )
+    upstream = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependents")
+    kind = models.CharField(max_length=16, choices=DependencyKind.choices)
+
+    class Meta:
+        ordering = ["job", "upstream", "kind"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "upstream", "kind"], name="one_dependency_per_kind"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=DependencyKind.values), name="dependency_kind_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind} {self.upstream_id}"
 
 
 class JobEvent(models.Model):
@@ -391,3 +513,72 @@ class SimulatedWorkload(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["job_id", "attempt"], name="one_workload_per_attempt"),
         ]
+
+
+class UsageOutcome(models.TextChoices):
+    """How an attempt stopped holding its GPUs ("" while it still holds them)."""
+
+    OPEN = ""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    PREEMPTED = "preempted"  # requeued after a preemption: its GPU-seconds count as lost
+    REQUEUED = "requeued"  # requeued for another cause (a lost node, a gang never ready)
+
+
+class UsageRecord(models.Model):
+    """The GPU-hours ledger (gpuqueue/services/usage_ledger.py): the GPU-seconds one attempt of
+    a job held within one clock hour, from its admission to the transition that released its
+    GPUs. Kept forever: `job_id` is a plain integer, so rows outlive the job's."""
+
+    job_id = models.BigIntegerField()
+    attempt = models.PositiveIntegerField()
+    hour = models.DateTimeField(help_text="the start of the clock hour (UTC)")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+", db_index=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+", db_index=False)
+    gpus = models.PositiveIntegerField()
+    gpu_seconds = models.FloatField(help_text="GPUs × seconds held within the hour")
+    outcome = models.CharField(max_length=16, choices=UsageOutcome.choices, blank=True)
+    # Where per-job GPU utilization is known (gpuqueue/services/gpu_activity.py): GPU-seconds
+    # of work done (held × utilization) and GPU-seconds held below the idle threshold.
+    used_gpu_seconds = models.FloatField(null=True, blank=True)
+    idle_gpu_seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["hour", "job_id", "attempt"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job_id", "attempt", "hour"], name="one_usage_record_per_attempt_hour"
+            ),
+            models.CheckConstraint(condition=Q(gpu_seconds__gte=0), name="usage_seconds_nonneg"),
+        ]
+        indexes = [
+            # Reports: WHERE hour >= ? AND hour < ? [AND team_id IN (...)] GROUP BY ...
+            models.Index(fields=["hour", "team"], name="usage_hour_team"),
+            models.Index(fields=["team", "hour"], name="usage_team_hour"),
+            models.Index(fields=["user", "hour"], name="usage_user_hour"),
+            # The minute's sweep of attempts still open (services/usage_ledger.py): few rows.
+            models.Index(fields=["job_id"], condition=Q(outcome=""), name="usage_open"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}#{self.attempt} {self.hour:%Y-%m-%d %H}h: {self.gpu_seconds:.0f}"
+
+
+class JobActivity(models.Model):
+    """The latest GPU utilization read for a job holding GPUs (gpuqueue/services/gpu_activity.py)
+    and since when it has stayed below its flavor's idle threshold."""
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    attempt = models.PositiveIntegerField()
+    gpu_utilization = models.FloatField(help_text="percent, mean over the job's GPUs")
+    measured_at = models.DateTimeField()
+    source = models.CharField(max_length=16, help_text="prometheus or simulated")
+    below_since = models.DateTimeField(null=True, blank=True)
+    idle = models.BooleanField(default=False, help_text="below the threshold for long enough")
+
+    class Meta:
+        indexes = [models.Index(fields=["idle"], name="jobactivity_idle")]

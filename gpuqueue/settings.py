@@ -262,6 +262,24 @@ GPUQUEUE_GANG_READY_TIMEOUT_SECONDS = env_float(
 # and fails after this many (gpuqueue/services/start_failures.py).
 GPUQUEUE_MAX_START_ATTEMPTS = env_int("GPUQUEUE_MAX_START_ATTEMPTS", 5, minimum=1)
 GPUQUEUE_START_BACKOFF_SECONDS = env_float("GPUQUEUE_START_BACKOFF_SECONDS", 30.0, minimum=0)
+# Idle GPUs (gpuqueue/services/gpu_activity.py): a running job whose GPUs stay below the
+# threshold for the minutes given is flagged; a flavor may set its own values in the admin.
+# Utilization comes from the DCGM exporter through Prometheus in Kubernetes mode, from the
+# gpuqueue.dev/sim-gpu-utilization annotation in the simulated cluster.
+GPUQUEUE_IDLE_THRESHOLD_PERCENT = env_float("GPUQUEUE_IDLE_THRESHOLD_PERCENT", 5.0, minimum=0)
+# Minutes may be a fraction (tests flag a job within seconds); a flavor's own are whole ones.
+GPUQUEUE_IDLE_MINUTES = env_float("GPUQUEUE_IDLE_MINUTES", 30.0, minimum=0.01)
+# How often the ledger's running attempts are written and GPU utilization is read.
+GPUQUEUE_USAGE_SECONDS = env_float("GPUQUEUE_USAGE_SECONDS", 60.0, minimum=1)
+GPUQUEUE_PROMETHEUS_URL = env_str("GPUQUEUE_PROMETHEUS_URL")
+GPUQUEUE_PROMETHEUS_GPU_METRIC = env_choice(
+    "GPUQUEUE_PROMETHEUS_GPU_METRIC",
+    "DCGM_FI_DEV_GPU_UTIL",
+    ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+)
+GPUQUEUE_PROMETHEUS_TIMEOUT_SECONDS = env_float(
+    "GPUQUEUE_PROMETHEUS_TIMEOUT_SECONDS", 5.0, minimum=0.1
+)
 
 # Periodic work. `expires` drops a run that waited longer than its period (a backlog of cycles
 # after an outage would only repeat the same work).
@@ -286,6 +304,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "gpuqueue.sample_utilization",
         "schedule": 60.0,
         "options": {"expires": 60.0},
+    },
+    # The GPU-hours ledger's running attempts and idle GPUs (services/usage_ledger.py,
+    # services/gpu_activity.py).
+    "usage-ledger": {
+        "task": "gpuqueue.record_usage",
+        "schedule": GPUQUEUE_USAGE_SECONDS,
+        "options": {"expires": GPUQUEUE_USAGE_SECONDS},
     },
 }
 

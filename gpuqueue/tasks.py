@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from celery import shared_task
 from django.db import OperationalError
+from django.utils import timezone
 
 from gpuqueue.cluster import get_backend
 from gpuqueue.cycle.run import refresh_forecasts_when_due, run_cycle
 from gpuqueue.services.cluster_sync import sync_cluster
+from gpuqueue.services.gpu_activity import sample_gpu_activity
+from gpuqueue.services.usage_ledger import close_released_attempts, record_open_attempts
 
 # Every task that reads and writes the database: acknowledged after it ran (a worker killed
 # mid-task leaves it queued), and retried with backoff when PostgreSQL is briefly away.
@@ -57,3 +60,18 @@ def sample_utilization_task() -> int:
     from gpuqueue.services.utilization import sample_utilization
 
     return sample_utilization()
+
+
+@shared_task(
+    name="gpuqueue.record_usage",
+    **RETRY_ON_DATABASE_ERRORS,
+)
+def record_usage_task() -> int:
+    """Every minute: the ledger rows of attempts still holding GPUs, and of attempts released
+    without `transition` (services/usage_ledger.py), then each running job's GPU utilization
+    and idle flag (services/gpu_activity.py)."""
+    now = timezone.now()
+    rows = record_open_attempts(now)
+    close_released_attempts()
+    sample_gpu_activity(now)
+    return rows

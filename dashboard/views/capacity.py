@@ -12,6 +12,7 @@ from dashboard.overview import queue_overview
 from dashboard.views.common import page_or_partial
 from gpuqueue.core.states import HOLDING
 from gpuqueue.models import Job
+from gpuqueue.services.usage_report import idle_hours_by_team
 
 
 @login_required
@@ -55,5 +56,9 @@ def utilization(request: HttpRequest) -> HttpResponse:
         request,
         "dashboard/utilization.html",
         "dashboard/partials/_utilization.html",
-        {"history": utilization_history(window), "windows": list(WINDOWS)},
+        {
+            "history": (history := utilization_history(window)),
+            "windows": list(WINDOWS),
+            "idle_by_team": idle_hours_by_team(history.start),
+        },
     )

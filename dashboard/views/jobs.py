@@ -8,15 +8,20 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
+from dashboard.array_and_dependency_fields import submit_job_or_array
 from dashboard.forms import PRESETS, SubmitForm, curl_command
 from dashboard.joblist import STATE_LABELS, JobFilter, job_page
+from dashboard.sorting import headers
 from dashboard.views.common import INVALID, htmx_redirect, page_or_partial
 from gpuqueue.core.errors import Refused, Unavailable
+from gpuqueue.core.job_order import DEFAULT
 from gpuqueue.core.states import InvalidTransition
 from gpuqueue.models import Flavor, Job
 from gpuqueue.services.cancel import CancelRefused, cancel_job, may_cancel
+from gpuqueue.services.dependencies import links as dependency_links
+from gpuqueue.services.gpu_activity import finding_for, idle_job_ids
 from gpuqueue.services.logs import read_job_log
-from gpuqueue.services.submit import SubmissionRefused, submit_job
+from gpuqueue.services.submit import SubmissionRefused
 from teams.models import Team
 
 
@@ -31,12 +36,18 @@ def home(request: HttpRequest) -> HttpResponse:
         "jobs": page.jobs,
         "filter": job_filter,
         "live": page.live,
+        "idle_ids": idle_job_ids([job.pk for job in page.jobs]),
         "teams": Team.objects.of_user(request.user),
         "flavors": Flavor.objects.values_list("name", flat=True),
         "state_labels": STATE_LABELS,
         "next_query": job_filter.query(page.page + 1) if page.has_next else None,
         "prev_query": job_filter.query(page.page - 1) if page.page > 1 else None,
         "self_query": job_filter.query(page.page),
+        # Each column's header and the link that sorts by it (back to the first page).
+        "default_ordering": DEFAULT,
+        "headers": [
+            (h, job_filter.query(ordering=h.ordering)) for h in headers(job_filter.ordering)
+        ],
     }
     return page_or_partial(
         request,
@@ -66,6 +77,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "placement": sorted(job.placement.items()) if job.placement else [],
         "may_cancel": not job.is_final and may_cancel(request.user, job),
         "live": not job.is_final,
+        "links": dependency_links(request.user, job),
+        "gpu_activity": finding_for(job),
     }
     return page_or_partial(
         request,
@@ -194,11 +207,11 @@ def submit(request: HttpRequest) -> HttpResponse:
     if data is not None:
         team, flavor = data.pop("team"), data.pop("flavor")
         try:
-            job = submit_job(request.user, team, flavor, data).job
+            page = submit_job_or_array(request.user, team, flavor, data)
         except SubmissionRefused as exc:
             form.add_error(exc.field if exc.field in form.fields else None, str(exc))
         else:
-            return htmx_redirect(request, reverse("dashboard:job", args=[job.pk]))
+            return htmx_redirect(request, page)
     return page_or_partial(
         request,
         "dashboard/submit.html",

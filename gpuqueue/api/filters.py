@@ -8,6 +8,7 @@ import django_filters as filters
 
 from gpuqueue.api.fields import UtcDateTimeFilter
 from gpuqueue.api.filtersets import StateFilter, StrictFilterSet
+from gpuqueue.api.job_ordering import OrderingFilter
 from gpuqueue.models import Job, UtilizationSample
 
 
@@ -25,6 +26,7 @@ class JobFilter(StrictFilterSet):
     submitted_before = UtcDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
     finished_after = UtcDateTimeFilter(field_name="finished_at", lookup_expr="gte")
     finished_before = UtcDateTimeFilter(field_name="finished_at", lookup_expr="lt")
+    ordering = OrderingFilter()
 
     class Meta:
         model = Job

@@ -9,6 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from gpuqueue.api.activity_fields import GpuActivityField
 from gpuqueue.api.cached_fields import FieldsBoundOnce
 from gpuqueue.api.fields import (
     LookupField,
@@ -18,11 +19,12 @@ from gpuqueue.api.fields import (
     StrictIntegerField,
     reject_unknown_fields,
 )
+from gpuqueue.api.prediction_fields import RuntimePredictionField, StartBandField
 from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
 from gpuqueue.core.taints import toleration_errors
 from gpuqueue.models import Flavor, Job, JobEvent, Node, Quota, UtilizationSample
-from gpuqueue.services import job_spec, pod_spec
+from gpuqueue.services import dependencies, job_spec, pod_spec
 from gpuqueue.services import validation as v
 from gpuqueue.services.flavors import save_flavor
 from gpuqueue.services.quotas import (
@@ -113,6 +115,16 @@ def _per_worker(field: str, help_text: str) -> StrictIntegerField:
     )
 
 
+def _job_ids(help_text: str) -> serializers.ListField:
+    return serializers.ListField(
+        child=StrictIntegerField(min_value=1),
+        required=False,
+        default=list,
+        max_length=dependencies.MAX_DEPENDENCIES,
+        help_text=help_text + " Job ids of your teams.",
+    )
+
+
 class JobSubmitSerializer(serializers.Serializer):
     """A submission. Its fields read the types; the rules, every one that Kubernetes or the
     engine would refuse later, are gpuqueue.services.job_spec's, which the dashboard's form
@@ -192,6 +204,14 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="A ServiceAccount of the team's namespace; its token is mounted.",
     )
 
+    after_ok = _job_ids("Start only after each of these jobs succeeded.")
+    after_any = _job_ids("Start only after each of these jobs ended, however.")
+    after_not_ok = _job_ids("Start once any of these jobs failed or was cancelled.")
+    keep_if_unmet = StrictBooleanField(
+        default=False,
+        help_text="When a dependency can no longer be met, stay pending (default: cancelled).",
+    )
+
     validate_name = _by_rules(job_spec.field_errors, "name")
     validate_image = _by_rules(job_spec.field_errors, "image")
     validate_command = _by_rules(job_spec.field_errors, "command")
@@ -223,6 +243,9 @@ class JobSubmitSerializer(serializers.Serializer):
         checked = job_spec.check_whole(_user(self), attrs)
         if not checked.ok:
             raise serializers.ValidationError(checked.errors)
+        refused = dependencies.dependency_errors(_user(self), dependencies.Dependencies.of(attrs))
+        if refused:
+            raise serializers.ValidationError(refused)
         return checked.values
 
 
@@ -258,6 +281,9 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
         help_text="The pending reason as one sentence with numbers (null unless PENDING)."
     )
     idempotency_key = serializers.CharField(read_only=True, allow_null=True)
+    runtime_prediction = RuntimePredictionField()
+    start_band = StartBandField()
+    gpu_activity = GpuActivityField()
 
     class Meta:
         model = Job
@@ -269,6 +295,10 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
             "gpus",
             *JOB_FIELDS,  # what a submission sets
             "idempotency_key",
+            "array",
+            "array_index",
+            "hold",
+            "keep_if_unmet",
             "state",
             "submitted_at",
             "admitted_at",
@@ -280,7 +310,10 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
             "queue_position",
             "cluster_position",
             "estimated_start",
+            "start_band",
+            "runtime_prediction",
             "attempts",
+            "gpu_activity",
             "start_failures",
             "not_before",
             "exit_code",
@@ -294,6 +327,25 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
         if job.state != JobState.PENDING:
             return None
         return describe_reason(job.pending_reason)
+
+
+class DependencyLinkSerializer(serializers.Serializer):
+    job = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=dependencies.KINDS)
+    state = serializers.CharField()
+    name = serializers.CharField()
+
+
+class JobDetailSerializer(JobSerializer):
+    """For the schema: one job as GET /jobs/{id}/ answers (gpuqueue/services/dependencies.py
+    `links`)."""
+
+    depends_on = DependencyLinkSerializer(many=True, read_only=True)
+    dependents = DependencyLinkSerializer(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "depends_on", "dependents"]
+        read_only_fields = fields
 
 
 class JobEventSerializer(FieldsBoundOnce, serializers.ModelSerializer):

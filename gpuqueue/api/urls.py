@@ -4,8 +4,10 @@ prefix), plus the two plain views."""
 from django.urls import path, re_path
 from rest_framework.routers import DefaultRouter
 
+from gpuqueue.api.array_views import ArrayViewSet
 from gpuqueue.api.checkpoint_views import CheckpointedView
 from gpuqueue.api.errors import api_not_found
+from gpuqueue.api.usage_views import UsageView
 from gpuqueue.api.viewsets import (
     FlavorViewSet,
     JobViewSet,
@@ -19,6 +21,7 @@ from teams.api.viewsets import AuditViewSet, MembershipViewSet, TeamViewSet, Tok
 
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")
+router.register("arrays", ArrayViewSet, basename="array")
 router.register("teams", TeamViewSet, basename="team")
 router.register("memberships", MembershipViewSet, basename="membership")
 router.register("flavors", FlavorViewSet, basename="flavor")
@@ -31,6 +34,7 @@ router.register("audit", AuditViewSet, basename="audit")
 urlpatterns = [
     path("me/", MeView.as_view(), name="me"),
     path("utilization/", UtilizationView.as_view(), name="utilization"),
+    path("usage/", UsageView.as_view(), name="usage"),
     # The Kubernetes backend's checkpoint acknowledgement route (gpuqueue/api/checkpoint_views.py)
     # goes here, before the router.
     path("jobs/<int:pk>/checkpointed/", CheckpointedView.as_view(), name="job-checkpointed"),

@@ -16,11 +16,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gpuqueue.api.filters import JobFilter, UtilizationSampleFilter
+from gpuqueue.api.job_ordering import KeysetPagination
 from gpuqueue.api.log_serializers import JobLogSerializer, LogQuerySerializer
-from gpuqueue.api.pagination import NewestFirst, OldestFirst, SamplesNewestFirst
+from gpuqueue.api.pagination import OldestFirst, SamplesNewestFirst
 from gpuqueue.api.serializers import (
     FlavorSerializer,
     FlavorUsageSerializer,
+    JobDetailSerializer,
     JobEventSerializer,
     JobSerializer,
     JobSubmitSerializer,
@@ -31,12 +33,13 @@ from gpuqueue.api.serializers import (
 )
 from gpuqueue.models import Flavor, Job, Node, Quota, UtilizationSample
 from gpuqueue.services.cancel import cancel_job
+from gpuqueue.services.dependencies import links, submit_job_after
 from gpuqueue.services.flavors import delete_flavor
 from gpuqueue.services.inventory import usage_now
 from gpuqueue.services.logs import read_job_log
 from gpuqueue.services.nodes import set_drained
 from gpuqueue.services.quotas import delete_quota
-from gpuqueue.services.submit import TeamRequired, previous_submission, submit_job
+from gpuqueue.services.submit import TeamRequired, previous_submission
 from teams.api.permissions import SiteAdminWrites
 from teams.models import Membership
 
@@ -73,7 +76,7 @@ class JobViewSet(
     serializer_class = JobSerializer
     filter_backends = [DjangoFilterBackend]
     filterset_class = JobFilter
-    pagination_class = NewestFirst
+    pagination_class = KeysetPagination  # ?ordering=
     lookup_value_regex = r"\d+"
 
     def get_queryset(self) -> QuerySet[Job]:
@@ -101,13 +104,19 @@ class JobViewSet(
         data = dict(submission.validated_data)
         team, flavor = data.pop("team"), data.pop("flavor")  # team None: the user's only team
         try:
-            result = submit_job(request.user, team, flavor, data, idempotency_key=key)
+            result = submit_job_after(request.user, team, flavor, data, idempotency_key=key)
         except TeamRequired as exc:  # as the serializer would have refused it
             raise serializers.ValidationError({"team": [str(exc)]}) from exc
         return Response(
             self.get_serializer(result.job).data,
             status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
         )
+
+    @extend_schema(responses=JobDetailSerializer)
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """A job, with the jobs it waits for and those waiting for it (as far as you see)."""
+        job = self.get_object()
+        return Response({**self.get_serializer(job).data, **links(request.user, job)})
 
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])

@@ -144,6 +144,19 @@ class Client:
     def job(self, job_id: int) -> dict[str, Any]:
         return dict(self.request("GET", f"/api/v1/jobs/{job_id}/", retry=True)[1])
 
+    def submit_array(
+        self, job: dict[str, Any], idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """A job array (`job["array"]`: "0-999%50" or its fields), as safely as `submit`."""
+        key = idempotency_key or str(uuid.uuid4())
+        _, body = self.request(
+            "POST", "/api/v1/arrays/", job, headers={"Idempotency-Key": key}, retry=True
+        )
+        return dict(body)
+
+    def array(self, array_id: int) -> dict[str, Any]:
+        return dict(self.request("GET", f"/api/v1/arrays/{array_id}/", retry=True)[1])
+
     def jobs(self, limit: int | None = None, **filters: Any) -> Iterator[dict[str, Any]]:
         """Jobs newest first, following the cursor pages."""
         url: str | None = "/api/v1/jobs/"

@@ -7,7 +7,10 @@ gpuqueue wait 42   # exit: 0 succeeded, the job's exit code (or 1) failed, 3 can
 gpuqueue queue            # like squeue: your teams' pending and running jobs, why, when
 gpuqueue list --state pending --mine
 gpuqueue status 42 | gpuqueue events 42 | gpuqueue cancel 42
+gpuqueue submit --array 0-999%50 -f job.yaml   # N tasks, GPUQUEUE_ARRAY_INDEX; status --array 7
+gpuqueue submit --after-ok 12,13 -f eval.yaml  # waits for 12 and 13 to succeed
 gpuqueue logs 42 --worker 1 --tail 50 --follow   # --follow: until the job ends; exit as wait
+gpuqueue usage --team vision --since 2026-11-01 --by week [--csv]   # GPU-hours, sreport-like
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuqueue.client import humane
+from gpuqueue.client import arrays, forecast_text, humane, usage
 from gpuqueue.client.api import ApiError, Client, save_config
 from gpuqueue.client.volumes import parse_volume
 
@@ -98,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--priority-class")
     p.add_argument("--service-account")
     p.add_argument("--idempotency-key", help="retrying with the same key never makes a second job")
+    arrays.add_submit_arguments(p)
     p.add_argument("--wait", action="store_true", help="then wait, as `gpuqueue wait`")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the command and its arguments")
     p.set_defaults(handler=cmd_submit)
@@ -118,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--user")
     p.add_argument("--flavor")
     p.add_argument("--mine", action="store_true")
+    p.add_argument("--ordering", help="sort as the API's ?ordering=: name, --ordering=-waited, …")
     p.add_argument("--limit", type=int, default=50)
     p.set_defaults(handler=cmd_list)
 
@@ -128,6 +133,8 @@ def _parser() -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("job", type=int)
+        if name == "status":
+            p.add_argument("--array", action="store_true", help="JOB is an array: its tasks")
         p.set_defaults(handler=handler)
 
     p = sub.add_parser("logs", help="a worker's last log lines; --follow: new ones as they come")
@@ -144,6 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=2.0)
     p.add_argument("--quiet", "-q", action="store_true")
     p.set_defaults(handler=cmd_wait)
+
+    usage.add_parser(sub, _client)
     return parser
 
 
@@ -215,6 +224,7 @@ def job_spec(args: argparse.Namespace) -> dict[str, Any]:
         command = command[1:]
     if command:
         spec["command"] = command
+    spec.update(arrays.submission_fields(args))
     return spec
 
 
@@ -237,7 +247,10 @@ def cmd_whoami(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     client = _client(args)
-    job = client.submit(job_spec(args), idempotency_key=args.idempotency_key)
+    spec = job_spec(args)
+    if "array" in spec:
+        return arrays.submit(args, client, spec)
+    job = client.submit(spec, idempotency_key=args.idempotency_key)
     if args.json and not args.wait:
         print(json.dumps(job, indent=2))
     else:
@@ -260,6 +273,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             user=args.user,
             flavor=args.flavor,
             mine="true" if args.mine else None,
+            ordering=args.ordering,
         )
     )
     if args.json:
@@ -306,6 +320,7 @@ def describe(job: dict[str, Any], now: datetime | None = None) -> str:
         lines.append(f"  command: {shlex.join(job['command'])}")
     if job.get("pending_reason_text"):
         lines.append(f"  why: {job['pending_reason_text']}")
+    lines += arrays.job_lines(job)
     if job.get("queue_position") is not None:
         lines.append(
             f"  position: {job['queue_position']} in the team's queue, "
@@ -314,6 +329,11 @@ def describe(job: dict[str, Any], now: datetime | None = None) -> str:
     if job.get("estimated_start"):
         now = now or datetime.now(UTC)
         lines.append(f"  estimated start: {humane.when(job['estimated_start'], now)}")
+    if job.get("start_band"):
+        now = now or datetime.now(UTC)
+        lines.append(f"  start band: {forecast_text.band_text(job['start_band'], now)}")
+    if job.get("runtime_prediction"):
+        lines.append(f"  runtime: {forecast_text.runtime_text(job['runtime_prediction'])}")
     if job.get("placement"):
         lines.append("  placement: " + ", ".join(f"{n}×{w}" for n, w in job["placement"].items()))
     if job.get("attempts"):
@@ -326,6 +346,8 @@ def describe(job: dict[str, Any], now: datetime | None = None) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.array:
+        return arrays.show(args, _client(args))
     job = _client(args).job(args.job)
     print(json.dumps(job, indent=2) if args.json else describe(job))
     return 0

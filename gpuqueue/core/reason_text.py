@@ -18,6 +18,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 BACKING_OFF = "backing_off"
+# Written by the cycle's hold phase on jobs it keeps out of the snapshot (gpuqueue/services/
+# dependencies.py and arrays.py): numbers empty, `waits` [[job id, kind, state], ...]; or
+# numbers {array, limit}.
+DEPENDENCIES = "dependencies"
+DEPENDENCY_UNMET = "dependency_unmet"
+ARRAY_LIMIT = "array_limit"
+_AWAITED = {
+    "after_ok": "to succeed",
+    "after_any": "to end",
+    "after_not_ok": "to fail or be cancelled",
+}
 
 
 def _plural(count: Any, word: str) -> str:
@@ -120,6 +131,13 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
         )
     if code == "never_fits":
         return _never_fits(n, flavor, per, gpus, shape)
+    if code in (DEPENDENCIES, DEPENDENCY_UNMET):
+        return _waiting_for_jobs(code, reason.get("waits") or [])
+    if code == ARRAY_LIMIT:
+        return (
+            f"Waiting for a slot: array {n.get('array')} runs at most {n.get('limit')} of its "
+            f"tasks at once (%{n.get('limit')}), and as many are running or next in line."
+        )
     return f"Pending ({code})."
 
 
@@ -140,3 +158,27 @@ def _never_fits(n: dict[str, Any], flavor: str, per: Any, gpus: Any, shape: str)
             f"{flavor} GPUs in all."
         )
     return f"Can never start: {shape} cannot be placed on the {flavor} nodes."
+
+
+def _waiting_for_jobs(code: str, waits: list[Any]) -> str:
+    """'Waiting for job #12 to succeed (running now) and job #13 to end (pending now).'; one
+    `after_not_ok` job failing is enough: 'any of job #14 (running now) or job #15 (pending
+    now) to fail or be cancelled'."""
+    valid = [w for w in waits if isinstance(w, list) and len(w) == 3]
+    either = [w for w in valid if w[1] == "after_not_ok"]
+    grouped = len(either) > 1
+    parts = [
+        f"job #{w[0]} {_AWAITED.get(w[1], w[1])} ({str(w[2]).lower()} now)"
+        for w in valid
+        if not (grouped and w[1] == "after_not_ok")
+    ]
+    if grouped:
+        jobs = " or ".join(f"job #{w[0]} ({str(w[2]).lower()} now)" for w in either)
+        parts.append(f"any of {jobs} {_AWAITED['after_not_ok']}")
+    listed = " and ".join(parts)
+    if code == DEPENDENCY_UNMET:
+        return (
+            f"Can never start: it depends on {listed}, which can no longer happen; kept "
+            "pending as its submitter asked (cancel it when it is no longer wanted)."
+        )
+    return f"Waiting for {listed}."

@@ -2,7 +2,9 @@
 
 1. Lock: a PostgreSQL advisory lock held for the cycle's transaction; if another cycle holds
    it, this one does nothing (the other is doing the same work).
-2. Snapshot: flavors, nodes, teams with quotas and active jobs, in a handful of queries;
+2. Snapshot: first the hold phase (services/holds.py: jobs waiting for dependencies or for
+   a slot of their array's %K are released or held, set-based), then flavors, nodes, teams
+   with quotas and active jobs not held, in a handful of queries;
    with time-based fair share (GPUQUEUE_TIME_BASED_SHARE), each team's stored balance
    advanced to now with what the snapshot shows (services/share_balance.py).
 3. Plan: the pure engine decides admissions, preemptions and pending reasons. (Estimated
@@ -38,10 +40,17 @@ from gpuqueue.cycle.launch import launch_admitted
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
 from gpuqueue.models import Job
 from gpuqueue.scheduler import model as m
+from gpuqueue.scheduler.band import forecast_band
 from gpuqueue.scheduler.runtime import paused_gc
 from gpuqueue.services.admissions import Admitted, admit_all
 from gpuqueue.services.fair_shares import store_fair_shares
+from gpuqueue.services.holds import update_holds
 from gpuqueue.services.pending import update_estimated_starts, update_pending_rows
+from gpuqueue.services.runtime_history import (
+    predictions_for,
+    store_forecasts,
+    with_predicted_runtimes,
+)
 from gpuqueue.services.share_balance import advance_balances, load_balances, store_balances
 from gpuqueue.services.transitions import transition
 
@@ -74,8 +83,11 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         now = now or timezone.now()
         lap("1_lock")
         # 2. Snapshot
+        update_holds(now)
         stored: dict[int, StoredPending] = {}
         snapshot = load_snapshot(now, stored)
+        # Jobs that declared no runtime get their median predicted from finished jobs.
+        snapshot = with_predicted_runtimes(snapshot)
         policy = policy_from_settings()
         balances = None
         if policy.time_based_share:
@@ -203,10 +215,16 @@ def refresh_forecasts(now: datetime | None = None) -> int:
     if policy.time_based_share:
         # The balances as the last cycle left them (read only: only the cycle advances them).
         snapshot = replace(snapshot, share_balance=load_balances()[0])
+    # The most likely start at predicted median runtimes, and its band (scheduler/band.py).
     with paused_gc():
-        starts = scheduler.forecast(snapshot, policy)
+        predictions = predictions_for(snapshot)
+        bands = forecast_band(snapshot, predictions, policy)
+    starts = {job_id: band.likely for job_id, band in bands.items()}
     # Every pending job: one the snapshot missed has no forecast, which it shows already.
-    stored = dict(Job.objects.filter(state=JobState.PENDING).values_list("id", "estimated_start"))
+    pending = Job.objects.filter(state=JobState.PENDING)
+    rows = list(pending.values_list("id", "estimated_start", "forecast"))
+    stored = {job_id: start for job_id, start, _ in rows}
+    store_forecasts(snapshot, bands, predictions, {job_id: data for job_id, _, data in rows})
     estimates = {}
     for job_id in stored:
         start = starts.get(job_id)

@@ -13,7 +13,7 @@ from django.db import connection
 
 from gpuqueue.core import caches
 from gpuqueue.core.states import HOLDING, JobState
-from gpuqueue.models import Flavor, Job, Node, Quota
+from gpuqueue.models import Flavor, Job, JobActivity, Node, Quota
 from gpuqueue.scheduler import model as m
 from teams.models import Team
 
@@ -132,6 +132,18 @@ def _epoch(quote: Any, column: str) -> str:
     return f"EXTRACT(EPOCH FROM {quote('j')}.{quote(column)})::float8"
 
 
+def _idle_reclaim_first(quote: Any) -> str:
+    """Whether the job's current attempt is flagged idle and its flavor's policy reclaims idle
+    borrowers first (gpuqueue/services/gpu_activity.py; the engine's preemption rule 1b)."""
+    a = f"{quote('a')}."
+    return (
+        f"({quote('f')}.{quote('idle_policy')} = 'reclaim_first' AND EXISTS (SELECT 1 FROM "
+        f"{quote(JobActivity._meta.db_table)} {quote('a')} WHERE {a}{quote('job_id')} = "
+        f"{quote('j')}.{quote('id')} AND {a}{quote('attempt')} = {quote('j')}.{quote('attempts')} "
+        f"AND {a}{quote('idle')}))"
+    )
+
+
 @cache
 def _running_sql() -> str:
     quote, jobs, teams, flavors = _sql_names()
@@ -142,7 +154,8 @@ def _running_sql() -> str:
         f"{j}{quote('priority')}, {j}{quote('preemptible')}, "
         f"{_epoch(quote, 'submitted_at')}, {_epoch(quote, 'admitted_at')}, "
         f"{j}{quote('max_runtime_seconds')}, {j}{quote('expected_runtime_seconds')}, "
-        f"CASE WHEN {j}{quote('state')} = %s THEN {_epoch(quote, 'checkpoint_requested_at')} END "
+        f"CASE WHEN {j}{quote('state')} = %s THEN {_epoch(quote, 'checkpoint_requested_at')} END, "
+        f"{_idle_reclaim_first(quote)} "
         f"FROM {jobs} {teams} {flavors} "
         f"WHERE {j}{quote('state')} = ANY(%s) ORDER BY {j}{quote('id')}"
     )
@@ -150,9 +163,10 @@ def _running_sql() -> str:
 
 def _due(quote: Any) -> str:
     """The condition on a pending job that may be admitted at the time in its `%s`: one backing
-    off after a failed start waits for its `not_before`."""
+    off after a failed start waits for its `not_before`, and one the hold phase holds back
+    (gpuqueue/services/holds.py: dependencies, an array's %K) is not offered at all."""
     column = f"{quote('j')}.{quote('not_before')}"
-    return f"({column} IS NULL OR {column} <= %s)"
+    return f"({column} IS NULL OR {column} <= %s) AND {quote('j')}.{quote('hold')} = ''"
 
 
 @cache
@@ -275,6 +289,7 @@ def _running(row: tuple[Any, ...], min_runtime: float) -> m.RunningJob:
         max_runtime,
         expected_runtime,
         preempting_since,
+        idle_reclaim_first,
     ) = row
     if isinstance(placement, str):  # jsonb arrives as text (Django registers that loader)
         placement = json.loads(placement)
@@ -293,6 +308,7 @@ def _running(row: tuple[Any, ...], min_runtime: float) -> m.RunningJob:
         expected_runtime=expected_runtime,
         min_runtime_until=started + min_runtime,
         preempting_since=preempting_since,
+        idle_reclaim_first=bool(idle_reclaim_first),
     )
 
 

@@ -8,6 +8,7 @@ import random
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from gpuqueue.core.gpu_idle import PROFILE_ANNOTATION
 from gpuqueue.core.states import JobState
 from gpuqueue.demo.accounts import DEMO_USERS, ROOT
 from gpuqueue.models import Flavor, Job, Quota
@@ -94,6 +95,9 @@ SHAPES = [
     (1, 4, 8, "h100"),
 ]
 DEMO_NAMES = ["resnet", "llama-ft", "bert", "sweep", "eval"]
+# Simulated GPU utilization (gpuqueue/core/gpu_idle.py): most demo jobs keep their GPUs busy;
+# one in five drops to 2 % after ten minutes, and is flagged idle if it runs long enough.
+UTILIZATION_PROFILES = ["92,88", "85,80,75", "70", "95", "60,2"]
 MAX_PENDING = 40  # keep the demo queue lively but bounded
 
 
@@ -129,7 +133,11 @@ def submit_demo_traffic(rng: random.Random | None = None) -> int:
                 "gpus_per_worker": gpus,
                 "priority": rng.choice([0, 0, 0, 10]),
                 "preemptible": rng.random() < 0.85,
-                "annotations": {"gpuqueue.dev/sim-duration-seconds": str(max(10, duration))},
+                "annotations": {
+                    "gpuqueue.dev/sim-duration-seconds": str(max(10, duration)),
+                    # Taken from the duration, not drawn: the demo's random sequence is kept.
+                    PROFILE_ANNOTATION: UTILIZATION_PROFILES[duration % len(UTILIZATION_PROFILES)],
+                },
             },
         )
     return count

@@ -1,11 +1,148 @@
-# Placeholder for the GPU-hours ledger and idle-GPU findings (issue 20, parts 3 and 4); filled in by hand with the work it belongs to.
+"""The GPU-hours ledger (UsageRecord), per-job GPU activity (JobActivity) and each flavor's
+idle-GPU settings."""
 
-from django.db import migrations
+import django.db.models.deletion
+from django.conf import settings
+from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
     dependencies = [
         ("gpuqueue", "0009_job_workload_spec"),
+        ("teams", "0001_initial"),
+        migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
-    operations = []
+    operations = [
+        migrations.AddField(
+            model_name="flavor",
+            name="idle_threshold_percent",
+            field=models.FloatField(
+                blank=True,
+                null=True,
+                help_text="a job below this GPU utilization is idle; empty: default",
+            ),
+        ),
+        migrations.AddField(
+            model_name="flavor",
+            name="idle_minutes",
+            field=models.PositiveIntegerField(
+                blank=True, null=True, help_text="for this long before it is flagged; empty: default"
+            ),
+        ),
+        migrations.AddField(
+            model_name="flavor",
+            name="idle_policy",
+            field=models.CharField(
+                choices=[
+                    ("flag", "only flag"),
+                    ("reclaim_first", "flag; reclaim idle borrowers first"),
+                ],
+                default="flag",
+                max_length=16,
+            ),
+        ),
+        migrations.CreateModel(
+            name="UsageRecord",
+            fields=[
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("job_id", models.BigIntegerField()),
+                ("attempt", models.PositiveIntegerField()),
+                ("hour", models.DateTimeField(help_text="the start of the clock hour (UTC)")),
+                ("gpus", models.PositiveIntegerField()),
+                ("gpu_seconds", models.FloatField(help_text="GPUs × seconds held within the hour")),
+                (
+                    "outcome",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("", "Open"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                            ("preempted", "Preempted"),
+                            ("requeued", "Requeued"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("used_gpu_seconds", models.FloatField(blank=True, null=True)),
+                ("idle_gpu_seconds", models.FloatField(default=0.0)),
+                (
+                    "flavor",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="gpuqueue.flavor",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="teams.team",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+            ],
+            options={
+                "ordering": ["hour", "job_id", "attempt"],
+                "indexes": [
+                    models.Index(fields=["hour", "team"], name="usage_hour_team"),
+                    models.Index(fields=["team", "hour"], name="usage_team_hour"),
+                    models.Index(fields=["user", "hour"], name="usage_user_hour"),
+                    models.Index(
+                        condition=models.Q(("outcome", "")), fields=["job_id"], name="usage_open"
+                    ),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("job_id", "attempt", "hour"), name="one_usage_record_per_attempt_hour"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("gpu_seconds__gte", 0)), name="usage_seconds_nonneg"
+                    ),
+                ],
+            },
+        ),
+        migrations.CreateModel(
+            name="JobActivity",
+            fields=[
+                (
+                    "job",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="+",
+                        serialize=False,
+                        to="gpuqueue.job",
+                    ),
+                ),
+                ("attempt", models.PositiveIntegerField()),
+                ("gpu_utilization", models.FloatField(help_text="percent, mean over the job's GPUs")),
+                ("measured_at", models.DateTimeField()),
+                ("source", models.CharField(help_text="prometheus or simulated", max_length=16)),
+                ("below_since", models.DateTimeField(blank=True, null=True)),
+                (
+                    "idle",
+                    models.BooleanField(
+                        default=False, help_text="below the threshold for long enough"
+                    ),
+                ),
+            ],
+            options={
+                "indexes": [models.Index(fields=["idle"], name="jobactivity_idle")],
+            },
+        ),
+    ]

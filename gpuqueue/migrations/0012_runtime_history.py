@@ -1,6 +1,8 @@
-# Placeholder for runtime prediction from history (issue 23); filled in by hand with the work it belongs to.
+# Runtime prediction from history (issue 23): the history itself is the finished jobs'
+# rows (services/runtime_history.py); this stores the last forecast on each job
+# (the estimated start's band and the runtime prediction it used).
 
-from django.db import migrations
+from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
@@ -8,4 +10,10 @@ class Migration(migrations.Migration):
         ("gpuqueue", "0011_job_arrays_and_dependencies"),
     ]
 
-    operations = []
+    operations = [
+        migrations.AddField(
+            model_name="job",
+            name="forecast",
+            field=models.JSONField(blank=True, null=True),
+        ),
+    ]

@@ -96,6 +96,7 @@ class QueueCollector:
 
         from gpuqueue.core.states import FINAL, HOLDING, JobState
         from gpuqueue.models import Job, JobEvent
+        from gpuqueue.ops.usage_metrics import usage_metrics
         from gpuqueue.services.inventory import usage_now
 
         usage = usage_now()
@@ -204,6 +205,7 @@ class QueueCollector:
             "GPUs held by gpuqueue jobs, all flavors",
             value=float(held["gpus"] or 0),
         )
+        yield from usage_metrics()
         yield CYCLE_DURATION.collect()
         yield API_LATENCY.collect()
 

@@ -56,6 +56,9 @@ class RunningJob:
     expected_runtime: float | None = None  # seconds, a better guess than max_runtime
     min_runtime_until: float | None = None  # not preemptible before this time
     preempting_since: float | None = None  # set while a checkpoint is in progress
+    # Its GPUs were flagged idle and its flavor's policy reclaims idle borrowers first
+    # (gpuqueue/services/gpu_activity.py): among reclaim victims it goes first.
+    idle_reclaim_first: bool = False
     # Derived from the placement once, not on every read: a plan reads them for every running
     # job several times (the ledger, demand, victim searches).
     workers: int = field(init=False, repr=False, compare=False)
@@ -66,6 +69,16 @@ class RunningJob:
         object.__setattr__(self, "workers", workers)
         object.__setattr__(self, "gpus", workers * self.gpus_per_worker)
 
+
+# Shortest predicted first inside a team, with aging (ordering.py, rule 5): a job expected to run
+# R seconds takes its turn as if submitted RUNTIME_AGING x R later. Short jobs pass long ones,
+# but only those submitted less than that before them, so a long job is never passed forever;
+# the starvation guard (rule 1) still goes by the real submission. 0: first come, first served.
+RUNTIME_AGING = 1.0
+# The runtime a job with none known (no declared or predicted one) takes its turn with: an
+# hour, a common default of batch schedulers. Not zero, or leaving the runtime out would jump
+# the queue: a job declaring less than this goes earlier, one declaring more later.
+UNKNOWN_RUNTIME = 3600.0
 
 # What the engine's steps read of a job that is not starving: team, flavor, workers, GPUs per
 # worker, priority, preemptible, max runtime (`PendingJob.kind`).
@@ -89,13 +102,18 @@ class PendingJob:
     # What the engine's steps read of a job that is not starving, made once: a plan looks up
     # the verdict for this kind for every pending job (engine.Cycle._consider).
     kind: Kind = field(init=False, repr=False, compare=False)
-    # Its place among one user's jobs, best first: higher priority, earlier submission, smaller
-    # id (ordering.py, rules 3, 5 and 6), made once: a plan sorts every queue by it.
+    # Its place among one user's jobs, best first: higher priority, earlier turn (its submission
+    # plus RUNTIME_AGING x its expected runtime), smaller id (ordering.py, rules 3, 5 and 6),
+    # made once: a plan sorts every queue by it.
     rank: tuple[int, float, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.workers * self.gpus_per_worker)
-        object.__setattr__(self, "rank", (-self.priority, self.submitted_at, self.id))
+        runtime = self.expected_runtime if self.expected_runtime is not None else self.max_runtime
+        if runtime is None:
+            runtime = UNKNOWN_RUNTIME
+        turn = self.submitted_at + RUNTIME_AGING * runtime
+        object.__setattr__(self, "rank", (-self.priority, turn, self.id))
         object.__setattr__(
             self,
             "kind",

@@ -28,11 +28,17 @@ VictimKey = tuple[int, float, int]
 
 # Rule 1. Reclaim candidates (borrowed work of other teams) come before the team's own
 #         lower-priority work: borrowed capacity is the first thing meant to go back.
+# Rule 1b. Among reclaim candidates, those flagged idle under a flavor whose policy says so
+#         (`RunningJob.idle_reclaim_first`) first: idle borrowed GPUs cost nobody any work.
 # Rule 2. Among candidates, the lowest priority first.
 # Rule 3. Then the most recently started (least work lost).
 # Rule 4. Then the larger job id, so that the order is total.
 def victim_key(job: RunningJob) -> VictimKey:
     return (job.priority, -job.started_at, -job.id)
+
+
+def reclaim_key(job: RunningJob) -> bool:
+    return not job.idle_reclaim_first
 
 
 class VictimIndex:
@@ -58,6 +64,8 @@ class VictimIndex:
                     if job.priority < lowest[key]:
                         lowest[key] = job.priority
         self._sorted: dict[tuple[str, str], list[RunningJob]] = {}
+        # Flavors with a job that rule 1b puts first: the others keep victim_key's order as is.
+        self.idle_first_flavors = {job.flavor for job in running if job.idle_reclaim_first}
         self.teams_by_flavor: dict[str, list[str]] = {}
         for team, flavor in sorted(self._raw):
             self.teams_by_flavor.setdefault(flavor, []).append(team)
@@ -167,6 +175,8 @@ class VictimSearch:
             # One sort of the sorted lists together (C-level: it finds and merges the runs)
             # rather than heapq.merge, a Python generator: the keys are unique (job ids).
             merged = lists[0] if len(lists) == 1 else sorted(chain(*lists), key=victim_key)
+            if job.flavor in self.index.idle_first_flavors:
+                merged = sorted(merged, key=reclaim_key)  # rule 1b (stable: victim_key kept)
             for victim in merged:
                 yield victim, RECLAIM
         if priority:

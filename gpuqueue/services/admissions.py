@@ -3,8 +3,9 @@ statements' worth, not two per job.
 
 One UPDATE guarded by the state the cycle saw (PENDING, `pending.update_still_pending`), so a
 job cancelled since the snapshot is left alone exactly as `transition` leaves it, and INSERTs
-of the events of the jobs it moved, a thousand a statement. The cycle's transaction holds
-both, so a job is never ADMITTED without its event.
+of the events of the jobs it moved, a thousand a statement, and of their first rows in the
+GPU-hours ledger. The cycle's transaction holds them all, so a job is never ADMITTED without
+its event.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from datetime import datetime
 from gpuqueue.core.states import JobState, check_transition
 from gpuqueue.models import JobEvent
 from gpuqueue.services.pending import SHOWN_WHILE_PENDING, update_still_pending
+from gpuqueue.services.usage_ledger import record_admissions
 
 CHUNK = 1000  # events a statement
 
@@ -54,4 +56,6 @@ def admit_all(admissions: Sequence[Admitted], now: datetime, actor: str) -> list
         if a.job_id in moved
     ]
     JobEvent.objects.bulk_create(events, batch_size=CHUNK)
-    return [a.job_id for a in admissions if a.job_id in moved]
+    admitted = [a.job_id for a in admissions if a.job_id in moved]
+    record_admissions(admitted)  # each attempt's first row in the GPU-hours ledger
+    return admitted

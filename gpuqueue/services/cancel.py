@@ -44,11 +44,11 @@ def cancel_job(user: Any, job: Job, reason: str = "cancelled") -> Job:
         )
         if was_holding:
             job_id, attempt = job.pk, job.attempts
-            transaction.on_commit(lambda: _stop_on_cluster(job_id, attempt))
+            transaction.on_commit(lambda: stop_on_cluster(job_id, attempt))
     return job
 
 
-def _stop_on_cluster(job_id: int, attempt: int) -> None:
+def stop_on_cluster(job_id: int, attempt: int) -> None:
     import logging
 
     from gpuqueue.cluster import get_backend

@@ -27,14 +27,19 @@ def insert(job: Job, event: JobEvent, *, site_admin: bool) -> tuple[int, Team | 
     several to choose from). `job` gets what `pre_save` fills in (its submission time)."""
     implicit_team = job.team_id is None
     if implicit_team:
-        params = [site_admin, job.user_id, *_values(job, skip="team"), *_values(event, skip="job")]
+        params = [
+            site_admin,
+            job.user_id,
+            *stored_values(job, skip="team"),
+            *stored_values(event, skip="job"),
+        ]
     else:
         params = [
-            *_values(job),
+            *stored_values(job),
             site_admin,
             job.team_id,
             job.user_id,
-            *_values(event, skip="job"),
+            *stored_values(event, skip="job"),
         ]
     with connection.cursor() as cursor:
         cursor.execute(_insert_sql(implicit_team), params)
@@ -44,12 +49,12 @@ def insert(job: Job, event: JobEvent, *, site_admin: bool) -> tuple[int, Team | 
     return row[0], _team(row[1:]) if implicit_team else None
 
 
-def _values(obj: models.Model, skip: str = "") -> list[Any]:
+def stored_values(obj: models.Model, skip: str = "") -> list[Any]:
     """Every column but the primary key and `skip`, as its field stores it."""
     conn = connections[DEFAULT_DB_ALIAS]
     return [
         f.get_db_prep_save(f.pre_save(obj, True), conn)
-        for f in _inserted_fields(type(obj))
+        for f in inserted_fields(type(obj))
         if f.name != skip
     ]
 
@@ -76,12 +81,12 @@ def _q(name: str) -> str:
 
 
 @cache
-def _inserted_fields(model: type[models.Model]) -> tuple[Any, ...]:
+def inserted_fields(model: type[models.Model]) -> tuple[Any, ...]:
     return tuple(f for f in model._meta.concrete_fields if not f.primary_key)
 
 
-def _column_list(model: type[models.Model]) -> str:
-    return "(" + ", ".join(_q(f.column) for f in _inserted_fields(model)) + ")"
+def column_list(model: type[models.Model]) -> str:
+    return "(" + ", ".join(_q(f.column) for f in inserted_fields(model)) + ")"
 
 
 def _cast(field: Any) -> str:
@@ -93,7 +98,7 @@ def _team_columns() -> str:
     return ", ".join(f"{_q('t')}.{_q(f.column)}" for f in Team._meta.concrete_fields)
 
 
-def _membership_exists(team_column: str) -> str:
+def membership_exists(team_column: str) -> str:
     """SQL: the user whose id is the parameter `%s` is a member of the team `team_column`."""
     m = Membership._meta
     return (
@@ -113,7 +118,7 @@ def _insert_sql(implicit_team: bool) -> str:
     (the user's id), and the job's team is the one team the user may submit to (every team
     for a site admin; no row when there are none or several); it returns the id and that
     team's columns."""
-    job_fields, event_fields = _inserted_fields(Job), _inserted_fields(JobEvent)
+    job_fields, event_fields = inserted_fields(Job), inserted_fields(JobEvent)
     event_values = ", ".join(
         f"{_q('new_job')}.{_q('id')}" if f.name == "job" else _cast(f) for f in event_fields
     )
@@ -124,14 +129,14 @@ def _insert_sql(implicit_team: bool) -> str:
         team_id = f"{_q('t')}.{_q('id')}"
         only_team = (
             f"{_q('only_team')} AS (SELECT min({team_id}) AS {_q('id')} "
-            f"FROM {team_table} {_q('t')} WHERE %s OR {_membership_exists(team_id)} "
+            f"FROM {team_table} {_q('t')} WHERE %s OR {membership_exists(team_id)} "
             f"HAVING count(*) = 1), "
         )
         job_values = ", ".join(
             f"{_q('only_team')}.{_q('id')}" if f.name == "team" else _cast(f) for f in job_fields
         )
         insert_job = (
-            f"INSERT INTO {_q(Job._meta.db_table)} {_column_list(Job)} SELECT {job_values} "
+            f"INSERT INTO {_q(Job._meta.db_table)} {column_list(Job)} SELECT {job_values} "
             f"FROM {_q('only_team')} ON CONFLICT DO NOTHING "
             f"RETURNING {_q('id')}, {team_column}"
         )
@@ -143,16 +148,16 @@ def _insert_sql(implicit_team: bool) -> str:
     else:
         only_team = ""
         insert_job = (
-            f"INSERT INTO {_q(Job._meta.db_table)} {_column_list(Job)} "
+            f"INSERT INTO {_q(Job._meta.db_table)} {column_list(Job)} "
             f"SELECT {', '.join(_cast(f) for f in job_fields)} "
-            f"WHERE %s OR {_membership_exists('%s')} ON CONFLICT DO NOTHING "
+            f"WHERE %s OR {membership_exists('%s')} ON CONFLICT DO NOTHING "
             f"RETURNING {_q('id')}"
         )
         result = f"SELECT {_q('id')} FROM {_q('new_job')}"
     return (
         f"WITH {only_team}{_q('new_job')} AS ({insert_job}), "
         f"{_q('new_event')} AS ("
-        f"INSERT INTO {_q(JobEvent._meta.db_table)} {_column_list(JobEvent)} "
+        f"INSERT INTO {_q(JobEvent._meta.db_table)} {column_list(JobEvent)} "
         f"SELECT {event_values} FROM {_q('new_job')}) "
         f"{result}"
     )

@@ -8,6 +8,7 @@ from django.db import transaction
 
 from gpuqueue.core.states import JobState, check_transition
 from gpuqueue.models import Job, JobEvent
+from gpuqueue.services.usage_ledger import lock_attempt, record_release, releases
 
 
 def transition(
@@ -29,10 +30,13 @@ def transition(
     # No savepoint: the update and its event only need to commit together, and a caller that
     # moves many jobs in one transaction (the cycle) should not pay a savepoint for each.
     with transaction.atomic(savepoint=False):
+        # A move that releases GPUs closes the attempt in the GPU-hours ledger, in this
+        # transaction (services/usage_ledger.py).
+        attempt = lock_attempt(job.pk, job.state) if releases(job.state, to) else None
         updated = Job.objects.filter(pk=job.pk, state=job.state).update(state=to, **changes)
         if not updated:
             return False
-        JobEvent.objects.create(
+        event = JobEvent.objects.create(
             job_id=job.pk,
             from_state=job.state,
             to_state=to,
@@ -40,6 +44,8 @@ def transition(
             actor=actor,
             details=details or {},
         )
+        if attempt is not None:
+            record_release(attempt, job.state, to, event.at)
     job.state = to
     for field, value in changes.items():
         setattr(job, field, value)

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from gpuqueue.core.gpu_idle import PROFILE_ANNOTATION, profile_errors
+
 FieldErrors = dict[str, list[str]]
 
 REQUIRED = "This field is required."
@@ -164,6 +166,8 @@ def annotation_errors(annotations: dict[str, str]) -> list[str]:
         errors.append(
             f"Annotation {SIM_EXIT_CODE} must be an exit code from 0 to 255; got {code[:40]!r}."
         )
+    if (profile := annotations.get(PROFILE_ANNOTATION)) is not None:
+        errors += profile_errors(profile)
     if total > MAX_ANNOTATIONS_TOTAL_CHARS:
         errors.append(
             f"Annotations total {total} characters; at most {MAX_ANNOTATIONS_TOTAL_CHARS}."

@@ -56,6 +56,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
         default=16,
         help="pending jobs per team shown to the engine; 0 for all",
     )
+    parser.add_argument(
+        "--forecast-every",
+        type=float,
+        help="measure the estimated start's honesty every this many seconds (gpuqueue only)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -67,6 +72,7 @@ def _config(args: argparse.Namespace) -> SimConfig:
         checkpoint_interval=args.checkpoint_interval,
         sample_interval=args.sample_interval,
         window=args.window or None,
+        forecast_every=args.forecast_every,
     )
 
 

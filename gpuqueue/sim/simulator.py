@@ -46,6 +46,9 @@ class SimConfig:
     skip_idle_changes: bool = True
     # Pass a requeued job to the engine as submitted when it was requeued (losing its place).
     requeue_at_back: bool = False
+    # Measure the estimated start's honesty every this many seconds (gpuqueue/sim/honesty.py;
+    # gpuqueue policy only). None: off, it costs a forecast per sample.
+    forecast_every: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +146,7 @@ class _Replay:
                 window=config.window,
                 skip_idle_changes=config.skip_idle_changes,
                 requeue_at_back=config.requeue_at_back,
+                forecast_every=config.forecast_every,
             )
         self.limits = {(t.id, f): q.limit for t in teams for f, q in t.quotas.items()}
         self.team_used: dict[tuple[str, str], int] = {}

@@ -254,7 +254,7 @@ def test_while_the_database_is_away_the_api_answers_503_json_with_retry_after(
     def database_gone(*args: Any, **kwargs: Any) -> Any:
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(viewsets, "submit_job", database_gone)
+    monkeypatch.setattr(viewsets, "submit_job_after", database_gone)
     body = {"team": "team-a", "flavor": "h100", "image": "ghcr.io/acme/train:1"}
     response = api("alice").post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 503

@@ -150,11 +150,13 @@ def service() -> Any:
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Headless Chromium through Selenium, with a fresh profile; skipped when not installed
-    (scripts/install-chromium.sh installs Debian's chromium and chromium-driver)."""
+    (scripts/install-test-packages.sh installs Debian's chromium and chromium-driver)."""
     import os
 
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip(f"{CHROMIUM} or {CHROMEDRIVER} is missing; run scripts/install-chromium.sh")
+        pytest.skip(
+            f"{CHROMIUM} or {CHROMEDRIVER} is missing; run scripts/install-test-packages.sh"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service as DriverService
 

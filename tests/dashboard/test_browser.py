@@ -174,11 +174,8 @@ def test_an_admin_edits_a_quota_and_sees_the_audit_entry(browser: Any, service: 
     shot(browser, "team-admin")
 
 
-def test_screenshots_of_every_page(browser: Any, service: Any) -> None:
-    """Pages with the jobs of the tests above, a minute's utilization samples, a token."""
-    from selenium.webdriver.common.by import By
-
-    env = dict(service.env, GPUQUEUE_EMBEDDED="1")
+def write_samples(service: Any, minutes: int) -> None:
+    """A utilization sample a minute for the last `minutes`, as the periodic task writes them."""
     subprocess.run(
         [
             sys.executable,
@@ -189,13 +186,20 @@ def test_screenshots_of_every_page(browser: Any, service: Any) -> None:
             "from django.utils import timezone\n"
             "from gpuqueue.services.utilization import sample_utilization\n"
             "now = timezone.now()\n"
-            "[sample_utilization(now - timedelta(minutes=m)) for m in range(5, -1, -1)]",
+            f"[sample_utilization(now - timedelta(minutes=m)) for m in range({minutes}, -1, -1)]",
         ],
         cwd=ROOT,
-        env=env,
+        env=dict(service.env, GPUQUEUE_EMBEDDED="1"),
         check=True,
         capture_output=True,
     )
+
+
+def test_screenshots_of_every_page(browser: Any, service: Any) -> None:
+    """Pages with the jobs of the tests above, a minute's utilization samples, a token."""
+    from selenium.webdriver.common.by import By
+
+    write_samples(service, minutes=5)
     sign_in(browser, service, "alice")
     submit_job(browser, service, "long-run", duration=600, workers="3")
     pages = {

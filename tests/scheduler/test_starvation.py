@@ -45,8 +45,10 @@ CASES = [
         ),  # type: ignore[arg-type]
         admitted={3},
         placements={3: {"n1": 1}},
-        reasons={2: ReasonCode.BEHIND_RESERVATION},
-        waits_on={2: (1,)},
+        # Job 3, predicted shorter, takes its turn first (rule 5) and the last free GPUs: job 2,
+        # of unknown runtime, could not have backfilled anyway.
+        reasons={2: ReasonCode.NO_CAPACITY},
+        numbers={2: {"free": 0}},
     ),
     Case(
         "a backfill job that would run past the reservation's start waits",

@@ -11,7 +11,15 @@ from gpuqueue.sim.policies.base import Decision, SchedulingPolicy
 from gpuqueue.sim.policies.fifo import FifoBackfill, StrictFifo
 from gpuqueue.sim.policies.podbypod import PodByPod
 
-POLICIES = ("gpuqueue", "fifo", "backfill", "pod-by-pod")
+POLICIES = (
+    "gpuqueue",
+    "fifo",
+    "backfill",
+    "pod-by-pod",
+    "easy-oracle",
+    "easy-predicted",
+    "fairshare",
+)
 
 
 def make_policy(
@@ -23,6 +31,7 @@ def make_policy(
     window: int | None = None,
     skip_idle_changes: bool = True,
     requeue_at_back: bool = False,
+    forecast_every: float | None = None,
 ) -> SchedulingPolicy:
     if name == "gpuqueue":
         from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
@@ -35,6 +44,7 @@ def make_policy(
             window=window,
             skip_idle_changes=skip_idle_changes,
             requeue_at_back=requeue_at_back,
+            forecast_every=forecast_every,
         )
     if name == "fifo":
         return StrictFifo(ledger)
@@ -42,6 +52,18 @@ def make_policy(
         return FifoBackfill(ledger)
     if name == "pod-by-pod":
         return PodByPod(ledger)
+    if name == "easy-oracle":
+        from gpuqueue.sim.policies.easy import EasyOracle
+
+        return EasyOracle(ledger)
+    if name == "easy-predicted":
+        from gpuqueue.sim.policies.easy import EasyBackfill
+
+        return EasyBackfill(ledger)
+    if name == "fairshare":
+        from gpuqueue.sim.policies.fairshare import TeamFairShare
+
+        return TeamFairShare(ledger, teams)
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 

@@ -13,8 +13,10 @@ from gpuqueue.scheduler.fairshare import ClaimTuple, water_fill_tuples
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot, Team
 from gpuqueue.scheduler.usage import ShareBalance
 from gpuqueue.sim.cluster import Cluster
+from gpuqueue.sim.honesty import ForecastSampler
 from gpuqueue.sim.ledger import Ledger
 from gpuqueue.sim.policies.base import Decision, SchedulingPolicy
+from gpuqueue.sim.predicted import ReplayRuntimes
 from gpuqueue.sim.queue import OrderedQueue
 from gpuqueue.sim.run import JobRun
 
@@ -30,11 +32,12 @@ class GpuqueueEngine(SchedulingPolicy):
     `skip_idle_changes=False` turn them off; docs/benchmarks.md measures what they change):
 
     - `window` (jobs per team, None for all) bounds the pending jobs shown to the engine. Inside
-      a team the engine goes by priority, then submission, and the window keeps exactly the
-      head of that order. Pending demand also sets fair shares (a team's share is capped by
-      what it asks for), so the window is extended, job by job, until the team's demand in the
-      snapshot covers its fair share computed from its whole backlog: water-filling gives the
-      same shares when every cap stays at or above the share it yields.
+      a team the engine goes by priority, then turn (`PendingJob.rank`), and the window keeps
+      the head of that order, plus each team and flavor's `window` oldest jobs, which the
+      starvation guard looks at first. Pending demand also sets fair shares (a team's share is
+      capped by what it asks for), so the window is extended, job by job, until the team's
+      demand in the snapshot covers its fair share computed from its whole backlog:
+      water-filling gives the same shares when every cap stays at or above the share it yields.
     - `skip_idle_changes`: an arrival only asks for a cycle when it could start now (enough free
       GPUs of its flavor), could reclaim (its team stays within its last fair share or its
       guarantee) or could preempt by priority inside its team; GPUs coming back always ask for
@@ -54,9 +57,11 @@ class GpuqueueEngine(SchedulingPolicy):
         teams: Sequence[Team],
         engine_policy: Policy | None = None,
         window: int | None = None,
-        runtime_estimates: bool = True,
+        runtime_estimates: bool = False,
         skip_idle_changes: bool = True,
         requeue_at_back: bool = False,
+        runtimes: ReplayRuntimes | None = None,
+        forecast_every: float | None = None,
     ) -> None:
         super().__init__(ledger)
         # Imported late: the baselines run without the engine.
@@ -65,7 +70,19 @@ class GpuqueueEngine(SchedulingPolicy):
         self._plan = plan
         self.engine_policy = engine_policy or Policy()
         self.window = window
+        # What the engine knows of runtimes: the true remaining runtime (`runtime_estimates`, an
+        # oracle no service has, for comparison only) or predictions from the jobs finished so
+        # far (`runtimes`, the default: what the live cycle knows), or nothing.
         self.runtime_estimates = runtime_estimates
+        self.runtimes = None if runtime_estimates else (runtimes or ReplayRuntimes())
+        self._runs: dict[int, JobRun] = {}  # running jobs, for `ReplayRuntimes.overdue`
+        # The forecast's honesty (honesty.py), sampled every `forecast_every` seconds.
+        self.sampler = (
+            ForecastSampler(forecast_every, self.runtimes or ReplayRuntimes())
+            if forecast_every
+            else None
+        )
+        self._waiting: dict[int, JobRun] = {}  # pending jobs, for the sampler
         self.skip_idle_changes = skip_idle_changes
         # A requeued job keeps its submission time (its place in line) unless this is set.
         self.requeue_at_back = requeue_at_back
@@ -80,6 +97,9 @@ class GpuqueueEngine(SchedulingPolicy):
         self.nodes = cluster.engine_nodes()
         self.teams = tuple(teams)
         self.queues: dict[str, OrderedQueue[PendingJob]] = {t.id: OrderedQueue() for t in teams}
+        # The same jobs per (team, flavor) by submission alone: the starvation guard goes by
+        # waiting time, not by turn, so the window also shows each one's oldest jobs.
+        self.oldest: dict[tuple[str, str], OrderedQueue[PendingJob]] = {}
         # The running jobs as the engine sees them, in the order they started (a job being
         # preempted keeps its place).
         self.running: dict[int, RunningJob] = {}
@@ -107,16 +127,26 @@ class GpuqueueEngine(SchedulingPolicy):
             priority=job.priority,
             preemptible=job.preemptible,
             submitted_at=now if self.requeue_at_back and run.preemptions else job.submitted_at,
-            expected_runtime=run.remaining if self.runtime_estimates else None,
+            expected_runtime=self._expected(run),
         )
-        # The window keeps the head of each team's queue in this order: 1. higher priority;
-        # 2. earlier submission (a requeued job keeps its place); 3. job id. The engine orders
+        # The window keeps the head of each team's queue in the engine's order inside a team
+        # (`PendingJob.rank`): 1. higher priority; 2. earlier turn (the submission, which a
+        # requeued job keeps, plus its aged expected runtime); 3. job id. The engine orders
         # again on its own.
-        key = (-float(job.priority), pending.submitted_at, float(job.id))
+        key = (-float(pending.priority), pending.rank[1], float(job.id))
         self.queues.setdefault(job.team, OrderedQueue()).push(job.id, key, pending)
+        oldest = self.oldest.setdefault((job.team, job.flavor), OrderedQueue())
+        oldest.push(job.id, (pending.submitted_at, float(job.id)), pending)
+        if self.sampler is not None:
+            self._waiting[job.id] = run
         self.asked[(job.team, job.flavor)] += job.gpus
         if not self.dirty:
             self.dirty = not self.skip_idle_changes or self._may_start(run)
+
+    def _expected(self, run: JobRun) -> float | None:
+        if self.runtime_estimates:
+            return run.remaining
+        return None if self.runtimes is None else self.runtimes.remaining(run)
 
     def _may_start(self, run: JobRun) -> bool:
         """Whether a new pending job could change the next plan (see the class docstring)."""
@@ -140,9 +170,15 @@ class GpuqueueEngine(SchedulingPolicy):
     def started(self, run: JobRun, now: float) -> None:
         job = run.job
         self.queues[job.team].remove(job.id)
+        self.oldest[(job.team, job.flavor)].remove(job.id)
+        self._waiting.pop(job.id, None)
         self.asked[(job.team, job.flavor)] -= job.gpus
         self.used[(job.team, job.flavor)] += job.gpus
         self.running_priorities[job.team][job.priority] += 1
+        expected = run.remaining if self.runtime_estimates else None
+        if self.runtimes is not None:
+            expected = self.runtimes.started(run, now)
+            self._runs[job.id] = run
         self.running[job.id] = RunningJob(
             id=job.id,
             team=job.team,
@@ -153,7 +189,7 @@ class GpuqueueEngine(SchedulingPolicy):
             priority=job.priority,
             preemptible=job.preemptible,
             started_at=now,
-            expected_runtime=run.remaining if self.runtime_estimates else None,
+            expected_runtime=expected,
             min_runtime_until=now + self.engine_policy.min_runtime_seconds,
         )
 
@@ -164,6 +200,10 @@ class GpuqueueEngine(SchedulingPolicy):
     def stopped(self, run: JobRun, now: float) -> None:
         job = run.job
         del self.running[job.id]
+        if self.runtimes is not None:
+            self._runs.pop(job.id, None)
+            if run.finished_at is not None:
+                self.runtimes.finished(run)
         self.used[(job.team, job.flavor)] -= job.gpus
         self.running_priorities[job.team][job.priority] -= 1
         if any(self.queues.values()):
@@ -210,6 +250,21 @@ class GpuqueueEngine(SchedulingPolicy):
             short[job.flavor] = missing - job.gpus
         return shown
 
+    def _oldest_outside(self, shown: tuple[PendingJob, ...]) -> tuple[PendingJob, ...]:
+        """Each (team, flavor)'s `window` oldest jobs that the window by turn left out: with
+        shortest-predicted-first (model.RUNTIME_AGING), an old long job can sit behind many
+        short ones, yet it is the one the starvation guard must see."""
+        assert self.window is not None
+        ids = {job.id for job in shown}
+        extra: list[PendingJob] = []
+        for queue in self.oldest.values():
+            if len(queue) == 0:
+                continue
+            for job in itertools.islice(queue.values(), self.window):
+                if job.id not in ids:
+                    extra.append(job)
+        return tuple(extra)
+
     def snapshot(self, now: float) -> Snapshot:
         if self.window is None:
             pending = tuple(itertools.chain.from_iterable(q.values() for q in self.queues.values()))
@@ -217,12 +272,18 @@ class GpuqueueEngine(SchedulingPolicy):
             shares = self._full_fair_shares()
             pending = tuple(
                 itertools.chain.from_iterable(
-                    itertools.islice(q.values(), self.window)
+                    q.values()
                     if len(q) <= self.window
                     else self._windowed(q, team, shares.get(team, []))
                     for team, q in self.queues.items()
                 )
             )
+            pending += self._oldest_outside(pending)
+        if self.runtimes is not None:
+            # Jobs that outlived their prediction get a new one (given how long they ran).
+            for run, runtime in self.runtimes.overdue(now, self._runs):
+                job_id = run.job.id
+                self.running[job_id] = replace(self.running[job_id], expected_runtime=runtime)
         balance = None
         if self.share_balance is not None:
             self.share_balance.advance(now, self.used, self.asked)
@@ -238,6 +299,11 @@ class GpuqueueEngine(SchedulingPolicy):
 
     def cycle(self, now: float) -> Decision:
         snapshot = self.snapshot(now)
+        if self.sampler is not None and self.sampler.due(now):
+            # Every pending job, not the window: the service forecasts them all.
+            every = tuple(itertools.chain.from_iterable(q.values() for q in self.queues.values()))
+            full = replace(snapshot, pending=every)
+            self.sampler.sample(full, self._waiting | self._runs, self.engine_policy)
         self.max_snapshot_pending = max(self.max_snapshot_pending, len(snapshot.pending))
         started = time.perf_counter()
         plan = self._plan(snapshot, self.engine_policy)
@@ -253,7 +319,8 @@ class GpuqueueEngine(SchedulingPolicy):
         )
 
     def stats(self) -> dict[str, float]:
-        return {
+        honesty = self.sampler.summary() if self.sampler is not None else {}
+        return honesty | {
             "plans": self.plans,
             "plan_seconds_total": round(self.plan_seconds, 3),
             "plan_ms_mean": round(1000 * self.plan_seconds / max(self.plans, 1), 3),

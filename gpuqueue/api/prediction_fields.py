@@ -1,0 +1,50 @@
+"""A job's runtime prediction and the band of its estimated start, as the API shows them
+(gpuqueue/services/runtime_history.py computes both)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from gpuqueue.core.states import FINAL, JobState
+from gpuqueue.models import Job
+from gpuqueue.services.runtime_history import why_none_text
+
+
+@extend_schema_field(serializers.JSONField(allow_null=True))
+class RuntimePredictionField(serializers.Field):
+    """{p10, p50, p90 (seconds), source, samples} while the job has not finished, as the last
+    forecast used it: `source` is "declared" (its expected runtime) or the level of history it
+    came from (user_name, user_image, team_shape, flavor); null when neither was known."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(source="*", read_only=True, **kwargs)
+
+    def to_representation(self, job: Job) -> dict[str, Any] | None:
+        forecast = job.forecast
+        if job.state in FINAL or not isinstance(forecast, dict):
+            return None
+        return forecast.get("runtime")
+
+
+@extend_schema_field(serializers.JSONField(allow_null=True))
+class StartBandField(serializers.Field):
+    """While PENDING: {early, late (ISO times, late null when beyond the forecast's horizon),
+    why_none (a code when there is no estimate), why_none_text (that as a sentence)}."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(source="*", read_only=True, **kwargs)
+
+    def to_representation(self, job: Job) -> dict[str, Any] | None:
+        forecast = job.forecast
+        if job.state != JobState.PENDING or not isinstance(forecast, dict):
+            return None
+        why = forecast.get("why_none")
+        return {
+            "early": forecast.get("early"),
+            "late": forecast.get("late"),
+            "why_none": why,
+            "why_none_text": why_none_text(why),
+        }

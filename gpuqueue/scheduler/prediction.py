@@ -1,0 +1,169 @@
+"""Runtime prediction from history: how long a job is likely to run, learnt from finished jobs.
+
+Users rarely give a runtime, yet the starvation guard, backfill and the forecast need one. A
+job's runtime distribution is taken from the jobs that finished before it, at the most specific
+level that has enough of them:
+
+1. the same user and job name (or, failing that, the same user and image): a user re-running
+   one experiment is the best guide to its next run;
+2. the same team and shape (flavor, workers, GPUs per worker);
+3. the flavor.
+
+Each level keeps the last `window` runtimes of each key (recent behaviour beats old), and a
+prediction is those runtimes sorted: any quantile can be read from it. The same class serves
+the replay (fed as jobs finish, so only the past counts) and the service (fed from finished
+jobs in PostgreSQL, services/runtime_history.py). Standard library only.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+# The levels, most specific first, as a prediction names them.
+USER_NAME = "user_name"
+USER_IMAGE = "user_image"
+TEAM_SHAPE = "team_shape"
+FLAVOR = "flavor"
+SOURCES = (USER_NAME, USER_IMAGE, TEAM_SHAPE, FLAVOR)
+
+# The quantiles the forecast's band is read at, and its most likely time.
+LOW, MEDIAN, HIGH = 0.1, 0.5, 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """What the history is keyed by. Empty `name` or `image`: that level is skipped."""
+
+    user: str
+    team: str
+    flavor: str
+    workers: int
+    gpus_per_worker: int
+    name: str = ""
+    image: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A runtime distribution: `runtimes` sorted (seconds), from `source` (one of SOURCES)."""
+
+    runtimes: tuple[float, ...]
+    source: str
+
+    @property
+    def samples(self) -> int:
+        return len(self.runtimes)
+
+    def quantile(self, q: float) -> float:
+        """The q-quantile (0..1), interpolated between neighbouring runtimes."""
+        return _quantile(self.runtimes, q)
+
+    def remaining(self, elapsed: float, q: float) -> float:
+        """The q-quantile of the time left for a job that has run `elapsed` seconds: from the
+        runtimes longer than that. A job that outlived every one of them is taken to follow a
+        Pareto tail (P(T > t | T > e) = e / t, the "Lindy" rule for job lengths): it has
+        elapsed x q / (1 - q) left, as long again as it ran at the median."""
+        longer = self.runtimes[bisect_right(self.runtimes, elapsed) :]
+        if longer:
+            return max(_quantile(longer, q) - elapsed, 0.0)
+        q = min(max(q, 0.0), 0.99)
+        return max(elapsed, 1.0) * q / (1.0 - q)
+
+    def as_data(self) -> dict[str, float | int | str]:
+        """The numbers the job page, API and CLI show."""
+        return {
+            "p10": round(self.quantile(LOW)),
+            "p50": round(self.quantile(MEDIAN)),
+            "p90": round(self.quantile(HIGH)),
+            "source": self.source,
+            "samples": self.samples,
+        }
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    n = len(values)
+    if n == 1:
+        return values[0]
+    pos = min(max(q, 0.0), 1.0) * (n - 1)
+    i = int(pos)
+    if i >= n - 1:
+        return values[-1]
+    return values[i] + (values[i + 1] - values[i]) * (pos - i)
+
+
+class _Window:
+    """The last `size` runtimes of one key, in arrival order and sorted."""
+
+    __slots__ = ("order", "sorted")
+
+    def __init__(self, size: int) -> None:
+        self.order: deque[float] = deque(maxlen=size)
+        self.sorted: list[float] = []
+
+    def add(self, runtime: float) -> None:
+        order = self.order
+        if len(order) == order.maxlen:
+            old = order[0]
+            del self.sorted[bisect_right(self.sorted, old) - 1]
+        order.append(runtime)
+        insort(self.sorted, runtime)
+
+
+class RuntimeHistory:
+    """Finished jobs' runtimes by level and key; `predict` reads the most specific level with
+    at least `min_samples` runtimes (the flavor needs one).
+
+    Online by construction: a caller records a job when it finishes, so a prediction made at
+    any moment sees only jobs finished before it.
+    """
+
+    def __init__(self, window: int = 64, min_samples: int = 3) -> None:
+        if window < 1 or min_samples < 1:
+            raise ValueError("window and min_samples must be at least 1")
+        self.window = window
+        self.min_samples = min_samples
+        self._by: dict[tuple[object, ...], _Window] = {}
+        self.recorded = 0
+
+    @staticmethod
+    def _keys(facts: JobFacts) -> list[tuple[str, tuple[object, ...]]]:
+        keys: list[tuple[str, tuple[object, ...]]] = []
+        if facts.name:
+            keys.append((USER_NAME, (USER_NAME, facts.user, facts.name)))
+        if facts.image:
+            keys.append((USER_IMAGE, (USER_IMAGE, facts.user, facts.image)))
+        shape = (TEAM_SHAPE, facts.team, facts.flavor, facts.workers, facts.gpus_per_worker)
+        keys.append((TEAM_SHAPE, shape))
+        keys.append((FLAVOR, (FLAVOR, facts.flavor)))
+        return keys
+
+    def record(self, facts: JobFacts, runtime: float) -> None:
+        """A job of `facts` finished after running `runtime` seconds (<= 0 is ignored)."""
+        if not runtime > 0:
+            return
+        self.recorded += 1
+        by = self._by
+        for _, key in self._keys(facts):
+            window = by.get(key)
+            if window is None:
+                window = by[key] = _Window(self.window)
+            window.add(runtime)
+
+    def record_all(self, finished: Iterable[tuple[JobFacts, float]]) -> None:
+        for facts, runtime in finished:
+            self.record(facts, runtime)
+
+    def predict(self, facts: JobFacts) -> Prediction | None:
+        """The distribution at the most specific level with enough runtimes; None when the
+        flavor has no finished job yet."""
+        by = self._by
+        for source, key in self._keys(facts):
+            window = by.get(key)
+            if window is None:
+                continue
+            if len(window.sorted) >= self.min_samples or source == FLAVOR:
+                return Prediction(tuple(window.sorted), source)
+        return None

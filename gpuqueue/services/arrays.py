@@ -1,0 +1,362 @@
+"""Job arrays: one submission, N tasks that are ordinary jobs of the same user.
+
+Each task carries `GPUQUEUE_ARRAY_ID`, `GPUQUEUE_ARRAY_INDEX`, `GPUQUEUE_ARRAY_COUNT` and, when
+the submission gave values, `GPUQUEUE_ARRAY_VALUE` in its environment (written into the job's
+`env`, so both cluster backends pass them on as they pass any variable). `%K` is kept by the
+cycle's hold phase (`hold_over_limit`): of an array's PENDING tasks only the first K less those
+holding GPUs are offered to the engine, the rest are held with a reason, so the engine (and its
+snapshot) never sees more than K tasks of an array at once however long the array is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from gpuqueue.core.reason_text import ARRAY_LIMIT
+from gpuqueue.core.states import FINAL, HOLDING, JobState
+from gpuqueue.models import Flavor, Job, JobArray, JobDependency, JobEvent, JobHold
+from gpuqueue.services import submission_sql as sql
+from gpuqueue.services.array_spec import ArraySpec
+from gpuqueue.services.cancel import stop_on_cluster
+from gpuqueue.services.dependencies import Dependencies, initial_reason
+from gpuqueue.services.submit import (
+    JOB_FIELDS,
+    SubmissionRefused,
+    TeamRequired,
+    nudge_cycle,
+    teams_for_submission,
+)
+from teams.models import Membership, Role, Team
+
+
+@dataclass(frozen=True)
+class SubmittedArray:
+    array: JobArray
+    created: bool  # False when an earlier submission with the same idempotency key exists
+
+
+def previous_array(user: Any, idempotency_key: str | None) -> JobArray | None:
+    if not idempotency_key:
+        return None
+    return JobArray.objects.filter(user=user, idempotency_key=idempotency_key).first()
+
+
+def submit_array(
+    user: Any,
+    team: Team | None,
+    flavor: Flavor,
+    fields: dict[str, Any],
+    spec: ArraySpec,
+    deps: Dependencies,
+    idempotency_key: str | None = None,
+) -> SubmittedArray:
+    """Create the array and all its tasks, their first events and their dependencies in one
+    statement (one round trip however many tasks), inserting nothing unless the user may
+    submit to the team and the idempotency key is new (a retry returns the first array)."""
+    earlier = previous_array(user, idempotency_key)
+    if earlier is not None:
+        return SubmittedArray(earlier, created=False)
+    if team is None:
+        teams = teams_for_submission(user)
+        if len(teams) != 1:
+            raise TeamRequired()
+        team = teams[0]
+    data = {key: value for key, value in fields.items() if key in JOB_FIELDS}
+    data.setdefault("checkpoint_grace_seconds", settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS)
+    array = JobArray(
+        team=team,
+        user=user,
+        name=data.get("name", ""),
+        spec=spec.text,
+        size=spec.size,
+        max_concurrent=spec.max_concurrent,
+        values=list(spec.values) if spec.values is not None else [],
+        idempotency_key=idempotency_key or None,
+    )
+    template = Job(team=team, user=user, flavor=flavor, state=JobState.PENDING, **data)
+    template.keep_if_unmet = deps.keep_if_unmet
+    event = JobEvent(from_state="", to_state=JobState.PENDING, reason="submitted", actor="")
+    event.actor = f"user:{user.get_username()}"
+    reason = initial_reason(deps) if deps else None
+    statement, params = _insert_statement(array, template, event, spec, deps, reason, user)
+    try:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(statement, params)
+                row = cursor.fetchone()
+            if row is not None:
+                transaction.on_commit(nudge_cycle)
+    except IntegrityError:
+        if not Flavor.objects.filter(pk=flavor.pk).exists():
+            raise SubmissionRefused(f"Unknown flavor {flavor.name}.", field="flavor") from None
+        raise
+    if row is None:
+        existing = previous_array(user, idempotency_key)
+        if existing is not None:
+            return SubmittedArray(existing, created=False)
+        raise SubmissionRefused(
+            f"you are not a member of team {team.slug}", field="team", status=403
+        )
+    array.pk = row[0]
+    return SubmittedArray(array, created=True)
+
+
+def _insert_statement(
+    array: JobArray,
+    template: Job,
+    event: JobEvent,
+    spec: ArraySpec,
+    deps: Dependencies,
+    reason: dict[str, Any] | None,
+    user: Any,
+) -> tuple[str, list[Any]]:
+    """The statement and its parameters, built together so that each `%s` sits next to its
+    value. Every column goes through its field's `pre_save` and `get_db_prep_save`, as in
+    `submission_sql`."""
+    q = connection.ops.quote_name
+    params: list[Any] = []
+
+    def param(value: Any, cast: str) -> str:
+        params.append(value)
+        return f"%s::{cast}"
+
+    def cast_of(field: Any) -> str:
+        return str(field.cast_db_type(connection))
+
+    array_values = dict(
+        zip(
+            [f.name for f in sql.inserted_fields(JobArray)],
+            sql.stored_values(array),
+            strict=True,
+        )
+    )
+    array_select = ", ".join(
+        param(array_values[f.name], cast_of(f)) for f in sql.inserted_fields(JobArray)
+    )
+    membership = sql.membership_exists("%s")
+    site_admin = param(bool(user.is_superuser), "boolean")
+    params += [array.team_id, user.pk]
+    new_array = (
+        f"INSERT INTO {q(JobArray._meta.db_table)} {sql.column_list(JobArray)} "
+        f"SELECT {array_select} WHERE {site_admin} OR {membership} "
+        f"ON CONFLICT DO NOTHING RETURNING {q('id')}"
+    )
+    tasks = (
+        f"SELECT {q('t')}.* FROM unnest({param(list(spec.indices), 'integer[]')}, "
+        f"{param(list(spec.values) if spec.values is not None else None, 'text[]')}) "
+        f"WITH ORDINALITY AS {q('t')}({q('idx')}, {q('val')}, {q('ord')})"
+    )
+
+    def capped() -> str:
+        """SQL: the task is past the array's first K (only the first K start out offered)."""
+        if spec.max_concurrent is None:
+            return "false"
+        return f"{q('t')}.{q('ord')} > {param(spec.max_concurrent, 'integer')}"
+
+    def array_limit_reason() -> str:
+        return (
+            f"jsonb_build_object('code', '{ARRAY_LIMIT}', 'numbers', jsonb_build_object("
+            f"'array', {q('a')}.{q('id')}, 'limit', {param(spec.max_concurrent, 'integer')}), "
+            f"'job_ids', '[]'::jsonb)"
+        )
+
+    held_for_deps = "true" if deps else "false"
+    template_values = dict(
+        zip([f.name for f in sql.inserted_fields(Job)], sql.stored_values(template), strict=True)
+    )
+    expressions: list[str] = []
+    for f in sql.inserted_fields(Job):
+        if f.name == "array":
+            expressions.append(f"{q('a')}.{q('id')}")
+        elif f.name == "array_index":
+            expressions.append(f"{q('t')}.{q('idx')}")
+        elif f.name == "env":
+            expressions.append(
+                f"({param(template_values['env'], 'jsonb')} || jsonb_build_object("
+                f"'GPUQUEUE_ARRAY_ID', {q('a')}.{q('id')}::text, "
+                f"'GPUQUEUE_ARRAY_INDEX', {q('t')}.{q('idx')}::text, "
+                f"'GPUQUEUE_ARRAY_COUNT', {param(str(spec.size), 'text')}) || "
+                f"CASE WHEN {q('t')}.{q('val')} IS NULL THEN '{{}}'::jsonb "
+                f"ELSE jsonb_build_object('GPUQUEUE_ARRAY_VALUE', {q('t')}.{q('val')}) END)"
+            )
+        elif f.name == "hold":
+            expressions.append(
+                f"CASE WHEN {held_for_deps} THEN '{JobHold.DEPENDENCIES.value}' "
+                f"WHEN {capped()} THEN '{JobHold.ARRAY_LIMIT.value}' ELSE '' END"
+            )
+        elif f.name == "pending_reason":
+            expressions.append(
+                f"CASE WHEN {held_for_deps} THEN {param(reason, 'jsonb')} "
+                f"WHEN {capped()} THEN {array_limit_reason()} END"
+            )
+        else:
+            expressions.append(param(template_values[f.name], cast_of(f)))
+    new_jobs = (
+        f"INSERT INTO {q(Job._meta.db_table)} {sql.column_list(Job)} "
+        f"SELECT {', '.join(expressions)} FROM {q('new_array')} {q('a')} "
+        f"CROSS JOIN {q('tasks')} {q('t')} RETURNING {q('id')}"
+    )
+    event_fields = [f.name for f in sql.inserted_fields(JobEvent) if f.name != "job"]
+    event_values = dict(zip(event_fields, sql.stored_values(event, skip="job"), strict=True))
+    event_select = ", ".join(
+        f"{q('nj')}.{q('id')}" if f.name == "job" else param(event_values[f.name], cast_of(f))
+        for f in sql.inserted_fields(JobEvent)
+    )
+    new_events = (
+        f"INSERT INTO {q(JobEvent._meta.db_table)} {sql.column_list(JobEvent)} "
+        f"SELECT {event_select} FROM {q('new_jobs')} {q('nj')}"
+    )
+    pairs = deps.pairs()
+    new_deps = (
+        f"INSERT INTO {q(JobDependency._meta.db_table)} (job_id, upstream_id, kind) "
+        f"SELECT {q('nj')}.{q('id')}, {q('d')}.{q('up')}, {q('d')}.{q('kind')} "
+        f"FROM {q('new_jobs')} {q('nj')} CROSS JOIN unnest("
+        f"{param([p[0] for p in pairs], 'bigint[]')}, {param([p[1] for p in pairs], 'text[]')}) "
+        f"AS {q('d')}({q('up')}, {q('kind')})"
+    )
+    statement = (
+        f"WITH {q('new_array')} AS ({new_array}), {q('tasks')} AS ({tasks}), "
+        f"{q('new_jobs')} AS ({new_jobs}), {q('new_events')} AS ({new_events}), "
+        f"{q('new_deps')} AS ({new_deps}) SELECT {q('id')} FROM {q('new_array')}"
+    )
+    return statement, params
+
+
+# --- The cap, kept by the cycle ------------------------------------------------------------------
+
+
+def _hold_sql() -> str:
+    q = connection.ops.quote_name
+    job, arrays = q(Job._meta.db_table), q(JobArray._meta.db_table)
+    holding = ", ".join(f"'{s}'" for s in sorted(HOLDING))
+    return f"""
+    WITH ranked AS MATERIALIZED (
+        SELECT j.id, j.array_id, a.max_concurrent AS lim,
+               row_number() OVER (PARTITION BY j.array_id ORDER BY j.array_index) AS rank
+        FROM {job} j JOIN {arrays} a ON a.id = j.array_id
+        WHERE j.state = 'PENDING' AND j.hold IN ('', %(held)s::text)
+          AND a.max_concurrent IS NOT NULL
+    ),
+    -- MATERIALIZED: computed once, not once per task (the planner cannot estimate `ranked`).
+    busy AS MATERIALIZED (
+        SELECT j.array_id, count(*) AS n FROM {job} j
+        WHERE j.array_id IN (SELECT DISTINCT r.array_id FROM ranked r)
+          AND j.state IN ({holding})
+        GROUP BY j.array_id
+    ),
+    wanted AS (
+        SELECT r.id, r.array_id, r.lim,
+               CASE WHEN r.rank > r.lim - coalesce(b.n, 0) THEN %(held)s::text ELSE '' END AS hold
+        FROM ranked r LEFT JOIN busy b ON b.array_id = r.array_id
+    )
+    UPDATE {job} j SET hold = w.hold,
+        pending_reason = CASE WHEN w.hold = '' THEN NULL ELSE jsonb_build_object(
+            'code', %(code)s::text,
+            'numbers', jsonb_build_object('array', w.array_id, 'limit', w.lim),
+            'job_ids', '[]'::jsonb) END,
+        queue_position = NULL, cluster_position = NULL, estimated_start = NULL
+    FROM wanted w WHERE j.id = w.id AND j.hold <> w.hold
+    """
+
+
+def hold_over_limit() -> int:
+    """Hold each capped array's PENDING tasks beyond its free slots (K less its tasks holding
+    GPUs), lowest indices first, and release those within them: one UPDATE that writes only
+    the tasks whose hold changes. Returns how many it wrote."""
+    with connection.cursor() as cursor:
+        cursor.execute(_hold_sql(), {"held": JobHold.ARRAY_LIMIT.value, "code": ARRAY_LIMIT})
+        return int(cursor.rowcount)
+
+
+# --- Reading and cancelling ----------------------------------------------------------------------
+
+
+def counts_by_state(array: JobArray) -> dict[str, int]:
+    """Tasks per state, every state present (0 for none)."""
+    counted = dict(
+        Job.objects.filter(array=array)
+        .order_by()
+        .values_list("state")
+        .annotate(n=Count("id"))
+        .values_list("state", "n")
+    )
+    return {state.value: counted.get(state.value, 0) for state in JobState}
+
+
+def may_cancel_array(user: Any, array: JobArray) -> bool:
+    """As for a job: its submitter, an admin of its team or a site admin."""
+    if user.is_superuser or array.user_id == user.pk:
+        return True
+    return Membership.objects.filter(team_id=array.team_id, user=user, role=Role.ADMIN).exists()
+
+
+class ArrayCancelRefused(Exception):
+    pass
+
+
+def cancel_tasks(
+    user: Any,
+    array: JobArray,
+    *,
+    indices: Collection[int] | None = None,
+    states: Collection[str] | None = None,
+    reason: str = "cancelled",
+) -> list[int]:
+    """Cancel the array's unfinished tasks, or those of `indices` and/or in `states`, in one
+    statement with their events; tasks holding GPUs are stopped on the cluster after commit.
+    Returns the ids cancelled (none: nothing matched, which is not an error)."""
+    if not may_cancel_array(user, array):
+        raise ArrayCancelRefused(
+            "only the array's submitter, a team admin or a site admin may cancel its tasks"
+        )
+    unfinished = [s.value for s in JobState if s not in FINAL]
+    wanted = [s for s in unfinished if states is None or s in states]
+    q = connection.ops.quote_name
+    job, event = q(Job._meta.db_table), q(JobEvent._meta.db_table)
+    statement = f"""
+    WITH target AS (
+        SELECT id, state, attempts FROM {job}
+        WHERE array_id = %(array)s AND state = ANY(%(states)s::text[])
+          AND (%(all)s::boolean OR array_index = ANY(%(indices)s::integer[]))
+        FOR UPDATE
+    ),
+    moved AS (
+        UPDATE {job} j SET state = 'CANCELLED', finished_at = %(now)s::timestamptz, hold = '',
+               pending_reason = NULL, queue_position = NULL, cluster_position = NULL,
+               estimated_start = NULL
+        FROM target t WHERE j.id = t.id
+        RETURNING j.id, t.state AS from_state, t.attempts
+    ),
+    events AS (
+        INSERT INTO {event} (job_id, at, from_state, to_state, reason, actor, details)
+        SELECT m.id, %(now)s::timestamptz, m.from_state, 'CANCELLED', %(reason)s::text,
+               %(actor)s::text, '{{}}'::jsonb
+        FROM moved m
+    )
+    SELECT id, from_state, attempts FROM moved
+    """
+    params = {
+        "array": array.pk,
+        "states": wanted,
+        "all": indices is None,
+        "indices": sorted(indices or ()),
+        "now": timezone.now(),
+        "reason": reason,
+        "actor": f"user:{user.get_username()}",
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        moved = cursor.fetchall()
+        for job_id, from_state, attempt in moved:
+            if from_state in HOLDING:
+                transaction.on_commit(
+                    lambda job_id=job_id, attempt=attempt: stop_on_cluster(job_id, attempt)
+                )
+    return [row[0] for row in moved]

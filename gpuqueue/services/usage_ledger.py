@@ -1,0 +1,192 @@
+"""The GPU-hours ledger: what each attempt of each job held, per clock hour (UsageRecord).
+
+An attempt holds its GPUs from its admission (`Job.admitted_at`) until the transition that
+takes the job out of ADMITTED, RUNNING and PREEMPTING (the time of that transition's event).
+Its writers upsert values computed from that span (never increments), so a retry or a
+second run writes the same rows:
+
+0. `record_admissions`, called by the cycle's admissions in their transaction: an open row of
+   zero GPU-seconds in the hour of admission, so that every attempt has a row from its start
+   (and a release that bypasses `transition` is found by 3 below, however soon it comes).
+1. `lock_attempt` + `record_release`, called by `transition` inside the transaction that
+   moves the job: the attempt's final rows commit with the job's new state and its event, or
+   not at all, so a crash between them can neither lose nor double count an attempt.
+2. `record_open_attempts`, every minute: the rows of attempts still holding GPUs, up to now,
+   so that reports include running jobs. Both lock the job's row: a release waits for a
+   running `record_open_attempts` (which skips jobs locked by a transition), so the release
+   writes last, with the later end.
+3. `close_released_attempts`, in the same minute: an attempt whose rows are still open though
+   its job no longer holds GPUs was released by a set-based writer that bypasses `transition`
+   (cancelling an array's tasks in one statement); its rows are closed from the job's events,
+   at the time of the release event, as `transition` would have.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from gpuqueue.core.states import HOLDING, JobState
+from gpuqueue.core.usage_hours import hour_of, split_by_hour
+from gpuqueue.models import Job, JobEvent, UsageOutcome, UsageRecord
+
+FIELDS = (
+    "id",
+    "attempts",
+    "admitted_at",
+    "team_id",
+    "user_id",
+    "flavor_id",
+    "workers",
+    "gpus_per_worker",
+)
+UPSERT = {
+    "update_conflicts": True,
+    "unique_fields": ["job_id", "attempt", "hour"],
+    # used_gpu_seconds and idle_gpu_seconds belong to the activity sampler: kept.
+    "update_fields": ["gpus", "gpu_seconds", "outcome"],
+}
+CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    job_id: int
+    attempt: int
+    admitted_at: datetime
+    team_id: int
+    user_id: int
+    flavor_id: int
+    gpus: int
+
+    @classmethod
+    def of(cls, row: tuple) -> Attempt:
+        job_id, attempt, admitted_at, team_id, user_id, flavor_id, workers, gpw = row
+        return cls(job_id, attempt, admitted_at, team_id, user_id, flavor_id, workers * gpw)
+
+    def rows(self, end: datetime, outcome: str) -> list[UsageRecord]:
+        """Its ledger rows from its admission to `end`: at least the row of its admission's
+        hour, with no GPU-seconds when it ended as it began."""
+        spans = split_by_hour(self.admitted_at, end) or [(hour_of(self.admitted_at), 0.0)]
+        return [
+            UsageRecord(
+                job_id=self.job_id,
+                attempt=self.attempt,
+                hour=hour,
+                team_id=self.team_id,
+                user_id=self.user_id,
+                flavor_id=self.flavor_id,
+                gpus=self.gpus,
+                gpu_seconds=self.gpus * seconds,
+                outcome=outcome,
+            )
+            for hour, seconds in spans
+        ]
+
+
+def record_admissions(job_ids: list[int]) -> None:
+    """The open admission rows of the attempts just started (the module docstring, 0)."""
+    for start in range(0, len(job_ids), CHUNK):
+        attempts = [
+            Attempt.of(row)
+            for row in Job.objects.filter(
+                pk__in=job_ids[start : start + CHUNK], admitted_at__isnull=False
+            ).values_list(*FIELDS)
+        ]
+        rows = [a.rows(a.admitted_at, UsageOutcome.OPEN)[0] for a in attempts]
+        UsageRecord.objects.bulk_create(rows, ignore_conflicts=True)
+
+
+def outcome_of(from_state: str, to_state: str) -> str:
+    """How an attempt ended, from the transition that released its GPUs."""
+    if to_state == JobState.PENDING:
+        if from_state == JobState.PREEMPTING:
+            return UsageOutcome.PREEMPTED
+        return UsageOutcome.REQUEUED
+    return str(to_state).lower()
+
+
+def releases(from_state: str, to_state: str) -> bool:
+    return from_state in HOLDING and to_state not in HOLDING
+
+
+def lock_attempt(job_id: int, state: str) -> Attempt | None:
+    """The attempt of the job if it is still in `state`, its row locked until commit (so the
+    attempt read is the one the transition ends, even if the caller's copy is stale)."""
+    row = (
+        Job.objects.select_for_update(no_key=True)
+        .filter(pk=job_id, state=state, admitted_at__isnull=False)
+        .values_list(*FIELDS)
+        .first()
+    )
+    return Attempt.of(row) if row else None
+
+
+def record_release(attempt: Attempt, from_state: str, to_state: str, end: datetime) -> None:
+    """Write the final rows of an attempt that a transition ends at `end`."""
+    rows = attempt.rows(end, outcome_of(from_state, to_state))
+    UsageRecord.objects.bulk_create(rows, batch_size=CHUNK, **UPSERT)
+
+
+def record_open_attempts(now: datetime | None = None) -> int:
+    """Upsert the rows, up to `now`, of every attempt still holding GPUs; returns how many."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        attempts = [
+            Attempt.of(row)
+            for row in Job.objects.filter(state__in=HOLDING, admitted_at__isnull=False)
+            .select_for_update(skip_locked=True, no_key=True)
+            .order_by("id")
+            .values_list(*FIELDS)
+        ]
+        rows = [row for a in attempts for row in a.rows(now, UsageOutcome.OPEN)]
+        UsageRecord.objects.bulk_create(rows, batch_size=CHUNK, **UPSERT)
+    return len(rows)
+
+
+def close_released_attempts() -> int:
+    """Close the open rows of attempts whose job has left the GPU-holding states without
+    `transition` (the module docstring, 3); returns how many attempts it closed. Rows of a job
+    deleted meanwhile stay open: nothing is left to say when it ended."""
+    closed = 0
+    open_keys = set(
+        UsageRecord.objects.filter(outcome=UsageOutcome.OPEN)
+        .values_list("job_id", "attempt")
+        .distinct()
+    )
+    if not open_keys:
+        return 0
+    job_ids = {job_id for job_id, _ in open_keys}
+    with transaction.atomic():
+        for row in (
+            Job.objects.filter(pk__in=job_ids, admitted_at__isnull=False)
+            .exclude(state__in=HOLDING)
+            .select_for_update(skip_locked=True, no_key=True)
+            .order_by("id")
+            .values_list(*FIELDS)
+        ):
+            attempt = Attempt.of(row)
+            if (attempt.job_id, attempt.attempt) not in open_keys:
+                continue  # a later attempt: the open one's admission time is gone
+            release = (
+                JobEvent.objects.filter(
+                    job_id=attempt.job_id, from_state__in=HOLDING, at__gte=attempt.admitted_at
+                )
+                .exclude(to_state__in=HOLDING)
+                .order_by("at", "id")
+                .values_list("from_state", "to_state", "at")
+                .first()
+            )
+            if release is None:
+                continue
+            from_state, to_state, end = release
+            # Rows past the release (a sweep that ran late) go: the release ends the attempt.
+            UsageRecord.objects.filter(
+                job_id=attempt.job_id, attempt=attempt.attempt, hour__gt=end
+            ).delete()
+            record_release(attempt, from_state, to_state, end)
+            closed += 1
+    return closed

@@ -1,0 +1,66 @@
+"""The array page (counts, grid, cancel all or some) and the job page's dependencies, as each
+persona sees them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuqueue.core.states import JobState
+from gpuqueue.models import Job
+from gpuqueue.services.array_spec import parse
+from gpuqueue.services.arrays import submit_array
+from gpuqueue.services.dependencies import Dependencies, submit_job_after
+
+
+@pytest.fixture
+def array(world: Any, nodes: Any) -> Any:
+    fields = {"name": "sweep", "image": "ghcr.io/acme/train:1"}
+    return submit_array(
+        world.alice, world.team_a, world.h100, fields, parse("0-5%2"), Dependencies()
+    ).array
+
+
+def test_the_array_page_counts_tasks_and_draws_one_cell_per_task(clients: Any, array: Any) -> None:
+    page = clients["bob"].get(f"/arrays/{array.pk}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert html.count('class="task task-pending"') == 6
+    assert 'id="cancel-tasks"' in html  # bob is team-a's admin
+    assert "at most 2 holding GPUs at once" in html
+    assert "<script>" not in html and "style=" not in html  # nothing the CSP would block
+    assert clients["carol"].get(f"/arrays/{array.pk}/").status_code == 404
+
+
+def test_cancel_some_tasks_then_the_rest_from_the_page(clients: Any, array: Any) -> None:
+    url = f"/arrays/{array.pk}/cancel/"
+    assert clients["carol"].post(url, {}).status_code == 404
+    assert clients["alice"].post(url, {"indices": "0-1"}).status_code == 303
+    cancelled = Job.objects.filter(array=array, state=JobState.CANCELLED)
+    assert sorted(cancelled.values_list("array_index", flat=True)) == [0, 1]
+    bad = clients["alice"].post(url, {"indices": "x"})
+    assert bad.status_code == 422 and b"is not an index or a range" in bad.content
+    assert clients["alice"].post(url, {}).status_code == 303
+    assert not Job.objects.filter(array=array).exclude(state=JobState.CANCELLED).exists()
+    done = clients["alice"].get(f"/arrays/{array.pk}/", HTTP_HX_REQUEST="true")
+    assert done.status_code == 286  # nothing can change: the polling stops
+
+
+def test_a_tasks_page_links_its_array(clients: Any, array: Any) -> None:
+    task = Job.objects.get(array=array, array_index=3)
+    html = clients["alice"].get(f"/jobs/{task.pk}/").content.decode()
+    assert f'href="/arrays/{array.pk}/"' in html and "task 3 of array" in html
+
+
+def test_the_job_page_shows_upstream_and_downstream_jobs_with_states(
+    clients: Any, world: Any, nodes: Any, submit: Any
+) -> None:
+    prep = submit(name="prep")
+    fields = {"name": "train", "image": "ghcr.io/acme/train:1", "after_ok": [prep.pk]}
+    train = submit_job_after(world.alice, world.team_a, world.h100, fields).job
+    downstream = clients["alice"].get(f"/jobs/{train.pk}/").content.decode()
+    assert 'id="upstream"' in downstream and f'href="/jobs/{prep.pk}/"' in downstream
+    assert f"Waiting for job #{prep.pk} to succeed (pending now)." in downstream
+    upstream = clients["bob"].get(f"/jobs/{prep.pk}/").content.decode()
+    assert 'id="downstream"' in upstream and f'href="/jobs/{train.pk}/"' in upstream

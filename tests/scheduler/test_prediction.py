@@ -1,0 +1,154 @@
+"""Runtime prediction from history (gpuqueue/scheduler/prediction.py) and the estimated start's
+band built on it (gpuqueue/scheduler/band.py)."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuqueue.scheduler.band import forecast_band, with_runtimes
+from gpuqueue.scheduler.model import Snapshot
+from gpuqueue.scheduler.prediction import (
+    FLAVOR,
+    TEAM_SHAPE,
+    USER_IMAGE,
+    USER_NAME,
+    JobFacts,
+    Prediction,
+    RuntimeHistory,
+)
+from tests.scheduler.builders import NOW, node, pending, running, team
+from tests.scheduler.test_properties import snapshots
+
+RUNTIMES = st.lists(st.floats(1.0, 1e6, allow_nan=False), min_size=1, max_size=80)
+QUANTILE = st.floats(0.0, 1.0)
+
+
+def facts(user: str = "alice", name: str = "", image: str = "", gpus: int = 1) -> JobFacts:
+    return JobFacts(user, "team-a", "h100", 1, gpus, name=name, image=image)
+
+
+@given(RUNTIMES, QUANTILE, QUANTILE)
+def test_a_quantile_lies_within_the_runtimes_seen_and_grows_with_q(
+    runtimes: list[float], q1: float, q2: float
+) -> None:
+    history = RuntimeHistory(window=100)
+    for r in runtimes:
+        history.record(facts(), r)
+    prediction = history.predict(facts())
+    assert prediction is not None
+    low, high = sorted((q1, q2))
+    assert min(runtimes) <= prediction.quantile(low) <= prediction.quantile(high) <= max(runtimes)
+
+
+@given(RUNTIMES, st.floats(0.0, 2e6), QUANTILE, QUANTILE)
+def test_the_time_left_of_a_running_job_is_never_negative_and_grows_with_q(
+    runtimes: list[float], elapsed: float, q1: float, q2: float
+) -> None:
+    prediction = Prediction(tuple(sorted(runtimes)), FLAVOR)
+    low, high = sorted((q1, q2))
+    assert 0.0 <= prediction.remaining(elapsed, low) <= prediction.remaining(elapsed, high)
+    # A job still running was longer than every runtime at or below `elapsed`.
+    left = prediction.remaining(elapsed, 0.5)
+    shorter = [r for r in runtimes if r > elapsed]
+    if shorter:
+        assert elapsed + left >= min(shorter)
+
+
+@given(st.lists(st.floats(1.0, 1e5, allow_nan=False), min_size=1, max_size=200))
+def test_each_key_keeps_only_its_most_recent_runtimes(runtimes: list[float]) -> None:
+    history = RuntimeHistory(window=16, min_samples=1)
+    for r in runtimes:
+        history.record(facts(name="train"), r)
+    prediction = history.predict(facts(name="train"))
+    assert prediction is not None
+    assert prediction.runtimes == tuple(sorted(runtimes[-16:]))
+
+
+def test_the_most_specific_level_with_enough_runtimes_is_used() -> None:
+    history = RuntimeHistory(min_samples=3)
+    history.record(facts(name="other", gpus=8), 9000.0)  # the flavor's only other job
+    for r in (100.0, 200.0):
+        history.record(facts(name="train", image="img"), r)
+    # Two runs of "train" are not enough; its team and shape have only those two as well.
+    assert history.predict(facts(name="train", image="img")).source == FLAVOR  # type: ignore[union-attr]
+    history.record(facts(name="train", image="img"), 300.0)
+    got = history.predict(facts(name="train", image="img"))
+    assert got is not None and got.source == USER_NAME and got.quantile(0.5) == 200.0
+    # Another name from the same image and user: the image's history.
+    got = history.predict(facts(name="new", image="img"))
+    assert got is not None and got.source == USER_IMAGE
+    # Another user of the same team and shape: the team's.
+    got = history.predict(facts(user="bob", name="train"))
+    assert got is not None and got.source == TEAM_SHAPE
+    assert RuntimeHistory().predict(facts()) is None  # nothing finished yet
+
+
+def test_the_band_spans_the_start_at_the_10th_and_90th_percentile_runtimes() -> None:
+    # n1 is held by job 10, just started; jobs like it ran 100, 200 or 300 s.
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=8), team("b")),
+        running=(running(10, "a", {"n1": 1}, gpus=8, preemptible=False, started=NOW),),
+        pending=(pending(1, "b", gpus=8),),
+    )
+    known = {10: Prediction((100.0, 200.0, 300.0), TEAM_SHAPE)}
+    band = forecast_band(snapshot, known)[1]
+    assert band.likely == NOW + 200
+    assert band.early == NOW + 120  # the 10th percentile is 120 s, 0.6 of the median
+    assert band.late == NOW + 280
+    assert band.why_none is None
+
+
+def test_a_job_with_no_estimate_says_why() -> None:
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=8), team("b")),
+        running=(running(10, "a", {"n1": 1}, gpus=8, preemptible=False, started=NOW),),
+        pending=(pending(1, "b", gpus=8), pending(2, "b", gpus=16)),
+    )
+    bands = forecast_band(snapshot, {})
+    assert bands[1].likely is None and bands[1].why_none == "unknown_runtime"
+    assert bands[2].likely is None and bands[2].why_none == "never_fits"
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshots(), st.floats(10.0, 1e5))
+def test_every_band_holds_its_most_likely_start_and_declared_runtimes_stay(
+    snapshot: Snapshot, median: float
+) -> None:
+    known = {
+        job.id: Prediction((median / 2, median, median * 3), TEAM_SHAPE)
+        for job in (*snapshot.running, *snapshot.pending)
+    }
+    filled = with_runtimes(snapshot, known, 0.5)
+    for before, after in zip(snapshot.pending, filled.pending, strict=True):
+        assert after.expected_runtime == (
+            before.expected_runtime if before.expected_runtime is not None else median
+        )
+    for est in forecast_band(snapshot, known).values():
+        if est.likely is None:
+            assert est.why_none is not None
+            continue
+        assert est.early is not None and est.early <= est.likely
+        assert est.late is None or est.likely <= est.late
+        assert math.isfinite(est.likely)
+
+
+def test_inside_a_team_a_job_of_unknown_runtime_takes_its_turn_as_if_it_ran_an_hour() -> None:
+    """Shortest predicted first (ordering.py, rule 5): leaving the runtime out must not jump the
+    queue, so an unknown runtime counts as model.UNKNOWN_RUNTIME (an hour)."""
+    from gpuqueue.scheduler.model import UNKNOWN_RUNTIME
+
+    assert UNKNOWN_RUNTIME == 3600
+    unknown = pending(1, "a", submitted=NOW)
+    short = pending(2, "a", submitted=NOW, expected_runtime=600)
+    long = pending(3, "a", submitted=NOW, max_runtime=7200)
+    assert short.rank < unknown.rank < long.rank
+    # Aging: a long job submitted long enough before goes before a short one.
+    older_long = pending(4, "a", submitted=NOW - 7000, max_runtime=7200)
+    assert older_long.rank < short.rank

@@ -1,0 +1,301 @@
+"""The GPU-hours ledger: its totals are each job's run intervals, whatever happens to the jobs
+and to the service (services/usage_ledger.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connections, transaction
+from django.db.models import Sum
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuqueue.core.states import FINAL, HOLDING, JobState
+from gpuqueue.core.usage_hours import split_by_hour
+from gpuqueue.models import Job, JobEvent, UsageRecord
+from gpuqueue.services.admissions import Admitted, admit_all
+from gpuqueue.services.cancel import cancel_job
+from gpuqueue.services.checkpoint import requeue
+from gpuqueue.services.transitions import transition
+from gpuqueue.services.usage_ledger import close_released_attempts, record_open_attempts
+
+T0 = datetime(2026, 3, 1, 9, 40, tzinfo=UTC)
+
+
+@given(
+    start=st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1)),
+    seconds=st.floats(min_value=0, max_value=10 * 86400),
+)
+def test_an_hour_split_adds_up_to_the_span_and_each_part_fits_its_hour(
+    start: datetime, seconds: float
+) -> None:
+    start = start.replace(tzinfo=UTC)
+    end = start + timedelta(seconds=seconds)
+    parts = split_by_hour(start, end)
+    assert sum(s for _, s in parts) == pytest.approx((end - start).total_seconds(), abs=1e-6)
+    assert all(0 < s <= 3600 for _, s in parts)
+    hours = [h for h, _ in parts]
+    assert hours == sorted(set(hours))
+    assert all(h.minute == h.second == h.microsecond == 0 for h in hours)
+
+
+def test_a_span_across_midnight_is_split_at_each_hour() -> None:
+    parts = split_by_hour(
+        datetime(2026, 3, 1, 23, 30, tzinfo=UTC), datetime(2026, 3, 2, 1, 15, tzinfo=UTC)
+    )
+    assert [(h.hour, s) for h, s in parts] == [(23, 1800.0), (0, 3600.0), (1, 900.0)]
+
+
+# --- The ledger against the jobs' run intervals --------------------------------------------------
+
+ACTIONS = [
+    "admit",
+    "run",
+    "preempt",
+    "requeue",
+    "succeed",
+    "fail",
+    "cancel",
+    "bypass",
+    "crash",
+    "retry",
+    "sweep",
+    "restart",
+    "cleanup",
+]
+
+
+class Oracle:
+    """What the ledger should say, kept by the test from what it did: per (job, attempt) the
+    GPUs and the span [admitted, released or last swept)."""
+
+    def __init__(self) -> None:
+        self.spans: dict[tuple[int, int], tuple[int, datetime, datetime | None]] = {}
+        self.outcomes: dict[tuple[int, int], str] = {}
+
+    def admitted(self, job: Job, at: datetime) -> None:
+        self.spans[(job.pk, job.attempts)] = (job.gpus, at, None)
+
+    def released(self, job_id: int, attempt: int, outcome: str) -> None:
+        gpus, start, _ = self.spans[(job_id, attempt)]
+        end = JobEvent.objects.filter(job_id=job_id).latest("at", "id").at
+        self.spans[(job_id, attempt)] = (gpus, start, end)
+        self.outcomes[(job_id, attempt)] = outcome
+
+    def swept(self, at: datetime) -> None:
+        for key, (gpus, start, end) in self.spans.items():
+            if key not in self.outcomes:
+                self.spans[key] = (gpus, start, max(at, end or at))
+
+    def seconds(self) -> dict[tuple[int, int], float]:
+        return {
+            key: gpus * (end - start).total_seconds()
+            for key, (gpus, start, end) in self.spans.items()
+            if end is not None
+        }
+
+
+def _release(job: Job, action: str, root: Any) -> tuple[bool, str]:
+    """Apply a releasing action to a holding job; returns (moved, the outcome it should log)."""
+    was = job.state
+    if action == "requeue":
+        return requeue(
+            job, "test requeue"
+        ), "preempted" if was == JobState.PREEMPTING else "requeued"
+    if action == "cancel":
+        cancel_job(root, job)
+        return True, "cancelled"
+    to = JobState.SUCCEEDED if action == "succeed" else JobState.FAILED
+    moved = transition(job, to, reason=action, actor="test", finished_at=timezone.now())
+    return moved, to.value.lower()
+
+
+def _cancel_in_one_statement(job: Job) -> None:
+    """What a set-based writer does (cancelling an array's tasks): the state and its event,
+    without `transition` and so without the ledger; the minute's sweep closes the attempt."""
+    with transaction.atomic():
+        Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED, finished_at=timezone.now())
+        JobEvent.objects.create(
+            job_id=job.pk,
+            from_state=job.state,
+            to_state=JobState.CANCELLED,
+            reason="array cancelled",
+            actor="test",
+        )
+
+
+def _sweep(oracle: Oracle) -> None:
+    """The minute's task (gpuqueue.record_usage), delivered twice as a beat may."""
+    now = timezone.now()
+    for _ in range(2):
+        record_open_attempts(now)
+        close_released_attempts()
+    oracle.swept(now)
+
+
+def _applies(action: str, job: Job, stale: dict[int, Job], unswept: set[int]) -> bool:
+    if action == "admit":
+        return job.state == JobState.PENDING
+    if action == "run":
+        return job.state == JobState.ADMITTED
+    if action == "preempt":
+        return job.state in (JobState.ADMITTED, JobState.RUNNING)
+    if action == "retry":
+        copy = stale.get(job.pk)
+        return copy is not None and copy.state in HOLDING and copy.state != job.state
+    if action == "cleanup":
+        # A job bypassed the ledger and deleted before the next minute's sweep would keep its
+        # attempt open: cleanup deletes jobs days after they end.
+        return job.state in FINAL and job.pk not in unswept
+    return action in ("sweep", "restart") or job.state in HOLDING
+
+
+@pytest.mark.django_db(transaction=True)
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(ACTIONS), st.integers(0, 2), st.floats(0.01, 30.0)),
+        min_size=4,
+        max_size=40,
+    ),
+    shapes=st.lists(st.tuples(st.integers(1, 3), st.integers(1, 8)), min_size=3, max_size=3),
+)
+def test_the_ledger_totals_equal_the_sum_of_every_attempts_run_interval(
+    world: Any, submit: Any, steps: list[tuple[str, int, float]], shapes: list[tuple[int, int]]
+) -> None:
+    """Random admissions, preemptions, requeues, failures, cancellations (also by a set-based
+    writer that bypasses `transition`), sweeps of running attempts, crashed transactions,
+    restarts (new connections, then the first sweep), retried transitions with stale copies and
+    deleted jobs: per attempt, and so in total, the ledger holds GPUs × (release - admission),
+    split by hour, with the outcome of the release; an attempt still holding GPUs is counted up
+    to the last sweep (one runs at the end, as the service's next minute would)."""
+    UsageRecord.objects.all().delete()
+    Job.objects.all().delete()
+    jobs = [submit(workers=w, gpus_per_worker=g) for w, g in shapes]
+    ids = [job.pk for job in jobs]
+    oracle = Oracle()
+    stale: dict[int, Job] = {}
+    unswept: set[int] = set()  # jobs released by the set-based writer since the last sweep
+    for action, n, hours_ago in steps:
+        # The action falls on the n-th job it applies to, so that few steps are wasted.
+        candidates = [
+            job
+            for job in Job.objects.filter(pk__in=ids).order_by("pk")
+            if _applies(action, job, stale, unswept)
+        ]
+        if not candidates:
+            continue
+        job = candidates[n % len(candidates)]
+        if action == "admit":
+            at = timezone.now() - timedelta(hours=hours_ago)
+            assert admit_all([Admitted(job.pk, {"h100-0": job.workers}, False)], at, "cycle")
+            job.refresh_from_db()
+            oracle.admitted(job, at)
+        elif action == "run":
+            stale[job.pk] = Job.objects.get(pk=job.pk)
+            assert transition(job, JobState.RUNNING, reason="running", actor="test")
+        elif action == "preempt":
+            stale[job.pk] = Job.objects.get(pk=job.pk)
+            assert transition(job, JobState.PREEMPTING, reason="preempt", actor="test")
+        elif action in ("requeue", "succeed", "fail", "cancel"):
+            stale[job.pk] = Job.objects.get(pk=job.pk)
+            attempt = job.attempts
+            moved, outcome = _release(job, action, world.root)
+            assert moved
+            oracle.released(job.pk, attempt, outcome)
+        elif action == "bypass":
+            stale[job.pk] = Job.objects.get(pk=job.pk)
+            _cancel_in_one_statement(job)
+            oracle.released(job.pk, job.attempts, "cancelled")
+            unswept.add(job.pk)
+        elif action == "crash":
+            # The service dies after the release was written but before it committed.
+            before = list(
+                UsageRecord.objects.values_list("job_id", "attempt", "hour", "gpu_seconds")
+            )
+            with pytest.raises(RuntimeError), transaction.atomic():
+                transition(
+                    job, JobState.FAILED, reason="x", actor="test", finished_at=timezone.now()
+                )
+                raise RuntimeError("killed")
+            assert Job.objects.get(pk=job.pk).state in HOLDING
+            assert (
+                list(UsageRecord.objects.values_list("job_id", "attempt", "hour", "gpu_seconds"))
+                == before
+            )
+        elif action == "retry":
+            # A retried call with the copy read before the job moved changes nothing.
+            assert not transition(
+                stale[job.pk],
+                JobState.FAILED,
+                reason="retry",
+                actor="test",
+                finished_at=timezone.now(),
+            )
+        elif action == "sweep":
+            _sweep(oracle)
+            unswept.clear()
+        elif action == "restart":
+            # The service's processes die and start again: nothing of the ledger lives in them.
+            connections.close_all()
+            _sweep(oracle)
+            unswept.clear()
+        elif action == "cleanup":
+            job.delete()  # history cleanup: the ledger keeps its rows
+
+    _sweep(oracle)
+    want = oracle.seconds()
+    got: dict[tuple[int, int], float] = {
+        (row["job_id"], row["attempt"]): row["s"]
+        for row in UsageRecord.objects.values("job_id", "attempt").annotate(s=Sum("gpu_seconds"))
+    }
+    assert got.keys() == want.keys()
+    for key, seconds in want.items():
+        assert got[key] == pytest.approx(seconds, rel=1e-9, abs=1e-6), key
+    for (job_id, attempt), outcome in oracle.outcomes.items():
+        if (job_id, attempt) in want:
+            logged = set(
+                UsageRecord.objects.filter(job_id=job_id, attempt=attempt).values_list(
+                    "outcome", flat=True
+                )
+            )
+            assert logged == {outcome}
+    for (job_id, attempt), (_gpus, start, end) in oracle.spans.items():
+        # One row per hour held, and the admission's row for an attempt that ended as it began.
+        assert end is not None
+        assert UsageRecord.objects.filter(job_id=job_id, attempt=attempt).count() == max(
+            1, len(split_by_hour(start, end))
+        )
+
+
+def test_an_array_cancelled_in_one_statement_has_its_running_task_closed_by_the_minute(
+    api: Any, job_body: Any
+) -> None:
+    """Cancelling an array's tasks moves them in one SQL statement, not through `transition`:
+    the next minute's task closes the running task's attempt at the cancel, not later."""
+    from gpuqueue.tasks import record_usage_task
+
+    array = api("alice").post("/api/v1/arrays/", {**job_body, "array": "0-1"}, format="json")
+    assert array.status_code == 201, array.content
+    task = Job.objects.filter(array_id=array.json()["id"]).order_by("array_index").first()
+    assert task is not None
+    admitted = timezone.now() - timedelta(minutes=90)
+    assert admit_all([Admitted(task.pk, {"h100-0": task.workers}, False)], admitted, "cycle")
+    task.refresh_from_db()
+    assert transition(task, JobState.RUNNING, reason="running", actor="test")
+    record_usage_task()  # a minute while it runs: its rows are open
+
+    cancel = api("alice").post(f"/api/v1/arrays/{array.json()['id']}/cancel/", {}, format="json")
+    assert cancel.status_code == 200, cancel.content
+    cancelled_at = JobEvent.objects.filter(job_id=task.pk).latest("at", "id").at
+    record_usage_task()
+
+    rows = UsageRecord.objects.filter(job_id=task.pk, attempt=1)
+    assert set(rows.values_list("outcome", flat=True)) == {"cancelled"}
+    held = rows.aggregate(s=Sum("gpu_seconds"))["s"]
+    assert held == pytest.approx(task.gpus * (cancelled_at - admitted).total_seconds())
+    assert record_usage_task() == 0  # nothing open is left, and a repeat changes nothing
+    assert rows.aggregate(s=Sum("gpu_seconds"))["s"] == held
