@@ -42,6 +42,14 @@ def when(timestamp: Any, *, seconds: bool = False) -> str:
     return datetime.fromtimestamp(timestamp, tz=UTC).strftime(shape)
 
 
+def _duration(seconds: Any) -> str:
+    """'30 min', '2.5 h'."""
+    if not isinstance(seconds, int | float):
+        return "their minimum runtime"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 120 else f"{seconds / 3600:.1f} h"
+
+
 def _gpu_hours(seconds: Any) -> str:
     if not isinstance(seconds, int | float):
         return "?"
@@ -105,6 +113,17 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
         if code == "queued_behind_team":
             sentence += f" Queued behind {_plural(n.get('ahead'), 'earlier job')} of the team."
         return sentence
+    if code == "waiting_for_reclaim":
+        teams = str(n.get("borrowers") or "other teams").split(", ")
+        many = len(teams) > 1
+        borrowers = f"{', '.join(teams[:-1])} and {teams[-1]}" if many else teams[0]
+        return (
+            f"Waiting for {shape} within the team's guarantee: {borrowers} "
+            f"{'borrow' if many else 'borrows'} {n.get('borrowed')} {flavor} GPUs, and "
+            f"{'their' if many else 'its'} jobs may not be preempted before they have run "
+            f"{_duration(n.get('min_runtime_seconds'))}; reclaim can start at "
+            f"{when(n.get('reclaim_at'))}."
+        )
     if code == "waiting_for_preemption":
         listed = ", ".join(f"#{j}" for j in jobs)
         return (

@@ -13,6 +13,7 @@ Phases (each a method below):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import groupby
 from operator import attrgetter
 
@@ -36,6 +37,7 @@ from gpuqueue.scheduler.model import (
 from gpuqueue.scheduler.ordering import Order, QueueJobs
 from gpuqueue.scheduler.placement import fit_gang
 from gpuqueue.scheduler.preemption import PRIORITY, VictimIndex, VictimSearch
+from gpuqueue.scheduler.reclaim_wait import ReclaimWaits
 from gpuqueue.scheduler.starvation import Reserver
 from gpuqueue.scheduler.usage import seconds_to_recover
 
@@ -105,6 +107,9 @@ class Cycle:
             self.now,
             {key: quota.guarantee for key, quota in self.quotas.items()},
             self.balance,
+        )
+        self.reclaim_waits = ReclaimWaits(
+            self.ledger, self.search, self.fair_share, policy.placement
         )
         self.reserver = Reserver(
             self.ledger, snapshot.nodes, snapshot.running, policy, self.now, memo
@@ -187,7 +192,9 @@ class Cycle:
         8. GPUs of jobs already being preempted: claim them and wait, preempting no more.
         9. Preempt: reclaim borrowed GPUs from other teams, or lower priority work of its own.
         10. Starving: reserve the nodes where it fits soonest.
-        11. Otherwise it waits for capacity, possibly behind earlier jobs of its team.
+        11. Otherwise it waits: within its guarantee, for borrowers to leave their minimum
+            runtime when that is what stops reclaim (reclaim_wait.py); else for capacity,
+            possibly behind earlier jobs of its team.
 
         Starving jobs are decided first, each on its own (`_decide`): they may reserve. The
         steps read no more of any other job than its kind (`PendingJob.kind`), and besides
@@ -300,6 +307,7 @@ class Cycle:
                 return reasons.waiting_for_preemption(job, waited)
         # 9. (The budget is checked here first: most jobs of a busy cycle get this far.)
         policy = self.policy
+        entitled = False
         if (
             (policy.preemption or policy.reclaim)
             and self.searches_left > 0
@@ -307,15 +315,26 @@ class Cycle:
         ):
             # The first job of a team that is owed GPU-time may reclaim beyond its share.
             reclaim = policy.reclaim and (self.search.may_reclaim(job) or job.id in self.owed)
+            left = self.searches_left
             waiting = self._preempt(job, fl, reclaim=reclaim)
             if waiting is not None:
                 return waiting
+            # Its own search ran and failed (a bigger gang of a kind that failed is not searched
+            # for: it waits behind the first, step 11).
+            entitled = self.searches_left < left and reclaim and self.search.within_guarantee(job)
         # 10.
         if job.id in self.starving:
             reservation = self.reserver.reserve(job)
             if reservation is not None:
                 return reasons.reserved(job, reservation.expected_start, len(reservation.placement))
         # 11.
+        if entitled:
+            budget = policy.max_preemptions_per_cycle - len(self.preemptions)
+            why = self.reclaim_waits.reason(job, fl, self._limit_ok(job), budget)
+            if why is not None:
+                key = (job.team, job.flavor)
+                self.waiting_in_team[key] = self.waiting_in_team.get(key, 0) + 1
+                return why
         return self._waits_for_capacity(job, fl.fits(g), fl.total_free)
 
     def _in_debt(self, job: PendingJob) -> bool:
@@ -362,6 +381,20 @@ class Cycle:
         )
         self.admissions.append(Admission(job.id, placement, borrowed))
 
+    def _limit_ok(self, job: PendingJob) -> Callable[[], bool]:
+        """Whether the team (and department) would stay within its limit with `job` admitted,
+        asked of the ledger as a victim search changes it."""
+        ledger = self.ledger
+        chain = self.chains.get(job.team, (job.team,))
+        limits = [(group, self.quotas[(group, job.flavor)].limit) for group in chain]
+
+        def limit_ok() -> bool:
+            return all(
+                ledger.in_use(group, job.flavor) + job.gpus <= limit for group, limit in limits
+            )
+
+        return limit_ok
+
     def _incoming_jobs(self, flavor: str, placement: Placement) -> tuple[int, ...]:
         ids: list[int] = []
         for node, _ in placement:
@@ -386,18 +419,9 @@ class Cycle:
             return None
         self.searches_left -= 1
         ledger = self.ledger
-        chain = self.chains.get(job.team, (job.team,))
         g = job.gpus_per_worker
-
-        def limit_ok() -> bool:
-            return all(
-                ledger.in_use(group, job.flavor) + job.gpus
-                <= self.quotas[(group, job.flavor)].limit
-                for group in chain
-            )
-
         mark = ledger.checkpoint()
-        victims = self.search.find(job, fl, limit_ok, reclaim, priority, budget)
+        victims = self.search.find(job, fl, self._limit_ok(job), reclaim, priority, budget)
         placement = None
         if victims is not None:
             placement = fit_gang(fl, job.workers, g, policy.placement, fl.incoming)

@@ -204,6 +204,9 @@ class ReasonCode(str, Enum):  # noqa: UP042 -- callers compare and str() these a
     # Time-based fair share: the team used so much more than its fair share lately that it may
     # not borrow beyond it (engine.py, step 4b; usage.py).
     IN_SHARE_DEBT = "in_share_debt"
+    # Within its guarantee, but the borrowed GPUs it could reclaim are held by jobs inside
+    # their minimum runtime (reclaim_wait.py).
+    WAITING_FOR_RECLAIM = "waiting_for_reclaim"
 
 
 @dataclass(frozen=True, slots=True)

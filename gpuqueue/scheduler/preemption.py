@@ -131,7 +131,7 @@ class VictimSearch:
                 left <= 0
                 and group == victim.team
                 and self.policy.min_one_job
-                and not self._within_guarantee(job)
+                and not self.within_guarantee(job)
                 and not self._in_debt(victim)
             ):
                 # A team with no share keeps its last job (ordering.py, rule 1), except
@@ -148,18 +148,35 @@ class VictimSearch:
         debt = -self.balance.get((victim.team, victim.flavor), 0.0)
         return debt > self.policy.share_slice_seconds * victim.gpus
 
-    def _within_guarantee(self, job: PendingJob) -> bool:
+    def within_guarantee(self, job: PendingJob) -> bool:
         return all(
             self.ledger.in_use(group, job.flavor) + job.gpus
             <= self.guarantees.get((group, job.flavor), 0)
             for group in self.chains.get(job.team, (job.team,))
         )
 
-    def _out_of_minimum_runtime(self, victim: RunningJob) -> bool:
+    def protected_until(self, victim: RunningJob) -> float:
+        """When `victim`'s minimum runtime ends: it may not be preempted before."""
         until = victim.min_runtime_until
         if until is None:
             until = victim.started_at + self.policy.min_runtime_seconds
-        return self.now >= until
+        return until
+
+    def protection_ends(self, job: PendingJob) -> list[float]:
+        """When the reclaim candidates for `job` that are inside their minimum runtime now
+        leave it, earliest first (each time once)."""
+        ends = {
+            until
+            for victim, _ in islice(
+                self._candidates(job, True, False), self.policy.max_victim_candidates
+            )
+            if victim.id not in self.ledger.victims
+            and (until := self.protected_until(victim)) > self.now
+        }
+        return sorted(ends)
+
+    def _out_of_minimum_runtime(self, victim: RunningJob, at: float) -> bool:
+        return at >= self.protected_until(victim)
 
     def _candidates(
         self, job: PendingJob, reclaim: bool, priority: bool
@@ -206,8 +223,11 @@ class VictimSearch:
         reclaim: bool,
         priority: bool,
         budget: int,
+        at: float | None = None,
     ) -> list[tuple[RunningJob, str]] | None:
         """Victims that let `job` fit, leaving them released in the ledger; or None, untouched.
+        `at`: the time minimum runtimes are judged at (now unless told: reclaim_wait.py asks
+        what a later search would find).
 
         1. Take the candidates in rule order, at most policy.max_victim_candidates of them,
            leaving out jobs already chosen and jobs inside their minimum runtime.
@@ -228,14 +248,15 @@ class VictimSearch:
         # with every team's demand) takes only work that ran Policy.reclaim_min_runtime_seconds,
         # so that borrowed GPUs do not change hands each time the shares move.
         settled = self.now - self.policy.reclaim_min_runtime_seconds
-        beyond_guarantee = reclaim and not self._within_guarantee(job)
+        beyond_guarantee = reclaim and not self.within_guarantee(job)
+        judged_at = self.now if at is None else at
         candidates = [
             (victim, kind)
             for victim, kind in islice(
                 self._candidates(job, reclaim, priority), self.policy.max_victim_candidates
             )
             if victim.id not in ledger.victims
-            and self._out_of_minimum_runtime(victim)
+            and self._out_of_minimum_runtime(victim, judged_at)
             and not (kind == RECLAIM and beyond_guarantee and victim.started_at > settled)
         ]
         if not candidates or not self._may_fit(job, fl, candidates):

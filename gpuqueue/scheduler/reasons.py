@@ -16,10 +16,16 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 | RESERVED               | flavor, expected_start (math.inf when unknown), nodes               |
 | IN_SHARE_DEBT          | flavor, fair_share, in_use, requested, debt_seconds, threshold_seconds, |
 |                        | recovers_at (math.inf when never)                                   |
+| WAITING_FOR_RECLAIM    | flavor, workers, gpus_per_worker, free, borrowers (team ids, ", "), |
+|                        | borrowed, min_runtime_seconds, reclaim_at                           |
 
 IN_SHARE_DEBT's seconds are GPU-seconds (usage.py): `debt_seconds` the team's debt now,
 `threshold_seconds` the debt above which it borrows no more, `recovers_at` when the debt is
 expected under the threshold if the team holds no more than its fair share until then.
+
+WAITING_FOR_RECLAIM: `borrowers` the teams whose jobs reclaim would preempt, `borrowed` the GPUs
+they hold beyond their fair shares, `min_runtime_seconds` the longest minimum runtime among those
+jobs still protected, `reclaim_at` the earliest time enough of them are out of it for the gang.
 """
 
 from __future__ import annotations
@@ -133,4 +139,27 @@ def reserved(job: PendingJob, expected_start: float, nodes: int) -> Reason:
     return Reason(
         ReasonCode.RESERVED,
         {"flavor": job.flavor, "expected_start": expected_start, "nodes": nodes},
+    )
+
+
+def waiting_for_reclaim(
+    job: PendingJob,
+    free: int,
+    borrowers: tuple[str, ...],
+    borrowed: int,
+    min_runtime_seconds: float,
+    reclaim_at: float,
+) -> Reason:
+    return Reason(
+        ReasonCode.WAITING_FOR_RECLAIM,
+        {
+            "flavor": job.flavor,
+            "workers": job.workers,
+            "gpus_per_worker": job.gpus_per_worker,
+            "free": free,
+            "borrowers": ", ".join(borrowers),
+            "borrowed": borrowed,
+            "min_runtime_seconds": round(min_runtime_seconds),
+            "reclaim_at": reclaim_at,
+        },
     )

@@ -7,9 +7,10 @@ Idle iron, precisely: for one flavor and one minute,
                   gpuqueue hold;
     waiting_fit = GPUs asked for by the flavor's PENDING jobs that
                   (a) the engine has already judged and held back for a reason other than
-                      capacity (any reason but no_capacity, never_fits, reserved and
-                      backing_off, so a queue limit, fair share, a reservation, the team's own
-                      queue, waiting for preemptions or a missing quota), and
+                      capacity (any reason but no_capacity, waiting_for_reclaim,
+                      never_fits, reserved and backing_off, so a queue limit, fair share, a
+                      reservation, the team's own queue, waiting for preemptions or a missing
+                      quota), and
                   (b) whose whole gang fits on the free GPUs right now, node by node;
     idle iron   = min(free, waiting_fit) GPU-minutes.
 
@@ -40,7 +41,9 @@ SAMPLE_MINUTES = 1
 RETENTION = timedelta(days=8)
 # Pending reasons that mean "no room for the gang": such a job did not wait on free GPUs. A job
 # backing off after failed starts waits on the cluster, not on gpuqueue's policy: no idle iron.
-CAPACITY_REASONS = frozenset({"no_capacity", "never_fits", "reserved", BACKING_OFF})
+CAPACITY_REASONS = frozenset(
+    {"no_capacity", "waiting_for_reclaim", "never_fits", "reserved", BACKING_OFF}
+)
 
 
 @dataclass(frozen=True, slots=True)

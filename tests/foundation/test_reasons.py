@@ -144,6 +144,38 @@ from gpuqueue.core.reason_text import describe_reason
             },
             "The team has used 2.0 l4 GPU-hours more than its fair share lately (older use counts less and less), and a team more than 0.0 GPU-hours in debt borrows no GPUs beyond its fair share of 0: 0 in use and this job asks for 1. It is not expected to fall under that.",
         ),
+        (
+            {
+                "code": "waiting_for_reclaim",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 2,
+                    "gpus_per_worker": 8,
+                    "free": 0,
+                    "borrowers": "team-b",
+                    "borrowed": 16,
+                    "min_runtime_seconds": 1800,
+                    "reclaim_at": 1795000000.0,
+                },
+            },
+            "Waiting for 16 h100 GPUs as 2 × 8 within the team's guarantee: team-b borrows 16 h100 GPUs, and its jobs may not be preempted before they have run 30 min; reclaim can start at 2026-11-18 11:06 UTC.",
+        ),
+        (
+            {
+                "code": "waiting_for_reclaim",
+                "numbers": {
+                    "flavor": "a100",
+                    "workers": 1,
+                    "gpus_per_worker": 4,
+                    "free": 2,
+                    "borrowers": "team-b, team-c, team-d",
+                    "borrowed": 24,
+                    "min_runtime_seconds": 9000,
+                    "reclaim_at": 1795000000.0,
+                },
+            },
+            "Waiting for 4 a100 GPUs as 1 × 4 within the team's guarantee: team-b, team-c and team-d borrow 24 a100 GPUs, and their jobs may not be preempted before they have run 2.5 h; reclaim can start at 2026-11-18 11:06 UTC.",
+        ),
         (None, "Waiting for the next admission cycle."),
     ],
 )
