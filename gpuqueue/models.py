@@ -568,6 +568,21 @@ class UsageRecord(models.Model):
         return f"job {self.job_id}#{self.attempt} {self.hour:%Y-%m-%d %H}h: {self.gpu_seconds:.0f}"
 
 
+class UsageTotal(models.Model):
+    """Parts of the ledger's totals per team and flavor: their sums equal the sums of the
+    UsageRecord rows, so /metrics reads a few rows instead of a ledger kept forever.
+
+    Written only by PostgreSQL triggers on UsageRecord (migration 0010), which append each
+    row change's difference, so no writer can forget it and inserts never wait on a shared row;
+    `fold_usage_totals` (services/usage_ledger.py) merges the parts every minute."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)
+    flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+", db_index=False)
+    gpu_seconds = models.FloatField()
+    preempted_gpu_seconds = models.FloatField()
+    idle_gpu_seconds = models.FloatField()
+
+
 class JobActivity(models.Model):
     """The latest GPU utilization read for a job holding GPUs (gpuqueue/services/gpu_activity.py)
     and since when it has stayed below its flavor's idle threshold."""

@@ -12,7 +12,11 @@ from gpuqueue.cluster import get_backend
 from gpuqueue.cycle.run import refresh_forecasts_when_due, run_cycle
 from gpuqueue.services.cluster_sync import sync_cluster
 from gpuqueue.services.gpu_activity import sample_gpu_activity
-from gpuqueue.services.usage_ledger import close_released_attempts, record_open_attempts
+from gpuqueue.services.usage_ledger import (
+    close_released_attempts,
+    fold_usage_totals,
+    record_open_attempts,
+)
 
 # Every task that reads and writes the database: acknowledged after it ran (a worker killed
 # mid-task leaves it queued), and retried with backoff when PostgreSQL is briefly away.
@@ -69,9 +73,10 @@ def sample_utilization_task() -> int:
 def record_usage_task() -> int:
     """Every minute: the ledger rows of attempts still holding GPUs, and of attempts released
     without `transition` (services/usage_ledger.py), then each running job's GPU utilization
-    and idle flag (services/gpu_activity.py)."""
+    and idle flag (services/gpu_activity.py), then the ledger's totals for /metrics folded."""
     now = timezone.now()
     rows = record_open_attempts(now)
     close_released_attempts()
     sample_gpu_activity(now)
+    fold_usage_totals()
     return rows

@@ -10,7 +10,9 @@ from rest_framework import serializers
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.services.gpu_activity import finding_for
+from gpuqueue.services.gpu_activity import IdleFinding, findings_for
+
+CONTEXT_KEY = "gpu_activity_findings"
 
 
 @extend_schema_field(serializers.JSONField(allow_null=True))
@@ -26,7 +28,7 @@ class GpuActivityField(serializers.Field):
     def to_representation(self, job: Job) -> dict[str, Any] | None:
         if job.state not in (JobState.RUNNING, JobState.PREEMPTING):
             return None  # no query for the jobs that hold no GPUs
-        finding = finding_for(job)
+        finding = self._finding(job)
         if finding is None:
             return None
         return {
@@ -36,3 +38,15 @@ class GpuActivityField(serializers.Field):
             "idle": finding.idle,
             "message": finding.message,
         }
+
+    def _finding(self, job: Job) -> IdleFinding | None:
+        """Read once for every job of the list being written (one query per page, not one
+        per job), kept in the serializer's context."""
+        known: dict[int, IdleFinding | None] = self.context.setdefault(CONTEXT_KEY, {})
+        if job.pk not in known:
+            jobs = [job]
+            if isinstance(self.root, serializers.ListSerializer) and self.parent is self.root.child:
+                jobs += [j for j in self.root.instance if j.pk not in known]
+            found = findings_for(jobs)
+            known.update({j.pk: found.get(j.pk) for j in jobs})
+        return known[job.pk]

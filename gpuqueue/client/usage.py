@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuqueue.client.api import Client
+from gpuqueue.core.csv_cells import as_csv_cell
 
 COLUMNS = (
     "period",
@@ -51,7 +52,7 @@ def cmd_usage(args: argparse.Namespace, client: Client) -> int:
         writer = csv.writer(sys.stdout)
         writer.writerow(COLUMNS)
         for row in report["rows"]:
-            writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+            writer.writerow([as_csv_cell(row[c]) for c in COLUMNS])
     else:
         print(render(report))
     return 0

@@ -1,8 +1,7 @@
-# Runtime prediction from history (issue 23): the history itself is the finished jobs'
-# rows (services/runtime_history.py); this stores the last forecast on each job
-# (the estimated start's band and the runtime prediction it used).
+# An empty placeholder that landed on main and is recorded as applied in databases migrated then;
+# so it stays empty, and its work is in 0015_job_forecast.
 
-from django.db import migrations, models
+from django.db import migrations
 
 
 class Migration(migrations.Migration):
@@ -10,10 +9,4 @@ class Migration(migrations.Migration):
         ("gpuqueue", "0011_job_arrays_and_dependencies"),
     ]
 
-    operations = [
-        migrations.AddField(
-            model_name="job",
-            name="forecast",
-            field=models.JSONField(blank=True, null=True),
-        ),
-    ]
+    operations = []

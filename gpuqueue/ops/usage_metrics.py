@@ -1,15 +1,15 @@
-"""The GPU-hours ledger and idle GPUs in /metrics: counters summed from the ledger (durable and
+"""The GPU-hours ledger and idle GPUs in /metrics: counters of the ledger's totals (durable and
 the same from every process, as the event counters are) and gauges of jobs flagged idle."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, F, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpuqueue.core.states import JobState
-from gpuqueue.models import JobActivity, UsageOutcome, UsageRecord
+from gpuqueue.models import JobActivity, UsageTotal
 
 LABELS = ["team", "flavor"]
 
@@ -31,19 +31,23 @@ def usage_metrics() -> Iterator[Metric]:
         "GPU-seconds held below the flavor's idle threshold, where utilization is known",
         labels=LABELS,
     )
+    # The ledger's totals, kept by triggers in a few rows (one per team and flavor, plus the
+    # last minute's parts): a scrape's cost does not grow with the ledger's history.
     for row in (
-        UsageRecord.objects.values("team__slug", "flavor__name")
+        UsageTotal.objects.values("team__slug", "flavor__name")
         .annotate(
             s=Sum("gpu_seconds"),
-            lost=Sum("gpu_seconds", filter=Q(outcome=UsageOutcome.PREEMPTED)),
+            lost=Sum("preempted_gpu_seconds"),
             idle=Sum("idle_gpu_seconds"),
         )
         .order_by()
     ):
         labels = [row["team__slug"], row["flavor__name"]]
-        held.add_metric(labels, row["s"] or 0.0)
-        preempted.add_metric(labels, row["lost"] or 0.0)
-        idle.add_metric(labels, row["idle"] or 0.0)
+        # Sums of differences carry float noise (1e-12): rounded to a millisecond, a counter
+        # does not wobble below its last value, which rate() would read as a reset.
+        held.add_metric(labels, round(row["s"] or 0.0, 3))
+        preempted.add_metric(labels, round(row["lost"] or 0.0, 3))
+        idle.add_metric(labels, round(row["idle"] or 0.0, 3))
     yield from (held, preempted, idle)
 
     idle_jobs = GaugeMetricFamily(

@@ -19,9 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Value
-from django.db.models.functions import Coalesce
+from django.db import connection, transaction
 from django.utils import timezone
 
 from gpuqueue.cluster.prometheus import PrometheusError, job_utilization
@@ -89,39 +87,67 @@ def sample_gpu_activity(now: datetime | None = None) -> int:
         log.warning("GPU utilization not read this minute: %s", exc)
         return 0
     previous = {a.job_id: a for a in JobActivity.objects.filter(job_id__in=list(readings))}
-    hour = hour_of(now)
+    activities, spans = [], []
+    for job in jobs:
+        if job.pk not in readings:
+            continue
+        percent, rule = readings[job.pk], rule_for(job.flavor)
+        before = previous.get(job.pk)
+        if before is not None and before.attempt != job.attempts:
+            before = None  # a new attempt starts afresh
+        since = below_since(before.below_since if before else None, percent, rule, now)
+        activities.append(
+            JobActivity(
+                job_id=job.pk,
+                attempt=job.attempts,
+                gpu_utilization=percent,
+                measured_at=now,
+                source=source,
+                below_since=since,
+                idle=is_idle(since, rule, now),
+            )
+        )
+        if before is None or now <= before.measured_at:
+            continue  # the first reading of an attempt, or a repeated minute: no span
+        seconds = min(now - before.measured_at, MAX_GAP).total_seconds() * job.gpus
+        idle = seconds if percent < rule.threshold_percent else 0.0
+        spans.append((job.pk, job.attempts, seconds * percent / 100, idle))
     with transaction.atomic():
         # A job that stopped running loses its reading: a flag belongs to a running attempt.
         JobActivity.objects.exclude(job__state__in=(JobState.RUNNING, JobState.PREEMPTING)).delete()
-        for job in jobs:
-            if job.pk not in readings:
-                continue
-            percent, rule = readings[job.pk], rule_for(job.flavor)
-            before = previous.get(job.pk)
-            if before is not None and before.attempt != job.attempts:
-                before = None  # a new attempt starts afresh
-            since = below_since(before.below_since if before else None, percent, rule, now)
-            JobActivity.objects.update_or_create(
-                job_id=job.pk,
-                defaults={
-                    "attempt": job.attempts,
-                    "gpu_utilization": percent,
-                    "measured_at": now,
-                    "source": source,
-                    "below_since": since,
-                    "idle": is_idle(since, rule, now),
-                },
-            )
-            if before is None or now <= before.measured_at:
-                continue  # the first reading of an attempt, or a repeated minute: no span
-            seconds = min(now - before.measured_at, MAX_GAP).total_seconds() * job.gpus
-            UsageRecord.objects.filter(job_id=job.pk, attempt=job.attempts, hour=hour).update(
-                used_gpu_seconds=Coalesce(F("used_gpu_seconds"), Value(0.0))
-                + seconds * percent / 100,
-                idle_gpu_seconds=F("idle_gpu_seconds")
-                + (seconds if percent < rule.threshold_percent else 0.0),
-            )
+        JobActivity.objects.bulk_create(
+            activities,
+            update_conflicts=True,
+            unique_fields=["job"],
+            update_fields=[
+                "attempt",
+                "gpu_utilization",
+                "measured_at",
+                "source",
+                "below_since",
+                "idle",
+            ],
+        )
+        add_to_ledger(spans, hour_of(now))
     return len(readings)
+
+
+def add_to_ledger(spans: list[tuple[int, int, float, float]], hour: datetime) -> None:
+    """Add (job id, attempt, used GPU-seconds, idle GPU-seconds) to the attempts' rows of
+    `hour`, in one statement for every running job (increments: the sampler owns them)."""
+    if not spans:
+        return
+    job_ids, attempts, used, idle = (list(column) for column in zip(*spans, strict=True))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {UsageRecord._meta.db_table} AS u "
+            "SET used_gpu_seconds = COALESCE(u.used_gpu_seconds, 0) + s.used, "
+            "idle_gpu_seconds = u.idle_gpu_seconds + s.idle "
+            "FROM unnest(%s::bigint[], %s::integer[], %s::float8[], %s::float8[]) "
+            "AS s(job_id, attempt, used, idle) "
+            "WHERE u.job_id = s.job_id AND u.attempt = s.attempt AND u.hour = %s",
+            [job_ids, attempts, used, idle, hour],
+        )
 
 
 @dataclass(frozen=True)
@@ -136,10 +162,21 @@ class IdleFinding:
 def finding_for(job: Job, now: datetime | None = None) -> IdleFinding | None:
     """What a job's page and the API say about its GPU activity (None when unknown or the job
     no longer holds GPUs)."""
-    if job.state not in (JobState.RUNNING, JobState.PREEMPTING):
-        return None
-    activity = JobActivity.objects.filter(job_id=job.pk, attempt=job.attempts).first()
-    return finding_of(job, activity, now)
+    return findings_for([job], now).get(job.pk)
+
+
+def findings_for(jobs: list[Job], now: datetime | None = None) -> dict[int, IdleFinding]:
+    """`finding_for` of each of these jobs in one query (a page of the job list)."""
+    measured = [job for job in jobs if job.state in (JobState.RUNNING, JobState.PREEMPTING)]
+    if not measured:
+        return {}
+    activities = JobActivity.objects.in_bulk([job.pk for job in measured], field_name="job_id")
+    findings = {}
+    for job in measured:
+        activity = activities.get(job.pk)
+        if activity is not None and activity.attempt == job.attempts:
+            findings[job.pk] = finding_of(job, activity, now)
+    return findings
 
 
 def finding_of(job: Job, activity: Any, now: datetime | None = None) -> IdleFinding | None:

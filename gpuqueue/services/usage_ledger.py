@@ -19,6 +19,9 @@ second run writes the same rows:
    its job no longer holds GPUs was released by a set-based writer that bypasses `transition`
    (cancelling an array's tasks in one statement); its rows are closed from the job's events,
    at the time of the release event, as `transition` would have.
+
+Triggers keep the ledger's totals per team and flavor (UsageTotal, for /metrics) whoever
+writes; `fold_usage_totals` merges their parts in the same minute.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from gpuqueue.core.states import HOLDING, JobState
 from gpuqueue.core.usage_hours import hour_of, split_by_hour
-from gpuqueue.models import Job, JobEvent, UsageOutcome, UsageRecord
+from gpuqueue.models import Job, JobEvent, UsageOutcome, UsageRecord, UsageTotal
 
 FIELDS = (
     "id",
@@ -67,10 +71,14 @@ class Attempt:
         job_id, attempt, admitted_at, team_id, user_id, flavor_id, workers, gpw = row
         return cls(job_id, attempt, admitted_at, team_id, user_id, flavor_id, workers * gpw)
 
-    def rows(self, end: datetime, outcome: str) -> list[UsageRecord]:
-        """Its ledger rows from its admission to `end`: at least the row of its admission's
-        hour, with no GPU-seconds when it ended as it began."""
+    def rows(
+        self, end: datetime, outcome: str, from_hour: datetime | None = None
+    ) -> list[UsageRecord]:
+        """Its ledger rows from its admission (or from `from_hour` on) to `end`: at least the
+        row of its admission's hour, with no GPU-seconds when it ended as it began."""
         spans = split_by_hour(self.admitted_at, end) or [(hour_of(self.admitted_at), 0.0)]
+        if from_hour is not None:
+            spans = [(hour, seconds) for hour, seconds in spans if hour >= from_hour]
         return [
             UsageRecord(
                 job_id=self.job_id,
@@ -132,7 +140,10 @@ def record_release(attempt: Attempt, from_state: str, to_state: str, end: dateti
 
 
 def record_open_attempts(now: datetime | None = None) -> int:
-    """Upsert the rows, up to `now`, of every attempt still holding GPUs; returns how many."""
+    """Upsert the rows, up to `now`, of every attempt still holding GPUs; returns how many.
+
+    Only from each attempt's latest row on: the hours before it were whole when an earlier
+    minute wrote them, so a job held for weeks costs a row or two a minute, not its history."""
     now = now or timezone.now()
     with transaction.atomic():
         attempts = [
@@ -142,7 +153,18 @@ def record_open_attempts(now: datetime | None = None) -> int:
             .order_by("id")
             .values_list(*FIELDS)
         ]
-        rows = [row for a in attempts for row in a.rows(now, UsageOutcome.OPEN)]
+        latest = {
+            (r["job_id"], r["attempt"]): r["hour"]
+            for r in UsageRecord.objects.filter(outcome=UsageOutcome.OPEN)
+            .values("job_id", "attempt")
+            .annotate(hour=Max("hour"))
+            .order_by()
+        }
+        rows = [
+            row
+            for a in attempts
+            for row in a.rows(now, UsageOutcome.OPEN, latest.get((a.job_id, a.attempt)))
+        ]
         UsageRecord.objects.bulk_create(rows, batch_size=CHUNK, **UPSERT)
     return len(rows)
 
@@ -171,12 +193,15 @@ def close_released_attempts() -> int:
             attempt = Attempt.of(row)
             if (attempt.job_id, attempt.attempt) not in open_keys:
                 continue  # a later attempt: the open one's admission time is gone
+            # The job's last release is this attempt's (another would have needed a new
+            # admission): the last written, not the earliest after `admitted_at`, which may be
+            # the previous attempt's when an admission is dated before that was written.
             release = (
                 JobEvent.objects.filter(
                     job_id=attempt.job_id, from_state__in=HOLDING, at__gte=attempt.admitted_at
                 )
                 .exclude(to_state__in=HOLDING)
-                .order_by("at", "id")
+                .order_by("-id")
                 .values_list("from_state", "to_state", "at")
                 .first()
             )
@@ -190,3 +215,17 @@ def close_released_attempts() -> int:
             record_release(attempt, from_state, to_state, end)
             closed += 1
     return closed
+
+
+def fold_usage_totals() -> None:
+    """Merge UsageTotal's parts into one row per team and flavor, in one statement: parts that
+    triggers append meanwhile are not deleted, so the sums stay equal to the ledger's."""
+    table = UsageTotal._meta.db_table
+    columns = "gpu_seconds, preempted_gpu_seconds, idle_gpu_seconds"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH parts AS (DELETE FROM {table} RETURNING team_id, flavor_id, {columns}) "
+            f"INSERT INTO {table} (team_id, flavor_id, {columns}) "
+            "SELECT team_id, flavor_id, SUM(gpu_seconds), SUM(preempted_gpu_seconds), "
+            "SUM(idle_gpu_seconds) FROM parts GROUP BY team_id, flavor_id"
+        )

@@ -17,6 +17,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 from django.utils import timezone
 
+from gpuqueue.core.csv_cells import as_csv_cell
 from gpuqueue.core.states import JobState
 from gpuqueue.core.usage_hours import hour_of
 from gpuqueue.models import FairShare, Flavor, JobActivity, Quota, UsageOutcome, UsageRecord
@@ -26,6 +27,8 @@ PERIODS = {"day": TruncDay, "week": TruncWeek, "month": TruncMonth}
 DEFAULT_DAYS = 30
 MAX_DAYS = 3 * 366
 TOP_USERS = 10
+EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
+BAD_TIME = "Enter a date (2026-03-01) or an ISO time (2026-03-01T10:00:00Z)."
 CSV_COLUMNS = (
     "period",
     "team",
@@ -45,8 +48,11 @@ def visible_usage(user: Any) -> QuerySet[UsageRecord]:
         return UsageRecord.objects.none()
     if user.is_superuser:
         return UsageRecord.objects.all()
-    admin_of = Membership.objects.filter(user=user, role=Role.ADMIN).values("team_id")
-    return UsageRecord.objects.filter(Q(team_id__in=admin_of) | Q(user_id=user.pk))
+    return UsageRecord.objects.filter(Q(team_id__in=_admin_of(user)) | Q(user_id=user.pk))
+
+
+def _admin_of(user: Any) -> QuerySet[Membership]:
+    return Membership.objects.filter(user=user, role=Role.ADMIN).values("team_id")
 
 
 def may_see_teams(user: Any) -> bool:
@@ -57,12 +63,24 @@ def may_see_teams(user: Any) -> bool:
 class UsageFilterForm(forms.Form):
     """The report's filters, for every door: bad input is a field error, never a guess."""
 
-    since = forms.DateTimeField(required=False, help_text="start (date or ISO time, UTC)")
-    until = forms.DateTimeField(required=False, help_text="end, excluded (default: now)")
+    since = forms.DateTimeField(
+        required=False,
+        help_text="start (date or ISO time, UTC)",
+        error_messages={"invalid": BAD_TIME},
+    )
+    until = forms.DateTimeField(
+        required=False,
+        help_text="end, excluded (default: now)",
+        error_messages={"invalid": BAD_TIME},
+    )
     team = forms.SlugField(required=False)
     user = forms.CharField(required=False, max_length=150)
     flavor = forms.SlugField(required=False)
-    by = forms.ChoiceField(choices=[(p, p) for p in PERIODS], required=False)
+    by = forms.ChoiceField(
+        choices=[(p, p) for p in PERIODS],
+        required=False,
+        error_messages={"invalid_choice": f"Use one of {', '.join(PERIODS)}; got %(value)r."},
+    )
 
     def clean_since(self) -> datetime | None:
         return _utc(self.cleaned_data.get("since"))
@@ -73,6 +91,9 @@ class UsageFilterForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         until = data.get("until") or timezone.now()
+        if data.get("since") is None and until < EARLIEST + timedelta(days=DEFAULT_DAYS):
+            self.add_error("until", "An end this early needs a start too.")
+            return data  # the default start would fall before year 1
         since = data.get("since") or until - timedelta(days=DEFAULT_DAYS)
         if "since" in data and "until" in data:
             if since >= until:
@@ -213,7 +234,12 @@ def usage_report(viewer: Any, filters: dict[str, Any]) -> UsageReport:
         )
         for g in grouped
     ]
-    teams = _team_totals(rows, filters) if may_see_teams(viewer) else []
+    teams = []
+    if may_see_teams(viewer):
+        # Only whole teams stand against their quotas: not a team where the viewer is a member
+        # and so sees their own rows only.
+        administered = rows if viewer.is_superuser else rows.filter(team_id__in=_admin_of(viewer))
+        teams = _team_totals(administered, filters)
     top = [
         {"user": u["user__username"], "team": u["team__slug"], "gpu_hours": u["s"] / 3600}
         for u in rows.values("user__username", "team__slug")
@@ -258,12 +284,7 @@ def csv_lines(report: UsageReport) -> list[list[Any]]:
     for row in report.rows:
         values = row.as_dict()
         values["period"] = row.period.date().isoformat()
-        lines.append(
-            [
-                f"{v:.4f}" if isinstance(v, float) else ("" if v is None else v)
-                for v in values.values()
-            ]
-        )
+        lines.append([as_csv_cell(v) for v in values.values()])
     return lines
 
 

@@ -138,6 +138,64 @@ def test_idle_jobs_and_gpu_seconds_appear_in_metrics(
     assert 'gpuqueue_gpu_seconds_idle_total{flavor="h100",team="team-a"}' in text
 
 
+def test_the_job_list_reads_gpu_activity_for_a_whole_page_at_once(
+    running: Any, submit: Any, api: Any
+) -> None:
+    """Each running job's utilization in the API's job list, with as many queries for four
+    running jobs as for one."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def listing() -> tuple[int, list[Any]]:
+        with CaptureQueriesContext(connection) as queries:
+            response = api("root").get("/api/v1/jobs/", {"state": "RUNNING"})
+        assert response.status_code == 200
+        return len(queries), [job["gpu_activity"] for job in response.json()["results"]]
+
+    _tick(0)
+    _tick(1)
+    one, activities = listing()
+    assert [a["gpu_utilization"] for a in activities] == [85.0]
+    for _ in range(3):
+        job = submit(annotations={"gpuqueue.dev/sim-gpu-utilization": "2"})
+        admit_all([Admitted(job.pk, {"h100-1": 1}, False)], T0, "cycle")
+        job.refresh_from_db()
+        assert transition(job, JobState.RUNNING, reason="running", actor="test", started_at=T0)
+    _tick(2)
+    four, activities = listing()
+    assert sorted(a["gpu_utilization"] for a in activities) == [2.0, 2.0, 2.0, 85.0]
+    assert four == one
+
+
+def test_a_minute_of_readings_costs_as_many_queries_for_four_jobs_as_for_one(
+    running: Any, submit: Any
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def minute(at: float) -> int:
+        record_open_attempts(T0 + timedelta(minutes=at))
+        with CaptureQueriesContext(connection) as queries:
+            sample_gpu_activity(T0 + timedelta(minutes=at))
+        return len(queries)
+
+    minute(0)
+    one = minute(1)
+    others = []
+    for _ in range(3):
+        job = submit(annotations={"gpuqueue.dev/sim-gpu-utilization": "2"})
+        admit_all([Admitted(job.pk, {"h100-1": 1}, False)], T0, "cycle")
+        job.refresh_from_db()
+        assert transition(job, JobState.RUNNING, reason="running", actor="test", started_at=T0)
+        others.append(job.pk)
+    minute(2)
+    assert minute(3) == one
+    # Each of them had a minute at 2 % (below the threshold) added to its ledger row.
+    for row in UsageRecord.objects.filter(job_id__in=others):
+        assert row.idle_gpu_seconds == pytest.approx(row.gpus * 60)
+        assert row.used_gpu_seconds == pytest.approx(row.gpus * 60 * 0.02)
+
+
 def test_a_malformed_profile_is_refused_at_submission_with_the_field(api: Any) -> None:
     body = {
         "team": "team-a",

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 URL = "/api/v1/usage/"
 MARCH = {"since": "2026-03-01", "until": "2026-03-03"}
+MARCH_HOUR = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
 
 def _users(body: dict[str, Any]) -> dict[str, float]:
@@ -70,6 +72,29 @@ def test_team_totals_stand_against_guarantee_times_the_window(api: Any, ledger: 
     assert body["top_users"][0] == {"user": "bob", "team": "team-a", "gpu_hours": 16.0}
 
 
+def test_a_team_admin_sees_totals_only_of_the_teams_they_administer(api: Any, ledger: Any) -> None:
+    """bob administers team-a and is a plain member of team-b: his own GPU-hours there are
+    rows of his, not team-b's total against team-b's guarantee."""
+    from gpuqueue.models import UsageRecord
+    from teams.models import Membership, Role
+
+    Membership.objects.create(user=ledger.bob, team=ledger.team_b, role=Role.MEMBER)
+    UsageRecord.objects.create(
+        job_id=99,
+        attempt=1,
+        hour=MARCH_HOUR,
+        team=ledger.team_b,
+        user=ledger.bob,
+        flavor=ledger.h100,
+        gpus=1,
+        gpu_seconds=3600.0,
+        outcome="succeeded",
+    )
+    body = api("bob").get(URL, MARCH).json()
+    assert ("team-b", "bob") in {(r["team"], r["user"]) for r in body["rows"]}
+    assert {t["team"] for t in body["teams"]} == {"team-a"}
+
+
 def test_members_see_no_team_totals(api: Any, ledger: Any) -> None:
     assert api("alice").get(URL, MARCH).json()["teams"] == []
 
@@ -97,6 +122,48 @@ def test_bad_filters_answer_400_at_the_field(
     response = api("root").get(URL, query)
     assert response.status_code == 400
     assert field in response.json()["error"]["fields"]
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "words"),
+    [
+        ({"by": "year"}, "by", "Use one of day, week, month; got 'year'."),
+        ({"since": "yesterday"}, "since", "Enter a date (2026-03-01) or an ISO time"),
+        ({"until": "2026-13-01"}, "until", "Enter a date (2026-03-01) or an ISO time"),
+        ({"until": "0001-01-02"}, "until", "An end this early needs a start too."),
+    ],
+)
+def test_a_bad_period_or_date_says_what_is_accepted(
+    api: Any, ledger: Any, query: dict[str, str], field: str, words: str
+) -> None:
+    response = api("root").get(URL, query)
+    assert response.status_code == 400
+    assert any(words in m for m in response.json()["error"]["fields"][field])
+
+
+def test_names_that_start_like_formulas_stay_text_in_the_csv(api: Any, ledger: Any) -> None:
+    """Usernames may start with + - @: a spreadsheet must show them, not evaluate them."""
+    from django.contrib.auth import get_user_model
+
+    from gpuqueue.models import UsageRecord
+
+    for job_id, name in enumerate(("@SUM", "+1", "-2"), start=100):
+        user = get_user_model().objects.create_user(name)
+        UsageRecord.objects.create(
+            job_id=job_id,
+            attempt=1,
+            hour=MARCH_HOUR,
+            team=ledger.team_a,
+            user=user,
+            flavor=ledger.h100,
+            gpus=1,
+            gpu_seconds=3600.0,
+            outcome="succeeded",
+        )
+    response = api("root").get(URL, {**MARCH, "format": "csv"})
+    users = {r["user"] for r in csv.DictReader(io.StringIO(response.content.decode()))}
+    assert {"'@SUM", "'+1", "'-2", "alice"} <= users
+    assert api("root").get(URL, MARCH).json()["top_users"][0]["user"] == "bob"  # JSON unquoted
 
 
 def test_csv_export_has_the_same_rows_as_json(api: Any, ledger: Any) -> None:

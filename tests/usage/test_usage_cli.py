@@ -44,3 +44,27 @@ def test_usage_with_a_bad_date_names_the_field_and_exits_4(
 ) -> None:
     assert cli("usage", "--since", "last tuesday") == 4
     assert "since" in capsys.readouterr().err
+
+
+def test_usage_csv_keeps_a_name_that_starts_like_a_formula_as_text(
+    cli: Any, ledger: Any, capsys: Any
+) -> None:
+    from django.contrib.auth import get_user_model
+
+    ledger.carol.username = "@carol"  # usernames may start with @ + -
+    ledger.carol.save(update_fields=["username"])
+    assert get_user_model().objects.filter(username="@carol").exists()
+    code = cli(
+        "usage",
+        "--team",
+        "team-b",
+        "--since",
+        "2026-03-01",
+        "--until",
+        "2026-03-03",
+        "--csv",
+        persona="root",
+    )
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["user"] for r in rows] == ["'@carol"]
