@@ -1,6 +1,7 @@
 from django.urls import path
 
 from dashboard.views import arrays, capacity, jobs, teams, usage
+from dashboard.views.job_dependencies import job_dependencies
 from dashboard.views.job_progress import job_progress
 
 app_name = "dashboard"
@@ -14,6 +15,7 @@ urlpatterns = [
     path("arrays/<int:array_id>/", arrays.array_detail, name="array"),
     path("arrays/<int:array_id>/cancel/", arrays.array_cancel, name="array-cancel"),
     path("jobs/<int:job_id>/progress/", job_progress, name="job-progress"),
+    path("jobs/<int:job_id>/dependencies/", job_dependencies, name="job-dependencies"),
     path("queues/", capacity.queues, name="queues"),
     path("cluster/", capacity.cluster, name="cluster"),
     path("utilization/", capacity.utilization, name="utilization"),

@@ -13,12 +13,12 @@ from dashboard.forms import PRESETS, SubmitForm, curl_command
 from dashboard.joblist import STATE_LABELS, JobFilter, job_page
 from dashboard.sorting import headers
 from dashboard.views.common import INVALID, htmx_redirect, page_or_partial
+from dashboard.views.job_dependencies import dependencies_context
 from gpuqueue.core.errors import Refused, Unavailable
 from gpuqueue.core.job_order import DEFAULT
 from gpuqueue.core.states import InvalidTransition
 from gpuqueue.models import Flavor, Job
 from gpuqueue.services.cancel import CancelRefused, cancel_job, may_cancel
-from gpuqueue.services.dependencies import links as dependency_links
 from gpuqueue.services.gpu_activity import finding_for, idle_job_ids
 from gpuqueue.services.logs import read_job_log
 from gpuqueue.services.submit import SubmissionRefused
@@ -77,7 +77,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "placement": sorted(job.placement.items()) if job.placement else [],
         "may_cancel": not job.is_final and may_cancel(request.user, job),
         "live": not job.is_final,
-        "links": dependency_links(request.user, job),
+        **dependencies_context(request.user, job),
         "gpu_activity": finding_for(job),
     }
     return page_or_partial(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -17,12 +17,13 @@ from gpuqueue.api.fields import StrictCharField, reject_unknown_fields
 from gpuqueue.api.pagination import NewestFirst
 from gpuqueue.api.serializers import JobSubmitSerializer
 from gpuqueue.api.viewsets import IDEMPOTENCY_KEY, idempotency_key
-from gpuqueue.core.states import JobState, states_named, unknown_state_message
+from gpuqueue.core.states import states_named, unknown_state_message
 from gpuqueue.models import Job, JobArray
 from gpuqueue.services import array_spec
 from gpuqueue.services.arrays import (
     ArrayCancelRefused,
     cancel_tasks,
+    counts_by_array,
     counts_by_state,
     previous_array,
     submit_array,
@@ -130,15 +131,7 @@ class ArrayViewSet(
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.get_queryset())
-        counts: dict[int, dict[str, int]] = {a.pk: dict.fromkeys(JobState.values, 0) for a in page}
-        rows = (
-            Job.objects.filter(array__in=[a.pk for a in page])
-            .order_by()
-            .values_list("array_id", "state")
-            .annotate(n=Count("id"))
-        )
-        for array_id, state, n in rows:
-            counts[array_id][state] = n
+        counts = counts_by_array([a.pk for a in page])
         serializer = ArraySerializer(page, many=True, context={"counts": counts})
         return self.get_paginated_response(serializer.data)
 

@@ -54,12 +54,17 @@ def parse(given: Any) -> ArraySpec:
         if any(len(v) > MAX_VALUE_CHARS for v in values):
             raise ArraySpecError(f"values: each at most {MAX_VALUE_CHARS} characters.")
     cap = _whole(given, "max_concurrent", lowest=1)
+    text = None  # None: written from the indices by `compact`
     if "indices" in given:
         if not isinstance(given["indices"], str) or {"start", "end", "step"} & set(given):
             raise ArraySpecError("indices: a string such as 0-999, without start, end or step.")
         indices, in_text = _parse_text(given["indices"])
         if in_text is not None and cap is not None:
             raise ArraySpecError("Give %K in indices or max_concurrent, not both.")
+        # As given: a short spec of interleaved ranges can compact to far more than fits.
+        text = given["indices"].strip() + (f"%{cap}" if in_text is None and cap else "")
+        if len(text) > MAX_SPEC_CHARS:
+            raise ArraySpecError(f"indices and %K: at most {MAX_SPEC_CHARS} characters.")
         cap = cap if cap is not None else in_text
     elif "start" in given or "end" in given:
         start = _whole(given, "start", lowest=0)
@@ -77,7 +82,7 @@ def parse(given: Any) -> ArraySpec:
         raise ArraySpecError("Give indices, start and end, or values.")
     if values is not None and len(values) != len(indices):
         raise ArraySpecError(f"values: {len(values)} given for {len(indices)} tasks; one each.")
-    return _checked(indices, cap, values, None)
+    return _checked(indices, cap, values, text)
 
 
 def parse_indices(text: str) -> list[int]:

@@ -10,7 +10,7 @@ from django.utils import timezone
 from gpuqueue.core.states import HOLDING, InvalidTransition, JobState
 from gpuqueue.models import Job
 from gpuqueue.services.transitions import transition
-from teams.models import Role
+from teams.models import Membership, Role
 
 
 class CancelRefused(Exception):
@@ -18,9 +18,15 @@ class CancelRefused(Exception):
 
 
 def may_cancel(user: Any, job: Job) -> bool:
-    if user.is_superuser or job.user_id == user.pk:
+    return may_cancel_owned(user, team_id=job.team_id, owner_id=job.user_id)
+
+
+def may_cancel_owned(user: Any, *, team_id: int, owner_id: int) -> bool:
+    """Whether `user` may cancel what `owner_id` submitted to the team (a job, an array's
+    tasks): the submitter, an admin of the team, or a site admin."""
+    if user.is_superuser or owner_id == user.pk:
         return True
-    return job.team.memberships.filter(user=user, role=Role.ADMIN).exists()
+    return Membership.objects.filter(team_id=team_id, user=user, role=Role.ADMIN).exists()
 
 
 def cancel_job(user: Any, job: Job, reason: str = "cancelled") -> Job:

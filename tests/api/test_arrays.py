@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, JobArray, JobEvent, JobHold
@@ -141,3 +143,20 @@ def test_a_bad_cancel_body_is_a_400(api: Any, job_body: Any) -> None:
     bad = api("alice").post(url, {"states": ["sleeping"], "what": 1}, format="json")
     assert bad.status_code == 400
     assert Job.objects.filter(state=JobState.CANCELLED).count() == 0
+
+
+def test_the_list_counts_each_arrays_tasks_in_a_query_count_that_does_not_grow(
+    api: Any, job_body: Any
+) -> None:
+    client = api("alice")
+    first = client.post("/api/v1/arrays/", _array(job_body, "0-3"), format="json").json()
+    client.post(f"/api/v1/arrays/{first['id']}/cancel/", {"indices": "0"}, format="json")
+    with CaptureQueriesContext(connection) as one:
+        client.get("/api/v1/arrays/")
+    client.post("/api/v1/arrays/", _array(job_body, "0-1"), format="json")
+    client.post("/api/v1/arrays/", _array(job_body, "0-2"), format="json")
+    with CaptureQueriesContext(connection) as three:
+        listed = client.get("/api/v1/arrays/").json()["results"]
+    counts = {a["size"]: (a["counts"]["PENDING"], a["counts"]["CANCELLED"]) for a in listed}
+    assert counts == {4: (3, 1), 2: (2, 0), 3: (3, 0)}
+    assert len(three) == len(one)

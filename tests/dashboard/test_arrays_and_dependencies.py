@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
@@ -64,3 +65,26 @@ def test_the_job_page_shows_upstream_and_downstream_jobs_with_states(
     assert f"Waiting for job #{prep.pk} to succeed (pending now)." in downstream
     upstream = clients["bob"].get(f"/jobs/{prep.pk}/").content.decode()
     assert 'id="downstream"' in upstream and f'href="/jobs/{train.pk}/"' in upstream
+
+
+def test_the_dependencies_panel_refreshes_itself_until_every_job_shown_has_ended(
+    clients: Any, world: Any, nodes: Any, submit: Any
+) -> None:
+    prep = submit(name="prep")
+    fields = {"name": "train", "image": "ghcr.io/acme/train:1", "after_any": [prep.pk]}
+    train = submit_job_after(world.alice, world.team_a, world.h100, fields).job
+    page = clients["alice"].get(f"/jobs/{train.pk}/").content.decode()
+    assert f'hx-get="/jobs/{train.pk}/dependencies/"' in page  # the panel polls
+    url = f"/jobs/{train.pk}/dependencies/"
+    assert clients["carol"].get(url, HTTP_HX_REQUEST="true").status_code == 404
+    Job.objects.filter(pk=prep.pk).update(state=JobState.FAILED, finished_at=timezone.now())
+    # The upstream ended but train has not: the panel shows it and keeps polling.
+    live = clients["alice"].get(url, HTTP_HX_REQUEST="true")
+    assert live.status_code == 200 and "state-failed" in live.content.decode()
+    assert f'hx-get="{url}"' in live.content.decode()
+    Job.objects.filter(pk=train.pk).update(state=JobState.CANCELLED, finished_at=timezone.now())
+    done = clients["alice"].get(url, HTTP_HX_REQUEST="true")
+    assert done.status_code == 286 and 'hx-get="' not in done.content.decode()
+    # The upstream's page lists train too, and with both ended its panel does not poll.
+    upstream = clients["alice"].get(f"/jobs/{prep.pk}/").content.decode()
+    assert 'id="downstream"' in upstream and "/dependencies/" not in upstream
