@@ -9,7 +9,7 @@ from gpuqueue.core.job_order import Ordering
 
 # Biggest first for amounts and times: the column a researcher clicks to find the longest
 # wait or the hungriest job; names and places in line A to Z, 1 to n.
-NEWEST_FIRST = ("id", "gpus", "priority", "submitted_at", "waited", "ran", "gpu_hours")
+DESCENDING_FIRST = ("id", "gpus", "priority", "submitted_at", "waited", "ran", "gpu_hours")
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def headers(current: Ordering) -> list[Header]:
             wanted = current.reversed
             aria = "descending" if current.descending else "ascending"
         else:
-            wanted = Ordering(column.key, column.key in NEWEST_FIRST)
+            wanted = Ordering(column.key, column.key in DESCENDING_FIRST)
             aria = ""
         out.append(Header(column.label, column.title, str(wanted), aria))
     return out

@@ -1,5 +1,5 @@
-"""`{% progress_of job as p %}`: the job page's clock and attempts, for its partial (which
-the page includes and which also polls on its own)."""
+"""`{% progress_of job events as p %}`: the job page's clock and attempts, for its partial
+(which the page includes and which also polls on its own)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,10 @@ class Progress:
 
 
 @register.simple_tag
-def progress_of(job: Any) -> Progress:
+def progress_of(job: Any, events: list[Any]) -> Progress:
+    """`events`: the job's timeline in (at, id) order, as its view already read it for the
+    page's timeline, so that a job with many attempts costs no second read of its events."""
     now = timezone.now()
     clock = clock_of(job, now)
-    attempts = attempts_of(job.events.order_by("at", "id"), job.placement)
+    attempts = attempts_of(events, job.placement)
     return Progress(now, clock, attempts, clock.ends_at(now) if not job.is_final else None)

@@ -19,4 +19,5 @@ def job_progress(request: HttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(Job.objects.visible_to(request.user), pk=job_id)
     partial = "dashboard/partials/_job_progress.html"
     live = not job.is_final
-    return page_or_partial(request, partial, partial, {"job": job, "live": live}, live=live)
+    context = {"job": job, "events": list(job.events.order_by("at", "id")), "live": live}
+    return page_or_partial(request, partial, partial, context, live=live)

@@ -113,6 +113,9 @@ def _position(ordering: Ordering, value: Any) -> Any:
             raise ValueError("not an integer key")
         return value
     if kind is float:
+        # An integer too big for a float raises OverflowError in isfinite(): refused first.
+        if type(value) is int and value not in _ID_RANGE:
+            raise ValueError("not a number key")
         if type(value) not in (int, float) or not math.isfinite(value):
             raise ValueError("not a number key")
         return float(value)

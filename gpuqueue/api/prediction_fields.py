@@ -8,9 +8,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.models import Job
-from gpuqueue.services.runtime_history import why_none_text
+from gpuqueue.services.runtime_history import runtime_prediction_of, start_band_of
 
 
 @extend_schema_field(serializers.JSONField(allow_null=True))
@@ -23,10 +22,7 @@ class RuntimePredictionField(serializers.Field):
         super().__init__(source="*", read_only=True, **kwargs)
 
     def to_representation(self, job: Job) -> dict[str, Any] | None:
-        forecast = job.forecast
-        if job.state in FINAL or not isinstance(forecast, dict):
-            return None
-        return forecast.get("runtime")
+        return runtime_prediction_of(job)
 
 
 @extend_schema_field(serializers.JSONField(allow_null=True))
@@ -38,13 +34,4 @@ class StartBandField(serializers.Field):
         super().__init__(source="*", read_only=True, **kwargs)
 
     def to_representation(self, job: Job) -> dict[str, Any] | None:
-        forecast = job.forecast
-        if job.state != JobState.PENDING or not isinstance(forecast, dict):
-            return None
-        why = forecast.get("why_none")
-        return {
-            "early": forecast.get("early"),
-            "late": forecast.get("late"),
-            "why_none": why,
-            "why_none_text": why_none_text(why),
-        }
+        return start_band_of(job)

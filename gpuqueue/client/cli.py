@@ -289,15 +289,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
-    jobs = list(
-        _client(args).jobs(
-            limit=args.limit,
-            team=args.team,
-            state=args.state or ["active"],
-            flavor=args.flavor,
-            mine="true" if args.mine else None,
-        )
-    )
+    client = _client(args)
+    filters = {"team": args.team, "flavor": args.flavor, "mine": "true" if args.mine else None}
+    # Asked sorted, so that --limit keeps what comes first below (the jobs holding GPUs, then
+    # the head of the line), not the newest jobs.
+    asked = [(["holding"], "submitted_at"), (["pending"], "position")]
+    if args.state:
+        asked = [(args.state, "position")]
+    jobs: list[dict[str, Any]] = []
+    for states, ordering in asked:
+        if len(jobs) < args.limit:
+            left = args.limit - len(jobs)
+            jobs += client.jobs(limit=left, state=states, ordering=ordering, **filters)
     if args.json:
         print(json.dumps(jobs, indent=2))
         return 0

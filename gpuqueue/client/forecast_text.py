@@ -35,8 +35,10 @@ def runtime_text(prediction: dict[str, Any] | None) -> str:
 
 
 def band_text(band: dict[str, Any] | None, now: datetime) -> str:
-    """'likely between 14:20 and 16:05 UTC (in 1 h 10 min to 2 h 55 min)', the reason there is
-    no estimate, or '' when nothing is known yet. Times in UTC, as the page prints them."""
+    """'between 2026-11-24 14:20 and 2026-11-24 16:05 UTC (in 1 h 10 min to 2 h 55 min),
+    10-90 %'; one time when the band is under a minute wide; 'not before …; no late bound'
+    past the forecast's horizon; the reason there is no estimate; or '' when nothing is known
+    yet. Times in UTC, as the page prints them."""
     if not band:
         return ""
     if band.get("why_none_text"):

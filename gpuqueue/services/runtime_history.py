@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuqueue.core.caches import Kept
-from gpuqueue.core.states import JobState
+from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.models import Job
 from gpuqueue.scheduler.band import Estimate, with_runtimes
 from gpuqueue.scheduler.model import PendingJob, RunningJob, Snapshot
@@ -245,3 +245,32 @@ WHY_NONE = {
 
 def why_none_text(code: str | None) -> str | None:
     return None if code is None else WHY_NONE.get(code, code)
+
+
+# What the API's `start_band` and `runtime_prediction` and the job page show, read from the
+# last stored forecast: one reading, so that the page and the CLI never disagree.
+
+
+def start_band_of(job: Job) -> dict[str, Any] | None:
+    """While PENDING and once forecast: {early, late (ISO times, late None beyond the
+    forecast's horizon), why_none (a code when there is no estimate), why_none_text}."""
+    forecast = job.forecast
+    if job.state != JobState.PENDING or not isinstance(forecast, dict):
+        return None
+    why = forecast.get("why_none")
+    return {
+        "early": forecast.get("early"),
+        "late": forecast.get("late"),
+        "why_none": why,
+        "why_none_text": why_none_text(why),
+    }
+
+
+def runtime_prediction_of(job: Job) -> dict[str, Any] | None:
+    """The runtime the last forecast used ({p10, p50, p90, source, samples}) until the job
+    ends; None when it had none."""
+    forecast = job.forecast
+    if job.state in FINAL or not isinstance(forecast, dict):
+        return None
+    runtime = forecast.get("runtime")
+    return runtime if isinstance(runtime, dict) else None

@@ -4,6 +4,7 @@ that cover every job once in the promised order, ties broken by id."""
 from __future__ import annotations
 
 import json
+from base64 import urlsafe_b64encode
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
@@ -39,21 +40,33 @@ def expected_key(key: str, job: Job, now: datetime) -> Any:
     }[key]
 
 
-def walk(client: Any, query: str) -> tuple[list[int], datetime | None]:
-    """Every page's ids, following `next`; and the instant the cursor pinned."""
+def walk(client: Any, query: str) -> tuple[list[int], datetime | None, str | None]:
+    """Every page's ids, following `next`; the instant the cursor pinned; and the last page's
+    `previous` link."""
     url: str | None = f"/api/v1/jobs/?{query}"
     ids: list[int] = []
     now = None
+    previous = None
     while url:
         response = client.get(url)
         assert response.status_code == 200, response.content
         body = response.json()
         ids += [row["id"] for row in body["results"]]
-        url = body["next"]
+        url, previous = body["next"], body["previous"]
         if url and now is None:
             cursor = parse_qs(urlsplit(url).query)["cursor"][0]
             now = Cursor.decode(cursor, _ordering(query)).now
-    return ids, now
+    return ids, now, previous
+
+
+def walk_back(client: Any, url: str | None) -> list[int]:
+    """Every page's ids before the one `url` was the `previous` link of, following `previous`."""
+    ids: list[int] = []
+    while url:
+        body = client.get(url).json()
+        ids = [row["id"] for row in body["results"]] + ids
+        url = body["previous"]
+    return ids
 
 
 def _ordering(query: str) -> Ordering:
@@ -135,9 +148,13 @@ def test_cursor_pages_cover_every_job_once_in_the_promised_order(
 
     make_jobs(world, rows, timezone.now())
     ordering = f"-{key}" if descending else key
-    ids, now = walk(api("root"), f"ordering={ordering}&page_size={page_size}")
+    client = api("root")
+    ids, now, previous = walk(client, f"ordering={ordering}&page_size={page_size}")
     assert sorted(ids) == sorted(Job.objects.values_list("id", flat=True))
     assert len(ids) == len(set(ids))
+    # Back from the last page: the same rows, in the same order, in the same pages.
+    last_page = len(ids) % page_size or page_size
+    assert walk_back(client, previous) == ids[:-last_page]
     if now is None:  # one page: the server's instant is between these two
         now = timezone.now()
     jobs = Job.objects.select_related("team", "user", "flavor").in_bulk(ids)
@@ -225,3 +242,38 @@ def test_the_cli_lists_in_the_same_ordering(cli: Any, submit: Any, capsys: Any) 
     assert cli("list", "--ordering", "biggest") != 0
     err = capsys.readouterr().err
     assert "Unknown ordering 'biggest'" in err and "gpu_hours" in err
+
+
+def test_the_queue_cut_by_limit_keeps_the_running_jobs_and_the_head_of_the_line(
+    cli: Any, submit: Any, capsys: Any
+) -> None:
+    running = submit(name="old-running")
+    Job.objects.filter(pk=running.pk).update(state=JobState.RUNNING)
+    # Newest submitted, worst placed: the newest-first list would show these first.
+    for position, name in [(1, "head"), (2, "second"), (3, "third")][::-1]:
+        job = submit(name=name)
+        Job.objects.filter(pk=job.pk).update(cluster_position=position)
+    assert cli("--json", "queue", "--limit", "3") == 0
+    out = capsys.readouterr().out
+    assert [j["name"] for j in json.loads(out[out.index("[") :])] == [
+        "old-running",
+        "head",
+        "second",
+    ]
+
+
+@pytest.mark.parametrize(
+    "position", [10**400, "1", None, True, float("inf"), "x" * 2000, "2026-11-24T12:00:00"]
+)
+def test_a_tampered_cursor_is_not_found_rather_than_an_error(
+    api: Any, submit: Any, position: Any
+) -> None:
+    submit()
+    now = "2026-11-24T12:00:00+00:00"
+    for ordering in ("-waited", "name", "submitted_at", "gpus"):
+        raw = json.dumps([ordering, position, 1, now, False]).replace("Infinity", "1e999")
+        cursor = quote(urlsafe_b64encode(raw.encode()).decode())
+        response = api("alice").get(f"/api/v1/jobs/?ordering={ordering}&cursor={cursor}")
+        assert response.status_code in (200, 404), (ordering, position, response.content)
+        if ordering != "name":  # only a text key may take a string, any string
+            assert response.status_code == 404, (ordering, position)

@@ -8,11 +8,13 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from dashboard.attempts import attempts_of, clock_of
 from gpuqueue.core.states import JobState
-from gpuqueue.models import Job
+from gpuqueue.models import Job, JobEvent
 from gpuqueue.services.checkpoint import requeue
 from gpuqueue.services.transitions import transition
 
@@ -131,3 +133,55 @@ def test_a_requeued_then_finished_job_lists_both_attempts_and_stops_polling(
 def test_a_pending_job_says_it_has_not_started(clients: Any, jobs: Any) -> None:
     body = clients["alice"].get(f"/jobs/{jobs.a_pending.pk}/progress/").content.decode()
     assert "Not started yet." in body and "None yet" in body
+
+
+def test_another_teams_member_cannot_see_a_jobs_progress(clients: Any, jobs: Any) -> None:
+    # As the job's page: 404, so that the job's existence is not told either.
+    assert clients["carol"].get(f"/jobs/{jobs.a_running.pk}/progress/").status_code == 404
+    assert clients["bob"].get(f"/jobs/{jobs.a_running.pk}/progress/").status_code == 200
+    assert clients["anonymous"].get(f"/jobs/{jobs.a_running.pk}/progress/").status_code == 302
+
+
+def _requeued_attempts(job: Job, attempts: int) -> None:
+    """`attempts` more admissions, each run then requeued, written as the timeline keeps them."""
+    start = timezone.now() - timedelta(hours=attempts)
+    rows = []
+    for n in range(attempts):
+        at = start + timedelta(hours=n)
+        placement = {"placement": {f"h100-{n % 2}": 2}}
+        rows += [
+            JobEvent(job=job, from_state="PENDING", to_state="ADMITTED", details=placement),
+            JobEvent(job=job, from_state="ADMITTED", to_state="RUNNING"),
+            JobEvent(job=job, from_state="RUNNING", to_state="PENDING", reason=f"requeue {n}"),
+        ]
+        for i, row in enumerate(rows[-3:]):
+            row.at = at + timedelta(minutes=i)
+    made = JobEvent.objects.bulk_create(rows)
+    for row in made:  # `at` is auto_now_add: set it afterwards, as a clock would have
+        JobEvent.objects.filter(pk=row.pk).update(at=row.at)
+
+
+def _queries(client: Any, url: str) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(url).status_code == 200
+    return len(queries)
+
+
+def test_a_job_with_many_attempts_costs_the_same_queries_as_one_with_few(
+    clients: Any, jobs: Any
+) -> None:
+    job = Job.objects.get(pk=jobs.a_pending.pk)
+    _requeued_attempts(job, 2)
+    page, panel = f"/jobs/{job.pk}/", f"/jobs/{job.pk}/progress/"
+    few = _queries(clients["alice"], page), _queries(clients["alice"], panel)
+    _requeued_attempts(job, 60)
+    body = clients["alice"].get(panel).content.decode()
+    assert 'data-attempt="62"' in body and "requeue 59" in body
+    assert (_queries(clients["alice"], page), _queries(clients["alice"], panel)) == few
+
+
+def test_the_job_page_reads_its_events_once(clients: Any, jobs: Any) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        clients["alice"].get(f"/jobs/{jobs.a_running.pk}/")
+    event_reads = [q for q in queries if 'FROM "gpuqueue_jobevent"' in q["sql"]]
+    assert len(event_reads) == 1, [q["sql"] for q in event_reads]
