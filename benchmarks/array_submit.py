@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from cycle_scale import build_world, cluster_file  # noqa: E402
-from kube_scale import calibration, start_services  # noqa: E402
+from cycle_scale import build_world, simulated_services  # noqa: E402
+from kube_scale import calibration  # noqa: E402
 
 TARGET_SECONDS = 2.0  # issue 20: one request submitting 10,000 tasks
 
@@ -79,18 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pending", type=int, default=5_000)
     parser.add_argument("--cycles", type=int, default=3)
     args = parser.parse_args(argv)
-    import os
-
-    with tempfile.TemporaryDirectory(prefix="gq-array-") as tmp:
-        flavors = [("h100", args.nodes, 8)]
-        os.environ["GPUQUEUE_SIM_CLUSTER"] = str(cluster_file(Path(tmp) / "cluster.yaml", flavors))
-        os.environ["GPUQUEUE_CLUSTER_BACKEND"] = "simulated"
-        servers = start_services(Path(tmp))
-        try:
-            return run(args, flavors)
-        finally:
-            for server in reversed(servers):
-                server.stop()
+    flavors = [("h100", args.nodes, 8)]
+    with simulated_services("gq-array-", flavors):
+        return run(args, flavors)
 
 
 def run(args: argparse.Namespace, flavors: list[tuple[str, int, int]]) -> int:

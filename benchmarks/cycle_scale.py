@@ -28,6 +28,8 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,23 @@ def cluster_file(path: Path, flavors: list[tuple[str, int, int]]) -> Path:
     ]
     path.write_text(yaml.safe_dump({"nodes": nodes}))
     return path
+
+
+@contextmanager
+def simulated_services(prefix: str, flavors: list[tuple[str, int, int]]) -> Iterator[None]:
+    """PostgreSQL and Redis in a temporary folder, the simulated backend on a cluster of
+    `flavors`; everything stopped and removed after."""
+    import os
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        os.environ["GPUQUEUE_SIM_CLUSTER"] = str(cluster_file(Path(tmp) / "cluster.yaml", flavors))
+        os.environ["GPUQUEUE_CLUSTER_BACKEND"] = "simulated"
+        servers = start_services(Path(tmp))
+        try:
+            yield
+        finally:
+            for server in reversed(servers):
+                server.stop()
 
 
 def shape(rng: random.Random, node_gpus: int) -> tuple[int, int]:
@@ -143,17 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes:
         flavors[0] = (flavors[0][0], args.nodes, flavors[0][2])
     pending = args.pending or scene["pending"]
-    import os
-
-    with tempfile.TemporaryDirectory(prefix="gq-cycle-") as tmp:
-        os.environ["GPUQUEUE_SIM_CLUSTER"] = str(cluster_file(Path(tmp) / "cluster.yaml", flavors))
-        os.environ["GPUQUEUE_CLUSTER_BACKEND"] = "simulated"
-        servers = start_services(Path(tmp))
-        try:
-            return run(args, flavors, scene["teams"], pending)
-        finally:
-            for server in reversed(servers):
-                server.stop()
+    with simulated_services("gq-cycle-", flavors):
+        return run(args, flavors, scene["teams"], pending)
 
 
 def run(

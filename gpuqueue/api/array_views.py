@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from gpuqueue.api.fields import StrictCharField, reject_unknown_fields
 from gpuqueue.api.pagination import NewestFirst
 from gpuqueue.api.serializers import JobSubmitSerializer
-from gpuqueue.api.viewsets import IDEMPOTENCY_KEY, idempotency_key
+from gpuqueue.api.viewsets import IDEMPOTENCY_KEY, submit_once
 from gpuqueue.core.states import states_named, unknown_state_message
 from gpuqueue.models import Job, JobArray
 from gpuqueue.services import array_spec
@@ -29,7 +29,6 @@ from gpuqueue.services.arrays import (
     submit_array,
 )
 from gpuqueue.services.dependencies import Dependencies
-from gpuqueue.services.submit import TeamRequired
 
 ARRAY_HELP = (
     'The tasks\' indices as Slurm writes them ("0-999%50": 1,000 tasks, at most 50 holding GPUs '
@@ -146,23 +145,19 @@ class ArrayViewSet(
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Submit N tasks of one job in one request; a retry with the same Idempotency-Key
         returns the first array (200)."""
-        key = idempotency_key(request)
-        submission = ArraySubmitSerializer(data=request.data, context=self.get_serializer_context())
-        if not submission.is_valid():
-            earlier = previous_array(request.user, key)
-            if earlier is not None:
-                return Response(ArraySerializer(earlier).data, status=status.HTTP_200_OK)
-            raise serializers.ValidationError(submission.errors)
-        data = dict(submission.validated_data)
-        team, flavor, spec = data.pop("team"), data.pop("flavor"), data.pop("array")
-        deps = Dependencies.take(data)
-        try:
+
+        def submit(data: dict[str, Any], key: str | None) -> tuple[JobArray, bool]:
+            team, flavor, spec = data.pop("team"), data.pop("flavor"), data.pop("array")
+            deps = Dependencies.take(data)
             result = submit_array(request.user, team, flavor, data, spec, deps, key)
-        except TeamRequired as exc:
-            raise serializers.ValidationError({"team": [str(exc)]}) from exc
-        return Response(
-            ArraySerializer(result.array).data,
-            status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
+            return result.array, result.created
+
+        return submit_once(
+            request,
+            ArraySubmitSerializer(data=request.data, context=self.get_serializer_context()),
+            earlier=previous_array,
+            submit=submit,
+            present=lambda array: ArraySerializer(array).data,
         )
 
     @extend_schema(responses=TaskSerializer(many=True))

@@ -46,7 +46,7 @@ def report_json(report: UsageReport) -> dict[str, Any]:
         "by": report.by,
         "gpu_hours": report.gpu_hours,
         "preempted_gpu_hours": report.preempted_gpu_hours,
-        "rows": [{**row.as_dict(), "period": row.period.date().isoformat()} for row in report.rows],
+        "rows": [row.as_dict() for row in report.rows],
         "teams": [team.as_dict() for team in report.teams],
         "top_users": report.top_users,
     }

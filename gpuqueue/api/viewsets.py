@@ -3,6 +3,7 @@ helper), a serializer, a filterset; writes are one service call each."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import QuerySet
@@ -66,6 +67,34 @@ def idempotency_key(request: Request) -> str | None:
     return key
 
 
+def submit_once(
+    request: Request,
+    submission: serializers.Serializer,
+    *,
+    earlier: Callable[[Any, str | None], Any],
+    submit: Callable[[dict[str, Any], str | None], tuple[Any, bool]],
+    present: Callable[[Any], Any],
+) -> Response:
+    """A submission's create: 201 with what `submit` made, or 200 with what an earlier request
+    with the same Idempotency-Key made (`submit` returns it with False)."""
+    key = idempotency_key(request)
+    if not submission.is_valid():
+        # A retry gets what it already has even when its body would be refused now (the
+        # cluster or the team may have changed since). A retry that validates is answered
+        # by `submit`, whose insert does nothing for a used key.
+        found = earlier(request.user, key)
+        if found is not None:
+            return Response(present(found), status=status.HTTP_200_OK)
+        raise serializers.ValidationError(submission.errors)
+    try:
+        made, created = submit(dict(submission.validated_data), key)
+    except TeamRequired as exc:  # as the serializer would have refused it
+        raise serializers.ValidationError({"team": [str(exc)]}) from exc
+    return Response(
+        present(made), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+    )
+
+
 class JobViewSet(
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
@@ -91,25 +120,17 @@ class JobViewSet(
         },
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        key = idempotency_key(request)
-        submission = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
-        if not submission.is_valid():
-            # A retry gets the job it already has even when its body would be refused now (the
-            # cluster or the team may have changed since). A retry that validates is answered
-            # by `submit_job`, whose insert does nothing for a used key.
-            earlier = previous_submission(request.user, key)
-            if earlier is not None:
-                return Response(self.get_serializer(earlier).data, status=status.HTTP_200_OK)
-            raise serializers.ValidationError(submission.errors)
-        data = dict(submission.validated_data)
-        team, flavor = data.pop("team"), data.pop("flavor")  # team None: the user's only team
-        try:
+        def submit(data: dict[str, Any], key: str | None) -> tuple[Job, bool]:
+            team, flavor = data.pop("team"), data.pop("flavor")  # team None: the only team
             result = submit_job_after(request.user, team, flavor, data, idempotency_key=key)
-        except TeamRequired as exc:  # as the serializer would have refused it
-            raise serializers.ValidationError({"team": [str(exc)]}) from exc
-        return Response(
-            self.get_serializer(result.job).data,
-            status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
+            return result.job, result.created
+
+        return submit_once(
+            request,
+            JobSubmitSerializer(data=request.data, context=self.get_serializer_context()),
+            earlier=previous_submission,
+            submit=submit,
+            present=lambda job: self.get_serializer(job).data,
         )
 
     @extend_schema(responses=JobDetailSerializer)

@@ -14,19 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuqueue.client.api import Client
+from gpuqueue.core.csv_cells import USAGE_CSV_COLUMNS as COLUMNS
 from gpuqueue.core.csv_cells import as_csv_cell
-
-COLUMNS = (
-    "period",
-    "team",
-    "user",
-    "flavor",
-    "gpu_hours",
-    "preempted_gpu_hours",
-    "used_gpu_hours",
-    "idle_gpu_hours",
-    "jobs",
-)
 
 
 def add_parser(sub: Any, client: Callable[[argparse.Namespace], Client]) -> None:

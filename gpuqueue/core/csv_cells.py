@@ -8,6 +8,18 @@ from typing import Any
 # user names may start with + - @: such text gets a leading apostrophe, which Excel, LibreOffice
 # and Google Sheets show as text.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# The GPU-hours report's CSV, as the server exports it and `gpuqueue usage --csv` writes it.
+USAGE_CSV_COLUMNS = (
+    "period",
+    "team",
+    "user",
+    "flavor",
+    "gpu_hours",
+    "preempted_gpu_hours",
+    "used_gpu_hours",
+    "idle_gpu_hours",
+    "jobs",
+)
 
 
 def as_csv_cell(value: Any) -> Any:

@@ -175,9 +175,6 @@ class VictimSearch:
         }
         return sorted(ends)
 
-    def _out_of_minimum_runtime(self, victim: RunningJob, at: float) -> bool:
-        return at >= self.protected_until(victim)
-
     def _candidates(
         self, job: PendingJob, reclaim: bool, priority: bool
     ) -> Iterator[tuple[RunningJob, str]]:
@@ -256,7 +253,7 @@ class VictimSearch:
                 self._candidates(job, reclaim, priority), self.policy.max_victim_candidates
             )
             if victim.id not in ledger.victims
-            and self._out_of_minimum_runtime(victim, judged_at)
+            and judged_at >= self.protected_until(victim)
             and not (kind == RECLAIM and beyond_guarantee and victim.started_at > settled)
         ]
         if not candidates or not self._may_fit(job, fl, candidates):

@@ -14,7 +14,6 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count
 from django.utils import timezone
@@ -27,11 +26,10 @@ from gpuqueue.services.array_spec import ArraySpec
 from gpuqueue.services.cancel import may_cancel_owned, stop_on_cluster
 from gpuqueue.services.dependencies import Dependencies, initial_reason
 from gpuqueue.services.submit import (
-    JOB_FIELDS,
     SubmissionRefused,
-    TeamRequired,
+    job_columns,
     nudge_cycle,
-    teams_for_submission,
+    only_team,
 )
 from teams.models import Team
 
@@ -64,12 +62,8 @@ def submit_array(
     if earlier is not None:
         return SubmittedArray(earlier, created=False)
     if team is None:
-        teams = teams_for_submission(user)
-        if len(teams) != 1:
-            raise TeamRequired()
-        team = teams[0]
-    data = {key: value for key, value in fields.items() if key in JOB_FIELDS}
-    data.setdefault("checkpoint_grace_seconds", settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS)
+        team = only_team(user)
+    data = job_columns(fields)
     array = JobArray(
         team=team,
         user=user,
@@ -80,10 +74,20 @@ def submit_array(
         values=list(spec.values) if spec.values is not None else [],
         idempotency_key=idempotency_key or None,
     )
-    template = Job(team=team, user=user, flavor=flavor, state=JobState.PENDING, **data)
-    template.keep_if_unmet = deps.keep_if_unmet
-    event = JobEvent(from_state="", to_state=JobState.PENDING, reason="submitted", actor="")
-    event.actor = f"user:{user.get_username()}"
+    template = Job(
+        team=team,
+        user=user,
+        flavor=flavor,
+        state=JobState.PENDING,
+        keep_if_unmet=deps.keep_if_unmet,
+        **data,
+    )
+    event = JobEvent(
+        from_state="",
+        to_state=JobState.PENDING,
+        reason="submitted",
+        actor=f"user:{user.get_username()}",
+    )
     reason = initial_reason(deps) if deps else None
     statement, params = _insert_statement(array, template, event, spec, deps, reason, user)
     try:

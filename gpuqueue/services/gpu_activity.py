@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -179,9 +178,7 @@ def findings_for(jobs: list[Job], now: datetime | None = None) -> dict[int, Idle
     return findings
 
 
-def finding_of(job: Job, activity: Any, now: datetime | None = None) -> IdleFinding | None:
-    if activity is None:
-        return None
+def finding_of(job: Job, activity: JobActivity, now: datetime | None = None) -> IdleFinding:
     now = now or timezone.now()
     rule = rule_for(job.flavor)
     if activity.idle and activity.below_since is not None:

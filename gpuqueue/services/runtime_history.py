@@ -64,8 +64,9 @@ def runtime_history() -> RuntimeHistory:
         .values_list(*_FACT_FIELDS, "image", "started_at", "finished_at")[:HISTORY_JOBS]
     )
     history = RuntimeHistory()
-    for row in reversed(list(rows)):  # oldest first: each key keeps its most recent runtimes
-        history.record(_facts_from(row[:7]), (row[8] - row[7]).total_seconds())
+    history.record_all(  # oldest first: each key keeps its most recent runtimes
+        (_facts_from(row[:7]), (row[8] - row[7]).total_seconds()) for row in reversed(list(rows))
+    )
     _history.put("history", _ALWAYS, history)
     return history
 

@@ -74,6 +74,13 @@ JOB_FIELDS = (
 )
 
 
+def job_columns(fields: dict[str, Any]) -> dict[str, Any]:
+    """The submission's fields that are the job's own columns, with the default grace."""
+    data = {key: value for key, value in fields.items() if key in JOB_FIELDS}
+    data.setdefault("checkpoint_grace_seconds", settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS)
+    return data
+
+
 def previous_submission(user: Any, idempotency_key: str | None) -> Job | None:
     """The job an earlier request with this key created, if any (a pipeline's retry)."""
     if not idempotency_key:
@@ -88,6 +95,14 @@ def teams_for_submission(user: Any, slug: str | None = None, *, limit: int = 2) 
     if slug is not None:
         teams = teams.filter(slug=slug)
     return list(teams.order_by("slug")[:limit])
+
+
+def only_team(user: Any) -> Team:
+    """The one team `user` may submit to; `TeamRequired` when there are none or several."""
+    teams = teams_for_submission(user)
+    if len(teams) != 1:
+        raise TeamRequired()
+    return teams[0]
 
 
 # The team and the flavor a submission names, kept per process (`gpuqueue.core.caches`):
@@ -136,8 +151,7 @@ def submit_job(
     4. After commit the admission cycle is nudged; if Redis is down the periodic cycle still
        picks the job up, so a lost nudge loses nothing.
     """
-    data = {key: value for key, value in fields.items() if key in JOB_FIELDS}
-    data.setdefault("checkpoint_grace_seconds", settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS)
+    data = job_columns(fields)
     job = Job(
         team=team,
         user=user,
@@ -171,11 +185,8 @@ def submit_job(
         if existing is not None:
             return Submitted(existing, created=False)
         if team is None:
-            teams = teams_for_submission(user)
-            if len(teams) != 1:
-                raise TeamRequired()
             # The user's teams changed between the two statements: take the one there is now.
-            return submit_job(user, teams[0], flavor, fields, idempotency_key)
+            return submit_job(user, only_team(user), flavor, fields, idempotency_key)
         raise SubmissionRefused(
             f"you are not a member of team {team.slug}", field="team", status=403
         )

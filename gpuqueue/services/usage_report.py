@@ -17,6 +17,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 from django.utils import timezone
 
+from gpuqueue.core.csv_cells import USAGE_CSV_COLUMNS as CSV_COLUMNS
 from gpuqueue.core.csv_cells import as_csv_cell
 from gpuqueue.core.states import JobState
 from gpuqueue.core.usage_hours import hour_of
@@ -29,17 +30,6 @@ MAX_DAYS = 3 * 366
 TOP_USERS = 10
 EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
 BAD_TIME = "Enter a date (2026-03-01) or an ISO time (2026-03-01T10:00:00Z)."
-CSV_COLUMNS = (
-    "period",
-    "team",
-    "user",
-    "flavor",
-    "gpu_hours",
-    "preempted_gpu_hours",
-    "used_gpu_hours",
-    "idle_gpu_hours",
-    "jobs",
-)
 
 
 def visible_usage(user: Any) -> QuerySet[UsageRecord]:
@@ -132,7 +122,10 @@ class UsageRow:
     jobs: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {column: getattr(self, column) for column in CSV_COLUMNS}
+        """The row as the API and the CSV give it: the period as its first day."""
+        values = {column: getattr(self, column) for column in CSV_COLUMNS}
+        values["period"] = self.period.date().isoformat()
+        return values
 
 
 @dataclass(frozen=True)
@@ -195,6 +188,18 @@ def _sums() -> dict[str, Any]:
     }
 
 
+def _hours(sums: dict[str, Any]) -> tuple[float, float, float | None, float]:
+    """_sums()'s seconds as GPU-hours: held, lost to preemption, used (None where no
+    utilization is known) and idle."""
+    used = sums["used"]
+    return (
+        (sums["s"] or 0) / 3600,
+        (sums["lost"] or 0) / 3600,
+        None if used is None else used / 3600,
+        (sums["idle"] or 0) / 3600,
+    )
+
+
 def filtered(viewer: Any, filters: dict[str, Any]) -> QuerySet[UsageRecord]:
     """The viewer's visible rows within the window (whole hours from `since`) and filters."""
     rows = visible_usage(viewer).filter(
@@ -222,15 +227,12 @@ def usage_report(viewer: Any, filters: dict[str, Any]) -> UsageReport:
     )
     table = [
         UsageRow(
-            period=g["period"],
-            team=g["team__slug"],
-            user=g["user__username"],
-            flavor=g["flavor__name"],
-            gpu_hours=(g["s"] or 0) / 3600,
-            preempted_gpu_hours=(g["lost"] or 0) / 3600,
-            used_gpu_hours=None if g["used"] is None else g["used"] / 3600,
-            idle_gpu_hours=(g["idle"] or 0) / 3600,
-            jobs=g["jobs"],
+            g["period"],
+            g["team__slug"],
+            g["user__username"],
+            g["flavor__name"],
+            *_hours(g),
+            g["jobs"],
         )
         for g in grouped
     ]
@@ -263,12 +265,9 @@ def _team_totals(rows: QuerySet[UsageRecord], filters: dict[str, Any]) -> list[T
         guarantee, share = quotas.get(key), shares.get(key)
         totals.append(
             TeamTotal(
-                team=g["team__slug"],
-                flavor=g["flavor__name"],
-                gpu_hours=(g["s"] or 0) / 3600,
-                preempted_gpu_hours=(g["lost"] or 0) / 3600,
-                used_gpu_hours=None if g["used"] is None else g["used"] / 3600,
-                idle_gpu_hours=(g["idle"] or 0) / 3600,
+                g["team__slug"],
+                g["flavor__name"],
+                *_hours(g),
                 guarantee_gpus=guarantee,
                 guarantee_gpu_hours=None if guarantee is None else guarantee * hours,
                 fair_share_gpus=share,
@@ -282,9 +281,7 @@ def csv_lines(report: UsageReport) -> list[list[Any]]:
     """The CSV export: a header and one line per period, team, user and flavor."""
     lines: list[list[Any]] = [list(CSV_COLUMNS)]
     for row in report.rows:
-        values = row.as_dict()
-        values["period"] = row.period.date().isoformat()
-        lines.append([as_csv_cell(v) for v in values.values()])
+        lines.append([as_csv_cell(v) for v in row.as_dict().values()])
     return lines
 
 
@@ -316,14 +313,6 @@ def idle_hours_by_team(since: datetime) -> list[IdleHours]:
         .order_by("team__slug", "flavor__name")
     ):
         key = (g["team__slug"], g["flavor__name"])
-        out.append(
-            IdleHours(
-                team=key[0],
-                flavor=key[1],
-                held_gpu_hours=(g["s"] or 0) / 3600,
-                used_gpu_hours=None if g["used"] is None else g["used"] / 3600,
-                idle_gpu_hours=(g["idle"] or 0) / 3600,
-                idle_jobs_now=flagged.get(key, 0),
-            )
-        )
+        held, _, used, idle = _hours(g)
+        out.append(IdleHours(*key, held, used, idle, idle_jobs_now=flagged.get(key, 0)))
     return out

@@ -95,6 +95,23 @@ def test_another_teams_array_is_404_and_absent_from_the_list(api: Any, job_body:
     assert api(None).get("/api/v1/arrays/").status_code in (401, 403)
 
 
+def test_an_array_without_a_team_goes_to_the_only_team_or_is_refused_at_team(
+    api: Any, job_body: Any, world: Any
+) -> None:
+    from gpuqueue.services.submit import TEAM_REQUIRED
+    from teams.models import Membership, Role
+
+    body = {key: value for key, value in _array(job_body, "0-2").items() if key != "team"}
+    created = api("alice").post("/api/v1/arrays/", body, format="json")
+    assert created.status_code == 201, created.content
+    assert JobArray.objects.get().team == world.team_a
+    Membership.objects.create(user=world.alice, team=world.team_b, role=Role.MEMBER)
+    refused = api("alice").post("/api/v1/arrays/", body, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["fields"] == {"team": [TEAM_REQUIRED]}
+    assert JobArray.objects.count() == 1 and Job.objects.count() == 3
+
+
 def test_carol_cannot_submit_an_array_to_team_a(api: Any, job_body: Any) -> None:
     response = api("carol").post("/api/v1/arrays/", _array(job_body, "0-2"), format="json")
     assert response.status_code == 400

@@ -37,15 +37,25 @@ def fill_the_h100s(submit: Any, backend: Any, now: Any) -> None:
     assert Job.objects.filter(state__in=("ADMITTED", "RUNNING")).count() == 4
 
 
+def waiting_behind_the_h100s(
+    submit: Any, backend: Any, history: bool = True, **fields: Any
+) -> tuple[Job, Any]:
+    """The H100s full (`fill_the_h100s`), after alice's finished jobs like it (`history`), an
+    8-GPU job of hers submitted and one cycle run: the job, and the time of that cycle."""
+    sync_cluster(backend)
+    now = timezone.now()
+    if history:
+        finished_like(submit, now, RUNTIMES, gpus_per_worker=8)
+    fill_the_h100s(submit, backend, now)
+    waiting = submit(gpus_per_worker=8, **fields)
+    run_cycle(backend=backend, now=now)
+    return waiting, now
+
+
 def test_a_job_with_no_runtime_given_gets_an_estimate_and_a_band_from_jobs_like_it(
     world: Any, submit: Any, backend: Any, api: Any
 ) -> None:
-    sync_cluster(backend)
-    now = timezone.now()
-    finished_like(submit, now, RUNTIMES, gpus_per_worker=8)
-    fill_the_h100s(submit, backend, now)
-    waiting = submit(gpus_per_worker=8)
-    run_cycle(backend=backend, now=now)
+    waiting, now = waiting_behind_the_h100s(submit, backend)
     assert refresh_forecasts(now=now) == 1
     waiting.refresh_from_db()
     # The running jobs just started and their kind ran 3000 s at the median.
@@ -69,12 +79,7 @@ def test_a_job_with_no_runtime_given_gets_an_estimate_and_a_band_from_jobs_like_
 def test_a_declared_expected_runtime_is_shown_as_declared(
     world: Any, submit: Any, backend: Any, api: Any
 ) -> None:
-    sync_cluster(backend)
-    now = timezone.now()
-    finished_like(submit, now, RUNTIMES, gpus_per_worker=8)
-    fill_the_h100s(submit, backend, now)
-    waiting = submit(gpus_per_worker=8, expected_runtime_seconds=900)
-    run_cycle(backend=backend, now=now)
+    waiting, now = waiting_behind_the_h100s(submit, backend, expected_runtime_seconds=900)
     refresh_forecasts(now=now)
     body = api("alice").get(f"/api/v1/jobs/{waiting.pk}/").json()
     assert body["runtime_prediction"]["source"] == "declared"
@@ -84,11 +89,7 @@ def test_a_declared_expected_runtime_is_shown_as_declared(
 def test_without_any_finished_job_the_page_says_why_there_is_no_estimate(
     world: Any, submit: Any, backend: Any, api: Any
 ) -> None:
-    sync_cluster(backend)
-    now = timezone.now()
-    fill_the_h100s(submit, backend, now)
-    waiting = submit(gpus_per_worker=8)
-    run_cycle(backend=backend, now=now)
+    waiting, now = waiting_behind_the_h100s(submit, backend, history=False)
     assert refresh_forecasts(now=now) == 0
     body = api("alice").get(f"/api/v1/jobs/{waiting.pk}/").json()
     assert body["estimated_start"] is None
@@ -100,12 +101,7 @@ def test_without_any_finished_job_the_page_says_why_there_is_no_estimate(
 def test_gpuqueue_status_shows_the_band_and_where_the_prediction_came_from(
     world: Any, submit: Any, backend: Any, cli: Any, capsys: Any
 ) -> None:
-    sync_cluster(backend)
-    now = timezone.now()
-    finished_like(submit, now, RUNTIMES, gpus_per_worker=8)
-    fill_the_h100s(submit, backend, now)
-    waiting = submit(gpus_per_worker=8)
-    run_cycle(backend=backend, now=now)
+    waiting, now = waiting_behind_the_h100s(submit, backend)
     refresh_forecasts(now=now)
     capsys.readouterr()
     assert cli("status", str(waiting.pk)) == 0

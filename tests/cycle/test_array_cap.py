@@ -16,6 +16,13 @@ from gpuqueue.services.cluster_sync import sync_cluster
 from gpuqueue.services.dependencies import Dependencies
 
 
+def _one_gpu_sweep(world: Any, spec: str) -> Any:
+    fields = {"name": "sweep", "image": "ghcr.io/acme/train:1", "gpus_per_worker": 1}
+    return submit_array(
+        world.alice, world.team_a, world.h100, fields, parse(spec), Dependencies()
+    ).array
+
+
 def _holding(array_id: int) -> list[int]:
     tasks = Job.objects.filter(array_id=array_id, state__in=HOLDING).order_by("array_index")
     return list(tasks.values_list("array_index", flat=True))
@@ -23,10 +30,7 @@ def _holding(array_id: int) -> list[int]:
 
 def test_the_cycle_never_admits_a_task_past_the_arrays_cap(world: Any, backend: Any) -> None:
     sync_cluster(backend)
-    fields = {"name": "sweep", "image": "ghcr.io/acme/train:1", "gpus_per_worker": 1}
-    array = submit_array(
-        world.alice, world.team_a, world.h100, fields, parse("0-19%3"), Dependencies()
-    ).array
+    array = _one_gpu_sweep(world, "0-19%3")
     # 32 H100s free and 20 one-GPU tasks: only the cap holds them back.
     result = run_cycle(backend=backend)
     assert len(result.admitted) == 3 and _holding(array.pk) == [0, 1, 2]
@@ -46,10 +50,7 @@ def test_the_cycle_never_admits_a_task_past_the_arrays_cap(world: Any, backend: 
 
 def test_an_uncapped_array_is_offered_whole(world: Any, backend: Any) -> None:
     sync_cluster(backend)
-    fields = {"name": "sweep", "image": "ghcr.io/acme/train:1", "gpus_per_worker": 1}
-    array = submit_array(
-        world.alice, world.team_a, world.h100, fields, parse("0-9"), Dependencies()
-    ).array
+    array = _one_gpu_sweep(world, "0-9")
     assert len(run_cycle(backend=backend).admitted) == 10
     assert len(_holding(array.pk)) == 10
 

@@ -54,12 +54,17 @@ def test_a_tasks_page_links_its_array(clients: Any, array: Any) -> None:
     assert f'href="/arrays/{array.pk}/"' in html and "task 3 of array" in html
 
 
+def _train_after(world: Any, kind: str, upstream: Job) -> Job:
+    """alice's job "train", waiting (as `kind` says) for `upstream`."""
+    fields = {"name": "train", "image": "ghcr.io/acme/train:1", kind: [upstream.pk]}
+    return submit_job_after(world.alice, world.team_a, world.h100, fields).job
+
+
 def test_the_job_page_shows_upstream_and_downstream_jobs_with_states(
     clients: Any, world: Any, nodes: Any, submit: Any
 ) -> None:
     prep = submit(name="prep")
-    fields = {"name": "train", "image": "ghcr.io/acme/train:1", "after_ok": [prep.pk]}
-    train = submit_job_after(world.alice, world.team_a, world.h100, fields).job
+    train = _train_after(world, "after_ok", prep)
     downstream = clients["alice"].get(f"/jobs/{train.pk}/").content.decode()
     assert 'id="upstream"' in downstream and f'href="/jobs/{prep.pk}/"' in downstream
     assert f"Waiting for job #{prep.pk} to succeed (pending now)." in downstream
@@ -71,8 +76,7 @@ def test_the_dependencies_panel_refreshes_itself_until_every_job_shown_has_ended
     clients: Any, world: Any, nodes: Any, submit: Any
 ) -> None:
     prep = submit(name="prep")
-    fields = {"name": "train", "image": "ghcr.io/acme/train:1", "after_any": [prep.pk]}
-    train = submit_job_after(world.alice, world.team_a, world.h100, fields).job
+    train = _train_after(world, "after_any", prep)
     page = clients["alice"].get(f"/jobs/{train.pk}/").content.decode()
     assert f'hx-get="/jobs/{train.pk}/dependencies/"' in page  # the panel polls
     url = f"/jobs/{train.pk}/dependencies/"

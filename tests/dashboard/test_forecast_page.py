@@ -5,22 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils import timezone
-
-from gpuqueue.cycle.run import refresh_forecasts, run_cycle
-from gpuqueue.services.cluster_sync import sync_cluster
-from tests.api.test_runtime_prediction import RUNTIMES, fill_the_h100s, finished_like
+from gpuqueue.cycle.run import refresh_forecasts
+from tests.api.test_runtime_prediction import waiting_behind_the_h100s
 
 
 def test_a_pending_job_page_shows_its_band_and_where_its_runtime_came_from(
     clients: Any, submit: Any, backend: Any
 ) -> None:
-    sync_cluster(backend)
-    now = timezone.now()
-    finished_like(submit, now, RUNTIMES, gpus_per_worker=8)
-    fill_the_h100s(submit, backend, now)
-    waiting = submit(gpus_per_worker=8)
-    run_cycle(backend=backend, now=now)
+    waiting, now = waiting_behind_the_h100s(submit, backend)
     refresh_forecasts(now=now)
     page = clients["alice"].get(f"/jobs/{waiting.pk}/").content.decode()
     assert '<dd id="job-start-band">between ' in page and ", 10-90 %</dd>" in page
@@ -33,11 +25,7 @@ def test_a_pending_job_page_shows_its_band_and_where_its_runtime_came_from(
 def test_without_history_the_page_says_why_there_is_no_estimate(
     clients: Any, submit: Any, backend: Any
 ) -> None:
-    sync_cluster(backend)
-    now = timezone.now()
-    fill_the_h100s(submit, backend, now)
-    waiting = submit(gpus_per_worker=8)
-    run_cycle(backend=backend, now=now)
+    waiting, now = waiting_behind_the_h100s(submit, backend, history=False)
     refresh_forecasts(now=now)
     page = clients["alice"].get(f"/jobs/{waiting.pk}/").content.decode()
     assert "no runtime and no finished job like it to predict one from" in page

@@ -4,29 +4,22 @@ borrowed work to go back (preemption.py, rule 1b); under "flag" the order is unc
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 import pytest
 
-from tests.scheduler.builders import HOUR, NOW, Case, check, nodes, pending, running, team
+from gpuqueue.scheduler.model import RunningJob
+from tests.scheduler.builders import Case, check
+from tests.scheduler.test_preemption import morning_grab
 
 
 def idle_grab(idle: set[int], **want: object) -> dict[str, object]:
-    """Team a borrowed all 16 GPUs with single-GPU jobs (later ids started later); team b,
-    guarantee 8, asks for 8 on one node. `idle`: the jobs flagged idle under reclaim_first."""
-    grab = tuple(
-        replace(
-            running(100 + i, "a", {"n1" if i < 8 else "n2": 1}, started=NOW - 2 * HOUR + 60 * i),
-            idle_reclaim_first=100 + i in idle,
-        )
-        for i in range(16)
-    )
-    return {
-        "nodes": nodes(2, h100=8),
-        "teams": (team("a", guarantee=4, limit=16), team("b", guarantee=8, limit=16)),
-        "running": grab,
-        "pending": (pending(1, "b", workers=8),),
-        **want,
-    }
+    """`morning_grab` (team a borrowed all 16 GPUs, team b asks for its guarantee of 8), with
+    `idle`: the jobs flagged idle under reclaim_first."""
+    scene = {**morning_grab(), **want}
+    grab = cast(tuple[RunningJob, ...], scene["running"])
+    scene["running"] = tuple(replace(job, idle_reclaim_first=job.id in idle) for job in grab)
+    return scene
 
 
 CASES = [

@@ -27,6 +27,13 @@ def borrowed(id: int, team: str, on: str, gpus: int, free_at: float | None) -> R
 
 
 TEAMS = (team("a", guarantee=8), team("b", guarantee=8))
+# Team b's four 4-GPU jobs: on n1 one unprotected, one protected 20 more minutes; on n2 10, 40.
+PARTLY_PROTECTED = (
+    borrowed(11, "b", "n1", 4, None),
+    borrowed(12, "b", "n1", 4, 20 * MINUTE),
+    borrowed(13, "b", "n2", 4, 10 * MINUTE),
+    borrowed(14, "b", "n2", 4, 40 * MINUTE),
+)
 
 CASES = [
     Case(
@@ -63,12 +70,7 @@ CASES = [
         "partly protected: a whole worker of 8 has room once one node is free, not sooner",
         nodes=nodes(2, h100=8),
         teams=TEAMS,
-        running=(
-            borrowed(11, "b", "n1", 4, None),
-            borrowed(12, "b", "n1", 4, 20 * MINUTE),
-            borrowed(13, "b", "n2", 4, 10 * MINUTE),
-            borrowed(14, "b", "n2", 4, 40 * MINUTE),
-        ),
+        running=PARTLY_PROTECTED,
         pending=(pending(1, "a", gpus=8),),
         reasons={1: ReasonCode.WAITING_FOR_RECLAIM},
         numbers={1: {"reclaim_at": NOW + 20 * MINUTE, "borrowers": "b", "borrowed": 8}},
@@ -77,12 +79,7 @@ CASES = [
         "partly protected: two workers of 4 have room as soon as one more job is out",
         nodes=nodes(2, h100=8),
         teams=TEAMS,
-        running=(
-            borrowed(11, "b", "n1", 4, None),
-            borrowed(12, "b", "n1", 4, 20 * MINUTE),
-            borrowed(13, "b", "n2", 4, 10 * MINUTE),
-            borrowed(14, "b", "n2", 4, 40 * MINUTE),
-        ),
+        running=PARTLY_PROTECTED,
         pending=(pending(1, "a", workers=2, gpus=4),),
         reasons={1: ReasonCode.WAITING_FOR_RECLAIM},
         numbers={1: {"reclaim_at": NOW + 10 * MINUTE}},

@@ -196,14 +196,10 @@ def test_a_minute_of_readings_costs_as_many_queries_for_four_jobs_as_for_one(
         assert row.used_gpu_seconds == pytest.approx(row.gpus * 60 * 0.02)
 
 
-def test_a_malformed_profile_is_refused_at_submission_with_the_field(api: Any) -> None:
-    body = {
-        "team": "team-a",
-        "flavor": "h100",
-        "name": "x",
-        "image": "ghcr.io/acme/x:1",
-        "annotations": {"gpuqueue.dev/sim-gpu-utilization": "busy"},
-    }
+def test_a_malformed_profile_is_refused_at_submission_with_the_field(
+    api: Any, job_body: Any
+) -> None:
+    body = {**job_body, "annotations": {"gpuqueue.dev/sim-gpu-utilization": "busy"}}
     response = api("alice").post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 400
     assert "sim-gpu-utilization" in str(response.json()["error"]["fields"]["annotations"])

@@ -18,20 +18,14 @@ def test_usage_prints_a_table_with_totals_and_the_teams_guarantee(
     assert "carol" not in out
 
 
+def _team_b_csv(*argv: str) -> list[str]:
+    """The arguments of `gpuqueue usage --csv` for team-b over the ledger's two days."""
+    window = ("--team", "team-b", "--since", "2026-03-01", "--until", "2026-03-03")
+    return ["usage", *window, *argv, "--csv"]
+
+
 def test_usage_csv_by_month_for_one_team(cli: Any, ledger: Any, capsys: Any) -> None:
-    code = cli(
-        "usage",
-        "--team",
-        "team-b",
-        "--since",
-        "2026-03-01",
-        "--until",
-        "2026-03-03",
-        "--by",
-        "month",
-        "--csv",
-        persona="root",
-    )
+    code = cli(*_team_b_csv("--by", "month"), persona="root")
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [(r["period"], r["user"], float(r["gpu_hours"])) for r in rows] == [
@@ -54,17 +48,7 @@ def test_usage_csv_keeps_a_name_that_starts_like_a_formula_as_text(
     ledger.carol.username = "@carol"  # usernames may start with @ + -
     ledger.carol.save(update_fields=["username"])
     assert get_user_model().objects.filter(username="@carol").exists()
-    code = cli(
-        "usage",
-        "--team",
-        "team-b",
-        "--since",
-        "2026-03-01",
-        "--until",
-        "2026-03-03",
-        "--csv",
-        persona="root",
-    )
+    code = cli(*_team_b_csv(), persona="root")
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [r["user"] for r in rows] == ["'@carol"]

@@ -23,7 +23,7 @@ import heapq
 from gpuqueue.sim.ledger import Ledger
 from gpuqueue.sim.placement import binpack
 from gpuqueue.sim.policies.base import Decision
-from gpuqueue.sim.policies.fifo import FifoByShape, Shape, _fifo_key
+from gpuqueue.sim.policies.fifo import FifoBackfill, fifo_key
 from gpuqueue.sim.predicted import ReplayRuntimes
 from gpuqueue.sim.run import JobRun
 
@@ -32,7 +32,10 @@ from gpuqueue.sim.run import JobRun
 MAX_BACKFILL_TESTS = 500
 
 
-class EasyBackfill(FifoByShape):
+class EasyBackfill(FifoBackfill):
+    """FIFO backfill (its queues per shape) with a reservation for the head (see the module
+    docstring)."""
+
     name = "easy-predicted"
 
     def __init__(self, ledger: Ledger, oracle: bool = False, q: float = 0.5) -> None:
@@ -41,10 +44,6 @@ class EasyBackfill(FifoByShape):
         self.runtimes = None if oracle else ReplayRuntimes(q)
         self.ends: dict[int, float] = {}  # running job id -> expected end
         self.runs: dict[int, JobRun] = {}
-
-    def shape(self, run: JobRun) -> Shape:
-        job = run.job
-        return (job.flavor, job.workers, job.gpus_per_worker)
 
     def started(self, run: JobRun, now: float) -> None:
         super().started(run, now)
@@ -140,7 +139,7 @@ class EasyBackfill(FifoByShape):
                 )
             nxt = next(it, None)
             if nxt is not None:
-                heapq.heappush(heads, (_fifo_key(nxt), n, nxt, it))
+                heapq.heappush(heads, (fifo_key(nxt), n, nxt, it))
         return decision
 
 

@@ -18,6 +18,7 @@ from gpuqueue.scheduler.model import Team
 from gpuqueue.sim.ledger import Ledger
 from gpuqueue.sim.placement import binpack
 from gpuqueue.sim.policies.base import Decision, SchedulingPolicy
+from gpuqueue.sim.policies.fifo import fifo_key
 from gpuqueue.sim.queue import OrderedQueue
 from gpuqueue.sim.run import JobRun
 
@@ -40,7 +41,7 @@ class TeamFairShare(SchedulingPolicy):
         return shapes.setdefault((job.workers, job.gpus_per_worker), OrderedQueue())
 
     def submitted(self, run: JobRun, now: float) -> None:
-        self._queue(run).push(run.job.id, (run.job.submitted_at, float(run.job.id)), run)
+        self._queue(run).push(run.job.id, fifo_key(run), run)
 
     def started(self, run: JobRun, now: float) -> None:
         self._queue(run).remove(run.job.id)
@@ -83,7 +84,7 @@ class TeamFairShare(SchedulingPolicy):
                     continue
                 for run in queue.values():
                     if run.job.id not in taken:
-                        if best is None or _fifo(run) < _fifo(best):
+                        if best is None or fifo_key(run) < fifo_key(best):
                             best = run
                         break
             if best is None:
@@ -99,7 +100,3 @@ class TeamFairShare(SchedulingPolicy):
             used[key] = used.get(key, 0) + job.gpus
             heapq.heappush(heap, (self._ratio(key, used[key]), key))
         return decision
-
-
-def _fifo(run: JobRun) -> tuple[float, int]:
-    return (run.job.submitted_at, run.job.id)

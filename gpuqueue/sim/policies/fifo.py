@@ -12,7 +12,7 @@ from gpuqueue.sim.queue import OrderedQueue
 from gpuqueue.sim.run import JobRun
 
 
-def _fifo_key(run: JobRun) -> tuple[float, ...]:
+def fifo_key(run: JobRun) -> tuple[float, ...]:
     # 1. Submission time, then id: first come, first served; priorities and teams are ignored.
     return (run.job.submitted_at, float(run.job.id))
 
@@ -28,7 +28,7 @@ class StrictFifo(SchedulingPolicy):
         self.queue: OrderedQueue[JobRun] = OrderedQueue()
 
     def submitted(self, run: JobRun, now: float) -> None:
-        self.queue.push(run.job.id, _fifo_key(run), run)
+        self.queue.push(run.job.id, fifo_key(run), run)
 
     def started(self, run: JobRun, now: float) -> None:
         self.queue.remove(run.job.id)
@@ -76,7 +76,7 @@ class FifoByShape(SchedulingPolicy):
         return self.buckets.setdefault(self.shape(run), OrderedQueue())
 
     def submitted(self, run: JobRun, now: float) -> None:
-        self._bucket(run).push(run.job.id, _fifo_key(run), run)
+        self._bucket(run).push(run.job.id, fifo_key(run), run)
 
     def started(self, run: JobRun, now: float) -> None:
         self._bucket(run).remove(run.job.id)
@@ -91,7 +91,7 @@ class FifoByShape(SchedulingPolicy):
             it = bucket.values()
             first = next(it, None)
             if first is not None:
-                heads.append((_fifo_key(first), n, first, it))
+                heads.append((fifo_key(first), n, first, it))
         heapq.heapify(heads)
         return heads
 
@@ -129,5 +129,5 @@ class FifoBackfill(FifoByShape):
             decision.placements.append((job.id, tuple(sorted((names[i], w) for i, w in nodes))))
             nxt = next(it, None)
             if nxt is not None:
-                heapq.heappush(heads, (_fifo_key(nxt), n, nxt, it))
+                heapq.heappush(heads, (fifo_key(nxt), n, nxt, it))
         return decision

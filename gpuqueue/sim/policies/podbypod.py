@@ -12,7 +12,7 @@ import heapq
 
 from gpuqueue.sim.placement import best_fit_node
 from gpuqueue.sim.policies.base import Decision
-from gpuqueue.sim.policies.fifo import FifoByShape, _fifo_key
+from gpuqueue.sim.policies.fifo import FifoByShape, fifo_key
 from gpuqueue.sim.run import JobRun
 
 PodShape = tuple[str, int]  # flavor, GPUs per pod
@@ -55,5 +55,5 @@ class PodByPod(FifoByShape):
                 continue  # later pods of this size cannot fit either: drop the bucket
             nxt = next(it, None)
             if nxt is not None:
-                heapq.heappush(heads, (_fifo_key(nxt), n, nxt, it))
+                heapq.heappush(heads, (fifo_key(nxt), n, nxt, it))
         return decision
