@@ -10,6 +10,7 @@ class GpuqueueConfig(AppConfig):
     def ready(self) -> None:
         # Load the Celery app so that shared tasks sent from web processes use its broker.
         from gpuqueue import celery  # noqa: F401
+        from gpuqueue.core import lookups  # noqa: F401  (registers `field__any`)
         from gpuqueue.models import Flavor, Node
 
         # Kept between requests (gpuqueue.core.caches): flavors by name

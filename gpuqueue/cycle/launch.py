@@ -89,7 +89,9 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
     backend = backend or get_backend()
     # 1.
     jobs = list(
-        Job.objects.select_related("team", "flavor").filter(pk__in=job_ids, state=JobState.ADMITTED)
+        Job.objects.select_related("team", "flavor").filter(
+            pk__any=job_ids, state=JobState.ADMITTED
+        )
     )
     specs = [launch_spec(job) for job in jobs]
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
@@ -44,7 +44,7 @@ def update_still_pending(
         return []
     quote = connection.ops.quote_name
     fields = [Job._meta.get_field(name) for name in ("id", *columns)]
-    arrays = ", ".join(f"%s::{f.cast_db_type(connection)}[]" for f in fields)
+    arrays = ", ".join(f"%b::{f.cast_db_type(connection)}[]" for f in fields)
     column = {name: quote(Job._meta.get_field(name).column) for name in (*cleared, *counted)}
     assignments = ", ".join(
         [
@@ -53,8 +53,9 @@ def update_still_pending(
             *(f"{column[name]} = {quote('j')}.{column[name]} + 1" for name in counted),
         ]
     )
+    db = connections[DEFAULT_DB_ALIAS]  # not the proxy: each of its lookups is a thread-local read
     params = [
-        [f.get_db_prep_save(value, connection) for value in values]
+        [f.get_db_prep_save(value, db) for value in values]
         for f, values in zip(fields, zip(*rows, strict=True), strict=True)
     ]
     sql = (

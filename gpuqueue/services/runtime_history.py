@@ -76,7 +76,7 @@ def _facts_by_id(ids: list[int]) -> dict[int, JobFacts]:
     missing = [i for i, facts in known.items() if facts is None]
     out = {i: facts for i, facts in known.items() if facts is not None}
     if missing:
-        rows = Job.objects.filter(id__in=missing).values_list("id", *_FACT_FIELDS, "image")
+        rows = Job.objects.filter(id__any=missing).values_list("id", *_FACT_FIELDS, "image")
         read = {row[0]: _facts_from(row[1:]) for row in rows}
         _facts.put_many({i: (_ALWAYS, facts) for i, facts in read.items()})
         out.update(read)

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from django.utils import timezone
 
 from gpuqueue.core.states import JobState
-from gpuqueue.models import Job, JobEvent
-from gpuqueue.services import admissions
+from gpuqueue.models import Job, JobEvent, UsageOutcome, UsageRecord
+from gpuqueue.services import usage_ledger
 from gpuqueue.services.admissions import Admitted, admit_all
 from gpuqueue.services.transitions import transition
 
 
-@pytest.mark.parametrize("chunk", [1000, 2])  # one statement, and several
-def test_admitted_in_bulk_as_one_by_one_would_be(
-    world: Any, submit: Any, monkeypatch: Any, chunk: int
-) -> None:
-    monkeypatch.setattr(admissions, "CHUNK", chunk)
+def test_admitted_in_bulk_as_one_by_one_would_be(world: Any, submit: Any) -> None:
     jobs = [submit() for _ in range(5)]
     Job.objects.filter(pk=jobs[0].pk).update(
         pending_reason={"code": "no_capacity"},
@@ -45,4 +40,13 @@ def test_admitted_in_bulk_as_one_by_one_would_be(
     borrowed = {e.job_id: (e.reason, e.details["borrowed"]) for e in events}
     assert borrowed[jobs[1].pk] == ("borrowing idle GPUs", True)
     assert borrowed[jobs[0].pk] == ("within fair share", False)
+    # Each attempt's open ledger row, as the ledger's own code would write it.
+    fields = ("job_id", "attempt", "hour", "team_id", "user_id", "flavor_id", "gpus")
+    expected = {
+        tuple(getattr(row, f) for f in fields) + (row.gpu_seconds, row.outcome)
+        for job in Job.objects.filter(pk__in=moved).values_list(*usage_ledger.FIELDS)
+        for row in usage_ledger.Attempt.of(job).rows(now, UsageOutcome.OPEN)
+    }
+    written = set(UsageRecord.objects.values_list(*fields, "gpu_seconds", "outcome"))
+    assert written == expected and len(expected) == len(moved)
     assert admit_all(wanted, now, "cycle") == []  # nothing PENDING left to move
