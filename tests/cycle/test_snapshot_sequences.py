@@ -1,12 +1,14 @@
 """The cycle's incremental snapshot equals a fresh load, whatever happened in between.
 
-The admission cycle keeps pending rows between cycles (cycle/snapshot.py, `PendingRows`) and
-the runtime predicted for each (services/runtime_history.py, `with_predicted_runtimes`), and
-re-reads only rows whose version changed. A Hypothesis state machine applies random sequences
-of what a live service sees (submissions of every shape, dependencies and capped arrays,
-cancellations, admissions, starts, ends, failed starts, whole cycles, hold changes, nodes
-and quotas changed, time moving on) and after each step compares the engine's inputs as the
-cycle loads them (through the kept rows) with a load from scratch (caches off, nothing kept).
+The admission cycle keeps active jobs between cycles (cycle/job_feed.py: the change feed),
+nodes, flavors, quotas and teams while their tables are unchanged (cycle/table_versions.py),
+and the runtime predicted for each job (services/runtime_history.py,
+`with_predicted_runtimes`), and re-reads only rows that changed. A Hypothesis state machine
+applies random sequences of what a live service sees (submissions of every shape,
+dependencies and capped arrays, cancellations, admissions, starts, ends, failed starts,
+deleted jobs, idle GPUs, whole cycles, forecasts, hold changes, nodes and quotas changed,
+time moving on) and after each step compares the engine's inputs as the cycle loads them
+(through the kept rows) with a load from scratch (caches off, nothing kept).
 
 The runtime history itself is kept for a minute by design (HISTORY_SECONDS: a job that just
 finished may count one cycle late), so the fresh load applies predictions from the same
@@ -36,10 +38,10 @@ from hypothesis.stateful import (
 
 from gpuqueue.core import caches
 from gpuqueue.core.errors import Refused
-from gpuqueue.core.states import HOLDING, JobState
-from gpuqueue.cycle.run import run_cycle
+from gpuqueue.core.states import FINAL, HOLDING, JobState
+from gpuqueue.cycle.run import refresh_forecasts, run_cycle
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot
-from gpuqueue.models import Job, JobArray, Node, Quota
+from gpuqueue.models import Flavor, Job, JobActivity, JobArray, Node, Quota
 from gpuqueue.scheduler import model as m
 from gpuqueue.services import runtime_history as rh
 from gpuqueue.services.admissions import Admitted, admit_all
@@ -215,6 +217,35 @@ def test_the_kept_snapshot_equals_a_fresh_load_after_any_sequence_of_changes(
             job = self._pick(pick, state=JobState.ADMITTED)
             if job is not None:
                 requeue_after_start_failure(job, "image pull failed", self.now)
+
+        @rule(pick=PICK, active=st.booleans())
+        def delete(self, pick: int, active: bool) -> None:
+            # The cleanup deletes ended jobs; deleting a team takes its active ones with it.
+            states = [JobState.PENDING, *HOLDING] if active else sorted(FINAL)
+            job = self._pick(pick, state__in=states)
+            if job is not None:
+                job.delete()
+
+        @rule(pick=PICK, idle=st.booleans(), policy=st.sampled_from(["reclaim_first", "flag"]))
+        def gpu_activity(self, pick: int, idle: bool, policy: str) -> None:
+            # Idle borrowers reclaimed first: the flag lives outside the job's row.
+            job = self._pick(pick, state__in=sorted(HOLDING))
+            if job is not None:
+                JobActivity.objects.update_or_create(
+                    job=job,
+                    defaults={
+                        "attempt": job.attempts,
+                        "gpu_utilization": 0.0 if idle else 80.0,
+                        "measured_at": self.now,
+                        "source": "simulated",
+                        "idle": idle,
+                    },
+                )
+                Flavor.objects.filter(pk=job.flavor_id).update(idle_policy=policy)
+
+        @rule()
+        def forecast(self) -> None:
+            refresh_forecasts(self.now)  # display-only writes: estimates and bands
 
         @rule()
         def cycle(self) -> None:

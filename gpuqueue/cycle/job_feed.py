@@ -1,0 +1,223 @@
+"""The active jobs (pending, admitted, running, preempting) as the cycle last read them,
+brought up to date from what changed since: the change feed of migration 0016.
+
+With 43,000 jobs waiting and nothing changed, reading every row (even only every row's
+version) was most of a steady cycle. Each job row carries `changed_xact`, the 64-bit id of the
+transaction that last changed it, set by a trigger; writes of what only people read (reasons,
+positions, forecasts) run inside `display_only_writes` and leave it alone. A read records its
+statement's snapshot (`pg_current_snapshot()`) and its own transaction's id; the next read
+asks only for rows whose `changed_xact` that snapshot did not see as committed, or that its
+own transaction wrote (after the read, too: the admissions). A deleted row leaves no trace, so
+each read also counts the active jobs in the same statement: a count that differs from what
+is kept means a full read.
+
+A read is kept once its transaction commits (one that rolls back leaves the last committed
+read, from which the next read starts again), for at most ten minutes; GPUQUEUE_CACHES off
+reads everything every time (the plain path the tests compare with). The reasons and
+positions the cycle writes itself are remembered with it (`remember_shown`), so that the next
+cycle compares its plan with what the rows show without reading them again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from django.db import connection, transaction
+
+from gpuqueue.core import caches
+from gpuqueue.core.states import ACTIVE, JobState
+from gpuqueue.models import Job
+
+# A job row as read: see `_COLUMNS` for the order.
+Row = tuple[Any, ...]
+# What the cycle last wrote on a pending job: (pending_reason, queue_position, cluster_position).
+StoredPending = tuple[Any, int | None, int | None]
+
+_COLUMNS = (
+    "id",
+    "state",
+    "team_id",
+    "user_id",
+    "flavor_id",
+    "workers",
+    "gpus_per_worker",
+    "placement",  # as text
+    "priority",
+    "preemptible",
+    "submitted_at",  # times as epoch seconds
+    "admitted_at",
+    "max_runtime_seconds",
+    "expected_runtime_seconds",
+    "checkpoint_requested_at",
+    "not_before",
+    "hold",
+    "attempts",
+    "pending_reason",  # as text
+    "queue_position",
+    "cluster_position",
+)
+TIMES = {"submitted_at", "admitted_at", "checkpoint_requested_at", "not_before"}
+AS_TEXT = {"placement", "pending_reason"}
+STATE, NOT_BEFORE, HOLD, REASON = (
+    _COLUMNS.index(c) for c in ("state", "not_before", "hold", "pending_reason")
+)
+
+
+@dataclass
+class Active:
+    """Every active job's row by id, and what the read saw (its snapshot, its transaction)."""
+
+    rows: dict[int, Row]
+    snapshot: str
+    own: int
+    shown: dict[int, StoredPending] = field(default_factory=dict)  # decoded, pending rows only
+    # The engine's object of each row, made by the snapshot (cycle/snapshot.py) under the
+    # names in `names` and kept while its row is: the predictions know a job by its object.
+    objects: dict[int, Any] = field(default_factory=dict)
+    names: Any = None
+    full: bool = True  # read whole (a cold start, a count that differed)
+    read: int = 0  # job rows the statement returned
+    full_at: float = 0.0  # when the last whole read was made (monotonic)
+
+
+# Everything is read whole again after this long, a bound on anything written behind the
+# feed's back (by hand, with the display-only setting on).
+FULL_READ_SECONDS = 600.0
+_kept: caches.Kept[str, Active] = caches.Kept(max_entries=None, max_age_seconds=FULL_READ_SECONDS)
+_KEY = "active jobs"
+_VERSION = 1  # one value, kept under a fixed version: its freshness is the feed's own
+_reading: list[Active] = []  # the read of the transaction in progress (remember_shown)
+
+
+def read_active() -> Active:
+    """Every active job, in one statement: all of them, or the last committed read updated
+    with what changed since."""
+    last = _kept.get(_KEY, _VERSION)
+    now = caches.time.monotonic()
+    if last is not None and now - last.full_at > FULL_READ_SECONDS:
+        last = None
+    with connection.cursor() as cursor:
+        if last is None:
+            cursor.execute(_read_sql(changes=False), [sorted(ACTIVE), sorted(ACTIVE)])
+        else:
+            cursor.execute(
+                _read_sql(changes=True),
+                [
+                    sorted(ACTIVE),
+                    min(_snapshot_xmin(last.snapshot), last.own),
+                    last.own,
+                    last.snapshot,
+                ],
+            )
+        rows = cursor.fetchall()
+    snapshot, own, count = rows[0][:3]
+    changed = [row[3:] for row in rows if row[3] is not None]
+    if last is None:
+        active = Active({row[0]: row for row in changed}, snapshot, int(own), full_at=now)
+        _decode_shown(active, active.rows.values())
+    else:
+        active = Active(
+            dict(last.rows),
+            snapshot,
+            int(own),
+            dict(last.shown),
+            dict(last.objects),
+            last.names,
+            full=False,
+            full_at=last.full_at,
+        )
+        for row in changed:
+            active.shown.pop(row[0], None)
+            active.objects.pop(row[0], None)
+            if row[STATE] in ACTIVE:
+                active.rows[row[0]] = row
+            else:
+                active.rows.pop(row[0], None)
+        _decode_shown(active, (row for row in changed if row[STATE] in ACTIVE))
+        if len(active.rows) != count:  # a row deleted: start over
+            _kept.clear()
+            return read_active()
+    active.read = len(changed)
+    _reading[:] = [active]
+    transaction.on_commit(lambda: _keep(active))
+    return active
+
+
+def _keep(active: Active) -> None:
+    _kept.put(_KEY, _VERSION, active)
+    if _reading and _reading[0] is active:
+        _reading.clear()
+
+
+def _decode_shown(active: Active, rows: Iterator[Row] | Any) -> None:
+    """What each pending row shows, with a reason's JSON decoded once however many share it."""
+    decoded: dict[str | None, Any] = {None: None}
+    for row in rows:
+        if row[STATE] != JobState.PENDING:
+            continue
+        reason = row[REASON]
+        if reason not in decoded:
+            decoded[reason] = json.loads(reason)
+        active.shown[row[0]] = (decoded[reason], row[REASON + 1], row[REASON + 2])
+
+
+def remember_shown(written: list[tuple[int, Any, int | None, int | None]]) -> None:
+    """The cycle wrote these (id, reason, team position, cluster position) on pending rows,
+    as display-only writes: keep them with the read its transaction made."""
+    if _reading:
+        shown = _reading[0].shown
+        for job_id, *values in written:
+            if job_id in shown:
+                shown[job_id] = tuple(values)  # type: ignore[assignment]
+
+
+@contextmanager
+def display_only_writes() -> Iterator[None]:
+    """Writes inside change only what people read (reasons, positions, forecasts): the
+    feed's trigger leaves their rows' `changed_xact` alone. Needs a transaction."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL gpuqueue.display_only = 'on'")
+        try:
+            yield
+        finally:
+            cursor.execute("SET LOCAL gpuqueue.display_only = 'off'")
+
+
+def _snapshot_xmin(snapshot: str) -> int:
+    return int(snapshot.split(":", 1)[0])  # xmin:xmax:xip,…
+
+
+@cache
+def _read_sql(changes: bool) -> str:
+    """One row per active job (or per changed job), each beginning with the statement's
+    snapshot, its transaction's id and the count of active jobs; one row of those alone
+    (the job's columns null) when no job is read."""
+    quote = connection.ops.quote_name
+    table = quote(Job._meta.db_table)
+    state = quote("state")
+
+    def column(name: str) -> str:
+        sql = f"j.{quote(Job._meta.get_field(name).column)}"
+        if name in TIMES:
+            return f"EXTRACT(EPOCH FROM {sql})::float8"
+        return f"{sql}::text" if name in AS_TEXT else sql
+
+    columns = ", ".join(column(name) for name in _COLUMNS)
+    if changes:
+        where = (
+            "j.changed_xact >= %s AND (j.changed_xact = %s OR NOT "
+            "pg_visible_in_snapshot(j.changed_xact::text::xid8, %s::pg_snapshot))"
+        )
+    else:
+        where = f"j.{state} = ANY(%s)"
+    return (
+        "SELECT s.snapshot, s.own, s.active, c.* FROM (SELECT pg_current_snapshot()::text "
+        "AS snapshot, pg_current_xact_id()::text::bigint AS own, "
+        f"(SELECT count(*) FROM {table} WHERE {state} = ANY(%s)) AS active) s "
+        f"LEFT JOIN (SELECT {columns} FROM {table} j WHERE {where}) c ON true"
+    )
