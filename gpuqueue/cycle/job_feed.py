@@ -166,6 +166,11 @@ def _decode_shown(active: Active, rows: Iterator[Row] | Any) -> None:
         active.shown[row[0]] = (decoded[reason], row[REASON + 1], row[REASON + 2])
 
 
+def current_read() -> Active | None:
+    """The read of the transaction in progress, if it made one and has not committed."""
+    return _reading[0] if _reading else None
+
+
 def remember_shown(written: list[tuple[int, Any, int | None, int | None]]) -> None:
     """The cycle wrote these (id, reason, team position, cluster position) on pending rows,
     as display-only writes: keep them with the read its transaction made."""

@@ -4,12 +4,14 @@
    it, this one does nothing (the other is doing the same work).
 2. Snapshot: first the hold phase (services/holds.py: jobs waiting for dependencies or for
    a slot of their array's %K are released or held, set-based), then flavors, nodes, teams
-   with quotas and active jobs not held, in a handful of queries;
+   with quotas (kept while their tables are unchanged: cycle/table_versions.py) and active
+   jobs not held (the last read brought up to date by the change feed: cycle/job_feed.py);
    with time-based fair share (GPUQUEUE_TIME_BASED_SHARE), each team's stored balance
    advanced to now with what the snapshot shows (services/share_balance.py).
-3. Plan: the pure engine decides admissions, preemptions and pending reasons. (Estimated
-   starts come from `refresh_forecasts`, a task of its own: the forecast replays the engine
-   many times and must not slow admission down.)
+3. Plan: the pure engine decides admissions, preemptions and pending reasons; or, when only
+   the clock moved and the last plan holds until later, that plan (cycle/kept_plan.py).
+   (Estimated starts come from `refresh_forecasts`, a task of its own: the forecast replays
+   the engine many times and must not slow admission down.)
 4. Persist, in the same transaction: admissions and preemptions as filtered state updates
    (a row that moved since the snapshot is skipped), each with its JobEvent; reasons,
    positions and estimated starts on pending jobs; the plan's fair shares (which the pages
@@ -37,6 +39,7 @@ from gpuqueue.core.locks import try_xact_lock
 from gpuqueue.core.reason_text import when
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.job_feed import display_only_writes, remember_shown
+from gpuqueue.cycle.kept_plan import keep_plan, kept_plan
 from gpuqueue.cycle.launch import launch_admitted
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
 from gpuqueue.models import Job
@@ -62,6 +65,7 @@ ACTOR = "cycle"
 @dataclass
 class CycleResult:
     ran: bool
+    kept_plan: bool = False  # the last plan still held: nothing planned or written
     admitted: list[int] = field(default_factory=list)
     preempted: list[int] = field(default_factory=list)
     pending: int = 0
@@ -95,15 +99,23 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
             balances = advance_balances(snapshot, policy.share_half_life_seconds)
             snapshot = replace(snapshot, share_balance=balances.snapshot())
         lap("2_snapshot")
-        # 3. Plan
-        with paused_gc():
-            plan = scheduler.plan(snapshot, policy)
+        # 3. Plan, unless only the clock moved since the last and the engine said its plan
+        #    holds until later (cycle/kept_plan.py): then the rows show it already.
+        plan = kept_plan(snapshot, policy)
+        kept = plan is not None
+        if plan is None:
+            with paused_gc():
+                plan = scheduler.plan(snapshot, policy)
         lap("3_plan")
         # 4. Persist
-        admitted = _persist_admissions(plan, now)
-        preempted = _persist_preemptions(plan, now)
-        _persist_pending(plan, stored)
-        store_fair_shares(plan.fair_shares, now)
+        admitted: list[int] = []
+        preempted: list[tuple[int, int, datetime]] = []
+        if not kept:
+            admitted = _persist_admissions(plan, now)
+            preempted = _persist_preemptions(plan, now)
+            _persist_pending(plan, stored)
+            store_fair_shares(plan.fair_shares, now)
+            keep_plan(snapshot, policy, plan)
         if balances is not None:
             store_balances(balances, now)
         lap("4_persist")
@@ -118,14 +130,16 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
             log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
     lap("5_apply")
     log.info(
-        "cycle: %d admitted, %d preempted, %d pending, %s",
+        "cycle: %d admitted, %d preempted, %d pending%s, %s",
         len(admitted),
         len(preempted),
         len(plan.pending),
+        " (the last plan kept)" if kept else "",
         timings,
     )
     return CycleResult(
         ran=True,
+        kept_plan=kept,
         admitted=admitted,
         preempted=[p[0] for p in preempted],
         pending=len(plan.pending),

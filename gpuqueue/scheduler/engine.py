@@ -19,6 +19,7 @@ from operator import attrgetter
 
 from gpuqueue.scheduler import reasons
 from gpuqueue.scheduler.fairshare import fair_shares
+from gpuqueue.scheduler.horizon import Horizon
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Admission,
@@ -62,6 +63,7 @@ class Cycle:
         self.policy = policy
         self.memo = memo
         self.now = snapshot.now
+        self.horizon = Horizon(snapshot.now)
         teams = snapshot.teams
         ids = {t.id for t in teams}
         # team -> (team, its department) or (team,): the groups a job's GPUs count against.
@@ -104,7 +106,7 @@ class Cycle:
             self.fair_share,
             self.chains,
             policy,
-            self.now,
+            self.horizon,
             {key: quota.guarantee for key, quota in self.quotas.items()},
             self.balance,
         )
@@ -112,7 +114,7 @@ class Cycle:
             self.ledger, self.search, self.fair_share, policy.placement
         )
         self.reserver = Reserver(
-            self.ledger, snapshot.nodes, snapshot.running, policy, self.now, memo
+            self.ledger, snapshot.nodes, snapshot.running, policy, self.horizon, memo
         )
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
@@ -142,6 +144,7 @@ class Cycle:
             self.queues,
             self.balance,
             self.policy.share_slice_seconds,
+            self.horizon,
         )
         self.starving = {job.id for job in self.order.starving}
         self.owed = self.order.owed
@@ -169,6 +172,8 @@ class Cycle:
             pending=tuple(self.pending),
             reservations=tuple(self.reserver.reservations),
             fair_shares=dict(sorted(self.fair_share.items())),
+            stable_until=self.horizon.until,
+            balance_checks=self.horizon.balance_checks,
         )
 
     def _left_pending(self, job: PendingJob, reason: Reason) -> None:
@@ -343,13 +348,15 @@ class Cycle:
         was entitled to (usage.py): borrowing then waits until the balance recovers."""
         assert self.balance is not None
         key = (job.team, job.flavor)
-        debt = -self.balance.get(key, 0.0)
-        if debt <= 0:  # most teams, and the cheapest test (the threshold is never negative)
+        below = self.horizon.below
+        if not below(self.balance, key, 0.0):  # no debt: most teams, and the cheapest test
             return False
         share = self.fair_share.get(key, 0)
         if self.ledger.in_use(job.team, job.flavor) + job.gpus <= share:
             return False
-        return debt > self.policy.share_borrow_debt_seconds * max(share, job.gpus)
+        # A debt (minus the balance) past the threshold.
+        threshold = self.policy.share_borrow_debt_seconds * max(share, job.gpus)
+        return below(self.balance, key, -threshold)
 
     def _in_debt_reason(self, job: PendingJob) -> Reason:
         """The numbers of `_in_debt`, and when the debt should be back under the threshold."""
@@ -359,6 +366,7 @@ class Cycle:
         debt = -self.balance.get(key, 0.0)
         threshold = self.policy.share_borrow_debt_seconds * max(share, job.gpus)
         wait = seconds_to_recover(debt, threshold, self.policy.share_half_life_seconds)
+        self.horizon.varies()  # the debt's value, and when it recovers counted from now
         return reasons.in_share_debt(
             job, share, self.ledger.in_use(job.team, job.flavor), debt, threshold, self.now + wait
         )

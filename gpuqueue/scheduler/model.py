@@ -8,9 +8,11 @@ A flavor is named by a string (the Flavor's name in the database).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 # A placement: (node name, workers on that node), sorted by node name.
 Placement = tuple[tuple[str, int], ...]
@@ -255,3 +257,10 @@ class Plan:
     reservations: tuple[Reservation, ...] = ()
     # Fair share per (team, flavor), for the dashboard and metrics.
     fair_shares: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # Until when the same snapshot at a later time gives this plan (horizon.py); not part of
+    # what a plan decides, so plans compare equal without it.
+    stable_until: float = field(default=-math.inf, compare=False)
+    # The comparisons of share balances with bounds the plan made: ((team, flavor), bound) ->
+    # whether the balance was below it (horizon.py). Other balances that give the same
+    # answers give the same plan.
+    balance_checks: Mapping[tuple[Any, float], bool] = field(default_factory=dict, compare=False)

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator, Mapping
 from operator import attrgetter
 
+from gpuqueue.scheduler.horizon import Horizon
 from gpuqueue.scheduler.ledger import Ledger
 from gpuqueue.scheduler.model import PendingJob, Snapshot
 
@@ -119,6 +120,7 @@ class Order:
         queues: Mapping[tuple[str, str], QueueJobs] | None = None,
         balance: Mapping[tuple[str, str], float] | None = None,
         slice_seconds: float = 0.0,
+        horizon: Horizon | None = None,
     ) -> None:
         """`queues`: the pending jobs per (team, flavor) when the caller has grouped them (the
         order depends neither on the order of the jobs in the snapshot nor on that of the
@@ -133,6 +135,7 @@ class Order:
         # Jobs starving by the balance rule (rule 1): they may reclaim beyond their share.
         self.owed: set[int] = set()
         now = snapshot.now
+        horizon = horizon or Horizon(now)
         if queues is None:
             grouped: dict[tuple[str, str], list[PendingJob]] = {}
             for job in snapshot.pending:
@@ -152,13 +155,17 @@ class Order:
             # Most queues of a busy cycle have no starving job: the team is at its fair share
             # (no job fits the room) or nothing has waited long enough. Their jobs are only
             # grouped by user and sorted, which the queue's facts have done already.
-            if not holds_nothing and (
-                facts.smallest > room or now - facts.oldest < starving_after  # the oldest has not
-            ):
+            if not holds_nothing and facts.smallest > room:
+                users.update(facts.by_user())
+                queue.sorted = True
+                continue
+            horizon.crossing(facts.oldest + starving_after)
+            if not holds_nothing and now - facts.oldest < starving_after:  # the oldest has not
                 users.update(facts.by_user())
                 queue.sorted = True
                 continue
             for job in facts.jobs:
+                horizon.crossing(job.submitted_at + starving_after)
                 waited = now - job.submitted_at >= starving_after
                 if waited and job.gpus <= room:
                     starving.append(job)
@@ -178,7 +185,7 @@ class Order:
             for key, job in oldest.items():
                 if key not in teams_starving:
                     if balance is not None:
-                        if balance.get(key, 0.0) < -slice_seconds / 2 * job.gpus:
+                        if horizon.below(balance, key, -slice_seconds / 2 * job.gpus):
                             continue  # in debt: it waits for its balance to recover
                         self.owed.add(job.id)
                     self.starving.append(job)

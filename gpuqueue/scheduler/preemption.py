@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from itertools import chain, islice
 
+from gpuqueue.scheduler.horizon import Horizon
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob
 
@@ -88,7 +89,7 @@ class VictimSearch:
         fair_share: Mapping[tuple[str, str], int],
         chains: Mapping[str, tuple[str, ...]],
         policy: Policy,
-        now: float,
+        horizon: Horizon,
         guarantees: Mapping[tuple[str, str], int] | None = None,
         balance: Mapping[tuple[str, str], float] | None = None,
     ) -> None:
@@ -97,7 +98,8 @@ class VictimSearch:
         self.fair_share = fair_share
         self.chains = chains
         self.policy = policy
-        self.now = now
+        self.horizon = horizon
+        self.now = horizon.now
         self.guarantees = guarantees or {}
         self.balance = balance  # Snapshot.share_balance
 
@@ -145,8 +147,9 @@ class VictimSearch:
         was entitled to (usage.py); never without balances."""
         if self.balance is None:
             return False
-        debt = -self.balance.get((victim.team, victim.flavor), 0.0)
-        return debt > self.policy.share_slice_seconds * victim.gpus
+        # A debt (minus the balance) past a slice of the victim's GPUs.
+        bound = -self.policy.share_slice_seconds * victim.gpus
+        return self.horizon.below(self.balance, (victim.team, victim.flavor), bound)
 
     def within_guarantee(self, job: PendingJob) -> bool:
         return all(
@@ -173,6 +176,8 @@ class VictimSearch:
             if victim.id not in self.ledger.victims
             and (until := self.protected_until(victim)) > self.now
         }
+        for until in ends:
+            self.horizon.crossing(until)
         return sorted(ends)
 
     def _candidates(
@@ -247,11 +252,18 @@ class VictimSearch:
         settled = self.now - self.policy.reclaim_min_runtime_seconds
         beyond_guarantee = reclaim and not self.within_guarantee(job)
         judged_at = self.now if at is None else at
+        listed = list(
+            islice(self._candidates(job, reclaim, priority), self.policy.max_victim_candidates)
+        )
+        crossing = self.horizon.crossing
+        for victim, kind in listed:  # the times the filters below compare the clock with
+            if at is None:
+                crossing(self.protected_until(victim))
+            if kind == RECLAIM and beyond_guarantee:
+                crossing(victim.started_at + self.policy.reclaim_min_runtime_seconds)
         candidates = [
             (victim, kind)
-            for victim, kind in islice(
-                self._candidates(job, reclaim, priority), self.policy.max_victim_candidates
-            )
+            for victim, kind in listed
             if victim.id not in ledger.victims
             and judged_at >= self.protected_until(victim)
             and not (kind == RECLAIM and beyond_guarantee and victim.started_at > settled)

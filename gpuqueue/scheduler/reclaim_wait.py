@@ -66,6 +66,8 @@ class ReclaimWaits:
             else:
                 hi, victims = mid, found
         now = self.search.now
+        for victim in victims:
+            self.search.horizon.crossing(self.search.protected_until(victim))
         protected = [v for v in victims if self.search.protected_until(v) > now]
         if not protected:
             return None  # room without waiting: the search failed for another cause

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from gpuqueue.scheduler import reasons
+from gpuqueue.scheduler.horizon import Horizon
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Node,
@@ -56,14 +57,15 @@ class Reserver:
         nodes: tuple[Node, ...],
         running: tuple[RunningJob, ...],
         policy: Policy,
-        now: float,
+        horizon: Horizon,
         memo: bool = True,
     ) -> None:
         """`memo`: whether the answers that jobs blocked by reservations ask for are kept
         (`backfill_room`, `behind`)."""
         self.ledger = ledger
         self.policy = policy
-        self.now = now
+        self.horizon = horizon
+        self.now = horizon.now
         self._nodes = nodes
         self._running = running
         # flavor -> release events (`release_events`).
@@ -100,7 +102,14 @@ class Reserver:
             end = release_time(job)
             if end is None:
                 continue
-            at = end if end >= now else now  # max(end, now)
+            # max(end, now): an overdue job is expected to end now, whenever that is; a
+            # reservation that starts then varies with the clock (`reserve`). One still due
+            # moves with the clock from its end on.
+            if end >= now:
+                at = end
+                self.horizon.crossing(end)
+            else:
+                at = now
             g = job.gpus_per_worker
             for node, workers in job.placement:
                 if node in free:
@@ -135,6 +144,7 @@ class Reserver:
         start = self.now
         events = self.release_events(fl)
         if fl.incoming:
+            self.horizon.varies()  # GPUs back a grace period from now
             back = self.now + self.policy.preemption_grace_seconds
             coming = [(back, n, gpus, -1) for n, gpus in fl.incoming.items() if n in avail]
             events = sorted(events + coming)
@@ -160,6 +170,8 @@ class Reserver:
             start = math.inf
         if placement is None:
             return None
+        if start == self.now:
+            self.horizon.varies()  # it could start now, whenever now is
         for node, workers in placement:
             ledger.hold(job.flavor, node, workers * g)
         reservation = Reservation(job.id, placement, start)
@@ -184,6 +196,8 @@ class Reserver:
             self.node_owner[(flavor, node)].job_id for node in self.ledger.flavors[flavor].held
         }
         holders = [r for r in self.reservations if r.job_id in owners]
+        if not holders:
+            self.horizon.varies()
         start = min((r.expected_start for r in holders), default=self.now)
         why = reasons.behind_reservation(job, start, tuple(r.job_id for r in holders))
         if self.memo:
@@ -196,6 +210,8 @@ class Reserver:
             return {}
         flavor = job.flavor
         ends = self.now + job.max_runtime
+        for reservation in self.reservations:  # `ends <= expected_start` below, for each
+            self.horizon.crossing(reservation.expected_start - job.max_runtime)
         current = self._current(flavor)
         if self.memo:
             hit = self._rooms.get((flavor, ends))

@@ -1,0 +1,68 @@
+"""The last plan, kept while nothing but the clock moved (the engine's horizon).
+
+With 43,000 jobs waiting on a full cluster and nothing changing, planning again gave the same
+plan every cycle and cost most of it. The engine says until when a plan holds if only the
+clock moves (`Plan.stable_until`, scheduler/horizon.py); a cycle whose change feed read no
+changed job (cycle/job_feed.py) and whose snapshot is the last one but for its time keeps the
+last plan before that time: its reasons and positions are on the rows already, so there is
+nothing to write either. A plan that admitted or preempted is never kept (what it did changes
+the next snapshot anyway). Kept once its cycle commits; GPUQUEUE_CACHES off plans every time
+(the plain path the tests compare with).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from django.db import transaction
+
+from gpuqueue.core import caches
+from gpuqueue.cycle.job_feed import current_read
+from gpuqueue.scheduler import model as m
+
+
+@dataclass(frozen=True)
+class _Last:
+    snapshot: m.Snapshot  # the engine's input, its time and share balances left out
+    balanced: bool  # whether it had share balances
+    policy: m.Policy
+    plan: m.Plan
+
+
+_kept: caches.Kept[str, _Last] = caches.Kept(max_entries=None, max_age_seconds=600.0)
+_KEY = "last plan"
+
+
+def kept_plan(snapshot: m.Snapshot, policy: m.Policy) -> m.Plan | None:
+    """The last plan if it is still the plan of `snapshot` (the engine's input)."""
+    last = _kept.get(_KEY, 1)
+    if last is None:
+        return None
+    read = current_read()
+    if read is None or read.full or read.read:  # a job changed (or all were read)
+        return None
+    if snapshot.now >= last.plan.stable_until or last.policy != policy:
+        return None
+    if replace(snapshot, now=0.0, share_balance=None) != last.snapshot:
+        return None
+    balance = snapshot.share_balance
+    if (balance is not None) != last.balanced:
+        return None
+    for (key, bound), below in last.plan.balance_checks.items():
+        if balance is None or (balance.get(key, 0.0) < bound) != below:
+            return None
+    return last.plan
+
+
+def keep_plan(snapshot: m.Snapshot, policy: m.Policy, plan: m.Plan) -> None:
+    """Keep `plan` once the cycle's transaction commits (it wrote what the plan says)."""
+    _kept.clear()
+    if plan.admissions or plan.preemptions or plan.stable_until <= snapshot.now:
+        return
+    kept = _Last(
+        replace(snapshot, now=0.0, share_balance=None),
+        snapshot.share_balance is not None,
+        policy,
+        plan,
+    )
+    transaction.on_commit(lambda: _kept.put(_KEY, 1, kept))

@@ -1,0 +1,182 @@
+"""A plan stays the plan of its snapshot until its `stable_until` (scheduler/horizon.py).
+
+The admission cycle keeps the last plan instead of planning again while nothing but the clock
+moved and the clock has not reached the plan's `stable_until` (cycle/run.py). That is right
+only if every way the engine reads the clock is accounted for: here, on generated snapshots
+(small ones with starving jobs, minimum runtimes, reservations, share debts; and busy ones),
+the same snapshot at any time before `stable_until` gives the same plan, every reason and
+position included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from gpuqueue.scheduler import plan
+from gpuqueue.scheduler.model import Plan, Policy, Snapshot
+from tests.scheduler.builders import HOUR, NOW, node, pending, running, team
+from tests.scheduler.test_memo import budgets, busy
+from tests.scheduler.test_properties import SETTINGS, snapshots
+
+LATER = st.sampled_from([0.0, 0.001, 0.3, 0.7, 0.999, 1.0])  # where between now and the horizon
+
+
+def _same_until_the_horizon(snapshot: Snapshot, policy: Policy, where: float) -> None:
+    planned = plan(snapshot, policy)
+    now, until = snapshot.now, planned.stable_until
+    assert until >= now
+    if until == now:
+        event("varies with the clock")
+        return
+    event("stable for a while" if until < now + 30 * 24 * HOUR else "stable for good")
+    end = min(until, now + 30 * 24 * HOUR)
+    later = now + (end - now) * where if where < 1.0 else end - 0.001
+    if later <= now:
+        return
+    assert plan(replace(snapshot, now=later), policy) == planned, (later - now, until - now)
+
+
+@SETTINGS
+@given(snapshots(), budgets(), LATER)
+def test_a_plan_holds_until_its_horizon(snapshot: Snapshot, policy: Policy, where: float) -> None:
+    _same_until_the_horizon(snapshot, policy, where)
+
+
+@settings(max_examples=40, deadline=None)
+@given(busy(), budgets(), LATER)
+def test_a_busy_plan_holds_until_its_horizon(
+    snapshot: Snapshot, policy: Policy, where: float
+) -> None:
+    _same_until_the_horizon(snapshot, policy, where)
+
+
+def test_the_horizon_is_the_next_starvation() -> None:
+    """Nothing else in the way: the plan holds until the waiting job starts starving, and the
+    plan at that time differs (it reserves the node)."""
+    waiting = pending(1, "a", gpus=8, submitted=NOW - 600)
+    full = running(100, "b", {"n1": 1}, gpus=8, started=NOW - HOUR, max_runtime=10 * HOUR)
+    snap = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=0, limit=8), team("b", guarantee=8, limit=8)),
+        running=(full,),
+        pending=(waiting,),
+    )
+    policy = Policy(starvation_seconds=3600.0, reclaim=False, preemption=False)
+    planned = plan(snap, policy)
+    assert planned.stable_until == NOW - 600 + 3600
+    assert plan(replace(snap, now=planned.stable_until), policy) != planned
+
+
+def test_the_horizon_is_the_end_of_a_minimum_runtime() -> None:
+    """A high-priority job waits for its team's low-priority job to leave its minimum runtime;
+    the plan holds until then and preempts after."""
+    low = running(100, "a", {"n1": 1}, gpus=8, started=NOW - 60)
+    urgent = pending(1, "a", gpus=8, priority=5)
+    snap = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=8, limit=8),),
+        running=(low,),
+        pending=(urgent,),
+    )
+    policy = Policy(min_runtime_seconds=300.0, starvation_seconds=10 * HOUR)
+    planned = plan(snap, policy)
+    assert not planned.preemptions and planned.stable_until == NOW - 60 + 300
+    assert plan(replace(snap, now=planned.stable_until), policy).preemptions
+
+
+def test_a_reservation_behind_an_overdue_job_varies_with_the_clock() -> None:
+    """The running job should have ended an hour ago: the starving job's reservation starts
+    "now", whatever now is, so no later time is known to give the same plan."""
+    overdue = running(100, "b", {"n1": 1}, gpus=8, started=NOW - 3 * HOUR, max_runtime=2 * HOUR)
+    starving = pending(1, "a", gpus=8, submitted=NOW - 2 * HOUR)
+    snap = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=0, limit=8), team("b", guarantee=8, limit=8)),
+        running=(overdue,),
+        pending=(starving,),
+    )
+    planned = plan(snap, Policy(starvation_seconds=HOUR, reclaim=False, preemption=False))
+    assert planned.reservations and planned.reservations[0].expected_start == NOW
+    assert planned.stable_until == NOW
+
+
+def _same_for_balances_answering_alike(
+    snapshot: Snapshot, policy: Policy, data: st.DataObject
+) -> None:
+    """Each balance moved anywhere the plan's checks of it still answer alike (between the
+    nearest bounds it was found at or above and below), or anywhere when it was not checked."""
+    planned = plan(snapshot, policy)
+    if snapshot.share_balance is None or planned.stable_until <= snapshot.now:
+        return  # no balances, or a plan that is never kept
+    moved = {}
+    for key in snapshot.share_balance:
+        lo, hi = -20 * HOUR, 20 * HOUR
+        for (checked, bound), below in planned.balance_checks.items():
+            if checked == key:
+                lo, hi = (lo, min(hi, bound)) if below else (max(lo, bound), hi)
+        where = data.draw(st.floats(0.0, 1.0, exclude_max=True))
+        moved[key] = lo + (hi - lo) * where
+        assert lo <= moved[key] < hi or lo == hi
+    event(f"{min(len(planned.balance_checks), 3)}+ checks")
+    assert all(
+        (moved.get(key, 0.0) < bound) == below
+        for (key, bound), below in planned.balance_checks.items()
+        if key in moved
+    )
+    assert plan(replace(snapshot, share_balance=moved), policy) == planned
+
+
+@SETTINGS
+@given(snapshots(), budgets(), st.data())
+def test_a_plan_holds_for_balances_that_answer_its_checks_alike(
+    snapshot: Snapshot, policy: Policy, data: st.DataObject
+) -> None:
+    """Share balances move at every cycle: the plan holds for any balances that give the same
+    answers to the comparisons it made (`Plan.balance_checks`)."""
+    _same_for_balances_answering_alike(snapshot, policy, data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(busy(), budgets(), st.data())
+def test_a_busy_plan_holds_for_balances_that_answer_its_checks_alike(
+    snapshot: Snapshot, policy: Policy, data: st.DataObject
+) -> None:
+    _same_for_balances_answering_alike(snapshot, policy, data)
+
+
+def _answers_alike(planned: Plan, balance: dict[tuple[str, str], float]) -> bool:
+    """Whether the cycle would keep `planned` for these balances (cycle/kept_plan.py)."""
+    return all(
+        (balance.get(key, 0.0) < bound) == below
+        for (key, bound), below in planned.balance_checks.items()
+    )
+
+
+def test_a_debt_past_the_threshold_is_a_different_answer() -> None:
+    """A team borrowing with a small debt is admitted; deep in debt it would wait. The plan's
+    checks must tell the two apart, and a debt on the same side of every bound must not."""
+    snap = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=0, limit=8), team("b", guarantee=8, limit=8)),
+        running=(),
+        # Team b asks for more than the node (its share is its guarantee): a borrows.
+        pending=(pending(1, "a", gpus=4), pending(2, "b", workers=2, gpus=8)),
+        share_balance={("a", "h100"): -1.0},
+    )
+    # The borrowing threshold (600 s x 4 GPUs) apart from the ordering's bound (half a slice).
+    policy = Policy(time_based_share=True, share_borrow_debt_seconds=600.0)
+    planned = plan(snap, policy)
+    assert [(a.job_id, a.borrowed) for a in planned.admissions] == [(1, True)]
+    for debt in (2.0, 3000.0, 30 * 24 * HOUR):
+        moved = {("a", "h100"): -debt}
+        alike = _answers_alike(planned, moved)
+        same = plan(replace(snap, share_balance=moved), policy) == planned
+        assert alike <= same, debt  # answers alike: the same plan
+    assert not _answers_alike(planned, {("a", "h100"): -30 * 24 * HOUR})
