@@ -14,10 +14,12 @@ Scenes:
   100,000 pending jobs spread over them.
 
 Then `run_cycle()` --cycles times, each followed by a cluster sync of the simulated backend
-(which launches nothing itself: launching is the cycle's last phase). Each cycle's phases are
-printed as the cycle times them (lock, snapshot, plan, persist, then launch after the commit)
-with a calibration figure of the machine, the time of `sum(range(10**6))`, so that results
-from different machines compare.
+(which launches nothing itself: launching is the cycle's phase after the commit). Each cycle's
+phases are printed as the cycle times them: lock, snapshot, plan ("kept" when the last plan
+still held: gpuqueue/cycle/kept_plan.py), persist, their sum ("admitted by": the admission
+transaction commits), then launch and explain (reasons and positions) after the commit; with
+a calibration figure of the machine, the time of `sum(range(10**6))`, so that results from
+different machines compare.
 """
 
 from __future__ import annotations
@@ -187,9 +189,10 @@ def run(
     )
     backend = SimulatedBackend.from_settings()
     print(
-        "| cycle | admitted | lock | snapshot | plan | persist | launch | total | pending after |"
+        "| cycle | admitted | lock | snapshot | plan | persist | **admitted by** | launch | "
+        "explain | total | pending after |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     results = []
     for n in range(1, args.cycles + 1):
         t0 = time.perf_counter()
@@ -197,18 +200,23 @@ def run(
         total = time.perf_counter() - t0
         t = result.phase_seconds
         left = Job.objects.filter(state=JobState.PENDING).count()
+        phases = ("1_lock", "2_snapshot", "3_plan", "4_persist", "5_apply", "6_explain")
         row = {
             "cycle": n,
             "admitted": len(result.admitted),
-            **{k: t.get(k) for k in ("1_lock", "2_snapshot", "3_plan", "4_persist", "5_apply")},
+            "kept_plan": result.kept_plan,
+            **{k: t.get(k) for k in phases},
+            # The admission transaction: when the decisions are committed (and launching starts).
+            "admitted_by": round(sum(t.get(k, 0.0) for k in phases[:4]), 3),
             "total": round(total, 3),
             "pending_after": left,
         }
         results.append(row)
+        plan = "kept" if result.kept_plan else _s(row["3_plan"])
         print(
             f"| {n} | {row['admitted']:,} | {_s(row['1_lock'])} | {_s(row['2_snapshot'])} | "
-            f"{_s(row['3_plan'])} | {_s(row['4_persist'])} | {_s(row['5_apply'])} | "
-            f"{total:.2f} s | {left:,} |",
+            f"{plan} | {_s(row['4_persist'])} | **{_s(row['admitted_by'])}** | "
+            f"{_s(row['5_apply'])} | {_s(row['6_explain'])} | {total:.2f} s | {left:,} |",
             flush=True,
         )
         sync_cluster(backend)

@@ -173,12 +173,19 @@ def current_read() -> Active | None:
 
 def remember_shown(written: list[tuple[int, Any, int | None, int | None]]) -> None:
     """The cycle wrote these (id, reason, team position, cluster position) on pending rows,
-    as display-only writes: keep them with the read its transaction made."""
-    if _reading:
-        shown = _reading[0].shown
+    as display-only writes: once that commits, the kept read shows them (the next cycle
+    compares its plan with them without reading the rows)."""
+
+    def remember() -> None:
+        active = _kept.get(_KEY, _VERSION)
+        if active is None:
+            return
+        shown = active.shown
         for job_id, *values in written:
             if job_id in shown:
                 shown[job_id] = tuple(values)  # type: ignore[assignment]
+
+    transaction.on_commit(remember)
 
 
 @contextmanager

@@ -13,11 +13,13 @@
    (Estimated starts come from `refresh_forecasts`, a task of its own: the forecast replays
    the engine many times and must not slow admission down.)
 4. Persist, in the same transaction: admissions and preemptions as filtered state updates
-   (a row that moved since the snapshot is skipped), each with its JobEvent; reasons,
-   positions and estimated starts on pending jobs; the plan's fair shares (which the pages
-   and /metrics show) and the advanced balances (a cycle that fails leaves both as they were).
+   (a row that moved since the snapshot is skipped), each with its JobEvent; the plan's fair
+   shares (which the pages and /metrics show) and the advanced balances (a cycle that fails
+   leaves both as they were).
 5. After commit: launch the admitted jobs and signal checkpoints on the backend. Both are
    idempotent, and the cluster sync retries what a crash here left undone.
+6. Explain: reasons and positions on the pending jobs, only those that changed, in a
+   transaction of their own (`_explain`).
 """
 
 from __future__ import annotations
@@ -107,15 +109,13 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
             with paused_gc():
                 plan = scheduler.plan(snapshot, policy)
         lap("3_plan")
-        # 4. Persist
+        # 4. Persist what was decided
         admitted: list[int] = []
         preempted: list[tuple[int, int, datetime]] = []
         if not kept:
             admitted = _persist_admissions(plan, now)
             preempted = _persist_preemptions(plan, now)
-            _persist_pending(plan, stored)
             store_fair_shares(plan.fair_shares, now)
-            keep_plan(snapshot, policy, plan)
         if balances is not None:
             store_balances(balances, now)
         lap("4_persist")
@@ -129,6 +129,10 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         except ClusterError as exc:
             log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
     lap("5_apply")
+    # 6. Explain
+    if not kept:
+        _explain(plan, stored, snapshot, policy)
+    lap("6_explain")
     log.info(
         "cycle: %d admitted, %d preempted, %d pending%s, %s",
         len(admitted),
@@ -189,6 +193,20 @@ def _persist_preemptions(plan: m.Plan, now: datetime) -> list[tuple[int, int, da
         if moved:
             preempted.append((job.pk, job.attempts, deadline))
     return preempted
+
+
+def _explain(
+    plan: m.Plan, stored: dict[int, StoredPending], snapshot: m.Snapshot, policy: m.Policy
+) -> None:
+    """Reasons and positions of the jobs left pending, in a transaction of their own under
+    the cycle's lock: after a wave they are tens of thousands of rows, which the admissions
+    need not wait for. A newer cycle that holds the lock writes its own instead; a crash
+    before this leaves the last ones shown until the next cycle writes them."""
+    with transaction.atomic():
+        if not try_xact_lock("admission_cycle"):
+            return
+        _persist_pending(plan, stored)
+        keep_plan(snapshot, policy, plan)  # what it says is on the rows now
 
 
 def reason_as_data(reason: m.Reason) -> dict[str, Any]:

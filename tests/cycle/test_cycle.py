@@ -157,7 +157,7 @@ def test_a_crash_inside_the_cycle_transaction_leaves_the_queue_untouched(
     def boom(*args: Any, **kwargs: Any) -> None:
         raise SystemExit("worker killed mid-cycle")
 
-    monkeypatch.setattr("gpuqueue.cycle.run._persist_pending", boom)
+    monkeypatch.setattr("gpuqueue.cycle.run.store_fair_shares", boom)
     with pytest.raises(SystemExit):
         run_cycle(backend=backend)
     job.refresh_from_db()
@@ -165,6 +165,32 @@ def test_a_crash_inside_the_cycle_transaction_leaves_the_queue_untouched(
     assert states(job) == ["PENDING"]
     monkeypatch.undo()
     assert run_cycle(backend=backend).admitted == [job.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_crash_while_explaining_keeps_the_admissions_and_the_next_cycle_explains(
+    world: Any, submit: Any, backend: Any, monkeypatch: Any
+) -> None:
+    """Reasons and positions are written after the admissions commit (`_explain`): a crash
+    there loses no admission, and the next cycle writes the reasons it did not."""
+    sync_cluster(backend)
+    fits = submit(workers=4, gpus_per_worker=8)  # all 32 H100s
+    waits = submit(gpus_per_worker=8)
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        raise SystemExit("worker killed while explaining")
+
+    monkeypatch.setattr("gpuqueue.cycle.run._persist_pending", boom)
+    with pytest.raises(SystemExit):
+        run_cycle(backend=backend)
+    fits.refresh_from_db()
+    waits.refresh_from_db()
+    assert fits.state == JobState.ADMITTED and waits.pending_reason is None
+    monkeypatch.undo()
+    result = run_cycle(backend=backend)
+    waits.refresh_from_db()
+    assert not result.kept_plan and waits.pending_reason is not None
+    assert waits.queue_position == 1
 
 
 def test_a_dead_node_breaks_the_gang_and_requeues_it(
