@@ -11,8 +11,10 @@ most MAX_AGE_SECONDS. Every write to the rows a value derives from changes that 
   `derives_from`). A request reads the epoch once, in its first Redis round trip (the rate
   count: `note_epoch`), so a change takes effect at the next request in every process.
   Outside a request, and without Redis, nothing is kept.
-- The pending queue, which changes with every submission, is kept row by row under each
-  row's own version, PostgreSQL's xmin (`gpuqueue.cycle.snapshot.PendingRows`).
+- The active jobs, which change with every submission, are kept by the admission cycle and
+  brought up to date from a change feed (`gpuqueue.cycle.job_feed`); nodes, flavors, quotas
+  and teams under their tables' versions (`gpuqueue.cycle.table_versions`); the last plan
+  while only the clock moved (`gpuqueue.cycle.kept_plan`).
 
 MAX_AGE_SECONDS bounds what no version sees: a bulk write (the cluster sync writes nodes with
 `bulk_update`, so a new node size counts within a minute), SQL behind gpuqueue's back, an

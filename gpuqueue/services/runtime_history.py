@@ -101,7 +101,7 @@ class _PredictedPending:
 
     The admission cycle runs at tens of thousands of pending jobs, so this must cost next to
     nothing when nothing changed: the snapshot keeps each pending job's object from cycle to
-    cycle while its row is unchanged (cycle/snapshot.py, PendingRows), so a job whose object
+    cycle while its row is unchanged (cycle/job_feed.py), so a job whose object
     is the one seen last time takes the same predicted copy. Under the same history object
     that is all; once the history is read again, each kept job's median is read again (once
     per distinct facts) and only the jobs whose median moved are copied anew.
