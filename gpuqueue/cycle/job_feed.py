@@ -77,7 +77,8 @@ class Active:
     own: int
     shown: dict[int, StoredPending] = field(default_factory=dict)  # decoded, pending rows only
     # The engine's object of each row, made by the snapshot (cycle/snapshot.py) under the
-    # names in `names` and kept while its row is: the predictions know a job by its object.
+    # names (and minimum runtime) in `names`, kept while its row is: the predictions know a
+    # job by its object.
     objects: dict[int, Any] = field(default_factory=dict)
     names: Any = None
     full: bool = True  # read whole (a cold start, a count that differed)

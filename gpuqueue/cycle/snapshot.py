@@ -105,11 +105,11 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     now, so that the cycle writes only what changed without reading the queue again."""
     nodes, snapshot_teams, names = kept_while_tables_unchanged("snapshot world", _load_world)
     active = read_active()
-    if active.names != names:  # a team or flavor renamed: make every job's object anew
-        active.objects.clear()
-        active.names = names
-    idle_first = _idle_reclaim_first(names)
     min_runtime = settings.GPUQUEUE_MIN_RUNTIME_SECONDS
+    if active.names != (names, min_runtime):  # a team or flavor renamed, a setting changed:
+        active.objects.clear()  # every job's object made anew
+        active.names = (names, min_runtime)
+    idle_first = _idle_reclaim_first(names)
     due = now.timestamp()
     objects = active.objects
     running: list[m.RunningJob] = []
