@@ -60,8 +60,6 @@ _COLUMNS = (
     "pending_reason",  # as text
     "queue_position",
     "cluster_position",
-    "name",  # with the above, what runtime predictions key on (services/runtime_history.py)
-    "image",
 )
 TIMES = {"submitted_at", "admitted_at", "checkpoint_requested_at", "not_before"}
 AS_TEXT = {"placement", "pending_reason"}

@@ -15,8 +15,6 @@ from gpuqueue.cycle.job_feed import HOLD, NOT_BEFORE, STATE, Row, StoredPending,
 from gpuqueue.cycle.table_versions import kept_while_tables_unchanged
 from gpuqueue.models import Flavor, Job, JobActivity, Node, Quota
 from gpuqueue.scheduler import model as m
-from gpuqueue.scheduler.prediction import JobFacts
-from gpuqueue.services.runtime_history import know_facts
 from teams.models import Team
 
 
@@ -116,7 +114,6 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     objects = active.objects
     running: list[m.RunningJob] = []
     pending: list[m.PendingJob] = []
-    new: list[Row] = []  # rows seen for the first time
     for job_id in sorted(active.rows):
         row = active.rows[job_id]
         job = objects.get(job_id)
@@ -125,17 +122,13 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
                 continue
             if job is None:
                 job = objects[job_id] = _pending(row, names)
-                new.append(row)
             pending.append(job)
         else:
             if job is None:
                 job = objects[job_id] = _running(row, names, min_runtime)
-                new.append(row)
             if job_id in idle_first:
                 job = replace(job, idle_reclaim_first=True)
             running.append(job)
-    if new:
-        know_facts({row[0]: _facts(row, names) for row in new})
     if stored is not None:
         shown = active.shown
         stored.update((job.id, shown[job.id]) for job in pending)
@@ -166,20 +159,6 @@ def _idle_reclaim_first(names: Names) -> set[int]:
             [sorted(HOLDING), flavors],
         )
         return {row[0] for row in cursor.fetchall()}
-
-
-def _facts(row: Row, names: Names) -> JobFacts:
-    """What the job's runtime is predicted by (services/runtime_history.py)."""
-    _, _, team_id, user_id, flavor_id, workers, gpus_per_worker, *_, name, image = row
-    return JobFacts(
-        user=str(user_id),
-        team=names.teams[team_id],
-        flavor=names.flavors[flavor_id][0],
-        workers=workers,
-        gpus_per_worker=gpus_per_worker,
-        name=name,
-        image=image,
-    )
 
 
 def _running(row: Row, names: Names, min_runtime: float) -> m.RunningJob:

@@ -71,12 +71,6 @@ def runtime_history() -> RuntimeHistory:
     return history
 
 
-def know_facts(facts: Mapping[int, JobFacts]) -> None:
-    """Facts of jobs read elsewhere (the cycle's snapshot reads their rows anyway): a wave of
-    50,000 new jobs then costs no second read of them."""
-    _facts.put_many({job_id: (_ALWAYS, job_facts) for job_id, job_facts in facts.items()})
-
-
 def _facts_by_id(ids: list[int]) -> dict[int, JobFacts]:
     known = _facts.get_many(dict.fromkeys(ids, _ALWAYS))
     missing = [i for i, facts in known.items() if facts is None]
