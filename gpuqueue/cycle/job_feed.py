@@ -20,6 +20,7 @@ cycle compares its plan with what the rows show without reading them again.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -84,6 +85,9 @@ class Active:
     full: bool = True  # read whole (a cold start, a count that differed)
     read: int = 0  # job rows the statement returned
     full_at: float = 0.0  # when the last whole read was made (monotonic)
+    # The same as the last read's when this one read nothing, else new (in this process):
+    # whoever read last (the cycle, a forecast), equal marks mean no job changed between.
+    mark: int = 0
 
 
 # Everything is read whole again after this long, a bound on anything written behind the
@@ -93,6 +97,7 @@ _kept: caches.Kept[str, Active] = caches.Kept(max_entries=None, max_age_seconds=
 _KEY = "active jobs"
 _VERSION = 1  # one value, kept under a fixed version: its freshness is the feed's own
 _reading: list[Active] = []  # the read of the transaction in progress (remember_shown)
+_marks = itertools.count(1)
 
 
 def read_active() -> Active:
@@ -144,6 +149,7 @@ def read_active() -> Active:
             _kept.clear()
             return read_active()
     active.read = len(changed)
+    active.mark = last.mark if last is not None and not changed else next(_marks)
     _reading[:] = [active]
     transaction.on_commit(lambda: _keep(active))
     return active

@@ -2,12 +2,13 @@
 
 With 43,000 jobs waiting on a full cluster and nothing changing, planning again gave the same
 plan every cycle and cost most of it. The engine says until when a plan holds if only the
-clock moves (`Plan.stable_until`, scheduler/horizon.py); a cycle whose change feed read no
-changed job (cycle/job_feed.py) and whose snapshot is the last one but for its time keeps the
+clock moves (`Plan.stable_until`, scheduler/horizon.py); a cycle for which the change feed
+read no changed job since the plan's own read (its `mark`: a forecast reading in between
+counts too, cycle/job_feed.py) and whose snapshot is the last one but for its time keeps the
 last plan before that time: its reasons and positions are on the rows already, so there is
 nothing to write either. A plan that admitted or preempted is never kept (what it did changes
-the next snapshot anyway). Kept once its cycle commits; GPUQUEUE_CACHES off plans every time
-(the plain path the tests compare with).
+the next snapshot anyway). Kept once its reasons are written; GPUQUEUE_CACHES off plans every
+time (the plain path the tests compare with).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gpuqueue.scheduler import model as m
 class _Last:
     snapshot: m.Snapshot  # the engine's input, its time and share balances left out
     balanced: bool  # whether it had share balances
+    mark: int  # the change feed's mark of the read it was planned from
     policy: m.Policy
     plan: m.Plan
 
@@ -39,7 +41,7 @@ def kept_plan(snapshot: m.Snapshot, policy: m.Policy) -> m.Plan | None:
     if last is None:
         return None
     read = current_read()
-    if read is None or read.full or read.read:  # a job changed (or all were read)
+    if read is None or read.mark != last.mark:  # a job changed since (or all were read)
         return None
     if snapshot.now >= last.plan.stable_until or last.policy != policy:
         return None
@@ -54,14 +56,16 @@ def kept_plan(snapshot: m.Snapshot, policy: m.Policy) -> m.Plan | None:
     return last.plan
 
 
-def keep_plan(snapshot: m.Snapshot, policy: m.Policy, plan: m.Plan) -> None:
-    """Keep `plan` once the cycle's transaction commits (it wrote what the plan says)."""
+def keep_plan(snapshot: m.Snapshot, policy: m.Policy, plan: m.Plan, mark: int) -> None:
+    """Keep `plan`, made from the feed's read `mark`, once the transaction commits (its
+    reasons and positions are written)."""
     _kept.clear()
     if plan.admissions or plan.preemptions or plan.stable_until <= snapshot.now:
         return
     kept = _Last(
         replace(snapshot, now=0.0, share_balance=None),
         snapshot.share_balance is not None,
+        mark,
         policy,
         plan,
     )

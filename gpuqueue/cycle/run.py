@@ -40,7 +40,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError
 from gpuqueue.core.locks import try_xact_lock
 from gpuqueue.core.reason_text import when
 from gpuqueue.core.states import JobState
-from gpuqueue.cycle.job_feed import display_only_writes, remember_shown
+from gpuqueue.cycle.job_feed import current_read, display_only_writes, remember_shown
 from gpuqueue.cycle.kept_plan import keep_plan, kept_plan
 from gpuqueue.cycle.launch import launch_admitted
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
@@ -105,6 +105,8 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         #    holds until later (cycle/kept_plan.py): then the rows show it already.
         plan = kept_plan(snapshot, policy)
         kept = plan is not None
+        read = current_read()
+        mark = read.mark if read is not None else -1
         if plan is None:
             with paused_gc():
                 plan = scheduler.plan(snapshot, policy)
@@ -131,7 +133,7 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
     lap("5_apply")
     # 6. Explain
     if not kept:
-        _explain(plan, stored, snapshot, policy)
+        _explain(plan, stored, snapshot, policy, mark)
     lap("6_explain")
     log.info(
         "cycle: %d admitted, %d preempted, %d pending%s, %s",
@@ -196,7 +198,11 @@ def _persist_preemptions(plan: m.Plan, now: datetime) -> list[tuple[int, int, da
 
 
 def _explain(
-    plan: m.Plan, stored: dict[int, StoredPending], snapshot: m.Snapshot, policy: m.Policy
+    plan: m.Plan,
+    stored: dict[int, StoredPending],
+    snapshot: m.Snapshot,
+    policy: m.Policy,
+    mark: int,
 ) -> None:
     """Reasons and positions of the jobs left pending, in a transaction of their own under
     the cycle's lock: after a wave they are tens of thousands of rows, which the admissions
@@ -206,7 +212,7 @@ def _explain(
         if not try_xact_lock("admission_cycle"):
             return
         _persist_pending(plan, stored)
-        keep_plan(snapshot, policy, plan)  # what it says is on the rows now
+        keep_plan(snapshot, policy, plan, mark)  # what it says is on the rows now
 
 
 def reason_as_data(reason: m.Reason) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from gpuqueue.core.states import JobState
-from gpuqueue.cycle.run import run_cycle
+from gpuqueue.cycle.run import refresh_forecasts, run_cycle
 from gpuqueue.models import Job
 from gpuqueue.services.cluster_sync import sync_cluster
 
@@ -77,6 +77,13 @@ def test_any_change_to_a_job_plans_again(world: Any, backend: Any, submit: Any) 
     Job.objects.filter(pk=waiting.pk).update(priority=3)  # the job's row changed
     assert not run_cycle(now, backend).kept_plan
     assert run_cycle(now, backend).kept_plan
+    # A reason written behind the cycle's back, read first by a forecast: the cycle still
+    # sees that a job changed since its plan, plans and writes its reason back.
+    shown = Job.objects.values_list("pending_reason", flat=True).get(pk=waiting.pk)
+    Job.objects.filter(pk=waiting.pk).update(pending_reason={"code": "by_hand"})
+    refresh_forecasts(now)
+    assert not run_cycle(now, backend).kept_plan
+    assert Job.objects.values_list("pending_reason", flat=True).get(pk=waiting.pk) == shown
     submit(gpus_per_worker=8)  # a new job
     assert not run_cycle(now, backend).kept_plan
     with override_settings(GPUQUEUE_CACHES=False):
