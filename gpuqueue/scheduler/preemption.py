@@ -14,6 +14,7 @@ tried on free plus incoming GPUs, and the whole attempt is rolled back if it doe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from itertools import chain, islice
 
@@ -252,22 +253,26 @@ class VictimSearch:
         settled = self.now - self.policy.reclaim_min_runtime_seconds
         beyond_guarantee = reclaim and not self.within_guarantee(job)
         judged_at = self.now if at is None else at
-        listed = list(
-            islice(self._candidates(job, reclaim, priority), self.policy.max_victim_candidates)
-        )
-        crossing = self.horizon.crossing
-        for victim, kind in listed:  # the times the filters below compare the clock with
-            if at is None:
-                crossing(self.protected_until(victim))
-            if kind == RECLAIM and beyond_guarantee:
-                crossing(victim.started_at + self.policy.reclaim_min_runtime_seconds)
-        candidates = [
-            (victim, kind)
-            for victim, kind in listed
-            if victim.id not in ledger.victims
-            and judged_at >= self.protected_until(victim)
-            and not (kind == RECLAIM and beyond_guarantee and victim.started_at > settled)
-        ]
+        now = self.now
+        settle = self.policy.reclaim_min_runtime_seconds
+        flips = math.inf  # the first time after now that one of the filters below flips
+        candidates = []
+        for victim, kind in islice(
+            self._candidates(job, reclaim, priority), self.policy.max_victim_candidates
+        ):
+            until = self.protected_until(victim)
+            settling = kind == RECLAIM and beyond_guarantee
+            if at is None and now < until < flips:
+                flips = until
+            if settling and now < victim.started_at + settle < flips:
+                flips = victim.started_at + settle
+            if (
+                victim.id not in ledger.victims
+                and judged_at >= until
+                and not (settling and victim.started_at > settled)
+            ):
+                candidates.append((victim, kind))
+        self.horizon.crossing(flips)
         if not candidates or not self._may_fit(job, fl, candidates):
             return None
         g = job.gpus_per_worker
