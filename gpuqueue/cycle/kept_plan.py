@@ -13,19 +13,19 @@ time (the plain path the tests compare with).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from django.db import transaction
 
 from gpuqueue.core import caches
 from gpuqueue.cycle.job_feed import current_read
 from gpuqueue.scheduler import model as m
+from gpuqueue.scheduler.horizon import still_holds
 
 
 @dataclass(frozen=True)
 class _Last:
-    snapshot: m.Snapshot  # the engine's input, its time and share balances left out
-    balanced: bool  # whether it had share balances
+    snapshot: m.Snapshot  # the engine's input the plan was made from
     mark: int  # the change feed's mark of the read it was planned from
     policy: m.Policy
     plan: m.Plan
@@ -43,16 +43,8 @@ def kept_plan(snapshot: m.Snapshot, policy: m.Policy) -> m.Plan | None:
     read = current_read()
     if read is None or read.mark != last.mark:  # a job changed since (or all were read)
         return None
-    if snapshot.now >= last.plan.stable_until or last.policy != policy:
+    if last.policy != policy or not still_holds(last.plan, last.snapshot, snapshot):
         return None
-    if replace(snapshot, now=0.0, share_balance=None) != last.snapshot:
-        return None
-    balance = snapshot.share_balance
-    if (balance is not None) != last.balanced:
-        return None
-    for (key, bound), below in last.plan.balance_checks.items():
-        if balance is None or (balance.get(key, 0.0) < bound) != below:
-            return None
     return last.plan
 
 
@@ -62,11 +54,5 @@ def keep_plan(snapshot: m.Snapshot, policy: m.Policy, plan: m.Plan, mark: int) -
     _kept.clear()
     if plan.admissions or plan.preemptions or plan.stable_until <= snapshot.now:
         return
-    kept = _Last(
-        replace(snapshot, now=0.0, share_balance=None),
-        snapshot.share_balance is not None,
-        mark,
-        policy,
-        plan,
-    )
+    kept = _Last(snapshot, mark, policy, plan)
     transaction.on_commit(lambda: _kept.put(_KEY, 1, kept))

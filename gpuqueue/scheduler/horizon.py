@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
+
+from gpuqueue.scheduler.model import Plan, Snapshot
 
 Key = tuple[str, str]  # (team, flavor)
 
@@ -47,3 +50,20 @@ class Horizon:
         """A value computed from the clock (or from a balance's value, not only its side of
         a bound) went into the plan: any other time may change it."""
         self.until = self.now
+
+
+def still_holds(plan: Plan, planned: Snapshot, snapshot: Snapshot) -> bool:
+    """Whether `snapshot` gives `plan`, made from `planned`, without planning again: the same
+    snapshot but for its time and share balances, its time before the plan's horizon, and its
+    balances answering the plan's comparisons alike."""
+    if snapshot.now >= plan.stable_until:
+        return False
+    balance = snapshot.share_balance
+    if (balance is None) != (planned.share_balance is None):
+        return False
+    if replace(snapshot, now=planned.now, share_balance=planned.share_balance) != planned:
+        return False
+    return balance is None or all(
+        (balance.get(key, 0.0) < bound) == below
+        for (key, bound), below in plan.balance_checks.items()
+    )

@@ -16,7 +16,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from gpuqueue.scheduler import plan
-from gpuqueue.scheduler.model import Plan, Policy, Snapshot
+from gpuqueue.scheduler.horizon import still_holds
+from gpuqueue.scheduler.model import Policy, Snapshot
 from tests.scheduler.builders import HOUR, NOW, node, pending, running, team
 from tests.scheduler.test_memo import budgets, busy
 from tests.scheduler.test_properties import SETTINGS, snapshots
@@ -36,7 +37,9 @@ def _same_until_the_horizon(snapshot: Snapshot, policy: Policy, where: float) ->
     later = now + (end - now) * where if where < 1.0 else end - 0.001
     if later <= now:
         return
-    assert plan(replace(snapshot, now=later), policy) == planned, (later - now, until - now)
+    moved = replace(snapshot, now=later)
+    assert still_holds(planned, snapshot, moved)
+    assert plan(moved, policy) == planned, (later - now, until - now)
 
 
 @SETTINGS
@@ -124,12 +127,9 @@ def _same_for_balances_answering_alike(
         moved[key] = lo + (hi - lo) * where
         assert lo <= moved[key] < hi or lo == hi
     event(f"{min(len(planned.balance_checks), 3)}+ checks")
-    assert all(
-        (moved.get(key, 0.0) < bound) == below
-        for (key, bound), below in planned.balance_checks.items()
-        if key in moved
-    )
-    assert plan(replace(snapshot, share_balance=moved), policy) == planned
+    other = replace(snapshot, share_balance=moved)
+    assert still_holds(planned, snapshot, other)
+    assert plan(other, policy) == planned
 
 
 @SETTINGS
@@ -150,14 +150,6 @@ def test_a_busy_plan_holds_for_balances_that_answer_its_checks_alike(
     _same_for_balances_answering_alike(snapshot, policy, data)
 
 
-def _answers_alike(planned: Plan, balance: dict[tuple[str, str], float]) -> bool:
-    """Whether the cycle would keep `planned` for these balances (cycle/kept_plan.py)."""
-    return all(
-        (balance.get(key, 0.0) < bound) == below
-        for (key, bound), below in planned.balance_checks.items()
-    )
-
-
 def test_a_debt_past_the_threshold_is_a_different_answer() -> None:
     """A team borrowing with a small debt is admitted; deep in debt it would wait. The plan's
     checks must tell the two apart, and a debt on the same side of every bound must not."""
@@ -175,8 +167,9 @@ def test_a_debt_past_the_threshold_is_a_different_answer() -> None:
     planned = plan(snap, policy)
     assert [(a.job_id, a.borrowed) for a in planned.admissions] == [(1, True)]
     for debt in (2.0, 3000.0, 30 * 24 * HOUR):
-        moved = {("a", "h100"): -debt}
-        alike = _answers_alike(planned, moved)
-        same = plan(replace(snap, share_balance=moved), policy) == planned
-        assert alike <= same, debt  # answers alike: the same plan
-    assert not _answers_alike(planned, {("a", "h100"): -30 * 24 * HOUR})
+        moved = replace(snap, share_balance={("a", "h100"): -debt})
+        holds = still_holds(planned, snap, moved)
+        assert holds <= (plan(moved, policy) == planned), debt  # it holds: the same plan
+    deep = replace(snap, share_balance={("a", "h100"): -30 * 24 * HOUR})
+    assert not still_holds(planned, snap, deep)
+    assert not still_holds(planned, snap, replace(snap, now=NOW + 1, running=(), pending=()))
