@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -161,7 +161,7 @@ def _keep(active: Active) -> None:
         _reading.clear()
 
 
-def _decode_shown(active: Active, rows: Iterator[Row] | Any) -> None:
+def _decode_shown(active: Active, rows: Iterable[Row]) -> None:
     """What each pending row shows, with a reason's JSON decoded once however many share it."""
     decoded: dict[str | None, Any] = {None: None}
     for row in rows:

@@ -47,9 +47,9 @@ def node_capacity_by_flavor(
     return offered
 
 
-def load_nodes() -> tuple[m.Node, ...]:
-    """Every node with its GPUs per flavor (two queries: flavors, nodes)."""
-    flavors = list(Flavor.objects.all())
+def load_nodes(flavors: list[Flavor] | None = None) -> tuple[m.Node, ...]:
+    """Every node with its GPUs per flavor (two queries: flavors unless given, nodes)."""
+    flavors = list(Flavor.objects.all()) if flavors is None else flavors
     by_resource = {f.name: f.resource_name for f in flavors}
     nodes = []
     for node in Node.objects.order_by("name"):
@@ -68,24 +68,19 @@ def load_nodes() -> tuple[m.Node, ...]:
     return tuple(nodes)
 
 
-def load_teams() -> tuple[m.Team, ...]:
-    """Every team with its quotas per flavor and its department (two queries)."""
+def load_teams(teams: list[Team] | None = None) -> tuple[m.Team, ...]:
+    """Every team (read here unless given) with its quotas per flavor and its department."""
     quotas: dict[int, dict[str, m.Quota]] = {}
     for quota in Quota.objects.select_related("flavor"):
         quotas.setdefault(quota.team_id, {})[quota.flavor.name] = m.Quota(
             guarantee=quota.guarantee, limit=quota.limit, weight=quota.weight
         )
-    teams = Team.objects.select_related("parent").order_by("slug")
+    if teams is None:
+        teams = list(Team.objects.select_related("parent").order_by("slug"))
     return tuple(
         m.Team(id=t.slug, quotas=quotas.get(t.pk, {}), parent=t.parent.slug if t.parent else None)
         for t in teams
     )
-
-
-def _load_world() -> tuple[tuple[m.Node, ...], tuple[m.Team, ...], Names]:
-    flavors = {f.pk: (f.name, f.idle_policy) for f in Flavor.objects.all()}
-    teams = dict(Team.objects.values_list("id", "slug"))
-    return load_nodes(), load_teams(), Names(teams, flavors)
 
 
 @dataclass(frozen=True)
@@ -94,6 +89,14 @@ class Names:
 
     teams: dict[int, str]
     flavors: dict[int, tuple[str, str]]
+
+
+def _load_world() -> tuple[tuple[m.Node, ...], tuple[m.Team, ...], Names]:
+    """Nodes, teams with quotas, and the names job rows refer to, flavors and teams read once."""
+    flavors = list(Flavor.objects.all())
+    teams = list(Team.objects.select_related("parent").order_by("slug"))
+    names = Names({t.pk: t.slug for t in teams}, {f.pk: (f.name, f.idle_policy) for f in flavors})
+    return load_nodes(flavors), load_teams(teams), names
 
 
 def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None) -> m.Snapshot:

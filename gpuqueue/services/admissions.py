@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from gpuqueue.core.states import JobState, check_transition
 from gpuqueue.models import JobEvent
+from gpuqueue.services.column_arrays import array_param, array_sql
 from gpuqueue.services.pending import SHOWN_WHILE_PENDING, update_still_pending
 from gpuqueue.services.usage_ledger import record_admissions
 
@@ -64,7 +65,8 @@ def _insert_events(admissions: Sequence[Admitted], actor: str) -> None:
     sql = (
         f"INSERT INTO {quote(JobEvent._meta.db_table)} ({columns}) "
         f"SELECT v.id, %s, %s, %s, CASE WHEN v.borrowed THEN %s ELSE %s END, %s, v.details "
-        f"FROM unnest(%b::bigint[], %b::boolean[], %b::jsonb[]) AS v (id, borrowed, details)"
+        f"FROM unnest(%b::bigint[], %b::boolean[], {array_sql(details)}) "
+        "AS v (id, borrowed, details)"
     )
     with connection.cursor() as cursor:
         cursor.execute(
@@ -78,11 +80,9 @@ def _insert_events(admissions: Sequence[Admitted], actor: str) -> None:
                 actor,
                 [a.job_id for a in admissions],
                 [a.borrowed for a in admissions],
-                [
-                    details.get_db_prep_save(
-                        {"placement": a.placement, "borrowed": a.borrowed}, connection
-                    )
-                    for a in admissions
-                ],
+                array_param(
+                    details,
+                    [{"placement": a.placement, "borrowed": a.borrowed} for a in admissions],
+                ),
             ],
         )
