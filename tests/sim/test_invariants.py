@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 
@@ -85,6 +86,29 @@ def test_a_window_on_the_engine_snapshot_changes_no_decision() -> None:
     windowed = simulate(jobs, CLUSTER, teams, "gpuqueue", SimConfig(window=16))
     assert [r.first_start for r in windowed.runs] == [r.first_start for r in full.runs]
     assert windowed.summary["snapshot_pending_max"] < full.summary["snapshot_pending_max"]
+
+
+def test_the_window_shows_a_small_job_queued_behind_its_teams_gangs() -> None:
+    """A team's first jobs by turn are gangs bigger than any free room; its one-GPU job behind
+    them starts as soon as a GPU is free, as it does with no window at all (a window by turn
+    alone hid it until a gang could start)."""
+    pytest.importorskip("gpuqueue.scheduler")
+    from tests.sim.builders import EXACT, job, team
+
+    cluster = uniform_cluster(2, 8)
+    teams = [team("a", 8, 16), team("b", 8, 16)]
+    # a and b hold a GPU each for 100 h: no 16-GPU gang of a's can start before.
+    jobs = [job(1, 0.0, 360_000.0), job(2, 0.0, 360_000.0, team="b")]
+    jobs += [job(10 + i, 10.0 + i, 3600.0, gpus=8, workers=2) for i in range(20)]
+    jobs.append(job(99, 60.0, 3600.0))
+    # The starvation guard off (and a holds GPUs, so its oldest gang is not put first either):
+    # a reservation would decide the small job's fate instead.
+    config = replace(EXACT, engine_policy=Policy(starvation_seconds=1e12))
+    full = simulate(jobs, cluster, teams, "gpuqueue", replace(config, window=None))
+    windowed = simulate(jobs, cluster, teams, "gpuqueue", replace(config, window=16))
+    start = {r.job.id: r.first_start for r in windowed.runs}
+    assert start[99] == 60.0
+    assert start == {r.job.id: r.first_start for r in full.runs}
 
 
 def test_every_plan_of_the_replay_is_the_plan_of_the_engine_with_every_memo_off() -> None:

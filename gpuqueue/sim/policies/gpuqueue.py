@@ -34,9 +34,11 @@ class GpuqueueEngine(SchedulingPolicy):
     - `window` (jobs per team, None for all) bounds the pending jobs shown to the engine. Inside
       a team the engine goes by priority, then turn (`PendingJob.rank`), and the window keeps
       the head of that order, plus each team and flavor's `window` oldest jobs, which the
-      starvation guard looks at first. Pending demand also sets fair shares (a team's share is
-      capped by what it asks for), so the window is extended, job by job, until the team's
-      demand in the snapshot covers its fair share computed from its whole backlog:
+      starvation guard looks at first, and the head of each shape's queue (workers x GPUs):
+      jobs of one shape are alike to placement, so every job that could start is shown, not
+      only those of the team's first shapes by turn. Pending demand also sets fair shares (a
+      team's share is capped by what it asks for), so the window is extended, job by job, until
+      the team's demand in the snapshot covers its fair share computed from its whole backlog:
       water-filling gives the same shares when every cap stays at or above the share it yields.
     - `skip_idle_changes`: an arrival only asks for a cycle when it could start now (enough free
       GPUs of its flavor), could reclaim (its team stays within its last fair share or its
@@ -100,6 +102,10 @@ class GpuqueueEngine(SchedulingPolicy):
         # The same jobs per (team, flavor) by submission alone: the starvation guard goes by
         # waiting time, not by turn, so the window also shows each one's oldest jobs.
         self.oldest: dict[tuple[str, str], OrderedQueue[PendingJob]] = {}
+        # And per (team, flavor, shape) by turn: jobs of one shape are alike to placement, so
+        # the head of each shape's queue is every job of that shape that could start (a
+        # window by turn alone hides the small jobs behind a team's gangs that do not fit).
+        self.shapes: dict[tuple[str, str, int, int], OrderedQueue[PendingJob]] = {}
         # The running jobs as the engine sees them, in the order they started (a job being
         # preempted keeps its place).
         self.running: dict[int, RunningJob] = {}
@@ -137,6 +143,8 @@ class GpuqueueEngine(SchedulingPolicy):
         self.queues.setdefault(job.team, OrderedQueue()).push(job.id, key, pending)
         oldest = self.oldest.setdefault((job.team, job.flavor), OrderedQueue())
         oldest.push(job.id, (pending.submitted_at, float(job.id)), pending)
+        shape = (job.team, job.flavor, job.workers, job.gpus_per_worker)
+        self.shapes.setdefault(shape, OrderedQueue()).push(job.id, key, pending)
         if self.sampler is not None:
             self._waiting[job.id] = run
         self.asked[(job.team, job.flavor)] += job.gpus
@@ -171,6 +179,7 @@ class GpuqueueEngine(SchedulingPolicy):
         job = run.job
         self.queues[job.team].remove(job.id)
         self.oldest[(job.team, job.flavor)].remove(job.id)
+        self.shapes[(job.team, job.flavor, job.workers, job.gpus_per_worker)].remove(job.id)
         self._waiting.pop(job.id, None)
         self.asked[(job.team, job.flavor)] -= job.gpus
         self.used[(job.team, job.flavor)] += job.gpus
@@ -250,18 +259,21 @@ class GpuqueueEngine(SchedulingPolicy):
             short[job.flavor] = missing - job.gpus
         return shown
 
-    def _oldest_outside(self, shown: tuple[PendingJob, ...]) -> tuple[PendingJob, ...]:
-        """Each (team, flavor)'s `window` oldest jobs that the window by turn left out: with
-        shortest-predicted-first (model.RUNTIME_AGING), an old long job can sit behind many
-        short ones, yet it is the one the starvation guard must see."""
+    def _heads_outside(self, shown: tuple[PendingJob, ...]) -> tuple[PendingJob, ...]:
+        """Each (team, flavor)'s `window` oldest jobs and each shape's first `window` by turn,
+        where the window by turn left them out: with shortest-predicted-first
+        (model.RUNTIME_AGING), an old long job can sit behind many short ones, yet it is the one
+        the starvation guard must see; and a team's small jobs can sit behind gangs that do not
+        fit, yet they are the ones that could start."""
         assert self.window is not None
         ids = {job.id for job in shown}
         extra: list[PendingJob] = []
-        for queue in self.oldest.values():
+        for queue in itertools.chain(self.oldest.values(), self.shapes.values()):
             if len(queue) == 0:
                 continue
             for job in itertools.islice(queue.values(), self.window):
                 if job.id not in ids:
+                    ids.add(job.id)
                     extra.append(job)
         return tuple(extra)
 
@@ -278,7 +290,7 @@ class GpuqueueEngine(SchedulingPolicy):
                     for team, q in self.queues.items()
                 )
             )
-            pending += self._oldest_outside(pending)
+            pending += self._heads_outside(pending)
         if self.runtimes is not None:
             # Jobs that outlived their prediction get a new one (given how long they ran).
             for run, runtime in self.runtimes.overdue(now, self._runs):
