@@ -155,12 +155,10 @@ class Order:
             # Most queues of a busy cycle have no starving job: the team is at its fair share
             # (no job fits the room) or nothing has waited long enough. Their jobs are only
             # grouped by user and sorted, which the queue's facts have done already.
-            if not holds_nothing and facts.smallest > room:
-                users.update(facts.by_user())
-                queue.sorted = True
-                continue
-            horizon.crossing(facts.oldest + starving_after)
-            if not holds_nothing and now - facts.oldest < starving_after:  # the oldest has not
+            fits_room = holds_nothing or facts.smallest <= room
+            if fits_room:  # only then is the oldest job's wait compared with the threshold
+                horizon.crossing(facts.oldest + starving_after)
+            if not fits_room or (not holds_nothing and now - facts.oldest < starving_after):
                 users.update(facts.by_user())
                 queue.sorted = True
                 continue

@@ -210,8 +210,6 @@ class Reserver:
             return {}
         flavor = job.flavor
         ends = self.now + job.max_runtime
-        for reservation in self.reservations:  # `ends <= expected_start` below, for each
-            self.horizon.crossing(reservation.expected_start - job.max_runtime)
         current = self._current(flavor)
         if self.memo:
             hit = self._rooms.get((flavor, ends))
@@ -220,7 +218,12 @@ class Reserver:
         room: dict[str, int] = {}
         for node, gpus in self.ledger.flavors[flavor].held.items():
             owner = self.node_owner.get((flavor, node))
-            if owner is not None and ends <= owner.expected_start:
+            if owner is None:
+                continue
+            # `ends <= expected_start` flips when the clock passes their difference (a kept
+            # answer below was reached with the same comparisons: same ends, same holders).
+            self.horizon.crossing(owner.expected_start - job.max_runtime)
+            if ends <= owner.expected_start:
                 room[node] = gpus
         if self.memo:
             self._rooms[(flavor, ends)] = (current, room)

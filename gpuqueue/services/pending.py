@@ -39,8 +39,8 @@ def update_still_pending(
     """UPDATE job SET columns FROM unnest(one array per column) WHERE state = PENDING: one
     statement with one parameter per column, however many rows (a VALUES list of a parameter
     per cell cost more to build and parse than the update itself at tens of thousands; each
-    column is bound as services/column_arrays.py binds it). Each
-    row is (id, *values); `cleared` columns are set to NULL and `counted` ones incremented.
+    column is bound as services/column_arrays.py binds it). Each row is (id, *values);
+    `cleared` columns are set to NULL and `counted` ones incremented.
     Returns the ids written: a job that moved on since the cycle's snapshot is left alone."""
     if not rows:
         return []

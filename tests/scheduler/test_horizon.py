@@ -173,3 +173,26 @@ def test_a_debt_past_the_threshold_is_a_different_answer() -> None:
     deep = replace(snap, share_balance={("a", "h100"): -30 * 24 * HOUR})
     assert not still_holds(planned, snap, deep)
     assert not still_holds(planned, snap, replace(snap, now=NOW + 1, running=(), pending=()))
+
+
+def test_the_horizon_is_the_last_time_a_job_can_backfill_before_a_reservation() -> None:
+    """A starving gang holds the node until its running job ends (in 2 h); a 1.5 h job may
+    use the held GPUs now, and until 30 minutes from now: the plan holds until then and
+    refuses the backfill after."""
+    busy_until = running(100, "b", {"n1": 1}, gpus=4, started=NOW - HOUR, max_runtime=3 * HOUR)
+    gang = pending(1, "a", gpus=8, submitted=NOW - 5 * HOUR)
+    short = pending(2, "a", gpus=4, submitted=NOW, max_runtime=1.5 * HOUR)
+    snap = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=8, limit=8), team("b", guarantee=0, limit=8)),
+        running=(busy_until,),
+        pending=(gang, short),
+    )
+    policy = Policy(starvation_seconds=4 * HOUR, reclaim=False, preemption=False)
+    planned = plan(snap, policy)
+    assert [a.job_id for a in planned.admissions] == [2]
+    assert planned.reservations[0].expected_start == NOW + 2 * HOUR
+    assert planned.stable_until == NOW + 0.5 * HOUR
+    after = plan(replace(snap, now=planned.stable_until + 1), policy)
+    assert not after.admissions
