@@ -16,14 +16,14 @@ BORROW = Policy().share_borrow_debt_seconds
 
 
 def crowded(**changes: object) -> dict[str, object]:
-    """Team b (guarantee 8) holds the whole cluster (two nodes, 16 single-GPU jobs that ran two
-    hours); team a (weight 0: its share is 0) waits with one 8-GPU gang submitted a minute ago;
+    """Team b (guarantee 8) holds the whole cluster (two nodes, 16 single-GPU jobs that ran five
+    hours, past Policy.reclaim_min_runtime_seconds); team a (weight 0: its share is 0) waits with one 8-GPU gang submitted a minute ago;
     team c (guarantee 8) asks for a 16-GPU gang, which is more than its share of 8."""
     fields: dict[str, object] = {
         "nodes": nodes(2, h100=8),
         "teams": (team("a", weight=0.0), team("b", guarantee=8), team("c", guarantee=8)),
         "running": tuple(
-            running(100 + i, "b", {"n1" if i < 8 else "n2": 1}, started=NOW - 2 * HOUR)
+            running(100 + i, "b", {"n1" if i < 8 else "n2": 1}, started=NOW - 5 * HOUR)
             for i in range(16)
         ),
         "pending": (
@@ -36,13 +36,13 @@ def crowded(**changes: object) -> dict[str, object]:
 
 
 def lone_gpu(balance: float, guarantee: int = 0) -> dict[str, object]:
-    """Team a (weight 0: share 0) runs one 1-GPU job that ran two hours; team b runs 8
+    """Team a (weight 0: share 0) runs one 1-GPU job that ran five hours; team b runs 8
     non-preemptible GPUs on n2 and 7 on n1, and asks for one more, within its share."""
     return {
         "nodes": nodes(2, h100=8),
         "teams": (team("a", weight=0.0), team("b", guarantee=guarantee, limit=16)),
         "running": (
-            running(10, "a", {"n1": 1}, started=NOW - 2 * HOUR),
+            running(10, "a", {"n1": 1}, started=NOW - 5 * HOUR),
             running(11, "b", {"n1": 7}, preemptible=False),
             running(12, "b", {"n2": 1}, gpus=8, preemptible=False),
         ),
