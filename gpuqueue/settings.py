@@ -239,6 +239,10 @@ GPUQUEUE_STARVATION_SECONDS = env_float("GPUQUEUE_STARVATION_SECONDS", 3600.0, m
 GPUQUEUE_MIN_RUNTIME_SECONDS = env_float("GPUQUEUE_MIN_RUNTIME_SECONDS", 60.0, minimum=0)
 GPUQUEUE_PREEMPTION = env_bool("GPUQUEUE_PREEMPTION", True)
 GPUQUEUE_RECLAIM = env_bool("GPUQUEUE_RECLAIM", True)
+# Reclaim for a share above the guarantee takes only jobs that ran this long (Policy field).
+GPUQUEUE_RECLAIM_MIN_RUNTIME_SECONDS = env_float(
+    "GPUQUEUE_RECLAIM_MIN_RUNTIME_SECONDS", 4 * 3600.0, minimum=0
+)
 # Time-based fair share: each team's balance of GPU-time received against its fair share, kept
 # by the admission cycle (gpuqueue/services/share_balance.py, docs/dashboard.md).
 GPUQUEUE_TIME_BASED_SHARE = env_bool("GPUQUEUE_TIME_BASED_SHARE", True)

@@ -25,6 +25,7 @@ def policy_from_settings() -> m.Policy:
         min_runtime_seconds=settings.GPUQUEUE_MIN_RUNTIME_SECONDS,
         preemption=settings.GPUQUEUE_PREEMPTION,
         reclaim=settings.GPUQUEUE_RECLAIM,
+        reclaim_min_runtime_seconds=settings.GPUQUEUE_RECLAIM_MIN_RUNTIME_SECONDS,
         time_based_share=settings.GPUQUEUE_TIME_BASED_SHARE,
     )
 

@@ -22,13 +22,13 @@ RATE = math.log(2) / Policy().share_half_life_seconds  # 1 / the balance's time 
 HOUR = 3600.0
 
 
-def hold(job: Job, now: datetime, first: int = 0) -> None:
+def hold(job: Job, now: datetime, first: int = 0, hours: float = 1) -> None:
     """The job runs, one worker on each H100 node from the `first` (placement: node -> workers),
-    admitted an hour ago."""
+    admitted `hours` ago."""
     nodes = Node.objects.order_by("name").filter(name__startswith="h100-")
     placement = {node.name: 1 for node in nodes[first : first + job.workers]}
     Job.objects.filter(pk=job.pk).update(
-        state=JobState.RUNNING, admitted_at=now - timedelta(hours=1), placement=placement
+        state=JobState.RUNNING, admitted_at=now - timedelta(hours=hours), placement=placement
     )
 
 
@@ -200,7 +200,8 @@ def test_a_team_with_no_share_gets_its_turn_at_once(world: Any, submit: Any, bac
     now = no_share_world(world, submit, backend, b_limit=24)
     held = [submit(user=world.carol, team=world.team_b, gpus_per_worker=8) for _ in range(4)]
     for node, job in enumerate(held):
-        hold(job, now, first=node)  # team-b holds all 32 GPUs, for an hour now
+        # team-b holds all 32 GPUs, for 5 hours now: past the reclaim hysteresis (4 h).
+        hold(job, now, first=node, hours=5)
     job = submit(gpus_per_worker=8)
 
     result = run_cycle(now=now, backend=backend)
@@ -217,7 +218,8 @@ def test_without_balances_a_team_with_no_share_waits_its_hour(
 ) -> None:
     now = no_share_world(world, submit, backend, b_limit=24)
     for node in range(4):
-        hold(submit(user=world.carol, team=world.team_b, gpus_per_worker=8), now, first=node)
+        job = submit(user=world.carol, team=world.team_b, gpus_per_worker=8)
+        hold(job, now, first=node, hours=5)
     submit(gpus_per_worker=8)
     assert run_cycle(now=now, backend=backend).preempted == []
 
@@ -226,11 +228,12 @@ def test_without_balances_a_team_with_no_share_waits_its_hour(
 def test_a_team_with_no_share_yields_its_last_job_once_it_owes_an_hour_of_it(
     world: Any, submit: Any, backend: Any, debt_hours: float, yields: bool
 ) -> None:
-    """team-a's 8-GPU job has run a while; team-b asks for its guarantee back. The job is kept
-    until team-a owes an hour of its 8 GPUs (Policy.share_slice_seconds)."""
+    """team-a's 8-GPU job has run 5 hours (past the reclaim hysteresis); team-b asks for its
+    share back. The job is kept until team-a owes an hour of its 8 GPUs
+    (Policy.share_slice_seconds)."""
     now = no_share_world(world, submit, backend)
     last = submit(gpus_per_worker=8)
-    hold(last, now)
+    hold(last, now, hours=5)
     for node in range(1, 4):
         hold(submit(user=world.carol, team=world.team_b, gpus_per_worker=8), now, first=node)
     submit(user=world.carol, team=world.team_b, gpus_per_worker=8)

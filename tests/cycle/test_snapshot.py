@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle import job_feed
 from gpuqueue.cycle import snapshot as snapshot_module
-from gpuqueue.cycle.snapshot import StoredPending, load_snapshot
+from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
 from gpuqueue.models import Job
 from gpuqueue.scheduler import model as m
 
@@ -371,3 +371,18 @@ def test_table_versions_move_with_every_change_and_only_then(world: Any) -> None
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE gpuqueue_node CASCADE")
     assert node_version() == start + 3
+
+
+@override_settings(
+    GPUQUEUE_PLACEMENT="spread",
+    GPUQUEUE_STARVATION_SECONDS=1800.0,
+    GPUQUEUE_MIN_RUNTIME_SECONDS=30.0,
+    GPUQUEUE_RECLAIM=False,
+    GPUQUEUE_RECLAIM_MIN_RUNTIME_SECONDS=7200.0,
+)
+def test_the_admins_policy_settings_reach_the_engine() -> None:
+    policy = policy_from_settings()
+    assert policy.placement == m.PlacementStrategy.SPREAD
+    assert (policy.starvation_seconds, policy.min_runtime_seconds) == (1800.0, 30.0)
+    assert policy.reclaim is False
+    assert policy.reclaim_min_runtime_seconds == 7200.0

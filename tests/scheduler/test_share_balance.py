@@ -17,8 +17,9 @@ BORROW = Policy().share_borrow_debt_seconds
 
 def crowded(**changes: object) -> dict[str, object]:
     """Team b (guarantee 8) holds the whole cluster (two nodes, 16 single-GPU jobs that ran five
-    hours, past Policy.reclaim_min_runtime_seconds); team a (weight 0: its share is 0) waits with one 8-GPU gang submitted a minute ago;
-    team c (guarantee 8) asks for a 16-GPU gang, which is more than its share of 8."""
+    hours, past Policy.reclaim_min_runtime_seconds); team a (weight 0: its share is 0) waits
+    with one 8-GPU gang submitted a minute ago; team c (guarantee 8) asks for a 16-GPU gang,
+    which is more than its share of 8."""
     fields: dict[str, object] = {
         "nodes": nodes(2, h100=8),
         "teams": (team("a", weight=0.0), team("b", guarantee=8), team("c", guarantee=8)),
