@@ -234,16 +234,14 @@ class VictimSearch:
 
         1. Take the candidates in rule order, at most policy.max_victim_candidates of them,
            leaving out jobs already chosen and jobs inside their minimum runtime.
-        2. Stop when even all of them gone would not make room: in GPUs (`_may_fit`), or in
-           whole workers on their nodes (`_nodes_may_fit`).
-        3. Try them in rule order, globally (`_in_order`); if that does not make room,
+        2. First try them in rule order, globally (`_in_order`); if that does not make room,
            try node by node (`_by_node`): victims spread over many nodes may free plenty of GPUs
            and still no whole worker, where the same number on one node would do; last, where
            the next worker is cheapest (`_cheapest_first`): a team's spare share may buy one
            worker on each of three nodes, where spent on one node it buys one.
-        4. Give back every victim that turns out not to be needed, most valuable first, so that
+        3. Give back every victim that turns out not to be needed, most valuable first, so that
            the fewest jobs are preempted.
-        5. Refuse (and roll back) when more victims than `budget` would be needed.
+        4. Refuse (and roll back) when more victims than `budget` would be needed.
 
         Candidates are counted against max_victim_candidates before the runtime filters, as
         they always were, so that the filters change which jobs qualify and nothing else.
@@ -279,12 +277,9 @@ class VictimSearch:
             return None
         g = job.gpus_per_worker
         start = fl.workers_fit(g, fl.incoming)
-        on_node = _on_nodes(fl, candidates)
-        if not self._nodes_may_fit(job, fl, on_node, start):
-            return None
         for strategy in (self._in_order, self._by_node, self._cheapest_first):
             mark = ledger.checkpoint()
-            found = strategy(job, fl, candidates, on_node, start, limit_ok, budget)
+            found = strategy(job, fl, candidates, start, limit_ok, budget)
             if found is None:
                 ledger.rollback(mark)
                 continue
@@ -333,24 +328,6 @@ class VictimSearch:
             total += min(gpus, beyond[team])
         return total >= job.gpus
 
-    def _nodes_may_fit(
-        self,
-        job: PendingJob,
-        fl: FlavorLedger,
-        on_node: ByNode,
-        fit: int,
-    ) -> bool:
-        """Whether the gang's workers could fit with every candidate gone (a necessary
-        condition, as `_may_fit`, node by node): GPUs enough in total may still make no whole
-        worker anywhere, and most searches that pass `_may_fit` and fail, fail so."""
-        g = job.gpus_per_worker
-        for node, here in on_node.items():
-            base = _available(fl, node)
-            fit += (base + sum(gpus for _, gpus, _ in here)) // g - base // g
-            if fit >= job.workers:
-                return True
-        return fit >= job.workers
-
     def _take(self, job: PendingJob, fl: FlavorLedger, victim: RunningJob, kind: str) -> int:
         """Release one victim if its team can give it up; the workers it adds (-1: refused)."""
         if victim.id in self.ledger.victims:
@@ -366,7 +343,6 @@ class VictimSearch:
         job: PendingJob,
         fl: FlavorLedger,
         candidates: list[tuple[RunningJob, str]],
-        on_node: ByNode,
         fit: int,
         limit_ok: Callable[[], bool],
         budget: int,
@@ -389,12 +365,11 @@ class VictimSearch:
         job: PendingJob,
         fl: FlavorLedger,
         candidates: list[tuple[RunningJob, str]],
-        on_node: ByNode,
         fit: int,
         limit_ok: Callable[[], bool],
         budget: int,
     ) -> tuple[list[tuple[RunningJob, str]], int] | None:
-        """1. The candidates grouped by the nodes they sit on (`on_node`).
+        """1. Group the candidates by the nodes they sit on.
         2. Visit nodes with the most GPUs already available first (the fewest victims needed),
            skipping nodes that could not hold one worker even with every candidate gone.
         3. On each node release candidates in rule order, one batch per extra worker, until the
@@ -402,6 +377,7 @@ class VictimSearch:
         """
         g = job.gpus_per_worker
         ledger = self.ledger
+        on_node = _on_nodes(fl, candidates)
         potential = {
             node: _available(fl, node) + sum(gpus for _, gpus, _ in here)
             for node, here in on_node.items()
@@ -444,14 +420,13 @@ class VictimSearch:
         job: PendingJob,
         fl: FlavorLedger,
         candidates: list[tuple[RunningJob, str]],
-        on_node: ByNode,
         fit: int,
         limit_ok: Callable[[], bool],
         budget: int,
     ) -> tuple[list[tuple[RunningJob, str]], int] | None:
         """The last resort, when rule order and node by node both failed.
 
-        1. The candidates grouped by the nodes they sit on, in rule order on each (`on_node`).
+        1. Group the candidates by the nodes they sit on (in rule order on each node).
         2. Gain one worker at a time where it is cheapest: on the node whose next worker needs
            the fewest GPUs released (then the fewest victims, the most GPUs already available).
            With a team's spare share as the only currency this spends it where it buys most:
@@ -461,6 +436,7 @@ class VictimSearch:
         """
         g = job.gpus_per_worker
         ledger = self.ledger
+        on_node = _on_nodes(fl, candidates)
         refused: set[int] = set()
         chosen: list[tuple[RunningJob, str]] = []
         while fit < job.workers:
@@ -509,14 +485,12 @@ def _available(fl: FlavorLedger, node: str) -> int:
     return max(fl.free[node], 0) + fl.incoming.get(node, 0)
 
 
-# node -> (victim, its GPUs on that node, kind), in rule order.
-ByNode = dict[str, list[tuple[RunningJob, int, str]]]
-
-
-def _on_nodes(fl: FlavorLedger, candidates: list[tuple[RunningJob, str]]) -> ByNode:
+def _on_nodes(
+    fl: FlavorLedger, candidates: list[tuple[RunningJob, str]]
+) -> dict[str, list[tuple[RunningJob, int, str]]]:
     """node -> (victim, its GPUs on that node, kind), in rule order, for the flavor's
     schedulable nodes."""
-    on_node: ByNode = {}
+    on_node: dict[str, list[tuple[RunningJob, int, str]]] = {}
     for victim, kind in candidates:
         for node, workers in victim.placement:
             if node in fl.free:

@@ -303,14 +303,10 @@ def test_preemption(case: Case) -> None:
 def test_searches_cut_short_by_what_the_candidates_could_free_decide_as_full_searches(
     snapshot: Snapshot, policy: Policy
 ) -> None:
-    """`VictimSearch._may_fit` and `_nodes_may_fit` only skip searches that would fail anyway:
-    every plan (its preemptions, admissions and reasons) is the same with every search run to
-    the end."""
+    """`VictimSearch._may_fit` only skips searches that would fail anyway: every plan (its
+    preemptions, admissions and reasons) is the same with every search run to the end."""
     cut = plan(snapshot, policy)
-    with (
-        patch.object(VictimSearch, "_may_fit", lambda *_: True),
-        patch.object(VictimSearch, "_nodes_may_fit", lambda *_: True),
-    ):
+    with patch.object(VictimSearch, "_may_fit", lambda *_: True):
         full = plan(snapshot, policy)
     assert cut == full
 
@@ -343,33 +339,25 @@ def test_a_team_gives_no_job_bigger_than_what_it_holds_beyond_its_share() -> Non
     assert searched == [False]
 
 
-def test_a_search_whose_victims_make_no_whole_worker_on_any_node_is_cut_short() -> None:
+def test_no_job_is_preempted_for_a_worker_that_no_node_could_hold() -> None:
     """Team a borrows 4 GPUs on each of two 8-GPU nodes, next to team c's non-preemptible
     work: 8 GPUs in all, enough for team b's one 8-GPU worker by count, but no node could
-    come free. The search stops before trying the candidates, and nothing is preempted."""
+    come free. Nothing is preempted and b waits."""
     snapshot = Snapshot(
         now=NOW,
         nodes=nodes(2, h100=8),
         teams=(team("a"), team("b", guarantee=8), team("c", guarantee=8)),
         running=(
-            running(10, "a", {"n1": 1}, gpus=4, started=NOW - 2 * HOUR),
-            running(11, "a", {"n2": 1}, gpus=4, started=NOW - 2 * HOUR),
-            running(12, "c", {"n1": 1}, gpus=4, preemptible=False, started=NOW - 2 * HOUR),
-            running(13, "c", {"n2": 1}, gpus=4, preemptible=False, started=NOW - 2 * HOUR),
+            running(10, "a", {"n1": 1}, gpus=4, started=NOW - 5 * HOUR),
+            running(11, "a", {"n2": 1}, gpus=4, started=NOW - 5 * HOUR),
+            running(12, "c", {"n1": 1}, gpus=4, preemptible=False, started=NOW - 5 * HOUR),
+            running(13, "c", {"n2": 1}, gpus=4, preemptible=False, started=NOW - 5 * HOUR),
         ),
         pending=(pending(1, "b", gpus=8),),
     )
-    answers: list[bool] = []  # asked only once `_may_fit` let the search go on
-    real = VictimSearch._nodes_may_fit
-
-    def spy(self: VictimSearch, *args: object) -> bool:
-        answers.append(real(self, *args))  # type: ignore[arg-type]
-        return answers[-1]
-
-    with patch.object(VictimSearch, "_nodes_may_fit", spy):
-        result = plan(snapshot, Policy())
+    result = plan(snapshot, Policy())
     assert not result.admissions and not result.preemptions
-    assert answers == [False]
+    assert result.pending[0].reason.code == ReasonCode.NO_CAPACITY
 
 
 def test_gpus_already_coming_back_count_toward_what_a_search_may_free() -> None:
