@@ -13,6 +13,7 @@ Phases (each a method below):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from itertools import groupby
 from operator import attrgetter
@@ -43,9 +44,15 @@ from gpuqueue.scheduler.starvation import Reserver
 from gpuqueue.scheduler.usage import seconds_to_recover
 
 
-def plan(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
-    """Admit, preempt and explain: the same snapshot and policy always give the same plan."""
-    return Cycle(snapshot, policy or Policy()).run()
+def plan(snapshot: Snapshot, policy: Policy | None = None, *, explain: bool = True) -> Plan:
+    """Admit, preempt and explain: the same snapshot and policy always give the same plan.
+
+    `explain=False` (a forecast's step): the same admissions, preemptions and reservations, but
+    no reasons or positions for the jobs left pending (`Plan.pending` is empty), and the jobs
+    are considered only until none of the rest could be admitted or preempt for; the plan then
+    promises no `stable_until`.
+    """
+    return Cycle(snapshot, policy or Policy(), explain=explain).run()
 
 
 class Cycle:
@@ -58,10 +65,13 @@ class Cycle:
     answer computed afresh (tests/scheduler/test_memo.py compares the two).
     """
 
-    def __init__(self, snapshot: Snapshot, policy: Policy, memo: bool = True) -> None:
+    def __init__(
+        self, snapshot: Snapshot, policy: Policy, memo: bool = True, explain: bool = True
+    ) -> None:
         self.snapshot = snapshot
         self.policy = policy
         self.memo = memo
+        self.explain = explain
         self.now = snapshot.now
         self.horizon = Horizon(snapshot.now)
         teams = snapshot.teams
@@ -157,8 +167,11 @@ class Cycle:
                 self._left_pending(job, why)
         consider = self._consider
         left_pending = self._left_pending
+        settled = None if self.explain else Settled(self)
         for run in self.order.runs():
             while run:
+                if settled is not None and settled.after(run[-1]):
+                    break
                 stamp = ledger.stamp
                 job = run.pop()
                 why = consider(job)
@@ -166,18 +179,22 @@ class Cycle:
                     left_pending(job, why)
                 if ledger.stamp != stamp:
                     break  # the order may have moved: the next run (Order.runs)
+            if settled is not None and settled.done:
+                break
         return Plan(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),
             pending=tuple(self.pending),
             reservations=tuple(self.reserver.reservations),
             fair_shares=dict(sorted(self.fair_share.items())),
-            stable_until=self.horizon.until,
+            stable_until=self.horizon.until if settled is None else -math.inf,
             balance_checks=self.horizon.balance_checks,
         )
 
     def _left_pending(self, job: PendingJob, reason: Reason) -> None:
         """Phase 5: the job's reason and positions, in its team and in the cluster."""
+        if not self.explain:
+            return
         in_team = self._in_team[job.team] = self._in_team.get(job.team, 0) + 1
         self.pending.append(Pending(job.id, reason, in_team, len(self.pending) + 1))
 
@@ -235,6 +252,8 @@ class Cycle:
 
     def _waits_for_capacity(self, job: PendingJob, fit: int, free: int) -> Reason:
         """Step 11 of `_consider`, with the workers that fit now and the free GPUs."""
+        if not self.explain:
+            return _UNEXPLAINED
         key = (job.team, job.flavor)
         ahead = self.waiting_in_team.get(key, 0)
         self.waiting_in_team[key] = ahead + 1
@@ -454,6 +473,78 @@ class Cycle:
         return reasons.waiting_for_preemption(job, tuple(waited))
 
 
+class Settled:
+    """For a plan that explains nothing (`plan(explain=False)`): whether any job still to be
+    considered could be admitted or preempt for, read after the starving jobs (which alone
+    reserve) as the order goes on.
+
+    None of the rest can when no victim search is left, and in every flavor the free GPUs are
+    fewer than its smallest pending gang's and no job left could backfill onto held GPUs (its
+    max runtime ends after every reservation's start: `Reserver.backfill_room`). Step 8's claims
+    on GPUs coming back admit nothing. tests/scheduler/test_explain.py compares the plans.
+    """
+
+    __slots__ = ("_backfill", "_cycle", "_key", "_smallest", "_window", "done")
+
+    def __init__(self, cycle: Cycle) -> None:
+        self._cycle = cycle
+        self.done = False
+        self._key: tuple[int, int, int] | None = None
+        self._smallest: dict[str, int] = {}
+        for (_, flavor), queue in cycle.queues.items():
+            self._smallest[flavor] = min(queue.smallest, self._smallest.get(flavor, queue.smallest))
+        # Per flavor, the longest max runtime that ends before some reservation's start, and
+        # how many jobs still to be considered have one that short.
+        self._window: dict[str, float] = {}
+        for (flavor, _), owner in cycle.reserver.node_owner.items():
+            wait = owner.expected_start - cycle.now
+            self._window[flavor] = max(wait, self._window.get(flavor, wait))
+        self._backfill: dict[str, int] = {}
+        for job in cycle.snapshot.pending:
+            if job.id not in cycle.starving and self._may_backfill(job):
+                self._backfill[job.flavor] = self._backfill.get(job.flavor, 0) + 1
+
+    def _may_backfill(self, job: PendingJob) -> bool:
+        window = self._window.get(job.flavor)
+        return window is not None and job.max_runtime is not None and job.max_runtime <= window
+
+    def after(self, job: PendingJob) -> bool:
+        """Whether nothing is left to decide, `job` being the next one."""
+        if self._key is None or self._key != self._state():
+            self._key = self._state()
+            self.done = self._nothing_left()
+        if not self.done and self._may_backfill(job):
+            self._backfill[job.flavor] -= 1
+            if self._backfill[job.flavor] == 0:
+                self._key = None  # read again at the next job
+        return self.done
+
+    def _state(self) -> tuple[int, int, int]:
+        cycle = self._cycle
+        return (cycle.ledger.stamp, cycle.searches_left, len(cycle.preemptions))
+
+    def _nothing_left(self) -> bool:
+        cycle = self._cycle
+        policy = cycle.policy
+        if (
+            (policy.preemption or policy.reclaim)
+            and cycle.searches_left > 0
+            and len(cycle.preemptions) < policy.max_preemptions_per_cycle
+        ):
+            return False
+        for flavor, fl in cycle.ledger.flavors.items():
+            smallest = self._smallest.get(flavor)
+            if smallest is None:
+                continue  # nothing pending there
+            if fl.total_free >= smallest:
+                return False
+            if self._backfill.get(flavor) and any(fl.held.values()):
+                return False
+        return True
+
+
+# The reason of a job left pending in a plan that explains nothing (`Cycle.explain`).
+_UNEXPLAINED = Reason(ReasonCode.NO_CAPACITY)
 # The cycle's state (`Cycle._state`).
 State = tuple[int, int, int]
 # A kept verdict: the state, and the reason (None: waits for capacity, with the workers that

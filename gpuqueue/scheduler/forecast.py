@@ -28,7 +28,8 @@ def forecast(
 ) -> Mapping[int, float | None]:
     """Estimated start per pending job id (None when it cannot be estimated).
 
-    1. Plan at the current virtual time.
+    1. Plan at the current virtual time (a plan that explains nothing: reasons and positions
+       are not read here, and it stops once nothing else could start; engine.Settled).
     2. Apply the plan: admitted jobs start now, victims start leaving.
     3. Move to the next time something can change: a job ends, a preempted job's GPUs come
        back, a job starts to starve, or a minimum runtime runs out. Events close together are
@@ -50,7 +51,7 @@ def forecast(
             running=tuple(running[i] for i in sorted(running)),
             pending=tuple(pending[i] for i in sorted(pending)),
         )
-        result = plan(state, policy)
+        result = plan(state, policy, explain=False)  # admissions and preemptions are read
         for admission in result.admissions:
             job = pending.pop(admission.job_id)
             if admission.job_id in starts and starts[admission.job_id] is None:
