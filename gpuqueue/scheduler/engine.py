@@ -332,11 +332,7 @@ class Cycle:
         # 9. (The budget is checked here first: most jobs of a busy cycle get this far.)
         policy = self.policy
         entitled = False
-        if (
-            (policy.preemption or policy.reclaim)
-            and self.searches_left > 0
-            and len(self.preemptions) < policy.max_preemptions_per_cycle
-        ):
+        if self.may_search():
             # The first job of a team that is owed GPU-time may reclaim beyond its share.
             reclaim = policy.reclaim and (self.search.may_reclaim(job) or job.id in self.owed)
             left = self.searches_left
@@ -351,8 +347,8 @@ class Cycle:
             reservation = self.reserver.reserve(job)
             if reservation is not None:
                 return reasons.reserved(job, reservation.expected_start, len(reservation.placement))
-        # 11.
-        if entitled:
+        # 11. (When reclaim can start only explains: rolled back what-ifs.)
+        if entitled and self.explain:
             budget = policy.max_preemptions_per_cycle - len(self.preemptions)
             why = self.reclaim_waits.reason(job, fl, self._limit_ok(job), budget)
             if why is not None:
@@ -360,6 +356,15 @@ class Cycle:
                 self.waiting_in_team[key] = self.waiting_in_team.get(key, 0) + 1
                 return why
         return self._waits_for_capacity(job, fl.fits(g), fl.total_free)
+
+    def may_search(self) -> bool:
+        """Whether a victim search may still run in this cycle (its budgets, step 9)."""
+        policy = self.policy
+        return (
+            (policy.preemption or policy.reclaim)
+            and self.searches_left > 0
+            and len(self.preemptions) < policy.max_preemptions_per_cycle
+        )
 
     def _in_debt(self, job: PendingJob) -> bool:
         """Whether admitting `job` would take its team past its fair share while the team
@@ -525,12 +530,7 @@ class Settled:
 
     def _nothing_left(self) -> bool:
         cycle = self._cycle
-        policy = cycle.policy
-        if (
-            (policy.preemption or policy.reclaim)
-            and cycle.searches_left > 0
-            and len(cycle.preemptions) < policy.max_preemptions_per_cycle
-        ):
+        if cycle.may_search():
             return False
         for flavor, fl in cycle.ledger.flavors.items():
             smallest = self._smallest.get(flavor)
