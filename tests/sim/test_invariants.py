@@ -112,9 +112,11 @@ def test_the_window_shows_a_small_job_queued_behind_its_teams_gangs() -> None:
 
 
 def test_every_plan_of_the_replay_is_the_plan_of_the_engine_with_every_memo_off() -> None:
-    """The replay calls `plan(snapshot, policy)`, as the admission cycle does; planning each of
-    its snapshots with every memo off gives the same plan (with snapshots bigger than the
-    window: the demand of a team is extended to cover its fair share)."""
+    """The replay calls `plan(snapshot, policy, explain=False)`: the admission cycle's
+    decisions without the reasons, which a replay never reads. Planning each of its snapshots
+    with every memo off gives the same plan, and the full plan the same decisions (with
+    snapshots bigger than the window: the demand of a team is extended to cover its fair
+    share)."""
     pytest.importorskip("gpuqueue.scheduler")
     from gpuqueue.scheduler import plan
     from gpuqueue.scheduler.engine import Cycle
@@ -126,10 +128,16 @@ def test_every_plan_of_the_replay_is_the_plan_of_the_engine_with_every_memo_off(
     teams = proportional_quotas(jobs, CLUSTER)
     compared: list[int] = []
 
-    def both(snapshot: Snapshot, policy: Policy | None = None) -> Plan:
-        assert policy is not None
-        result = plan(snapshot, policy)
-        assert Cycle(snapshot, policy, memo=False).run() == result
+    def both(snapshot: Snapshot, policy: Policy | None = None, *, explain: bool = True) -> Plan:
+        assert policy is not None and not explain
+        result = plan(snapshot, policy, explain=explain)
+        assert Cycle(snapshot, policy, memo=False, explain=explain).run() == result
+        full = plan(snapshot, policy)
+        assert (full.admissions, full.preemptions, full.fair_shares) == (
+            result.admissions,
+            result.preemptions,
+            result.fair_shares,
+        )
         compared.append(len(snapshot.pending))
         return result
 

@@ -1,5 +1,6 @@
 """The gpuqueue engine as a replay policy: the snapshot is kept up to date incrementally and
-handed to `gpuqueue.scheduler.plan` each cycle, exactly as the admission cycle would."""
+handed to `gpuqueue.scheduler.plan` each cycle, deciding exactly as the admission cycle would
+(without the reasons and positions, which a replay never reads: `explain=False`)."""
 
 from __future__ import annotations
 
@@ -318,7 +319,7 @@ class GpuqueueEngine(SchedulingPolicy):
             self.sampler.sample(full, self._waiting | self._runs, self.engine_policy)
         self.max_snapshot_pending = max(self.max_snapshot_pending, len(snapshot.pending))
         started = time.perf_counter()
-        plan = self._plan(snapshot, self.engine_policy)
+        plan = self._plan(snapshot, self.engine_policy, explain=False)  # decisions only
         spent = time.perf_counter() - started
         self.plan_seconds += spent
         self.plan_max_seconds = max(self.plan_max_seconds, spent)
