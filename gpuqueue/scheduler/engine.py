@@ -494,7 +494,7 @@ class Settled:
     def __init__(self, cycle: Cycle) -> None:
         self._cycle = cycle
         self.done = False
-        self._key: tuple[int, int, int] | None = None
+        self._key: State | None = None
         self._smallest: dict[str, int] = {}
         for (_, flavor), queue in cycle.queues.items():
             self._smallest[flavor] = min(queue.smallest, self._smallest.get(flavor, queue.smallest))
@@ -515,18 +515,15 @@ class Settled:
 
     def after(self, job: PendingJob) -> bool:
         """Whether nothing is left to decide, `job` being the next one."""
-        if self._key is None or self._key != self._state():
-            self._key = self._state()
+        state = self._cycle._state()  # a preemption moves the ledger's stamp too
+        if state != self._key:
+            self._key = state
             self.done = self._nothing_left()
         if not self.done and self._may_backfill(job):
             self._backfill[job.flavor] -= 1
             if self._backfill[job.flavor] == 0:
                 self._key = None  # read again at the next job
         return self.done
-
-    def _state(self) -> tuple[int, int, int]:
-        cycle = self._cycle
-        return (cycle.ledger.stamp, cycle.searches_left, len(cycle.preemptions))
 
     def _nothing_left(self) -> bool:
         cycle = self._cycle
