@@ -273,10 +273,12 @@ class VictimSearch:
             ):
                 candidates.append((victim, kind))
         self.horizon.crossing(flips)
-        if not candidates or not self._may_fit(job, fl, candidates):
+        if not candidates:
             return None
         g = job.gpus_per_worker
         start = fl.workers_fit(g, fl.incoming)
+        if not self._may_fit(job, fl, candidates, start):
+            return None
         for strategy in (self._in_order, self._by_node, self._cheapest_first):
             mark = ledger.checkpoint()
             found = strategy(job, fl, candidates, start, limit_ok, budget)
@@ -297,25 +299,40 @@ class VictimSearch:
         return None
 
     def _may_fit(
-        self, job: PendingJob, fl: FlavorLedger, candidates: list[tuple[RunningJob, str]]
+        self,
+        job: PendingJob,
+        fl: FlavorLedger,
+        candidates: list[tuple[RunningJob, str]],
+        fit: int,
     ) -> bool:
-        """Whether the candidates could free enough GPUs at all: free and incoming GPUs plus
-        what the candidates could give must cover the gang (a necessary condition, cheap next
-        to the search; most searches of a busy replay fail, and most of them here).
+        """Whether the candidates could make room at all (necessary conditions, cheap next to
+        the search; most searches of a busy replay or forecast fail, and most of them here):
+        1. free and incoming GPUs plus what the candidates could give cover the gang;
+        2. node by node, the workers that would fit with every candidate there gone (`fit`
+           workers fit now) are enough.
 
         A reclaim victim is taken only while its team keeps its fair share (`_victim_ok`), and
         nothing the search does raises a team's usage: a team gives at most what it holds
-        beyond its share at the start, and none of its jobs bigger than that.
+        beyond its share at the start, in all and on any one node, and none of its jobs bigger
+        than that. (Without that cap on each node, most searches for one 8-GPU worker that
+        fail got past the condition: a team's spare GPUs spread over several nodes.)
         """
         total = fl.total_free + sum(fl.incoming.values())
         mine = self.chains.get(job.team, (job.team,))
         flavor = job.flavor
+        free = fl.free
         beyond: dict[str, int] = {}  # team -> GPUs it holds beyond its share
         given: dict[str, int] = {}  # team -> GPUs of its candidates that fit in that
+        on_node: dict[str, int] = {}  # node -> GPUs of candidates that keep no share
+        capped: dict[tuple[str, str], int] = {}  # (node, team) -> GPUs of its candidates there
         for victim, kind in candidates:
             team = victim.team
             if kind != RECLAIM or team in mine:
                 total += victim.gpus  # no share to keep
+                for node, workers in victim.placement:
+                    if node in free:
+                        gpus = workers * victim.gpus_per_worker
+                        on_node[node] = on_node.get(node, 0) + gpus
                 continue
             extra = beyond.get(team)
             if extra is None:
@@ -324,9 +341,21 @@ class VictimSearch:
                 )
             if victim.gpus <= extra:
                 given[team] = given.get(team, 0) + victim.gpus
+                for node, workers in victim.placement:
+                    if node in free:
+                        key = (node, team)
+                        capped[key] = capped.get(key, 0) + workers * victim.gpus_per_worker
         for team, gpus in given.items():
             total += min(gpus, beyond[team])
-        return total >= job.gpus
+        if total < job.gpus:
+            return False
+        for (node, team), gpus in capped.items():
+            on_node[node] = on_node.get(node, 0) + min(gpus, beyond[team])
+        g = job.gpus_per_worker
+        for node, gpus in on_node.items():
+            base = _available(fl, node)
+            fit += (base + gpus) // g - base // g
+        return fit >= job.workers
 
     def _take(self, job: PendingJob, fl: FlavorLedger, victim: RunningJob, kind: str) -> int:
         """Release one victim if its team can give it up; the workers it adds (-1: refused)."""

@@ -339,6 +339,36 @@ def test_a_team_gives_no_job_bigger_than_what_it_holds_beyond_its_share() -> Non
     assert searched == [False]
 
 
+def test_a_team_gives_no_more_on_one_node_than_what_it_holds_beyond_its_share() -> None:
+    """Teams a and d each borrow a whole node in one-GPU jobs (shares 4 and 4 of 16): 8 GPUs
+    beyond their shares in all, enough for team b's 8-GPU worker by count, and n1 alone
+    holds 8 of a's. But a can give only 4 there, d only 4 on n2: no node comes free, b waits,
+    and the search is cut short before trying the candidates."""
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=nodes(2, h100=8),
+        teams=(team("a"), team("b", guarantee=8), team("d")),
+        running=tuple(
+            running(10 + k, owner, {node: 1}, started=NOW - 5 * HOUR)
+            for owner, node in (("a", "n1"), ("d", "n2"))
+            for k in range(0 if owner == "a" else 8, 8 if owner == "a" else 16)
+        ),
+        pending=(pending(1, "b", gpus=8),),
+    )
+    searched: list[bool] = []
+    real = VictimSearch._may_fit
+
+    def spy(self: VictimSearch, *args: object) -> bool:
+        searched.append(real(self, *args))  # type: ignore[arg-type]
+        return searched[-1]
+
+    with patch.object(VictimSearch, "_may_fit", spy):
+        result = plan(snapshot, Policy())
+    assert result.fair_shares[("a", "h100")] == result.fair_shares[("d", "h100")] == 4
+    assert not result.admissions and not result.preemptions
+    assert searched == [False]
+
+
 def test_no_job_is_preempted_for_a_worker_that_no_node_could_hold() -> None:
     """Team a borrows 4 GPUs on each of two 8-GPU nodes, next to team c's non-preemptible
     work: 8 GPUs in all, enough for team b's one 8-GPU worker by count, but no node could
