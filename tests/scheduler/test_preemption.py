@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 
 from gpuqueue.scheduler import plan
-from gpuqueue.scheduler.model import Policy, ReasonCode, Snapshot
+from gpuqueue.scheduler.model import Plan, Policy, ReasonCode, Snapshot
 from gpuqueue.scheduler.preemption import VictimSearch
 from tests.scheduler.builders import HOUR, NOW, Case, check, node, nodes, pending, running, team
 from tests.scheduler.test_properties import SETTINGS, policies, snapshots
@@ -311,6 +311,19 @@ def test_searches_cut_short_by_what_the_candidates_could_free_decide_as_full_sea
     assert cut == full
 
 
+def plan_noting_may_fit(snapshot: Snapshot) -> tuple[Plan, list[bool]]:
+    """The plan, and each answer of the test that cuts victim searches short."""
+    searched: list[bool] = []
+    real = VictimSearch._may_fit
+
+    def spy(self: VictimSearch, *args: object) -> bool:
+        searched.append(real(self, *args))  # type: ignore[arg-type]
+        return searched[-1]
+
+    with patch.object(VictimSearch, "_may_fit", spy):
+        return plan(snapshot, Policy()), searched
+
+
 def test_a_team_gives_no_job_bigger_than_what_it_holds_beyond_its_share() -> None:
     """Team a holds 10 GPUs with a share of 8: its 8-GPU job cannot go (a would keep 2), its
     2-GPU job is not enough, and team c's work cannot be preempted; so team b's 8-GPU job,
@@ -326,15 +339,7 @@ def test_a_team_gives_no_job_bigger_than_what_it_holds_beyond_its_share() -> Non
         ),
         pending=(pending(1, "b", gpus=8),),
     )
-    searched: list[bool] = []
-    real = VictimSearch._may_fit
-
-    def spy(self: VictimSearch, *args: object) -> bool:
-        searched.append(real(self, *args))  # type: ignore[arg-type]
-        return searched[-1]
-
-    with patch.object(VictimSearch, "_may_fit", spy):
-        result = plan(snapshot, Policy())
+    result, searched = plan_noting_may_fit(snapshot)
     assert not result.admissions and not result.preemptions
     assert searched == [False]
 
@@ -349,21 +354,14 @@ def test_a_team_gives_no_more_on_one_node_than_what_it_holds_beyond_its_share() 
         nodes=nodes(2, h100=8),
         teams=(team("a"), team("b", guarantee=8), team("d")),
         running=tuple(
-            running(10 + k, owner, {node: 1}, started=NOW - 5 * HOUR)
-            for owner, node in (("a", "n1"), ("d", "n2"))
-            for k in range(0 if owner == "a" else 8, 8 if owner == "a" else 16)
+            running(
+                100 + k, "a" if k < 8 else "d", {"n1" if k < 8 else "n2": 1}, started=NOW - 5 * HOUR
+            )
+            for k in range(16)
         ),
         pending=(pending(1, "b", gpus=8),),
     )
-    searched: list[bool] = []
-    real = VictimSearch._may_fit
-
-    def spy(self: VictimSearch, *args: object) -> bool:
-        searched.append(real(self, *args))  # type: ignore[arg-type]
-        return searched[-1]
-
-    with patch.object(VictimSearch, "_may_fit", spy):
-        result = plan(snapshot, Policy())
+    result, searched = plan_noting_may_fit(snapshot)
     assert result.fair_shares[("a", "h100")] == result.fair_shares[("d", "h100")] == 4
     assert not result.admissions and not result.preemptions
     assert searched == [False]
