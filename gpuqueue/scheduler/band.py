@@ -115,7 +115,8 @@ def forecast_band(
     2. The band scales W by its flavor's `spread`: if the jobs in the way run to their 10th
        percentiles the wait shrinks about as much, to their 90th it grows about as much. (Three
        forecasts, one per quantile, cost three times as much: 10 s of CPU at 5,000 pending.)
-    3. A job with no likely start gets why (one plan gives the reasons of jobs that never fit).
+    3. A job with no likely start gets why (a plan of those jobs alone gives the reasons of
+       jobs that never fit).
     """
     policy = policy or Policy()
     now = snapshot.now
@@ -125,11 +126,13 @@ def forecast_band(
         max_steps=max_steps,
         precision=precision,
     )
-    missing = [job_id for job_id, start in likely_by_id.items() if start is None]
+    missing = {job_id for job_id, start in likely_by_id.items() if start is None}
     never: set[int] = set()
     unknown = False
     if missing:
-        never = {p.job_id for p in plan(snapshot, policy).pending if p.reason.code in _NEVER}
+        # Only those jobs: whether a job can never be admitted reads nothing of the others.
+        alone = replace(snapshot, pending=tuple(j for j in snapshot.pending if j.id in missing))
+        never = {p.job_id for p in plan(alone, policy).pending if p.reason.code in _NEVER}
         unknown = any(
             j.expected_runtime is None and j.max_runtime is None and j.id not in predictions
             for j in _jobs(snapshot)

@@ -170,7 +170,7 @@ class Cycle:
         settled = None if self.explain else Settled(self)
         for run in self.order.runs():
             while run:
-                if settled is not None and settled.after(run[-1]):
+                if settled is not None and settled.stops(run):
                     break
                 stamp = ledger.stamp
                 job = run.pop()
@@ -504,24 +504,49 @@ class Settled:
         for (flavor, _), owner in cycle.reserver.node_owner.items():
             wait = owner.expected_start - cycle.now
             self._window[flavor] = max(wait, self._window.get(flavor, wait))
-        self._backfill: dict[str, int] = {}
-        for job in cycle.snapshot.pending:
-            if job.id not in cycle.starving and self._may_backfill(job):
-                self._backfill[job.flavor] = self._backfill.get(job.flavor, 0) + 1
+        self._backfill: dict[str, int] = {}  # flavor -> that many (none: not listed)
+        if self._window:  # with no reservation, no job backfills
+            for job in cycle.snapshot.pending:
+                if job.id not in cycle.starving and self._may_backfill(job):
+                    self._backfill[job.flavor] = self._backfill.get(job.flavor, 0) + 1
 
     def _may_backfill(self, job: PendingJob) -> bool:
         window = self._window.get(job.flavor)
         return window is not None and job.max_runtime is not None and job.max_runtime <= window
 
-    def after(self, job: PendingJob) -> bool:
-        """Whether nothing is left to decide, `job` being the next one."""
-        state = self._cycle._state()  # a preemption moves the ledger's stamp too
+    def stops(self, run: list[PendingJob]) -> bool:
+        """Whether to consider no more of `run` (its next job is its last).
+
+        1. Take from its end the jobs whose kind has a verdict at the cycle's state
+           (`Cycle._consider`): deciding them would change nothing, and this plan records
+           nothing for a job left pending. Most jobs of a busy cycle are such jobs; a job that
+           may backfill stays, to be counted below.
+        2. Stop when the run is used up, or when nothing is left to decide (`done`), the next
+           job being the run's last.
+        """
+        cycle = self._cycle
+        verdicts = cycle._verdicts
+        hit = verdicts.get(run[-1].kind)
+        if hit is not None:  # most often none: then nothing is read for step 1
+            state = cycle._state()
+            while hit is not None and hit[0] == state:
+                if self._backfill and self._may_backfill(run[-1]):
+                    break
+                run.pop()
+                if not run:
+                    return True
+                hit = verdicts.get(run[-1].kind)
+        job = run[-1]
+        state = cycle._state()  # a preemption moves the ledger's stamp too
         if state != self._key:
             self._key = state
             self.done = self._nothing_left()
-        if not self.done and self._may_backfill(job):
-            self._backfill[job.flavor] -= 1
-            if self._backfill[job.flavor] == 0:
+        if self._backfill and not self.done and self._may_backfill(job):
+            left = self._backfill[job.flavor] - 1
+            if left:
+                self._backfill[job.flavor] = left
+            else:
+                del self._backfill[job.flavor]
                 self._key = None  # read again at the next job
         return self.done
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from operator import attrgetter
 
 from gpuqueue.scheduler.engine import plan
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot
@@ -42,14 +43,16 @@ def forecast(
     starts: dict[int, float | None] = {job.id: None for job in snapshot.pending}
     now = snapshot.now
     running = {job.id: job for job in snapshot.running}
-    pending = {job.id: job for job in snapshot.pending}
+    # Each queue's jobs together, as the engine groups them (Cycle: by runs of one queue); a
+    # plan does not depend on the order of the pending jobs, so they are kept in this order.
+    pending = {job.id: job for job in sorted(snapshot.pending, key=_QUEUE)}
     originals = dict(pending)
     for _ in range(max_steps):
         state = replace(
             snapshot,
             now=now,
             running=tuple(running[i] for i in sorted(running)),
-            pending=tuple(pending[i] for i in sorted(pending)),
+            pending=tuple(pending.values()),
         )
         result = plan(state, policy, explain=False)  # admissions and preemptions are read
         for admission in result.admissions:
@@ -73,6 +76,9 @@ def forecast(
                 if done.preempting_since is not None:
                     pending[done.id] = _requeued(done, originals)
     return starts
+
+
+_QUEUE = attrgetter("team", "flavor")
 
 
 def _started(job: PendingJob, placement: tuple[tuple[str, int], ...], now: float) -> RunningJob:

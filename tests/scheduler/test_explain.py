@@ -13,7 +13,7 @@ from hypothesis import given
 from gpuqueue.scheduler import engine
 from gpuqueue.scheduler.bench import large
 from gpuqueue.scheduler.engine import plan
-from gpuqueue.scheduler.model import Plan, Policy, Snapshot
+from gpuqueue.scheduler.model import PendingJob, Plan, Policy, Snapshot
 from tests.scheduler.test_properties import SETTINGS, policies, snapshots
 
 # The module (the package exports its function under the same name).
@@ -42,22 +42,44 @@ def full_plan(snapshot: Snapshot, policy: Policy, *, explain: bool = True) -> Pl
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_forecast_gives_the_same_starts_as_with_full_plans(seed: int) -> None:
     """A busy cluster with a long queue (the engine benchmark's shape, small), some jobs with
-    a max runtime that may backfill reservations: the steps stop early, and every start is
-    the one full plans give."""
+    a max runtime that may backfill reservations: the steps skip jobs whose verdict is known
+    and stop early, and every start is the one full plans give."""
     snapshot = large(60, 6, 200, 600, seed)
     policy = Policy()
     stopped: list[bool] = []
-    real = engine.Settled.after
+    skipped: list[int] = []
+    real = engine.Settled.stops
 
-    def spy(self: engine.Settled, job: object) -> bool:
-        answer = real(self, job)  # type: ignore[arg-type]
-        stopped.append(answer)
+    def spy(self: engine.Settled, run: list[PendingJob]) -> bool:
+        before = len(run)
+        answer = real(self, run)
+        stopped.append(answer and bool(run))  # not only the run used up
+        skipped.append(before - len(run))
         return answer
 
-    with patch.object(engine.Settled, "after", spy):
+    with patch.object(engine.Settled, "stops", spy):
         terse = forecast.forecast(snapshot, policy)
     with patch.object(forecast, "plan", full_plan):
         full = forecast.forecast(snapshot, policy)
     assert terse == full
     assert any(stopped), "no step stopped early: the comparison would prove nothing"
+    assert any(skipped), "no job was skipped: the comparison would prove nothing"
     assert sum(start is not None for start in terse.values()) > len(terse) / 2
+
+
+def test_a_run_is_skipped_only_over_verdicts_reached_in_the_cycles_state() -> None:
+    """A job is skipped when its kind's verdict was reached in the state the cycle is in; a
+    verdict from before the ledger moved (a preemption, say) no longer holds."""
+    snapshot = large(20, 3, 40, 100, 1)
+    cycle = engine.Cycle(snapshot, Policy(), explain=False)
+    settled = engine.Settled(cycle)
+    kinds: dict[object, PendingJob] = {}
+    for job in snapshot.pending:
+        kinds.setdefault(job.kind, job)
+    first, stale, known = list(kinds.values())[:3]
+    ledger_stamp, searches, reservations = cycle._state()
+    cycle._verdicts[known.kind] = ((ledger_stamp, searches, reservations), None, 0, 0)
+    cycle._verdicts[stale.kind] = ((ledger_stamp - 1, searches, reservations), None, 0, 0)
+    run = [first, stale, known]
+    assert settled.stops(run) is False
+    assert run == [first, stale]
