@@ -190,6 +190,7 @@ def test_the_cycle_task_is_timed_into_the_histogram(world: Any) -> None:
     assert any(s.name == count and s.value >= 1 for s in family.samples)
 
 
+@pytest.mark.usefixtures("one_minute_window")
 def test_a_token_over_its_rate_gets_429_with_retry_after(api: Any, settings: Any) -> None:
     settings.GPUQUEUE_API_RATE = "3/min"
     client = api("carol")
@@ -282,6 +283,7 @@ def _client_at(address: str, token: str) -> APIClient:
     return client
 
 
+@pytest.mark.usefixtures("one_minute_window")
 def test_invalid_tokens_from_one_address_get_429_before_the_database_is_asked(
     settings: Any, tokens: Any, django_assert_num_queries: Any
 ) -> None:
@@ -298,6 +300,7 @@ def test_invalid_tokens_from_one_address_get_429_before_the_database_is_asked(
     assert _client_at("192.0.2.77", guesses[4]).get("/api/v1/me/").status_code == 401
 
 
+@pytest.mark.usefixtures("one_minute_window")
 def test_guessing_at_a_tokens_prefix_is_throttled_and_the_real_token_still_works(
     settings: Any, tokens: Any
 ) -> None:
