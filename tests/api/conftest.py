@@ -24,10 +24,10 @@ def _api_rate(settings: Any) -> None:
 
 
 @pytest.fixture
-def one_minute_window() -> None:
+def steady_rate_window() -> None:
     """Rate windows are fixed (gpuqueue/api/throttling.py): a test that counts a few requests
-    against a per-minute rate starts at least 5 s before the minute turns, or its count could
-    be split between two windows and the limit never reached."""
+    against a rate starts at least 5 s before the minute turns, or its count could be split
+    between two windows and the limit never reached. (An hour or a day turns with a minute.)"""
     left = 60 - time.time() % 60
     if left < 5:
         time.sleep(left + 0.1)

@@ -190,7 +190,7 @@ def test_the_cycle_task_is_timed_into_the_histogram(world: Any) -> None:
     assert any(s.name == count and s.value >= 1 for s in family.samples)
 
 
-@pytest.mark.usefixtures("one_minute_window")
+@pytest.mark.usefixtures("steady_rate_window")
 def test_a_token_over_its_rate_gets_429_with_retry_after(api: Any, settings: Any) -> None:
     settings.GPUQUEUE_API_RATE = "3/min"
     client = api("carol")
@@ -202,6 +202,7 @@ def test_a_token_over_its_rate_gets_429_with_retry_after(api: Any, settings: Any
     assert api("alice").get("/api/v1/me/").status_code == 200  # per token, not global
 
 
+@pytest.mark.usefixtures("steady_rate_window")
 def test_a_rate_window_is_one_counter_that_expires(api: Any, settings: Any, tokens: Any) -> None:
     """The window's counter is made with its expiry by the same command that counts (a day's
     window, so that it does not turn during the test)."""
@@ -218,6 +219,7 @@ def test_a_rate_window_is_one_counter_that_expires(api: Any, settings: Any, toke
     assert 86000 < api_redis.client().ttl(key) <= 86401
 
 
+@pytest.mark.usefixtures("steady_rate_window")
 def test_the_rate_count_survives_a_redis_that_forgot_its_scripts(api: Any, settings: Any) -> None:
     from gpuqueue.core import redis as api_redis
 
@@ -283,7 +285,7 @@ def _client_at(address: str, token: str) -> APIClient:
     return client
 
 
-@pytest.mark.usefixtures("one_minute_window")
+@pytest.mark.usefixtures("steady_rate_window")
 def test_invalid_tokens_from_one_address_get_429_before_the_database_is_asked(
     settings: Any, tokens: Any, django_assert_num_queries: Any
 ) -> None:
@@ -300,7 +302,7 @@ def test_invalid_tokens_from_one_address_get_429_before_the_database_is_asked(
     assert _client_at("192.0.2.77", guesses[4]).get("/api/v1/me/").status_code == 401
 
 
-@pytest.mark.usefixtures("one_minute_window")
+@pytest.mark.usefixtures("steady_rate_window")
 def test_guessing_at_a_tokens_prefix_is_throttled_and_the_real_token_still_works(
     settings: Any, tokens: Any
 ) -> None:

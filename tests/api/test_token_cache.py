@@ -125,6 +125,7 @@ def test_kept_rows_are_read_again_after_their_maximum_age(
     assert client.get("/api/v1/me/").status_code == 401
 
 
+@pytest.mark.usefixtures("steady_rate_window")
 def test_an_impostor_with_a_real_prefix_spends_none_of_the_tokens_rate(
     api: Any, settings: Any, tokens: Any
 ) -> None:
