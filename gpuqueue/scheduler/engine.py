@@ -43,6 +43,9 @@ from gpuqueue.scheduler.reclaim_wait import ReclaimWaits
 from gpuqueue.scheduler.starvation import Reserver
 from gpuqueue.scheduler.usage import seconds_to_recover
 
+# A pending job's queue (team, flavor): a plan groups the snapshot's jobs by runs of one queue.
+QUEUE_KEY = attrgetter("team", "flavor")
+
 
 def plan(snapshot: Snapshot, policy: Policy | None = None, *, explain: bool = True) -> Plan:
     """Admit, preempt and explain: the same snapshot and policy always give the same plan.
@@ -101,7 +104,7 @@ class Cycle:
         # for the pending part of the demand and for the order. (By runs of one queue, with
         # C-level passes: a snapshot lists each queue's jobs together as a rule.)
         grouped: dict[tuple[str, str], list[PendingJob]] = {}
-        for key, run in groupby(snapshot.pending, _QUEUE):
+        for key, run in groupby(snapshot.pending, QUEUE_KEY):
             jobs = grouped.get(key)
             if jobs is None:
                 grouped[key] = list(run)
@@ -504,7 +507,7 @@ class Settled:
         for (flavor, _), owner in cycle.reserver.node_owner.items():
             wait = owner.expected_start - cycle.now
             self._window[flavor] = max(wait, self._window.get(flavor, wait))
-        self._backfill: dict[str, int] = {}  # flavor -> that many (none: not listed)
+        self._backfill: dict[str, int] = {}  # a flavor with no such job is left out
         if self._window:  # with no reservation, no job backfills
             for job in cycle.snapshot.pending:
                 if job.id not in cycle.starving and self._may_backfill(job):
@@ -526,18 +529,17 @@ class Settled:
         """
         cycle = self._cycle
         verdicts = cycle._verdicts
+        # A preemption moves the ledger's stamp too; taking jobs off the run moves nothing.
+        state = cycle._state()
         hit = verdicts.get(run[-1].kind)
-        if hit is not None:  # most often none: then nothing is read for step 1
-            state = cycle._state()
-            while hit is not None and hit[0] == state:
-                if self._backfill and self._may_backfill(run[-1]):
-                    break
-                run.pop()
-                if not run:
-                    return True
-                hit = verdicts.get(run[-1].kind)
+        while hit is not None and hit[0] == state:
+            if self._backfill and self._may_backfill(run[-1]):
+                break
+            run.pop()
+            if not run:
+                return True
+            hit = verdicts.get(run[-1].kind)
         job = run[-1]
-        state = cycle._state()  # a preemption moves the ledger's stamp too
         if state != self._key:
             self._key = state
             self.done = self._nothing_left()
@@ -572,7 +574,6 @@ State = tuple[int, int, int]
 # A kept verdict: the state, and the reason (None: waits for capacity, with the workers that
 # fit and the free GPUs, for a reason of its own).
 Verdict = tuple[State, Reason | None, int, int]
-_QUEUE = attrgetter("team", "flavor")
 _WAITS = (ReasonCode.NO_CAPACITY, ReasonCode.QUEUED_BEHIND_TEAM)
 
 

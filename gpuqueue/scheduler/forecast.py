@@ -12,9 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from operator import attrgetter
 
-from gpuqueue.scheduler.engine import plan
+from gpuqueue.scheduler.engine import QUEUE_KEY, plan
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot
 from gpuqueue.scheduler.starvation import expected_end
 
@@ -45,7 +44,7 @@ def forecast(
     running = {job.id: job for job in snapshot.running}
     # Each queue's jobs together, as the engine groups them (Cycle: by runs of one queue); a
     # plan does not depend on the order of the pending jobs, so they are kept in this order.
-    pending = {job.id: job for job in sorted(snapshot.pending, key=_QUEUE)}
+    pending = {job.id: job for job in sorted(snapshot.pending, key=QUEUE_KEY)}
     originals = dict(pending)
     for _ in range(max_steps):
         state = replace(
@@ -76,9 +75,6 @@ def forecast(
                 if done.preempting_since is not None:
                     pending[done.id] = _requeued(done, originals)
     return starts
-
-
-_QUEUE = attrgetter("team", "flavor")
 
 
 def _started(job: PendingJob, placement: tuple[tuple[str, int], ...], now: float) -> RunningJob:
