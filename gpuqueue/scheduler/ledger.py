@@ -115,15 +115,16 @@ class FlavorLedger:
         self.total_free += max(new, 0) - max(old, 0)
 
     def take_all(self, taken: Mapping[str, int]) -> None:
-        """`move` every node in `taken` down by its GPUs, in that order, at once.
+        """`move` every node in `taken` down by its GPUs, in node order, at once.
 
         The buckets end as those moves would leave them (each node that did not move keeps its
-        place in its bucket; moved nodes follow in the order of `taken`), so that placement,
-        which takes nodes in bucket order, decides the same; rebuilding them once is cheaper
-        than one move per node (setup of every plan: every node of a busy cluster moves).
+        place in its bucket; moved nodes follow by name); rebuilding them once is cheaper than
+        one move per node (setup of every plan: every node of a busy cluster moves). By name,
+        not in the order of `taken`: placement takes nodes in bucket order, and the order in
+        which a snapshot lists its running jobs must not decide where a gang goes.
         """
         free = self.free
-        moved = {node: free[node] - gpus for node, gpus in taken.items() if gpus}
+        moved = {node: free[node] - taken[node] for node in sorted(taken) if taken[node]}
         if not moved:
             return
         self.version += 1

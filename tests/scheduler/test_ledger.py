@@ -43,8 +43,8 @@ def test_taking_every_running_job_at_once_leaves_the_buckets_as_one_move_per_nod
         if name in NODES[: len(free)]:
             totals[name] = totals.get(name, 0) + gpus
     one_by_one, at_once = _flavor(free), _flavor(free)
-    for name, gpus in totals.items():
-        one_by_one.move(name, one_by_one.free[name] - gpus)
+    for name in sorted(totals):  # in node order, whatever the order of the jobs
+        one_by_one.move(name, one_by_one.free[name] - totals[name])
     at_once.take_all(totals)
     assert _state(at_once) == _state(one_by_one)
 
