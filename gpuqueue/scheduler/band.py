@@ -8,7 +8,7 @@ and the band (10th to 90th percentile) widens the wait by the spread of those di
 
 | why_none        | meaning                                                              |
 | --------------- | -------------------------------------------------------------------- |
-| never_fits      | no node or the whole flavor is too small, or the team has no quota  |
+| never_fits      | no node or the flavor, or no quota, is big enough (never.py)        |
 | unknown_runtime | a job in the way has neither a runtime nor a prediction             |
 | beyond_horizon  | later than the forecast's horizon (its number of engine cycles)     |
 """
@@ -19,15 +19,14 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
-from gpuqueue.scheduler.engine import plan
 from gpuqueue.scheduler.forecast import forecast
-from gpuqueue.scheduler.model import PendingJob, Policy, ReasonCode, RunningJob, Snapshot
+from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot
+from gpuqueue.scheduler.never import never_admitted
 from gpuqueue.scheduler.prediction import HIGH, LOW, MEDIAN, Prediction
 
 NEVER_FITS = "never_fits"
 UNKNOWN_RUNTIME = "unknown_runtime"
 BEYOND_HORIZON = "beyond_horizon"
-_NEVER = (ReasonCode.NEVER_FITS, ReasonCode.NO_QUOTA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +114,7 @@ def forecast_band(
     2. The band scales W by its flavor's `spread`: if the jobs in the way run to their 10th
        percentiles the wait shrinks about as much, to their 90th it grows about as much. (Three
        forecasts, one per quantile, cost three times as much: 10 s of CPU at 5,000 pending.)
-    3. A job with no likely start gets why (a plan of those jobs alone gives the reasons of
-       jobs that never fit).
+    3. A job with no likely start gets why.
     """
     policy = policy or Policy()
     now = snapshot.now
@@ -126,17 +124,11 @@ def forecast_band(
         max_steps=max_steps,
         precision=precision,
     )
-    missing = {job_id for job_id, start in likely_by_id.items() if start is None}
-    never: set[int] = set()
-    unknown = False
-    if missing:
-        # Only those jobs: whether a job can never be admitted reads nothing of the others.
-        alone = replace(snapshot, pending=tuple(j for j in snapshot.pending if j.id in missing))
-        never = {p.job_id for p in plan(alone, policy).pending if p.reason.code in _NEVER}
-        unknown = any(
-            j.expected_runtime is None and j.max_runtime is None and j.id not in predictions
-            for j in _jobs(snapshot)
-        )
+    never = never_admitted(snapshot)
+    unknown = None in likely_by_id.values() and any(
+        j.expected_runtime is None and j.max_runtime is None and j.id not in predictions
+        for j in _jobs(snapshot)
+    )
     ratios = spread(snapshot, predictions)
     flavors = {job.id: job.flavor for job in snapshot.pending}
     out: dict[int, Estimate] = {}

@@ -4,7 +4,8 @@ The engine is run forward in virtual time on the snapshot: running jobs end at t
 their expected runtime (or max runtime), preempted jobs give their GPUs back after the grace and
 queue again, nothing new arrives. A job's forecast is the virtual time of the cycle that admits
 it. Jobs whose start depends on a job with no known runtime, or that lie beyond `max_steps`
-cycles, get None: an honest "cannot tell" beats a made-up date.
+cycles, get None: an honest "cannot tell" beats a made-up date; so do jobs that no state of the
+cluster admits (never.py), which the forecast does not wait for.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import replace
 
 from gpuqueue.scheduler.engine import QUEUE_KEY, plan
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot
+from gpuqueue.scheduler.never import never_admitted
 from gpuqueue.scheduler.starvation import expected_end
 
 
@@ -36,10 +38,12 @@ def forecast(
        taken in one step: everything within max(min_step, precision x the time from now) of
        the next event, so that a cluster with thousands of distinct end times is replayed in a
        bounded number of cycles; a start is then late by at most that window, never early.
-    4. Stop when every job has a start, nothing is left to happen, or after `max_steps` cycles.
+    4. Stop when every job that can ever start has a start, nothing is left to happen, or
+       after `max_steps` cycles.
     """
     policy = policy or Policy()
     starts: dict[int, float | None] = {job.id: None for job in snapshot.pending}
+    awaited = set(starts) - never_admitted(snapshot)
     now = snapshot.now
     running = {job.id: job for job in snapshot.running}
     # Each queue's jobs together, as the engine groups them (Cycle: by runs of one queue); a
@@ -56,13 +60,14 @@ def forecast(
         result = plan(state, policy, explain=False)  # admissions and preemptions are read
         for admission in result.admissions:
             job = pending.pop(admission.job_id)
-            if admission.job_id in starts and starts[admission.job_id] is None:
+            if admission.job_id in awaited:
+                awaited.discard(admission.job_id)
                 starts[admission.job_id] = now
             running[job.id] = _started(job, admission.placement, now)
         for preemption in result.preemptions:
             victim = running[preemption.job_id]
             running[victim.id] = replace(victim, preempting_since=now)
-        if all(start is not None for start in starts.values()):
+        if not awaited:
             break
         events = _events(now, running.values(), pending.values(), policy)
         if not events:

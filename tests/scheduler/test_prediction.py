@@ -3,13 +3,15 @@ band built on it (gpuqueue/scheduler/band.py)."""
 
 from __future__ import annotations
 
+import importlib
 import math
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpuqueue.scheduler.band import forecast_band, with_runtimes
-from gpuqueue.scheduler.model import Snapshot
+from gpuqueue.scheduler.model import Plan, Policy, Snapshot
 from gpuqueue.scheduler.prediction import (
     FLAVOR,
     TEAM_SHAPE,
@@ -21,6 +23,9 @@ from gpuqueue.scheduler.prediction import (
 )
 from tests.scheduler.builders import NOW, node, pending, running, team
 from tests.scheduler.test_properties import snapshots
+
+# The module, not the function the package exports under the same name.
+forecast_module = importlib.import_module("gpuqueue.scheduler.forecast")
 
 RUNTIMES = st.lists(st.floats(1.0, 1e6, allow_nan=False), min_size=1, max_size=80)
 QUANTILE = st.floats(0.0, 1.0)
@@ -117,6 +122,32 @@ def test_a_job_with_no_estimate_says_why() -> None:
     bands = forecast_band(snapshot, {})
     assert bands[1].likely is None and bands[1].why_none == "unknown_runtime"
     assert bands[2].likely is None and bands[2].why_none == "never_fits"
+
+
+def test_a_gang_beyond_its_teams_limit_never_fits_and_the_forecast_does_not_wait_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # n1 is busy for ten hours; n2 is free. Job 1 starts now; job 2 asks 16 GPUs of a team
+    # limited to 8: no state of the cluster admits it, so there is nothing to play forward.
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8), node("n2", h100=8)),
+        teams=(team("a", guarantee=8, limit=8), team("b", guarantee=8)),
+        running=(running(10, "b", {"n1": 1}, gpus=8, started=NOW, expected_runtime=36000),),
+        pending=(pending(1, "a", gpus=8), pending(2, "a", workers=2, gpus=8)),
+    )
+    plans: list[float] = []
+    engine_plan = forecast_module.plan
+
+    def counted(state: Snapshot, policy: Policy, *, explain: bool = True) -> Plan:
+        plans.append(state.now)
+        return engine_plan(state, policy, explain=explain)
+
+    monkeypatch.setattr(forecast_module, "plan", counted)
+    bands = forecast_band(snapshot, {})
+    assert bands[1].likely == NOW
+    assert bands[2].likely is None and bands[2].why_none == "never_fits"
+    assert plans == [NOW]
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,0 +1,53 @@
+"""never_admitted(): the pending jobs that no state of the cluster can admit.
+
+The forecast plays the queue forward until every pending job has a start; a job that can never
+start would keep it stepping through every running job's end to its horizon, for nothing. What
+decides it reads only the nodes and the quotas, never the running jobs or the time:
+
+1. the job's flavor has no schedulable node, a worker is bigger than the largest node, or the
+   gang bigger than the flavor (the engine's NEVER_FITS);
+2. its team, or the team's department, has no quota for the flavor (NO_QUOTA);
+3. the gang asks more than a limit of the team or its department (OVER_LIMIT at any usage);
+4. a non-preemptible gang asks more than a guarantee (OVER_FAIR_SHARE at any usage).
+
+(tests/scheduler/test_properties.py: each such job, alone on an empty cluster, is left pending
+for one of those reasons.)
+"""
+
+from __future__ import annotations
+
+from gpuqueue.scheduler.model import PendingJob, Quota, Snapshot
+
+
+def never_admitted(snapshot: Snapshot) -> frozenset[int]:
+    largest: dict[str, int] = {}
+    capacity: dict[str, int] = {}
+    for node in snapshot.nodes:
+        if node.schedulable:
+            for flavor, gpus in node.capacity.items():
+                largest[flavor] = max(largest.get(flavor, 0), gpus)
+                capacity[flavor] = capacity.get(flavor, 0) + gpus
+    ids = {team.id for team in snapshot.teams}
+    quotas: dict[tuple[str, str], Quota] = {
+        (team.id, flavor): quota for team in snapshot.teams for flavor, quota in team.quotas.items()
+    }
+    chains = {
+        team.id: (team.id, team.parent) if team.parent in ids else (team.id,)
+        for team in snapshot.teams
+    }
+
+    def never(job: PendingJob) -> bool:
+        flavor, gpus = job.flavor, job.gpus
+        if gpus <= 0 or largest.get(flavor, 0) < job.gpus_per_worker:
+            return True
+        if capacity[flavor] < gpus:
+            return True
+        for group in chains.get(job.team, (job.team,)):
+            quota = quotas.get((group, flavor))
+            if quota is None or gpus > quota.limit:
+                return True
+            if not job.preemptible and gpus > quota.guarantee:
+                return True
+        return False
+
+    return frozenset(job.id for job in snapshot.pending if never(job))
