@@ -33,6 +33,10 @@ JobKey = tuple[int, int, float, int]
 # goes by the team's balance instead of the wait: a team that holds nothing and is not in debt
 # (`owed`) has its oldest job starving at once, and it may reclaim (engine.py); a team in debt
 # gets no exception and waits until its balance recovers.
+# Neither rule makes a job starving below the highest priority pending in its queue: rule 3
+# holds before any wait. Otherwise a job preempted for a higher-priority job of its team (it
+# keeps its old submission time) would start again, as a starving job, on the GPUs it had just
+# given up, and be preempted again once its minimum runtime ended, for ever.
 def starving_key(job: PendingJob) -> tuple[float, int]:
     return (job.submitted_at, job.id)
 
@@ -59,13 +63,14 @@ _RANK = attrgetter("rank")
 _GPUS = attrgetter("gpus")
 _SUBMITTED = attrgetter("submitted_at")
 _USER = attrgetter("user")
+_PRIORITY = attrgetter("priority")
 
 
 class QueueJobs:
     """One queue's pending jobs (a team's, for one flavor) and what the order and the fair
     shares read of them whatever the ledger holds."""
 
-    __slots__ = ("gpus", "jobs", "oldest", "smallest")
+    __slots__ = ("gpus", "jobs", "oldest", "smallest", "top_priority")
 
     def __init__(self, jobs: list[PendingJob]) -> None:
         if not jobs:
@@ -74,6 +79,7 @@ class QueueJobs:
         self.gpus = sum(map(_GPUS, jobs))  # the queue's pending demand
         self.smallest = min(map(_GPUS, jobs))
         self.oldest = min(map(_SUBMITTED, jobs))
+        self.top_priority = max(map(_PRIORITY, jobs))
 
     def by_user(self) -> dict[str, list[PendingJob]]:
         """user -> the user's jobs best last (rules 3, 5 and 6), users by name."""
@@ -164,11 +170,12 @@ class Order:
                 continue
             for job in facts.jobs:
                 horizon.crossing(job.submitted_at + starving_after)
-                waited = now - job.submitted_at >= starving_after
+                top = job.priority == facts.top_priority
+                waited = top and now - job.submitted_at >= starving_after
                 if waited and job.gpus <= room:
                     starving.append(job)
                     continue
-                if holds_nothing and (job.gpus > room if by_balance else waited):
+                if holds_nothing and top and (job.gpus > room if by_balance else waited):
                     other = oldest.get(key)
                     if other is None or starving_key(job) < starving_key(other):
                         oldest[key] = job

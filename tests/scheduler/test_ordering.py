@@ -80,3 +80,23 @@ def test_a_kind_that_waits_gives_its_verdict_to_that_kind_only() -> None:
     decide = cycle._decide
     cycle._decide = lambda job: decided.append(job.id) or decide(job)  # type: ignore[method-assign]
     assert cycle.run() == kept and 1 in decided and 2 not in decided
+
+
+def test_a_team_holding_nothing_does_not_start_a_job_below_its_top_priority_first() -> None:
+    # Team a holds nothing and its fair share (4) is smaller than either job: the one-job rule
+    # makes one of them starving. Not job 10, although it waited longest: job 2 has the higher
+    # priority (job 10 was preempted for it, and would take its GPUs back for ever).
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=nodes(1, h100=8),
+        teams=(team("a", guarantee=4), team("b", guarantee=4)),
+        running=(),
+        pending=(
+            pending(10, "a", gpus=8, submitted=NOW - 3 * HOUR),
+            pending(2, "a", gpus=8, priority=2, submitted=NOW - 2 * HOUR),
+        ),
+    )
+    ledger = Ledger(snapshot.nodes, {"a": ("a",), "b": ("b",)})
+    shares = {("a", "h100"): 4, ("b", "h100"): 4}
+    order = Order(snapshot, ledger, shares, {}, HOUR, min_one_job=True)
+    assert [job.id for job in order.starving] == [2]

@@ -8,7 +8,7 @@ from unittest.mock import patch
 import pytest
 from hypothesis import given
 
-from gpuqueue.scheduler import plan
+from gpuqueue.scheduler import forecast, plan
 from gpuqueue.scheduler.model import Plan, Policy, ReasonCode, Snapshot
 from gpuqueue.scheduler.preemption import VictimSearch
 from tests.scheduler.builders import HOUR, NOW, Case, check, node, nodes, pending, running, team
@@ -404,3 +404,47 @@ def test_gpus_already_coming_back_count_toward_what_a_search_may_free() -> None:
     )
     result = plan(snapshot, Policy())
     assert [(p.job_id, p.for_job_id) for p in result.preemptions] == [(11, 1)]
+
+
+def test_a_job_preempted_for_its_teams_higher_priority_job_does_not_take_its_gpus_back() -> None:
+    # Job 10 (priority 0) is preempted for job 2 (priority 2) of its team and queues again with
+    # its old submission time: it has waited past the threshold, job 2 not yet, and it fits
+    # its team's room. It must not start again as a starving job on the GPUs it gave up, or
+    # job 2 preempts it again once its minimum runtime ends, cycle after cycle.
+    nodes_ = (node("n1", h100=8),)
+    teams = (team("a", guarantee=8, limit=8),)
+    late = pending(2, "a", gpus=8, priority=2, submitted=NOW - 1800)
+    first = plan(
+        Snapshot(
+            now=NOW,
+            nodes=nodes_,
+            teams=teams,
+            running=(running(10, "a", {"n1": 1}, gpus=8, started=NOW - 2 * HOUR),),
+            pending=(late,),
+        )
+    )
+    assert [(p.job_id, p.reason) for p in first.preemptions] == [(10, "priority")]
+    requeued = pending(10, "a", gpus=8, submitted=NOW - 2 * HOUR)
+    again = plan(
+        Snapshot(now=NOW + 300, nodes=nodes_, teams=teams, running=(), pending=(requeued, late))
+    )
+    assert [a.job_id for a in again.admissions] == [2]
+
+
+def test_the_forecast_gives_a_start_to_both_jobs_of_different_priorities() -> None:
+    # Room for one of two jobs of team a. Before the fix, job 10 (priority 0, waiting longest)
+    # started as a starving job, job 2 (priority 2) preempted it once its minimum runtime was
+    # over, job 10 came back as a starving job on the GPUs it had given up, and so on: job 2
+    # never had a start. Rule 3 first: job 2 now, job 10 when job 2 ends.
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=8, limit=8),),
+        running=(),
+        pending=(
+            pending(10, "a", gpus=8, submitted=NOW - 3 * HOUR, expected_runtime=HOUR),
+            pending(2, "a", gpus=8, priority=2, submitted=NOW - 1800, expected_runtime=HOUR),
+        ),
+    )
+    starts = forecast(snapshot, Policy())
+    assert starts == {2: NOW, 10: NOW + HOUR}
