@@ -16,10 +16,18 @@ for one of those reasons.)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpuqueue.scheduler.model import PendingJob, Quota, Snapshot
 
 
 def never_admitted(snapshot: Snapshot) -> frozenset[int]:
+    never = never_admits(snapshot)
+    return frozenset(job.id for job in snapshot.pending if never(job))
+
+
+def never_admits(snapshot: Snapshot) -> Callable[[PendingJob], bool]:
+    """The test for one job, the snapshot's nodes and quotas read once."""
     largest: dict[str, int] = {}
     capacity: dict[str, int] = {}
     for node in snapshot.nodes:
@@ -50,4 +58,4 @@ def never_admitted(snapshot: Snapshot) -> frozenset[int]:
                 return True
         return False
 
-    return frozenset(job.id for job in snapshot.pending if never(job))
+    return never

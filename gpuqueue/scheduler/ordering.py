@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from operator import attrgetter
 
 from gpuqueue.scheduler.horizon import Horizon
 from gpuqueue.scheduler.ledger import Ledger
 from gpuqueue.scheduler.model import PendingJob, Snapshot
+from gpuqueue.scheduler.never import never_admits
 
 TeamKey = tuple[float, float, int, str, str]
 JobKey = tuple[int, int, float, int]
@@ -36,7 +37,8 @@ JobKey = tuple[int, int, float, int]
 # Neither rule makes a job starving below the highest priority pending in its queue: rule 3
 # holds before any wait. Otherwise a job preempted for a higher-priority job of its team (it
 # keeps its old submission time) would start again, as a starving job, on the GPUs it had just
-# given up, and be preempted again once its minimum runtime ended, for ever.
+# given up, and be preempted again once its minimum runtime ended, for ever. A job that no state
+# of the cluster admits (never.py) is never starving, and blocks no other.
 def starving_key(job: PendingJob) -> tuple[float, int]:
     return (job.submitted_at, job.id)
 
@@ -63,14 +65,13 @@ _RANK = attrgetter("rank")
 _GPUS = attrgetter("gpus")
 _SUBMITTED = attrgetter("submitted_at")
 _USER = attrgetter("user")
-_PRIORITY = attrgetter("priority")
 
 
 class QueueJobs:
     """One queue's pending jobs (a team's, for one flavor) and what the order and the fair
     shares read of them whatever the ledger holds."""
 
-    __slots__ = ("gpus", "jobs", "oldest", "smallest", "top_priority")
+    __slots__ = ("gpus", "jobs", "oldest", "smallest")
 
     def __init__(self, jobs: list[PendingJob]) -> None:
         if not jobs:
@@ -79,7 +80,6 @@ class QueueJobs:
         self.gpus = sum(map(_GPUS, jobs))  # the queue's pending demand
         self.smallest = min(map(_GPUS, jobs))
         self.oldest = min(map(_SUBMITTED, jobs))
-        self.top_priority = max(map(_PRIORITY, jobs))
 
     def by_user(self) -> dict[str, list[PendingJob]]:
         """user -> the user's jobs best last (rules 3, 5 and 6), users by name."""
@@ -148,6 +148,7 @@ class Order:
                 grouped.setdefault((job.team, job.flavor), []).append(job)
             queues = {key: QueueJobs(jobs) for key, jobs in grouped.items()}
         oldest: dict[tuple[str, str], PendingJob] = {}  # of teams that hold nothing (min_one_job)
+        never: Callable[[PendingJob], bool] | None = None  # built when a queue first needs it
         starving = self.starving
         for key, facts in queues.items():
             team, flavor = key
@@ -168,14 +169,18 @@ class Order:
                 users.update(facts.by_user())
                 queue.sorted = True
                 continue
+            if never is None:
+                never = never_admits(snapshot)
+            hopeless = {job.id for job in facts.jobs if never(job)}
+            top = max((j.priority for j in facts.jobs if j.id not in hopeless), default=None)
             for job in facts.jobs:
                 horizon.crossing(job.submitted_at + starving_after)
-                top = job.priority == facts.top_priority
-                waited = top and now - job.submitted_at >= starving_after
+                may_starve = job.priority == top and job.id not in hopeless
+                waited = may_starve and now - job.submitted_at >= starving_after
                 if waited and job.gpus <= room:
                     starving.append(job)
                     continue
-                if holds_nothing and top and (job.gpus > room if by_balance else waited):
+                if holds_nothing and may_starve and (job.gpus > room if by_balance else waited):
                     other = oldest.get(key)
                     if other is None or starving_key(job) < starving_key(other):
                         oldest[key] = job

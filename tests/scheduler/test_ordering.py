@@ -100,3 +100,23 @@ def test_a_team_holding_nothing_does_not_start_a_job_below_its_top_priority_firs
     shares = {("a", "h100"): 4, ("b", "h100"): 4}
     order = Order(snapshot, ledger, shares, {}, HOUR, min_one_job=True)
     assert [job.id for job in order.starving] == [2]
+
+
+def test_a_job_that_can_never_start_neither_starves_nor_keeps_its_team_from_starving() -> None:
+    # Jobs 3 and 4 ask 16 GPUs of a team limited to 8: no state admits them. Job 3 has the
+    # top priority, job 4 waited longest; neither takes the team's starving turn: job 10 does.
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=nodes(2, h100=8),
+        teams=(team("a", guarantee=4, limit=8), team("b", guarantee=4)),
+        running=(),
+        pending=(
+            pending(3, "a", workers=2, gpus=8, priority=5, submitted=NOW - 4 * HOUR),
+            pending(4, "a", workers=2, gpus=8, submitted=NOW - 5 * HOUR),
+            pending(10, "a", gpus=8, submitted=NOW - 3 * HOUR),
+        ),
+    )
+    ledger = Ledger(snapshot.nodes, {"a": ("a",), "b": ("b",)})
+    shares = {("a", "h100"): 4, ("b", "h100"): 4}
+    order = Order(snapshot, ledger, shares, {}, HOUR, min_one_job=True)
+    assert [job.id for job in order.starving] == [10]
