@@ -36,6 +36,7 @@ from gpuqueue.scheduler.model import (
     ReasonCode,
     Snapshot,
 )
+from gpuqueue.scheduler.never import NeverAdmits
 from gpuqueue.scheduler.ordering import Order, QueueJobs
 from gpuqueue.scheduler.placement import fit_gang
 from gpuqueue.scheduler.preemption import PRIORITY, VictimIndex, VictimSearch
@@ -92,6 +93,13 @@ class Cycle:
         # Phase 1: the ledger (its per-team sums are the running part of the demand). Before
         # any job is counted, each flavor's free GPUs are its capacity (`capacity_by_flavor`).
         self.ledger = Ledger(snapshot.nodes, self.chains, memo)
+        # Whether no state admits a job (never.py), from the ledger's sizes and the quotas.
+        self.never = NeverAdmits(
+            {name: fl.max_node for name, fl in self.ledger.flavors.items()},
+            {name: fl.total_capacity for name, fl in self.ledger.flavors.items()},
+            self.quotas,
+            self.chains,
+        )
         capacity = {name: fl.total_free for name, fl in self.ledger.flavors.items()}
         running = self.ledger.hold_running(snapshot.running)
         # (team, flavor) -> the team and its department with their quotas (None: no quota).
@@ -158,6 +166,7 @@ class Cycle:
             self.balance,
             self.policy.share_slice_seconds,
             self.horizon,
+            self.never,
         )
         self.starving = {job.id for job in self.order.starving}
         self.owed = self.order.owed

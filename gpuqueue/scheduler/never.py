@@ -1,8 +1,9 @@
-"""never_admitted(): the pending jobs that no state of the cluster can admit.
+"""The pending jobs that no state of the cluster can admit.
 
 The forecast plays the queue forward until every pending job has a start; a job that can never
-start would keep it stepping through every running job's end to its horizon, for nothing. What
-decides it reads only the nodes and the quotas, never the running jobs or the time:
+start would keep it stepping through every running job's end to its horizon, for nothing; and
+such a job must not take its team's turn as a starving job (ordering.py). What decides it reads
+only the nodes and the quotas, never the running jobs or the time:
 
 1. the job's flavor has no schedulable node, a worker is bigger than the largest node, or the
    gang bigger than the flavor (the engine's NEVER_FITS);
@@ -16,46 +17,66 @@ for one of those reasons.)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 
 from gpuqueue.scheduler.model import PendingJob, Quota, Snapshot
 
 
-def never_admitted(snapshot: Snapshot) -> frozenset[int]:
-    never = never_admits(snapshot)
-    return frozenset(job.id for job in snapshot.pending if never(job))
+class NeverAdmits:
+    """`never(job)`: whether no state admits the job. `largest` and `capacity` per flavor: the
+    largest schedulable node and all of them (the engine's ledger has both); `quotas` per
+    (group, flavor); `chains` per team: the team and its department, if any."""
 
+    __slots__ = ("capacity", "chains", "largest", "quotas")
 
-def never_admits(snapshot: Snapshot) -> Callable[[PendingJob], bool]:
-    """The test for one job, the snapshot's nodes and quotas read once."""
-    largest: dict[str, int] = {}
-    capacity: dict[str, int] = {}
-    for node in snapshot.nodes:
-        if node.schedulable:
-            for flavor, gpus in node.capacity.items():
-                largest[flavor] = max(largest.get(flavor, 0), gpus)
-                capacity[flavor] = capacity.get(flavor, 0) + gpus
-    ids = {team.id for team in snapshot.teams}
-    quotas: dict[tuple[str, str], Quota] = {
-        (team.id, flavor): quota for team in snapshot.teams for flavor, quota in team.quotas.items()
-    }
-    chains = {
-        team.id: (team.id, team.parent) if team.parent in ids else (team.id,)
-        for team in snapshot.teams
-    }
+    def __init__(
+        self,
+        largest: Mapping[str, int],
+        capacity: Mapping[str, int],
+        quotas: Mapping[tuple[str, str], Quota],
+        chains: Mapping[str, tuple[str, ...]],
+    ) -> None:
+        self.largest = largest
+        self.capacity = capacity
+        self.quotas = quotas
+        self.chains = chains
 
-    def never(job: PendingJob) -> bool:
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> NeverAdmits:
+        largest: dict[str, int] = {}
+        capacity: dict[str, int] = {}
+        for node in snapshot.nodes:
+            if node.schedulable:
+                for flavor, gpus in node.capacity.items():
+                    largest[flavor] = max(largest.get(flavor, 0), gpus)
+                    capacity[flavor] = capacity.get(flavor, 0) + gpus
+        ids = {team.id for team in snapshot.teams}
+        quotas = {
+            (team.id, flavor): quota
+            for team in snapshot.teams
+            for flavor, quota in team.quotas.items()
+        }
+        chains = {
+            team.id: (team.id, team.parent) if team.parent in ids else (team.id,)
+            for team in snapshot.teams
+        }
+        return cls(largest, capacity, quotas, chains)
+
+    def __call__(self, job: PendingJob) -> bool:
         flavor, gpus = job.flavor, job.gpus
-        if gpus <= 0 or largest.get(flavor, 0) < job.gpus_per_worker:
+        if gpus <= 0 or self.largest.get(flavor, 0) < job.gpus_per_worker:
             return True
-        if capacity[flavor] < gpus:
+        if self.capacity[flavor] < gpus:
             return True
-        for group in chains.get(job.team, (job.team,)):
-            quota = quotas.get((group, flavor))
+        for group in self.chains.get(job.team, (job.team,)):
+            quota = self.quotas.get((group, flavor))
             if quota is None or gpus > quota.limit:
                 return True
             if not job.preemptible and gpus > quota.guarantee:
                 return True
         return False
 
-    return never
+
+def never_admitted(snapshot: Snapshot) -> frozenset[int]:
+    never = NeverAdmits.of(snapshot)
+    return frozenset(job.id for job in snapshot.pending if never(job))

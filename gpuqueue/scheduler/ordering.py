@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from operator import attrgetter
 
 from gpuqueue.scheduler.horizon import Horizon
 from gpuqueue.scheduler.ledger import Ledger
 from gpuqueue.scheduler.model import PendingJob, Snapshot
-from gpuqueue.scheduler.never import never_admits
+from gpuqueue.scheduler.never import NeverAdmits
 
 TeamKey = tuple[float, float, int, str, str]
 JobKey = tuple[int, int, float, int]
@@ -127,11 +127,13 @@ class Order:
         balance: Mapping[tuple[str, str], float] | None = None,
         slice_seconds: float = 0.0,
         horizon: Horizon | None = None,
+        never: NeverAdmits | None = None,
     ) -> None:
         """`queues`: the pending jobs per (team, flavor) when the caller has grouped them (the
         order depends neither on the order of the jobs in the snapshot nor on that of the
         queues). `balance`: the snapshot's `share_balance`, with `slice_seconds`
-        (Policy.share_slice_seconds)."""
+        (Policy.share_slice_seconds). `never`: the engine's test for jobs that can never start
+        (made from the snapshot when a queue first needs it if not given)."""
         self._ledger = ledger
         self._fair_share = fair_share
         self._weights = weights
@@ -148,7 +150,6 @@ class Order:
                 grouped.setdefault((job.team, job.flavor), []).append(job)
             queues = {key: QueueJobs(jobs) for key, jobs in grouped.items()}
         oldest: dict[tuple[str, str], PendingJob] = {}  # of teams that hold nothing (min_one_job)
-        never: Callable[[PendingJob], bool] | None = None  # built when a queue first needs it
         starving = self.starving
         for key, facts in queues.items():
             team, flavor = key
@@ -170,7 +171,7 @@ class Order:
                 queue.sorted = True
                 continue
             if never is None:
-                never = never_admits(snapshot)
+                never = NeverAdmits.of(snapshot)
             hopeless = {job.id for job in facts.jobs if never(job)}
             top = max((j.priority for j in facts.jobs if j.id not in hopeless), default=None)
             for job in facts.jobs:

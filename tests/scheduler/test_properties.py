@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuqueue.scheduler import forecast, plan
+from gpuqueue.scheduler.engine import Cycle
 from gpuqueue.scheduler.model import (
     Node,
     PendingJob,
@@ -265,6 +266,16 @@ def test_a_job_never_admitted_stays_pending_even_alone_on_an_empty_cluster(
         }
     starts = forecast(snapshot, policy)
     assert all(starts[job_id] is None for job_id in never)
+
+
+@SETTINGS
+@given(snapshots())
+def test_the_engine_tells_the_jobs_that_never_start_as_the_snapshot_does(
+    snapshot: Snapshot,
+) -> None:
+    # The engine builds the test from its ledger and quotas, the forecast from the snapshot.
+    cycle = Cycle(snapshot, Policy())
+    assert {job.id for job in snapshot.pending if cycle.never(job)} == never_admitted(snapshot)
 
 
 def test_of_two_equally_free_nodes_a_gang_gets_the_same_whatever_the_running_order() -> None:
