@@ -7,7 +7,7 @@ from __future__ import annotations
 from gpuqueue.scheduler import plan
 from gpuqueue.scheduler.engine import Cycle
 from gpuqueue.scheduler.ledger import Ledger
-from gpuqueue.scheduler.model import Policy, Snapshot
+from gpuqueue.scheduler.model import PendingJob, Policy, Snapshot
 from gpuqueue.scheduler.ordering import Order
 from tests.scheduler.builders import HOUR, NOW, nodes, pending, running, team
 
@@ -82,41 +82,36 @@ def test_a_kind_that_waits_gives_its_verdict_to_that_kind_only() -> None:
     assert cycle.run() == kept and 1 in decided and 2 not in decided
 
 
-def test_a_team_holding_nothing_does_not_start_a_job_below_its_top_priority_first() -> None:
-    # Team a holds nothing and its fair share (4) is smaller than either job: the one-job rule
-    # makes one of them starving. Not job 10, although it waited longest: job 2 has the higher
-    # priority (job 10 was preempted for it, and would take its GPUs back for ever).
+def _starving(*jobs: PendingJob, limit: int = 1000) -> list[int]:
+    """The starving jobs of team a, holding nothing, when its fair share is 4 on two nodes."""
     snapshot = Snapshot(
         now=NOW,
-        nodes=nodes(1, h100=8),
-        teams=(team("a", guarantee=4), team("b", guarantee=4)),
+        nodes=nodes(2, h100=8),
+        teams=(team("a", guarantee=4, limit=limit), team("b", guarantee=4)),
         running=(),
-        pending=(
-            pending(10, "a", gpus=8, submitted=NOW - 3 * HOUR),
-            pending(2, "a", gpus=8, priority=2, submitted=NOW - 2 * HOUR),
-        ),
+        pending=jobs,
     )
     ledger = Ledger(snapshot.nodes, {"a": ("a",), "b": ("b",)})
     shares = {("a", "h100"): 4, ("b", "h100"): 4}
-    order = Order(snapshot, ledger, shares, {}, HOUR, min_one_job=True)
-    assert [job.id for job in order.starving] == [2]
+    return [job.id for job in Order(snapshot, ledger, shares, {}, HOUR, min_one_job=True).starving]
+
+
+def test_a_team_holding_nothing_does_not_start_a_job_below_its_top_priority_first() -> None:
+    # Team a's fair share (4) is smaller than either job: the one-job rule makes one of them
+    # starving. Not job 10, although it waited longest: job 2 has the higher priority (job 10
+    # was preempted for it, and would take its GPUs back for ever).
+    assert _starving(
+        pending(10, "a", gpus=8, submitted=NOW - 3 * HOUR),
+        pending(2, "a", gpus=8, priority=2, submitted=NOW - 2 * HOUR),
+    ) == [2]
 
 
 def test_a_job_that_can_never_start_neither_starves_nor_keeps_its_team_from_starving() -> None:
     # Jobs 3 and 4 ask 16 GPUs of a team limited to 8: no state admits them. Job 3 has the
     # top priority, job 4 waited longest; neither takes the team's starving turn: job 10 does.
-    snapshot = Snapshot(
-        now=NOW,
-        nodes=nodes(2, h100=8),
-        teams=(team("a", guarantee=4, limit=8), team("b", guarantee=4)),
-        running=(),
-        pending=(
-            pending(3, "a", workers=2, gpus=8, priority=5, submitted=NOW - 4 * HOUR),
-            pending(4, "a", workers=2, gpus=8, submitted=NOW - 5 * HOUR),
-            pending(10, "a", gpus=8, submitted=NOW - 3 * HOUR),
-        ),
-    )
-    ledger = Ledger(snapshot.nodes, {"a": ("a",), "b": ("b",)})
-    shares = {("a", "h100"): 4, ("b", "h100"): 4}
-    order = Order(snapshot, ledger, shares, {}, HOUR, min_one_job=True)
-    assert [job.id for job in order.starving] == [10]
+    assert _starving(
+        pending(3, "a", workers=2, gpus=8, priority=5, submitted=NOW - 4 * HOUR),
+        pending(4, "a", workers=2, gpus=8, submitted=NOW - 5 * HOUR),
+        pending(10, "a", gpus=8, submitted=NOW - 3 * HOUR),
+        limit=8,
+    ) == [10]

@@ -14,6 +14,7 @@ import itertools
 import random
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -224,26 +225,17 @@ def test_every_plan_keeps_the_invariants(snapshot: Snapshot, policy: Policy) -> 
     assert plan(snapshot, policy) == result
 
 
+@pytest.mark.parametrize("jobs", ["pending", "running"])
 @SETTINGS
 @given(snapshots(), policies(), st.randoms(use_true_random=False))
-def test_the_order_of_the_pending_jobs_in_the_snapshot_changes_nothing(
-    snapshot: Snapshot, policy: Policy, rng: random.Random
-) -> None:
-    shuffled = list(snapshot.pending)
-    rng.shuffle(shuffled)
-    assert plan(replace(snapshot, pending=tuple(shuffled)), policy) == plan(snapshot, policy)
-
-
-@SETTINGS
-@given(snapshots(), policies(), st.randoms(use_true_random=False))
-def test_the_order_of_the_running_jobs_in_the_snapshot_changes_nothing(
-    snapshot: Snapshot, policy: Policy, rng: random.Random
+def test_the_order_of_the_jobs_in_the_snapshot_changes_nothing(
+    jobs: str, snapshot: Snapshot, policy: Policy, rng: random.Random
 ) -> None:
     # The service lists running jobs by id, the replay by start: neither order may decide
     # which of two equally free nodes a gang gets.
-    shuffled = list(snapshot.running)
+    shuffled = list(getattr(snapshot, jobs))
     rng.shuffle(shuffled)
-    assert plan(replace(snapshot, running=tuple(shuffled)), policy) == plan(snapshot, policy)
+    assert plan(replace(snapshot, **{jobs: tuple(shuffled)}), policy) == plan(snapshot, policy)
 
 
 @SETTINGS
