@@ -137,6 +137,33 @@ def test_6_production_first_preempts_research_which_resumes_from_its_checkpoint(
     ]
 
 
+def test_6_the_preempted_job_does_not_take_its_gpus_back_even_when_it_has_waited_longest(
+    world: Any, submit: Any, backend: Any, settings: Any
+) -> None:
+    # Every job starving at once: the research job, requeued with its old submission time, has
+    # waited longer than the production job it gave way to. It used to start again on the GPUs
+    # it had just freed, and production preempted it again, cycle after cycle.
+    settings.GPUQUEUE_STARVATION_SECONDS = 0
+    sync_cluster(backend)
+    research = [submit(gpus_per_worker=8, priority=0, annotations=LONG) for _ in range(4)]
+    run_until_quiet(backend)
+    prod = submit(user=world.bob, gpus_per_worker=8, priority=100, annotations=LONG)
+    result = run_cycle(backend=backend)
+    assert len(result.preempted) == 1
+    victim = Job.objects.get(pk=result.preempted[0])
+
+    run_until_quiet(backend, rounds=6)
+    prod.refresh_from_db()
+    victim.refresh_from_db()
+    assert prod.state == JobState.RUNNING and prod.attempts == 1
+    assert victim.state == JobState.PENDING and victim.attempts == 1
+    assert {j.pk for j in research} - {victim.pk} == set(
+        Job.objects.filter(pk__in=[r.pk for r in research], state=JobState.RUNNING).values_list(
+            "pk", flat=True
+        )
+    )
+
+
 def test_6_non_preemptible_jobs_are_never_touched(world: Any, submit: Any, backend: Any) -> None:
     sync_cluster(backend)
     keep = submit(gpus_per_worker=8, priority=0, preemptible=False, annotations=LONG)
