@@ -80,7 +80,8 @@ def test_a_preempted_gang_is_asked_to_checkpoint_and_resumes_even_if_its_job_com
     """team-b borrows the whole H100 pool; team-a's guaranteed job reclaims a node."""
     settings.GPUQUEUE_MIN_RUNTIME_SECONDS = 0
     monkeypatch.setattr(checkpoint_views, "_nudge_sync", lambda: None)  # the test syncs
-    short = {"gpuqueue.dev/sim-duration-seconds": "12"}
+    # Long enough that all four run at once on a loaded machine, short enough to end in time.
+    short = {"gpuqueue.dev/sim-duration-seconds": "20"}
     borrowed = [
         submit(world.carol, team=world.team_b, workers=1, gpus_per_worker=8, annotations=short)
         for _ in range(4)
@@ -128,7 +129,7 @@ def test_a_preempted_gang_is_asked_to_checkpoint_and_resumes_even_if_its_job_com
         run_cycle(backend=kube.backend)
         return state(victim) in (JobState.ADMITTED, JobState.RUNNING)
 
-    kube.sync_until(resumed, timeout=40)
+    kube.sync_until(resumed, timeout=60)
     env = env_of(kube, victim)
     assert env["GPUQUEUE_RESUME"] == "1" and env["GPUQUEUE_ATTEMPT"] == "2"
     assert env["GPUQUEUE_CHECKPOINT"] == "s3://ckpt/victim/step-3"
