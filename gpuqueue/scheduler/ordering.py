@@ -65,6 +65,16 @@ _RANK = attrgetter("rank")
 _GPUS = attrgetter("gpus")
 _SUBMITTED = attrgetter("submitted_at")
 _USER = attrgetter("user")
+_PRIORITY = attrgetter("priority")
+
+
+def _top_priority(jobs: list[PendingJob], never: NeverAdmits) -> int | None:
+    """The highest priority among the jobs that some state admits (None: no job)."""
+    priorities: set[int] = set(map(_PRIORITY, jobs))
+    for priority in sorted(priorities, reverse=True):
+        if any(job.priority == priority and not never(job) for job in jobs):
+            return priority
+    return None
 
 
 class QueueJobs:
@@ -172,16 +182,20 @@ class Order:
                 continue
             if never is None:
                 never = NeverAdmits.of(snapshot)
-            hopeless = {job.id for job in facts.jobs if never(job)}
-            top = max((j.priority for j in facts.jobs if j.id not in hopeless), default=None)
+            top = _top_priority(facts.jobs, never)
             for job in facts.jobs:
                 horizon.crossing(job.submitted_at + starving_after)
-                may_starve = job.priority == top and job.id not in hopeless
-                waited = may_starve and now - job.submitted_at >= starving_after
-                if waited and job.gpus <= room:
+                at_top = job.priority == top
+                waited = at_top and now - job.submitted_at >= starving_after
+                if waited and job.gpus <= room and not never(job):
                     starving.append(job)
                     continue
-                if holds_nothing and may_starve and (job.gpus > room if by_balance else waited):
+                if (
+                    holds_nothing
+                    and at_top
+                    and (job.gpus > room if by_balance else waited)
+                    and not never(job)
+                ):
                     other = oldest.get(key)
                     if other is None or starving_key(job) < starving_key(other):
                         oldest[key] = job

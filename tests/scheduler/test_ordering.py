@@ -82,8 +82,8 @@ def test_a_kind_that_waits_gives_its_verdict_to_that_kind_only() -> None:
     assert cycle.run() == kept and 1 in decided and 2 not in decided
 
 
-def _starving(*jobs: PendingJob, limit: int = 1000) -> list[int]:
-    """The starving jobs of team a, holding nothing, when its fair share is 4 on two nodes."""
+def _starving(*jobs: PendingJob, limit: int = 1000, share: int = 4) -> list[int]:
+    """The starving jobs of team a (guarantee 4), holding nothing, with its fair share."""
     snapshot = Snapshot(
         now=NOW,
         nodes=nodes(2, h100=8),
@@ -92,7 +92,7 @@ def _starving(*jobs: PendingJob, limit: int = 1000) -> list[int]:
         pending=jobs,
     )
     ledger = Ledger(snapshot.nodes, {"a": ("a",), "b": ("b",)})
-    shares = {("a", "h100"): 4, ("b", "h100"): 4}
+    shares = {("a", "h100"): share, ("b", "h100"): 4}
     return [job.id for job in Order(snapshot, ledger, shares, {}, HOUR, min_one_job=True).starving]
 
 
@@ -114,4 +114,14 @@ def test_a_job_that_can_never_start_neither_starves_nor_keeps_its_team_from_star
         pending(4, "a", workers=2, gpus=8, submitted=NOW - 5 * HOUR),
         pending(10, "a", gpus=8, submitted=NOW - 3 * HOUR),
         limit=8,
+    ) == [10]
+
+
+def test_a_job_that_can_never_start_does_not_starve_even_where_it_fits_the_room() -> None:
+    # Job 5 is not preemptible and asks 8 GPUs of a team guaranteed 4: no state admits it,
+    # though it fits the team's fair share of 8 today.
+    assert _starving(
+        pending(5, "a", gpus=8, preemptible=False, submitted=NOW - 4 * HOUR),
+        pending(10, "a", gpus=8, submitted=NOW - 3 * HOUR),
+        share=8,
     ) == [10]
