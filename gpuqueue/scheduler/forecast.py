@@ -45,16 +45,17 @@ def forecast(
     starts: dict[int, float | None] = {job.id: None for job in snapshot.pending}
     awaited = set(starts) - never_admitted(snapshot)
     now = snapshot.now
+    # A plan depends on the order of neither the running nor the pending jobs (property tests
+    # in tests/scheduler/test_properties.py), so both are kept in the order they come.
     running = {job.id: job for job in snapshot.running}
-    # Each queue's jobs together, as the engine groups them (Cycle: by runs of one queue); a
-    # plan does not depend on the order of the pending jobs, so they are kept in this order.
+    # Each queue's jobs together, as the engine groups them (Cycle: by runs of one queue).
     pending = {job.id: job for job in sorted(snapshot.pending, key=QUEUE_KEY)}
     originals = dict(pending)
     for _ in range(max_steps):
         state = replace(
             snapshot,
             now=now,
-            running=tuple(running[i] for i in sorted(running)),
+            running=tuple(running.values()),
             pending=tuple(pending.values()),
         )
         result = plan(state, policy, explain=False)  # admissions and preemptions are read
