@@ -70,7 +70,7 @@ def forecast(
             running[victim.id] = replace(victim, preempting_since=now)
         if not awaited:
             break
-        events = _events(now, running.values(), pending.values(), policy)
+        events = _events(now, running.values(), pending.values(), policy, min_step)
         if not events:
             break
         window = max(min_step, precision * (events[0] - snapshot.now))
@@ -119,12 +119,19 @@ def _requeued(job: RunningJob, original: Mapping[int, PendingJob]) -> PendingJob
 
 
 def _events(
-    now: float, running: Iterable[RunningJob], pending: Iterable[PendingJob], policy: Policy
+    now: float,
+    running: Iterable[RunningJob],
+    pending: Iterable[PendingJob],
+    policy: Policy,
+    min_step: float,
 ) -> list[float]:
-    """The finite times after `now` at which a plan could change, sorted."""
+    """The finite times after `now` at which a plan could change, sorted. A job past its
+    expected end (it outran its declared runtime) should give its GPUs back at any moment: at
+    the next step, `min_step` from now, as the engine's reservations take it to (starvation.py)."""
     times: list[float] = []
     for job in running:
-        times.append(expected_end(job, policy))
+        end = expected_end(job, policy)
+        times.append(end if end > now else now + min_step)
         until = job.min_runtime_until
         times.append(until if until is not None else job.started_at + policy.min_runtime_seconds)
     for waiting in pending:

@@ -5,10 +5,20 @@ from __future__ import annotations
 import pytest
 
 from gpuqueue.scheduler.model import Policy
-from tests.scheduler.builders import NOW, Case, check, node, nodes, pending, running, team
+from tests.scheduler.builders import HOUR, NOW, Case, check, node, nodes, pending, running, team
 from tests.scheduler.test_preemption import morning_grab
 
 CASES = [
+    Case(
+        "a job past its expected end gives its GPUs back at the next step, not never",
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=8), team("b")),
+        running=(
+            running(10, "a", {"n1": 1}, gpus=8, started=NOW - 2 * HOUR, expected_runtime=HOUR),
+        ),
+        pending=(pending(1, "b", gpus=8),),
+        forecasts={1: NOW + 60},
+    ),
     Case(
         "a job that fits now starts now",
         nodes=(node("n1", h100=8),),

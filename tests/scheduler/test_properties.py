@@ -270,6 +270,34 @@ def test_the_engine_tells_the_jobs_that_never_start_as_the_snapshot_does(
     assert {job.id for job in snapshot.pending if cycle.never(job)} == never_admitted(snapshot)
 
 
+@SETTINGS
+@given(snapshots(), policies())
+def test_with_every_runtime_known_every_job_that_can_start_gets_a_forecast(
+    snapshot: Snapshot, policy: Policy
+) -> None:
+    """No job is left waiting for ever in the forecast (no preemption loop, no overdue job
+    holding its GPUs), once GPUs held outside gpuqueue are gone: those may never come back.
+    Left out: share balances, which the forecast holds as they are now (a team in debt borrows
+    nothing in it, however long it looks ahead), and a gang whose workers fit no set of nodes
+    (2 x 8 GPUs beside one 8-GPU node: the engine calls it NO_CAPACITY, and never.py does not
+    count whole workers)."""
+    known = replace(
+        snapshot,
+        share_balance=None,
+        nodes=tuple(replace(node, used_externally={}) for node in snapshot.nodes),
+        running=tuple(replace(job, expected_runtime=HOUR) for job in snapshot.running),
+        pending=tuple(replace(job, expected_runtime=HOUR) for job in snapshot.pending),
+    )
+    starts = forecast(known, policy, max_steps=400)
+    never = never_admitted(known)
+    for job in known.pending:
+        workers = sum(
+            node.capacity[FLAVOR] // job.gpus_per_worker for node in known.nodes if node.schedulable
+        )
+        if job.id not in never and workers >= job.workers:
+            assert starts[job.id] is not None, job
+
+
 def test_of_two_equally_free_nodes_a_gang_gets_the_same_whatever_the_running_order() -> None:
     # The case the property above finds only in a few thousand examples.
     nodes = (Node("n0", {FLAVOR: 8}), Node("n1", {FLAVOR: 8}))
