@@ -31,10 +31,11 @@ from gpuqueue.scheduler.model import (
     Plan,
     Policy,
     Preemption,
-    Quota,
     Reason,
     ReasonCode,
     Snapshot,
+    group_chains,
+    group_quotas,
 )
 from gpuqueue.scheduler.never import NeverAdmits
 from gpuqueue.scheduler.ordering import Order, QueueJobs
@@ -78,28 +79,15 @@ class Cycle:
         self.explain = explain
         self.now = snapshot.now
         self.horizon = Horizon(snapshot.now)
-        teams = snapshot.teams
-        ids = {t.id for t in teams}
-        # team -> (team, its department) or (team,): the groups a job's GPUs count against.
-        self.chains: dict[str, tuple[str, ...]] = {
-            t.id: (t.id, t.parent) if t.parent is not None and t.parent in ids else (t.id,)
-            for t in teams
-        }
-        self.quotas: dict[tuple[str, str], Quota] = {
-            (t.id, flavor): quota for t in teams for flavor, quota in t.quotas.items()
-        }
+        self.chains = group_chains(snapshot.teams)
+        self.quotas = group_quotas(snapshot.teams)
         # Time-based fair share needs the history (usage.py) and the policy's consent.
         self.balance = snapshot.share_balance if policy.time_based_share else None
         # Phase 1: the ledger (its per-team sums are the running part of the demand). Before
         # any job is counted, each flavor's free GPUs are its capacity (`capacity_by_flavor`).
         self.ledger = Ledger(snapshot.nodes, self.chains, memo)
         # Whether no state admits a job (never.py), from the ledger's sizes and the quotas.
-        self.never = NeverAdmits(
-            {name: fl.max_node for name, fl in self.ledger.flavors.items()},
-            {name: fl.total_capacity for name, fl in self.ledger.flavors.items()},
-            self.quotas,
-            self.chains,
-        )
+        self.never = NeverAdmits.of_ledger(self.ledger, self.quotas, self.chains)
         capacity = {name: fl.total_free for name, fl in self.ledger.flavors.items()}
         running = self.ledger.hold_running(snapshot.running)
         # (team, flavor) -> the team and its department with their quotas (None: no quota).

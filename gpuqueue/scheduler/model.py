@@ -9,7 +9,7 @@ A flavor is named by a string (the Flavor's name in the database).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -30,6 +30,17 @@ class Team:
     id: str
     quotas: Mapping[str, Quota]  # flavor -> quota; a flavor missing here means no access
     parent: str | None = None  # a department (also a Team in the snapshot) or None
+
+
+def group_chains(teams: Sequence[Team]) -> dict[str, tuple[str, ...]]:
+    """team -> (team, its department) or (team,): the groups a job's GPUs count against."""
+    ids = {t.id for t in teams}
+    return {t.id: (t.id, t.parent) if t.parent in ids else (t.id,) for t in teams}
+
+
+def group_quotas(teams: Sequence[Team]) -> dict[tuple[str, str], Quota]:
+    """(team or department, flavor) -> its quota."""
+    return {(t.id, flavor): quota for t in teams for flavor, quota in t.quotas.items()}
 
 
 @dataclass(frozen=True, slots=True)

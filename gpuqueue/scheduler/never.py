@@ -19,13 +19,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuqueue.scheduler.model import PendingJob, Quota, Snapshot
+from gpuqueue.scheduler.ledger import Ledger
+from gpuqueue.scheduler.model import (
+    PendingJob,
+    Quota,
+    Snapshot,
+    group_chains,
+    group_quotas,
+)
 
 
 class NeverAdmits:
     """`never(job)`: whether no state admits the job. `largest` and `capacity` per flavor: the
-    largest schedulable node and all of them (the engine's ledger has both); `quotas` per
-    (group, flavor); `chains` per team: the team and its department, if any."""
+    largest schedulable node and all of them; `quotas` per (group, flavor); `chains` per team:
+    the team and its department, if any (model.group_chains)."""
 
     __slots__ = ("capacity", "chains", "largest", "quotas")
 
@@ -42,25 +49,26 @@ class NeverAdmits:
         self.chains = chains
 
     @classmethod
+    def of_ledger(
+        cls,
+        ledger: Ledger,
+        quotas: Mapping[tuple[str, str], Quota],
+        chains: Mapping[str, tuple[str, ...]],
+    ) -> NeverAdmits:
+        """The sizes the engine's step 1 reads (`FlavorLedger.max_node`, `total_capacity`)."""
+        flavors = ledger.flavors
+        return cls(
+            {name: fl.max_node for name, fl in flavors.items()},
+            {name: fl.total_capacity for name, fl in flavors.items()},
+            quotas,
+            chains,
+        )
+
+    @classmethod
     def of(cls, snapshot: Snapshot) -> NeverAdmits:
-        largest: dict[str, int] = {}
-        capacity: dict[str, int] = {}
-        for node in snapshot.nodes:
-            if node.schedulable:
-                for flavor, gpus in node.capacity.items():
-                    largest[flavor] = max(largest.get(flavor, 0), gpus)
-                    capacity[flavor] = capacity.get(flavor, 0) + gpus
-        ids = {team.id for team in snapshot.teams}
-        quotas = {
-            (team.id, flavor): quota
-            for team in snapshot.teams
-            for flavor, quota in team.quotas.items()
-        }
-        chains = {
-            team.id: (team.id, team.parent) if team.parent in ids else (team.id,)
-            for team in snapshot.teams
-        }
-        return cls(largest, capacity, quotas, chains)
+        """For a caller with no cycle (the forecast, the band): the same, from a bare ledger."""
+        chains = group_chains(snapshot.teams)
+        return cls.of_ledger(Ledger(snapshot.nodes, chains), group_quotas(snapshot.teams), chains)
 
     def __call__(self, job: PendingJob) -> bool:
         flavor, gpus = job.flavor, job.gpus
