@@ -5,7 +5,10 @@
 
 The snapshot is the engine benchmark's `large` shape at this size (gpuqueue/scheduler/bench.py),
 and every job gets a runtime prediction drawn from a few typical distributions, as the service
-gives them from its history. Prints CPU seconds per band (median of the repeats) and the share
+gives them from its history. Each team and flavor carries a share balance from 16 h x 8 GPUs
+in debt to 8 h x 8 GPUs owed, as the live cycle hands the forecast its stored balances
+(`--no-balances`: none, as this benchmark measured before the forecast moved them). Prints CPU
+seconds per band (median of the repeats) and the share
 of pending jobs with an estimate.
 """
 
@@ -15,10 +18,11 @@ import argparse
 import random
 import statistics
 import time
+from dataclasses import replace
 
 from gpuqueue.scheduler.band import forecast_band
 from gpuqueue.scheduler.bench import large
-from gpuqueue.scheduler.model import Policy
+from gpuqueue.scheduler.model import Policy, Snapshot
 from gpuqueue.scheduler.prediction import Prediction
 from gpuqueue.scheduler.runtime import paused_gc
 
@@ -33,6 +37,17 @@ def predictions(job_ids: list[int], seed: int) -> dict[int, Prediction]:
     return {job_id: rng.choice(shapes) for job_id in job_ids}
 
 
+def balances(snapshot: Snapshot, seed: int) -> dict[tuple[str, str], float]:
+    """Every (team, flavor) with a quota: from past the borrowing threshold of an 8-GPU job
+    (8 h x 8 GPUs) twice over, to owed."""
+    rng = random.Random(seed)
+    return {
+        (team.id, flavor): rng.uniform(-16, 8) * 3600 * 8
+        for team in snapshot.teams
+        for flavor in sorted(team.quotas)
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=500)
@@ -40,8 +55,11 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-balances", action="store_true")
     args = parser.parse_args()
     snapshot = large(args.nodes, 30, args.running, args.pending, args.seed)
+    if not args.no_balances:
+        snapshot = replace(snapshot, share_balance=balances(snapshot, args.seed))
     ids = [j.id for j in snapshot.running] + [j.id for j in snapshot.pending]
     known = predictions(ids, args.seed)
     cpu: list[float] = []
@@ -55,7 +73,9 @@ def main() -> None:
     with_band = sum(1 for e in estimates.values() if e.late is not None)
     print(
         f"forecast band: {len(snapshot.nodes)} nodes, {len(snapshot.running)} running, "
-        f"{len(snapshot.pending)} pending: CPU median {statistics.median(cpu):.2f} s "
+        f"{len(snapshot.pending)} pending, "
+        f"{len(snapshot.share_balance or {})} share balances: "
+        f"CPU median {statistics.median(cpu):.2f} s "
         f"(runs {', '.join(f'{c:.2f}' for c in cpu)}); "
         f"{with_estimate / len(estimates):.1%} with an estimate, "
         f"{with_band / len(estimates):.1%} with a closed band"

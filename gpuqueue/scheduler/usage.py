@@ -25,9 +25,9 @@ like the engine.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from gpuqueue.scheduler.model import Quota, Team
+from gpuqueue.scheduler.model import PendingJob, Quota, RunningJob, Team
 
 Key = tuple[str, str]  # (team, flavor)
 
@@ -126,6 +126,14 @@ class ShareBalance:
                     del balance[key]
                 else:
                     balance[key] = value
+        for key, gap in self.gaps(held, asked).items():
+            if gap:
+                balance[key] = balance.get(key, 0.0) + gap * weight
+
+    def gaps(self, held: Mapping[Key, int], asked: Mapping[Key, int]) -> dict[Key, float]:
+        """(entitled - held) GPUs per (team, flavor) that asks or holds: how fast each balance
+        grows while this state stands, before the decay."""
+        gaps: dict[Key, float] = {}
         for flavor, quotas in self.quotas.items():
             demand: dict[str, float] = {}
             for team in quotas:
@@ -137,13 +145,41 @@ class ShareBalance:
             shares = entitled_shares(self.capacity[flavor], demand, quotas)
             for team in demand:
                 key = (team, flavor)
-                gap = shares.get(team, 0.0) - held.get(key, 0)
-                if gap:
-                    balance[key] = balance.get(key, 0.0) + gap * weight
+                gaps[key] = shares.get(team, 0.0) - held.get(key, 0)
+        return gaps
+
+    def crossing(self, key: Key, bound: float, gap: float) -> float:
+        """Seconds after `last` until `balance < bound` changes its answer for `key` while its
+        gap stays `gap` (a state that stands): math.inf when it never does. The balance moves
+        exponentially towards gap x tau (or linearly, without decay), so it reaches the bound
+        once, when the bound lies between where it is and where it goes; one that sits on the
+        bound flips at once if it moves down."""
+        start = self.balance.get(key, 0.0)
+        goal = gap / self.rate if self.rate else math.copysign(math.inf, gap) if gap else start
+        if start == bound:
+            return 0.0 if goal < start else math.inf
+        if not min(start, goal) < bound < max(start, goal):
+            return math.inf
+        if self.rate == 0:
+            return (bound - start) / gap
+        return math.log((start - goal) / (bound - goal)) / self.rate
 
     def snapshot(self) -> dict[Key, float]:
         """The balances now, for `Snapshot.share_balance` (a copy: the snapshot is frozen)."""
         return dict(self.balance)
+
+
+def held_and_asked(
+    running: Iterable[RunningJob], pending: Iterable[PendingJob]
+) -> tuple[dict[Key, int], dict[Key, int]]:
+    """GPUs held by running jobs and asked for by pending ones, per (team, flavor)."""
+    held: dict[Key, int] = {}
+    asked: dict[Key, int] = {}
+    for r in running:
+        held[(r.team, r.flavor)] = held.get((r.team, r.flavor), 0) + r.gpus
+    for p in pending:
+        asked[(p.team, p.flavor)] = asked.get((p.team, p.flavor), 0) + p.gpus
+    return held, asked
 
 
 def seconds_to_recover(debt: float, threshold: float, half_life_seconds: float) -> float:

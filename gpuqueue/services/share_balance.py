@@ -68,12 +68,7 @@ class LiveBalances:
 def advance_balances(snapshot: m.Snapshot, half_life_seconds: float) -> LiveBalances:
     """Steps 1 and 2: the stored balances advanced to `snapshot.now`."""
     stored, last = load_balances()
-    held: dict[Key, int] = {}
-    asked: dict[Key, int] = {}
-    for r in snapshot.running:
-        held[(r.team, r.flavor)] = held.get((r.team, r.flavor), 0) + r.gpus
-    for p in snapshot.pending:
-        asked[(p.team, p.flavor)] = asked.get((p.team, p.flavor), 0) + p.gpus
+    held, asked = usage.held_and_asked(snapshot.running, snapshot.pending)
     since = last.timestamp() if last is not None else None
     balances = usage.ShareBalance(
         snapshot.teams, capacity_by_flavor(snapshot), half_life_seconds, stored, since

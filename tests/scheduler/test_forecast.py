@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from gpuqueue.scheduler.model import Policy
+from gpuqueue.scheduler import forecast, plan
+from gpuqueue.scheduler.model import Policy, ReasonCode, Snapshot
+from gpuqueue.scheduler.usage import ShareBalance, held_and_asked
 from tests.scheduler.builders import HOUR, NOW, Case, check, node, nodes, pending, running, team
 from tests.scheduler.test_preemption import morning_grab
 
@@ -93,3 +97,58 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_forecast(case: Case) -> None:
     check(case)
+
+
+def two_teams_in_debt_beside_an_idle_node() -> Snapshot:
+    """Team a holds n1 for 48 h within its guarantee and asks for 8 more; team b, with no
+    guarantee, asks for 8. Both are in debt past the borrowing threshold, so n2 stays idle until
+    one of the debts has decayed: b's first (100 GPU-hours against a threshold of 8 h x 8
+    GPUs; a's 1,000 against 8 h x its share of 12)."""
+    return Snapshot(
+        NOW,
+        nodes(2, h100=8),
+        (team("a", guarantee=8), team("b")),
+        (running(10, "a", {"n1": 1}, gpus=8, preemptible=False, expected_runtime=48 * HOUR),),
+        (
+            pending(1, "a", gpus=8, expected_runtime=HOUR),
+            pending(2, "b", gpus=8, expected_runtime=HOUR),
+        ),
+        share_balance={("a", "h100"): -1000 * HOUR, ("b", "h100"): -100 * HOUR},
+    )
+
+
+def test_a_team_in_debt_starts_in_the_forecast_once_its_debt_has_decayed() -> None:
+    """The forecast moves the balances as the cycle would: b's job starts when its debt falls
+    under the threshold, hours before a's running job ends (where the balances held as they
+    were, it waited the 47 h left of a's job). The same as planning every minute and
+    advancing the balances between plans, as the live cycle and the replay do."""
+    snapshot = two_teams_in_debt_beside_an_idle_node()
+    policy = Policy()
+    first = plan(snapshot, policy)
+    assert {p.job_id: p.reason.code for p in first.pending} == {
+        1: ReasonCode.IN_SHARE_DEBT,
+        2: ReasonCode.IN_SHARE_DEBT,
+    }
+    forecast_start = forecast(snapshot, policy)[2]
+    assert forecast_start is not None and NOW + HOUR < forecast_start < NOW + 12 * HOUR
+    assert cycle_by_cycle_start(snapshot, policy, job_id=2, step=60.0) == pytest.approx(
+        forecast_start, abs=60.0
+    )
+
+
+def cycle_by_cycle_start(snapshot: Snapshot, policy: Policy, job_id: int, step: float) -> float:
+    """When the job is admitted if the engine plans every `step` seconds and the balances
+    advance between plans (nothing ends in this case before the job starts)."""
+    capacity = {"h100": sum(n.capacity["h100"] for n in snapshot.nodes)}
+    assert snapshot.share_balance is not None
+    balances = ShareBalance(
+        snapshot.teams, capacity, policy.share_half_life_seconds, snapshot.share_balance, NOW
+    )
+    now = NOW
+    while now < NOW + 48 * HOUR:
+        state = replace(snapshot, now=now, share_balance=balances.snapshot())
+        if job_id in {a.job_id for a in plan(state, policy).admissions}:
+            return now
+        now += step
+        balances.advance(now, *held_and_asked(state.running, state.pending))
+    raise AssertionError("never admitted")

@@ -276,14 +276,13 @@ def test_with_every_runtime_known_every_job_that_can_start_gets_a_forecast(
     snapshot: Snapshot, policy: Policy
 ) -> None:
     """No job is left waiting for ever in the forecast (no preemption loop, no overdue job
-    holding its GPUs), once GPUs held outside gpuqueue are gone: those may never come back.
-    Left out: share balances, which the forecast holds as they are now (a team in debt borrows
-    nothing in it, however long it looks ahead), and a gang whose workers fit no set of nodes
+    holding its GPUs, no team in debt waiting for ever: its debt decays in the forecast as it
+    would), once GPUs held outside gpuqueue are gone: those may never come back. Left out: a
+    gang whose workers fit no set of nodes
     (2 x 8 GPUs beside one 8-GPU node: the engine calls it NO_CAPACITY, and never.py does not
     count whole workers)."""
     known = replace(
         snapshot,
-        share_balance=None,
         nodes=tuple(replace(node, used_externally={}) for node in snapshot.nodes),
         running=tuple(replace(job, expected_runtime=HOUR) for job in snapshot.running),
         pending=tuple(replace(job, expected_runtime=HOUR) for job in snapshot.pending),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuqueue.scheduler.model import Policy, Quota, ReasonCode
 from gpuqueue.scheduler.usage import ShareBalance, entitled_shares, seconds_to_recover
@@ -230,3 +232,31 @@ def test_after_a_gap_only_the_credited_interval_counts_but_the_whole_gap_decays(
 )
 def test_seconds_to_recover(debt: float, threshold: float, half_life: float, wait: float) -> None:
     assert seconds_to_recover(debt, threshold, half_life) == pytest.approx(wait)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    start=st.floats(-1e6, 1e6).filter(lambda b: abs(b) >= 10),
+    bound=st.floats(-1e6, 1e6).filter(lambda b: abs(b) >= 10),
+    held=st.integers(0, 16),
+    asked=st.integers(0, 16),
+    half_life=st.sampled_from([0.0, HOUR, 86400.0]),
+)
+def test_a_balance_reaches_a_bound_when_crossing_says(
+    start: float, bound: float, held: int, asked: int, half_life: float
+) -> None:
+    """`crossing` (the forecast's balance events) against `advance` (the cycle's balances):
+    advanced that long with the state standing, the balance sits on the bound; when it says
+    never, a hundred half-lives (or 1,000 days without decay) leave it on its side."""
+    key = ("a", "h100")
+    teams = (team("a", guarantee=4), team("b", guarantee=4))
+    state = ({key: held}, {key: asked, ("b", "h100"): 8})
+    meter = ShareBalance(teams, {"h100": 16}, half_life, {key: start}, NOW)
+    gap = meter.gaps(*state).get(key, 0.0)  # 0 when it neither holds nor asks
+    after = meter.crossing(key, bound, gap)
+    if after < math.inf:
+        meter.advance(NOW + after, *state)
+        assert meter.snapshot().get(key, 0.0) == pytest.approx(bound, rel=1e-6, abs=1e-3)
+    else:
+        meter.advance(NOW + (100 * half_life or 1000 * 86400.0), *state)
+        assert (meter.snapshot().get(key, 0.0) < bound) == (start < bound)
