@@ -161,8 +161,8 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
 
 
 def _never_fits(n: dict[str, Any], flavor: str, per: Any, gpus: Any, shape: str) -> str:
-    """The real cause first: no node of the flavor, a worker bigger than any node, or a gang
-    bigger than the whole flavor."""
+    """The real cause first: no node of the flavor, a worker bigger than any node, a gang
+    bigger than the whole flavor, or workers that do not divide into its nodes."""
     largest, capacity = n.get("largest_node"), n.get("flavor_capacity")
     if largest == 0:
         return f"Can never start: no schedulable node offers {flavor} GPUs."
@@ -175,6 +175,12 @@ def _never_fits(n: dict[str, Any], flavor: str, per: Any, gpus: Any, shape: str)
         return (
             f"Can never start: the job asks for {shape} and the cluster has {capacity} "
             f"{flavor} GPUs in all."
+        )
+    most, workers = n.get("most_workers"), n.get("workers")
+    if isinstance(most, int) and isinstance(workers, int) and most < workers:
+        return (
+            f"Can never start: the job asks for {shape}, and a worker runs on one node: even "
+            f"empty, the {flavor} nodes hold at most {most} workers of {per} GPUs."
         )
     return f"Can never start: {shape} cannot be placed on the {flavor} nodes."
 

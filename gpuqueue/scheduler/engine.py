@@ -266,16 +266,18 @@ class Cycle:
         fl = ledger.flavors.get(flavor)
         g = job.gpus_per_worker
         gpus = job.workers * g
-        # 1.
+        # 1. (Whole workers only count for a gang of several: one worker fits the largest.)
         if (
             fl is None
             or gpus <= 0  # a malformed gang (no workers or no GPUs) can never be placed either
             or fl.max_node < g
             or fl.total_capacity < gpus
+            or (job.workers > 1 and fl.most_workers(g) < job.workers)
         ):
             if fl is None:
-                return reasons.never_fits(job, 0, 0)
-            return reasons.never_fits(job, fl.max_node, fl.total_capacity)
+                return reasons.never_fits(job, 0, 0, 0)
+            most = fl.most_workers(g) if g > 0 else 0
+            return reasons.never_fits(job, fl.max_node, fl.total_capacity, most)
         groups = self.groups.get((job.team, flavor))
         if groups is None:  # a team the snapshot does not list: no quota anywhere
             groups = [(job.team, None)]

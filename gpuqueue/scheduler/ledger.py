@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
 
-from gpuqueue.scheduler.model import Node, Placement, RunningJob
+from gpuqueue.scheduler.model import Node, Placement, RunningJob, whole_workers
 
 Undo = Callable[[], None]
 _NAME = attrgetter("name")
@@ -59,12 +59,14 @@ class FlavorLedger:
 
     __slots__ = (
         "_fits",
+        "_most",
         "buckets",
         "free",
         "held",
         "incoming",
         "max_node",
         "memo",
+        "sizes",
         "name",
         "total_capacity",
         "total_free",
@@ -83,6 +85,8 @@ class FlavorLedger:
         # come free in time, so only these say that a job can never start.
         self.max_node = 0
         self.total_capacity = 0
+        self.sizes: dict[int, int] = {}  # GPUs per schedulable node -> how many such nodes
+        self._most: dict[int, int] = {}  # GPUs per worker -> `most_workers`
         # Moved by every change of `free`, `incoming` or `held` (the methods below).
         self.version = 0
         # (GPUs per worker, what is added to free) -> (version, workers that fit): most jobs
@@ -99,6 +103,16 @@ class FlavorLedger:
         self.total_free += max(free, 0)
         self.total_capacity += capacity
         self.max_node = max(self.max_node, capacity)
+        self.sizes[capacity] = self.sizes.get(capacity, 0) + 1
+        self._most.clear()
+
+    def most_workers(self, gpus_per_worker: int) -> int:
+        """How many workers of this size the empty nodes hold (model.whole_workers), counted
+        once per size: step 1 of every decision asks, and the nodes are set up once."""
+        most = self._most.get(gpus_per_worker)
+        if most is None:
+            most = self._most[gpus_per_worker] = whole_workers(self.sizes, gpus_per_worker)
+        return most
 
     def move(self, node: str, new: int) -> None:
         """Set a node's free GPUs, keeping buckets and totals in step (no undo record)."""

@@ -43,6 +43,12 @@ def group_quotas(teams: Sequence[Team]) -> dict[tuple[str, str], Quota]:
     return {(t.id, flavor): quota for t in teams for flavor, quota in t.quotas.items()}
 
 
+def whole_workers(sizes: Mapping[int, int], gpus_per_worker: int) -> int:
+    """How many workers of `gpus_per_worker` GPUs fit on empty nodes, given as GPUs per node ->
+    how many nodes: a worker runs on one node, so 3 workers of 6 fit no 8 + 8 + 4 GPUs."""
+    return sum(size // gpus_per_worker * count for size, count in sizes.items())
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str

@@ -5,8 +5,9 @@ start would keep it stepping through every running job's end to its horizon, for
 such a job must not take its team's turn as a starving job (ordering.py). What decides it reads
 only the nodes and the quotas, never the running jobs or the time:
 
-1. the job's flavor has no schedulable node, a worker is bigger than the largest node, or the
-   gang bigger than the flavor (the engine's NEVER_FITS);
+1. the job's flavor has no schedulable node, or its nodes, empty, hold fewer of its workers than
+   it has (a worker bigger than the largest node, a gang bigger than the flavor, or 3 workers of
+   6 GPUs on nodes of 8 + 8 + 4: the engine's NEVER_FITS);
 2. its team, or the team's department, has no quota for the flavor (NO_QUOTA);
 3. the gang asks more than a limit of the team or its department (OVER_LIMIT at any usage);
 4. a non-preemptible gang asks more than a guarantee (OVER_FAIR_SHARE at any usage).
@@ -26,25 +27,24 @@ from gpuqueue.scheduler.model import (
     Snapshot,
     group_chains,
     group_quotas,
+    whole_workers,
 )
 
 
 class NeverAdmits:
-    """`never(job)`: whether no state admits the job. `largest` and `capacity` per flavor: the
-    largest schedulable node and all of them; `quotas` per (group, flavor); `chains` per team:
-    the team and its department, if any (model.group_chains)."""
+    """`never(job)`: whether no state admits the job. `sizes` per flavor: its schedulable nodes
+    as GPUs per node -> how many; `quotas` per (group, flavor); `chains` per team: the team and
+    its department, if any (model.group_chains)."""
 
-    __slots__ = ("capacity", "chains", "largest", "quotas")
+    __slots__ = ("chains", "quotas", "sizes")
 
     def __init__(
         self,
-        largest: Mapping[str, int],
-        capacity: Mapping[str, int],
+        sizes: Mapping[str, Mapping[int, int]],
         quotas: Mapping[tuple[str, str], Quota],
         chains: Mapping[str, tuple[str, ...]],
     ) -> None:
-        self.largest = largest
-        self.capacity = capacity
+        self.sizes = sizes
         self.quotas = quotas
         self.chains = chains
 
@@ -55,14 +55,8 @@ class NeverAdmits:
         quotas: Mapping[tuple[str, str], Quota],
         chains: Mapping[str, tuple[str, ...]],
     ) -> NeverAdmits:
-        """The sizes the engine's step 1 reads (`FlavorLedger.max_node`, `total_capacity`)."""
-        flavors = ledger.flavors
-        return cls(
-            {name: fl.max_node for name, fl in flavors.items()},
-            {name: fl.total_capacity for name, fl in flavors.items()},
-            quotas,
-            chains,
-        )
+        """The sizes the engine's step 1 reads (`FlavorLedger.sizes`)."""
+        return cls({name: fl.sizes for name, fl in ledger.flavors.items()}, quotas, chains)
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> NeverAdmits:
@@ -72,9 +66,8 @@ class NeverAdmits:
 
     def __call__(self, job: PendingJob) -> bool:
         flavor, gpus = job.flavor, job.gpus
-        if gpus <= 0 or self.largest.get(flavor, 0) < job.gpus_per_worker:
-            return True
-        if self.capacity[flavor] < gpus:
+        sizes = self.sizes.get(flavor)
+        if gpus <= 0 or not sizes or whole_workers(sizes, job.gpus_per_worker) < job.workers:
             return True
         for group in self.chains.get(job.team, (job.team,)):
             quota = self.quotas.get((group, flavor))

@@ -5,7 +5,8 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 
 | code                   | numbers                                                             |
 | ---------------------- | ------------------------------------------------------------------- |
-| NEVER_FITS             | flavor, workers, gpus_per_worker, largest_node, flavor_capacity     |
+| NEVER_FITS             | flavor, workers, gpus_per_worker, largest_node, flavor_capacity,    |
+|                        | most_workers (of this size, on the empty nodes)                     |
 | NO_QUOTA               | flavor, scope ("team" or "department")                             |
 | OVER_FAIR_SHARE        | flavor, scope, guarantee, in_use (non-preemptible), requested       |
 | OVER_LIMIT             | flavor, scope, limit, in_use, requested                             |
@@ -33,7 +34,9 @@ from __future__ import annotations
 from gpuqueue.scheduler.model import PendingJob, Reason, ReasonCode
 
 
-def never_fits(job: PendingJob, largest_node: int, flavor_capacity: int) -> Reason:
+def never_fits(
+    job: PendingJob, largest_node: int, flavor_capacity: int, most_workers: int
+) -> Reason:
     return Reason(
         ReasonCode.NEVER_FITS,
         {
@@ -42,6 +45,7 @@ def never_fits(job: PendingJob, largest_node: int, flavor_capacity: int) -> Reas
             "gpus_per_worker": job.gpus_per_worker,
             "largest_node": largest_node,
             "flavor_capacity": flavor_capacity,
+            "most_workers": most_workers,
         },
     )
 

@@ -5,7 +5,8 @@ Capacity always comes from Node rows (the cluster watcher keeps them), never fro
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from django.db.models import Count, F, Q, Sum
@@ -32,17 +33,18 @@ def flavor_nodes(flavor: Flavor) -> list[Node]:
 
 @dataclass(frozen=True)
 class FlavorSize:
-    """The most GPUs of a flavor one known node has, and all known nodes together (ready or
-    not: a node down for maintenance comes back)."""
+    """The most GPUs of a flavor one known node has, all known nodes together, and how many
+    nodes have each size (ready or not: a node down for maintenance comes back)."""
 
     largest_node: int
     total: int
+    sizes: Mapping[int, int]  # GPUs per node -> how many such nodes
 
 
 def flavor_size(flavor: Flavor) -> FlavorSize | None:
     """None when no node of `flavor` is known yet."""
     sizes = [int(n.capacity[flavor.resource_name]) for n in flavor_nodes(flavor)]
-    return FlavorSize(max(sizes), sum(sizes)) if sizes else None
+    return FlavorSize(max(sizes), sum(sizes), Counter(sizes)) if sizes else None
 
 
 # Per process (`gpuqueue.core.caches`): every submission checks its gang against the nodes of

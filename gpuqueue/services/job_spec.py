@@ -12,7 +12,7 @@ A check takes two steps, as DRF's serializers do:
    (`field_errors`);
 2. only when every field passed, the job as a whole: the team a submission leaves out, the
    defaults (the name from the image, the checkpoint grace from settings, CPU and memory from
-   the flavor), whether a worker fits the largest node of its flavor, and its CPU and memory
+   the flavor), whether its workers fit the nodes of its flavor, and its CPU and memory
    within the flavor's maxima (`check_whole`).
 """
 
@@ -182,7 +182,8 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
        it writes the job (refusing with TeamRequired when there are none or several); the
        team stays None here. Someone not signed in must name one.
     2. The defaults of the fields left out.
-    3. A worker must fit the largest node of its flavor, the gang all its nodes together.
+    3. A worker must fit the largest node of its flavor, and the gang its empty nodes, whole
+       workers per node.
        Without a team, a submitter who does not have exactly one is told that first, as the
        insert would.
     4. CPU, memory and /dev/shm per worker: the flavor's defaults for what was left out, and

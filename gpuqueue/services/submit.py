@@ -15,6 +15,7 @@ from gpuqueue.core import caches
 from gpuqueue.core import redis as api_redis
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Flavor, Job, JobEvent
+from gpuqueue.scheduler.model import whole_workers
 from gpuqueue.services import submission_sql
 from gpuqueue.services.inventory import flavor_size_cached
 from teams.models import Team
@@ -218,7 +219,8 @@ def nudge_cycle() -> None:
 
 def check_fits(flavor: Flavor, workers: int, gpus_per_worker: int) -> None:
     """Refuse a job that no node could ever run: a worker larger than the largest node of its
-    flavor, or a gang larger than all its nodes together, would wait forever. Node rows are
+    flavor, a gang larger than all its nodes together, or more workers than its nodes hold
+    when empty (a worker runs on one node) would wait forever. Node rows are
     the inventory; with none known yet the job is refused too, rather than accepted into a
     queue that cannot judge it."""
     size = flavor_size_cached(flavor)
@@ -236,11 +238,21 @@ def check_fits(flavor: Flavor, workers: int, gpus_per_worker: int) -> None:
             "workers).",
             field="gpus_per_worker",
         )
+    most = whole_workers(size.sizes, gpus_per_worker)  # a worker runs on one node
     if workers * gpus_per_worker > size.total:
         raise SubmissionRefused(
             f"The job asks for {workers * gpus_per_worker} {flavor.name} GPUs "
             f"({workers} × {gpus_per_worker}) but the cluster has {size.total} {flavor.name} "
-            f"GPUs in all; use at most {size.total // gpus_per_worker} workers of "
+            f"GPUs in all; use at most {most} workers of "
             f"{gpus_per_worker}.",
+            field="workers",
+        )
+    if workers > most:
+        layout = ", ".join(f"{size.sizes[s]} × {s}" for s in sorted(size.sizes, reverse=True))
+        raise SubmissionRefused(
+            f"The job asks for {workers} workers of {gpus_per_worker} {flavor.name} GPUs, and a "
+            f"worker runs on one node: its nodes ({layout} GPUs) hold at most "
+            f"{most} such workers; use at most {most} workers of {gpus_per_worker}, or smaller "
+            "workers.",
             field="workers",
         )

@@ -107,6 +107,25 @@ def test_a_gang_larger_than_the_whole_flavor_is_refused_with_the_numbers(
     assert fits.status_code == 201, fits.content
 
 
+def test_workers_that_no_set_of_nodes_holds_are_refused_with_the_numbers(
+    api: Any, job_body: Any
+) -> None:
+    """4 nodes of 8 H100s: 6 workers of 5 GPUs are 30 of the 32 GPUs, but a worker runs on one
+    node and each node holds one worker of 5; the job would wait for ever."""
+    before = counts()
+    response = api("alice").post(
+        "/api/v1/jobs/", {**job_body, "workers": 6, "gpus_per_worker": 5}, format="json"
+    )
+    assert response.status_code == 400
+    message = response.json()["error"]["fields"]["workers"][0]
+    assert "(4 × 8 GPUs) hold at most 4 such workers" in message, message
+    assert counts() == before
+    fits = api("alice").post(
+        "/api/v1/jobs/", {**job_body, "workers": 4, "gpus_per_worker": 5}, format="json"
+    )
+    assert fits.status_code == 201, fits.content
+
+
 def test_a_flavor_with_no_known_node_is_refused_saying_so(api: Any, job_body: Any) -> None:
     Node.objects.filter(name__startswith="l4").delete()
     before = counts()

@@ -84,6 +84,21 @@ from gpuqueue.core.reason_text import describe_reason
             {
                 "code": "never_fits",
                 "numbers": {
+                    "flavor": "h100",
+                    "workers": 3,
+                    "gpus_per_worker": 6,
+                    "largest_node": 8,
+                    "flavor_capacity": 20,
+                    "most_workers": 2,
+                },
+            },
+            "Can never start: the job asks for 18 h100 GPUs as 3 × 6, and a worker runs on one "
+            "node: even empty, the h100 nodes hold at most 2 workers of 6 GPUs.",
+        ),
+        (
+            {
+                "code": "never_fits",
+                "numbers": {
                     "flavor": "a100",
                     "workers": 1,
                     "gpus_per_worker": 1,

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gpuqueue.scheduler.band import forecast_band, with_runtimes
 from gpuqueue.scheduler.model import Plan, Policy, Snapshot
+from gpuqueue.scheduler.never import never_admitted
 from gpuqueue.scheduler.prediction import (
     FLAVOR,
     TEAM_SHAPE,
@@ -122,6 +123,21 @@ def test_a_job_with_no_estimate_says_why() -> None:
     bands = forecast_band(snapshot, {})
     assert bands[1].likely is None and bands[1].why_none == "unknown_runtime"
     assert bands[2].likely is None and bands[2].why_none == "never_fits"
+
+
+def test_workers_that_no_set_of_nodes_holds_never_fit_though_the_gpus_add_up() -> None:
+    # 2 x 6 GPUs on 8 + 4: 12 GPUs of 12, but a worker runs on one node and n2 holds none.
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8), node("n2", h100=4)),
+        teams=(team("a", guarantee=12),),
+        running=(),
+        pending=(pending(1, "a", workers=2, gpus=6), pending(2, "a", gpus=6)),
+    )
+    assert never_admitted(snapshot) == {1}
+    bands = forecast_band(snapshot, {})
+    assert bands[1].likely is None and bands[1].why_none == "never_fits"
+    assert bands[2].likely == NOW
 
 
 def test_a_gang_beyond_its_teams_limit_never_fits_and_the_forecast_does_not_wait_for_it(

@@ -64,6 +64,14 @@ CASES = [
         numbers={1: {"flavor_capacity": 16, "workers": 3}},
     ),
     Case(
+        "workers that no set of nodes holds never fit, though the GPUs add up",
+        nodes=(node("n1", h100=8), node("n2", h100=8), node("n3", h100=4)),
+        teams=(team("a"),),
+        pending=(pending(1, "a", workers=3, gpus=6),),
+        reasons={1: ReasonCode.NEVER_FITS},
+        numbers={1: {"flavor_capacity": 20, "most_workers": 2, "workers": 3}},
+    ),
+    Case(
         "a department's missing quota is named as the department's",
         nodes=(node("n1", h100=8),),
         teams=(team("d", flavor="l4"), team("t", parent="d")),
