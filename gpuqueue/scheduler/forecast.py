@@ -4,10 +4,10 @@ The engine is run forward in virtual time on the snapshot: running jobs end at t
 their expected runtime (or max runtime), preempted jobs give their GPUs back after the grace and
 queue again, nothing new arrives, and share balances (time-based fair share, usage.py) move as
 the jobs the forecast runs hold GPUs: a team in debt borrows again once its debt has decayed.
-A job's forecast is the virtual time of
-the cycle that admits it. Jobs whose start depends on a job with no known runtime, or that lie
-beyond `max_steps` cycles, get None: an honest "cannot tell" beats a made-up date; so do jobs
-that no state of the cluster admits (never.py), which the forecast does not wait for.
+A job's forecast is the virtual time of the cycle that admits it. Jobs whose start depends on a
+job with no known runtime, or that lie beyond `max_steps` cycles, get None: an honest "cannot
+tell" beats a made-up date; so do jobs that no state of the cluster admits (never.py), which
+the forecast does not wait for.
 """
 
 from __future__ import annotations
