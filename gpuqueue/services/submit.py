@@ -248,10 +248,13 @@ def check_fits(flavor: Flavor, workers: int, gpus_per_worker: int) -> None:
             field="workers",
         )
     if workers > most:
-        layout = ", ".join(f"{size.sizes[s]} × {s}" for s in sorted(size.sizes, reverse=True))
+        layout = ", ".join(
+            f"{size.sizes[s]} node{'s' if size.sizes[s] > 1 else ''} of {s} GPUs"
+            for s in sorted(size.sizes, reverse=True)
+        )
         raise SubmissionRefused(
             f"The job asks for {workers} workers of {gpus_per_worker} {flavor.name} GPUs, and a "
-            f"worker runs on one node: its nodes ({layout} GPUs) hold at most "
+            f"worker runs on one node: its nodes ({layout}) hold at most "
             f"{most} such workers; use at most {most} workers of {gpus_per_worker}, or smaller "
             "workers.",
             field="workers",

@@ -118,12 +118,30 @@ def test_workers_that_no_set_of_nodes_holds_are_refused_with_the_numbers(
     )
     assert response.status_code == 400
     message = response.json()["error"]["fields"]["workers"][0]
-    assert "(4 × 8 GPUs) hold at most 4 such workers" in message, message
+    assert "(4 nodes of 8 GPUs) hold at most 4 such workers" in message, message
     assert counts() == before
     fits = api("alice").post(
         "/api/v1/jobs/", {**job_body, "workers": 4, "gpus_per_worker": 5}, format="json"
     )
     assert fits.status_code == 201, fits.content
+
+
+def test_the_refusal_names_each_node_size(api: Any, job_body: Any) -> None:
+    """A 4-GPU H100 node beside the four 8-GPU ones: 36 GPUs, but 5 workers of 6 fit only
+    on the big nodes, one each."""
+    from gpuqueue.models import Node
+
+    Node.objects.create(
+        name="h100-small",
+        capacity={"nvidia.com/gpu": 4},
+        labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+    )
+    response = api("alice").post(
+        "/api/v1/jobs/", {**job_body, "workers": 5, "gpus_per_worker": 6}, format="json"
+    )
+    assert response.status_code == 400
+    message = response.json()["error"]["fields"]["workers"][0]
+    assert "(4 nodes of 8 GPUs, 1 node of 4 GPUs) hold at most 4 such workers" in message, message
 
 
 def test_a_flavor_with_no_known_node_is_refused_saying_so(api: Any, job_body: Any) -> None:
