@@ -91,10 +91,11 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
             f"{n.get('guarantee')} {flavor} GPUs in use and this job asks for {n.get('requested')}."
         )
     if code == "in_share_debt":
-        recovers = n.get("recovers_at")
+        recovers, share, in_use = n.get("recovers_at"), n.get("fair_share"), n.get("in_use")
+        holds = min(share, in_use) if isinstance(share, int) and isinstance(in_use, int) else share
         outlook = (
             f"It should be back under that by {when(recovers)} if the team holds no more "
-            "than its fair share until then."
+            f"than {holds} {flavor} GPUs until then."
             if isinstance(recovers, int | float)
             else "It is not expected to fall under that."
         )

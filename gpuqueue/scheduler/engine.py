@@ -391,11 +391,14 @@ class Cycle:
         share = self.fair_share.get(key, 0)
         debt = -self.balance.get(key, 0.0)
         threshold = self.policy.share_borrow_debt_seconds * max(share, job.gpus)
-        wait = seconds_to_recover(debt, threshold, self.policy.share_half_life_seconds)
-        self.horizon.varies()  # the debt's value, and when it recovers counted from now
-        return reasons.in_share_debt(
-            job, share, self.ledger.in_use(job.team, job.flavor), debt, threshold, self.now + wait
+        # While the job waits the team holds what it holds now, and is owed what that leaves
+        # of its share (usage.py): the debt falls faster than by decay alone.
+        in_use = self.ledger.in_use(job.team, job.flavor)
+        wait = seconds_to_recover(
+            debt, threshold, self.policy.share_half_life_seconds, max(share - in_use, 0)
         )
+        self.horizon.varies()  # the debt's value, and when it recovers counted from now
+        return reasons.in_share_debt(job, share, in_use, debt, threshold, self.now + wait)
 
     def _admit(
         self, job: PendingJob, placement: Placement, use_held: dict[str, int] | None = None

@@ -22,7 +22,8 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 
 IN_SHARE_DEBT's seconds are GPU-seconds (usage.py): `debt_seconds` the team's debt now,
 `threshold_seconds` the debt above which it borrows no more, `recovers_at` when the debt is
-expected under the threshold if the team holds no more than its fair share until then.
+expected under the threshold if the team holds no more than min(in_use, fair_share) until then
+(what it holds less than its share is credited to it, as usage.py does).
 
 WAITING_FOR_RECLAIM: `borrowers` the teams whose jobs reclaim would preempt, `borrowed` the GPUs
 they hold beyond their fair shares, `min_runtime_seconds` the longest minimum runtime among those

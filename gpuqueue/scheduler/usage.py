@@ -150,19 +150,8 @@ class ShareBalance:
 
     def crossing(self, key: Key, bound: float, gap: float) -> float:
         """Seconds after `last` until `balance < bound` changes its answer for `key` while its
-        gap stays `gap` (a state that stands): math.inf when it never does. The balance moves
-        exponentially towards gap x tau (or linearly, without decay), so it reaches the bound
-        once, when the bound lies between where it is and where it goes; one that sits on the
-        bound flips at once if it moves down."""
-        start = self.balance.get(key, 0.0)
-        goal = gap / self.rate if self.rate else math.copysign(math.inf, gap) if gap else start
-        if start == bound:
-            return 0.0 if goal < start else math.inf
-        if not min(start, goal) < bound < max(start, goal):
-            return math.inf
-        if self.rate == 0:
-            return (bound - start) / gap
-        return math.log((start - goal) / (bound - goal)) / self.rate
+        gap stays `gap` (a state that stands): math.inf when it never does."""
+        return seconds_to_cross(self.balance.get(key, 0.0), bound, gap, self.rate)
 
     def snapshot(self) -> dict[Key, float]:
         """The balances now, for `Snapshot.share_balance` (a copy: the snapshot is frozen)."""
@@ -182,12 +171,30 @@ def held_and_asked(
     return held, asked
 
 
-def seconds_to_recover(debt: float, threshold: float, half_life_seconds: float) -> float:
-    """How long a debt of `debt` GPU-seconds takes to decay below `threshold` while the team
-    holds no more than it is entitled to (no new debt): half-lives of log2(debt / threshold).
-    0 when it is below already; math.inf when it never decays or the threshold is 0."""
+def seconds_to_cross(start: float, bound: float, gap: float, rate: float) -> float:
+    """Seconds until a balance at `start` reaches `bound` while it gains `gap` GPUs and decays
+    at `rate` (1/tau): math.inf when it never does. It moves exponentially towards gap x tau
+    (linearly without decay), so it reaches the bound once, when the bound lies between where
+    it is and where it goes; one that sits on the bound flips `balance < bound` at once if it
+    moves down."""
+    goal = gap / rate if rate else math.copysign(math.inf, gap) if gap else start
+    if start == bound:
+        return 0.0 if goal < start else math.inf
+    if not min(start, goal) < bound < max(start, goal):
+        return math.inf
+    if rate == 0:
+        return (bound - start) / gap
+    return math.log((start - goal) / (bound - goal)) / rate
+
+
+def seconds_to_recover(
+    debt: float, threshold: float, half_life_seconds: float, credit: float = 0.0
+) -> float:
+    """How long a debt of `debt` GPU-seconds takes to fall below `threshold` while the team
+    holds `credit` GPUs less than it is entitled to (0: its share; no new debt either way): with
+    no credit, half-lives of log2(debt / threshold). 0 when it is below already; math.inf when
+    it never gets there (no decay and no credit, or a threshold of 0 and no credit)."""
     if debt <= threshold:
         return 0.0
-    if threshold <= 0 or half_life_seconds <= 0:
-        return math.inf
-    return half_life_seconds * math.log2(debt / threshold)
+    rate = math.log(2) / half_life_seconds if half_life_seconds > 0 else 0.0
+    return seconds_to_cross(-debt, -threshold, credit, rate)

@@ -142,7 +142,7 @@ from gpuqueue.core.reason_text import describe_reason
                     "recovers_at": 1795000000.0,
                 },
             },
-            "The team has used 100.0 h100 GPU-hours more than its fair share lately (older use counts less and less), and a team more than 64.0 GPU-hours in debt borrows no GPUs beyond its fair share of 8: 8 in use and this job asks for 8. It should be back under that by 2026-11-18 11:06 UTC if the team holds no more than its fair share until then.",
+            "The team has used 100.0 h100 GPU-hours more than its fair share lately (older use counts less and less), and a team more than 64.0 GPU-hours in debt borrows no GPUs beyond its fair share of 8: 8 in use and this job asks for 8. It should be back under that by 2026-11-18 11:06 UTC if the team holds no more than 8 h100 GPUs until then.",
         ),
         (
             {

@@ -131,6 +131,9 @@ def test_a_team_in_debt_starts_in_the_forecast_once_its_debt_has_decayed() -> No
     }
     forecast_start = forecast(snapshot, policy)[2]
     assert forecast_start is not None and NOW + HOUR < forecast_start < NOW + 12 * HOUR
+    # The reason tells the same time: b holds nothing of its share of 4, which is credited.
+    why = {p.job_id: p.reason for p in first.pending}[2]
+    assert why.numbers["recovers_at"] == pytest.approx(forecast_start, abs=2.0)
     assert cycle_by_cycle_start(snapshot, policy, job_id=2, step=60.0) == pytest.approx(
         forecast_start, abs=60.0
     )

@@ -222,16 +222,20 @@ def test_after_a_gap_only_the_credited_interval_counts_but_the_whole_gap_decays(
 
 
 @pytest.mark.parametrize(
-    ("debt", "threshold", "half_life", "wait"),
+    ("debt", "threshold", "half_life", "credit", "wait"),
     [
-        (100.0, 200.0, HOUR, 0.0),  # under the threshold already
-        (400.0, 100.0, HOUR, 2 * HOUR),  # two halvings
-        (400.0, 0.0, HOUR, math.inf),  # no threshold to fall under
-        (400.0, 100.0, 0.0, math.inf),  # no decay
+        (100.0, 200.0, HOUR, 0.0, 0.0),  # under the threshold already
+        (400.0, 100.0, HOUR, 0.0, 2 * HOUR),  # two halvings
+        (400.0, 0.0, HOUR, 0.0, math.inf),  # no threshold to fall under
+        (400.0, 100.0, 0.0, 0.0, math.inf),  # no decay
+        (400.0, 100.0, 0.0, 0.1, 3000.0),  # no decay, 0.1 GPU owed: 300 GPU-seconds in 3000 s
+        (400.0, 0.0, 0.0, 0.1, 4000.0),  # and the whole debt paid back
     ],
 )
-def test_seconds_to_recover(debt: float, threshold: float, half_life: float, wait: float) -> None:
-    assert seconds_to_recover(debt, threshold, half_life) == pytest.approx(wait)
+def test_seconds_to_recover(
+    debt: float, threshold: float, half_life: float, credit: float, wait: float
+) -> None:
+    assert seconds_to_recover(debt, threshold, half_life, credit) == pytest.approx(wait)
 
 
 @settings(max_examples=200, deadline=None)
