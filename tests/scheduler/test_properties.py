@@ -52,11 +52,12 @@ def policies(draw: st.DrawFn) -> Policy:
 
 @st.composite
 def snapshots(draw: st.DrawFn) -> Snapshot:
-    """1-4 nodes, 1-3 teams (maybe in a department), running jobs that fit the nodes and
-    respect every quota, and up to 7 pending jobs."""
+    """1-4 nodes of 4, 6 or 8 GPUs (6: workers of 4 or 8 leave GPUs over, and the GPUs of a
+    gang can add up where its workers do not fit), 1-3 teams (maybe in a department), running
+    jobs that fit the nodes and respect every quota, and up to 7 pending jobs."""
     nodes = []
     for i in range(draw(st.integers(1, 4))):
-        capacity = draw(st.sampled_from([4, 8]))
+        capacity = draw(st.sampled_from([4, 6, 8]))
         external = draw(st.sampled_from([0, 0, 0, 1, 2]))
         schedulable = draw(st.sampled_from([True, True, True, False]))
         nodes.append(Node(f"n{i}", {FLAVOR: capacity}, {FLAVOR: external}, schedulable))
