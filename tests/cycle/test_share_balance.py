@@ -169,6 +169,24 @@ def test_a_team_in_debt_borrows_no_more_even_free_gpus(
     assert numbers["recovers_at"] == pytest.approx(expected)
 
 
+def test_a_team_in_debt_gets_an_estimated_start_when_its_debt_has_decayed(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    """The forecast reads the balances the cycle stored and plays them forward: the job starts
+    in it when the debt falls under the threshold, the time its reason gives. (Before, the
+    forecast held the debt as it was, and the job had no estimate.)"""
+    from gpuqueue.cycle.run import refresh_forecasts
+
+    job, now = in_debt_world(world, submit, backend, debt_hours=100)
+    run_cycle(now=now, backend=backend)
+    assert refresh_forecasts(now=now) == 1
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING and job.estimated_start is not None
+    recovers_at = job.pending_reason["numbers"]["recovers_at"]
+    assert job.estimated_start.timestamp() == pytest.approx(recovers_at, abs=60)
+    assert recovers_at - now.timestamp() > 15 * HOUR  # log2(100 / 64) days
+
+
 def test_a_team_whose_debt_is_under_the_threshold_borrows_free_gpus(
     world: Any, submit: Any, backend: Any
 ) -> None:
