@@ -124,8 +124,9 @@ def forecast_band(
         max_steps=max_steps,
         precision=precision,
     )
-    never = never_admitted(snapshot)
-    unknown = None in likely_by_id.values() and any(
+    missing = None in likely_by_id.values()  # only then is there a why to find
+    never = never_admitted(snapshot) if missing else frozenset()
+    unknown = missing and any(
         j.expected_runtime is None and j.max_runtime is None and j.id not in predictions
         for j in _jobs(snapshot)
     )

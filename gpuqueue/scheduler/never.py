@@ -20,31 +20,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpuqueue.scheduler.ledger import Ledger
+from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     PendingJob,
     Quota,
     Snapshot,
     group_chains,
     group_quotas,
-    whole_workers,
 )
 
 
 class NeverAdmits:
-    """`never(job)`: whether no state admits the job. `sizes` per flavor: its schedulable nodes
-    as GPUs per node -> how many; `quotas` per (group, flavor); `chains` per team: the team and
-    its department, if any (model.group_chains)."""
+    """`never(job)`: whether no state admits the job. `flavors`: the ledger's, for the whole
+    workers their schedulable nodes hold (`FlavorLedger.most_workers`, the engine's step 1);
+    `quotas` per (group, flavor); `chains` per team: the team and its department, if any
+    (model.group_chains)."""
 
-    __slots__ = ("chains", "quotas", "sizes")
+    __slots__ = ("chains", "flavors", "quotas")
 
     def __init__(
         self,
-        sizes: Mapping[str, Mapping[int, int]],
+        flavors: Mapping[str, FlavorLedger],
         quotas: Mapping[tuple[str, str], Quota],
         chains: Mapping[str, tuple[str, ...]],
     ) -> None:
-        self.sizes = sizes
+        self.flavors = flavors
         self.quotas = quotas
         self.chains = chains
 
@@ -55,8 +55,8 @@ class NeverAdmits:
         quotas: Mapping[tuple[str, str], Quota],
         chains: Mapping[str, tuple[str, ...]],
     ) -> NeverAdmits:
-        """The sizes the engine's step 1 reads (`FlavorLedger.sizes`)."""
-        return cls({name: fl.sizes for name, fl in ledger.flavors.items()}, quotas, chains)
+        """The flavors the engine's step 1 reads."""
+        return cls(ledger.flavors, quotas, chains)
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> NeverAdmits:
@@ -66,8 +66,8 @@ class NeverAdmits:
 
     def __call__(self, job: PendingJob) -> bool:
         flavor, gpus = job.flavor, job.gpus
-        sizes = self.sizes.get(flavor)
-        if gpus <= 0 or not sizes or whole_workers(sizes, job.gpus_per_worker) < job.workers:
+        fl = self.flavors.get(flavor)
+        if gpus <= 0 or fl is None or fl.most_workers(job.gpus_per_worker) < job.workers:
             return True
         for group in self.chains.get(job.team, (job.team,)):
             quota = self.quotas.get((group, flavor))

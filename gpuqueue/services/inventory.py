@@ -36,15 +36,21 @@ class FlavorSize:
     """The most GPUs of a flavor one known node has, all known nodes together, and how many
     nodes have each size (ready or not: a node down for maintenance comes back)."""
 
-    largest_node: int
-    total: int
     sizes: Mapping[int, int]  # GPUs per node -> how many such nodes
+
+    @property
+    def largest_node(self) -> int:
+        return max(self.sizes)
+
+    @property
+    def total(self) -> int:
+        return sum(size * count for size, count in self.sizes.items())
 
 
 def flavor_size(flavor: Flavor) -> FlavorSize | None:
     """None when no node of `flavor` is known yet."""
     sizes = [int(n.capacity[flavor.resource_name]) for n in flavor_nodes(flavor)]
-    return FlavorSize(max(sizes), sum(sizes), Counter(sizes)) if sizes else None
+    return FlavorSize(Counter(sizes)) if sizes else None
 
 
 # Per process (`gpuqueue.core.caches`): every submission checks its gang against the nodes of

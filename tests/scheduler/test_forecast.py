@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from gpuqueue.scheduler import forecast, plan
+from gpuqueue.scheduler.fairshare import capacity_by_flavor
 from gpuqueue.scheduler.model import Policy, ReasonCode, Snapshot
 from gpuqueue.scheduler.usage import ShareBalance, held_and_asked
 from tests.scheduler.builders import HOUR, NOW, Case, check, node, nodes, pending, running, team
@@ -142,10 +143,13 @@ def test_a_team_in_debt_starts_in_the_forecast_once_its_debt_has_decayed() -> No
 def cycle_by_cycle_start(snapshot: Snapshot, policy: Policy, job_id: int, step: float) -> float:
     """When the job is admitted if the engine plans every `step` seconds and the balances
     advance between plans (nothing ends in this case before the job starts)."""
-    capacity = {"h100": sum(n.capacity["h100"] for n in snapshot.nodes)}
     assert snapshot.share_balance is not None
     balances = ShareBalance(
-        snapshot.teams, capacity, policy.share_half_life_seconds, snapshot.share_balance, NOW
+        snapshot.teams,
+        capacity_by_flavor(snapshot),
+        policy.share_half_life_seconds,
+        snapshot.share_balance,
+        NOW,
     )
     now = NOW
     while now < NOW + 48 * HOUR:
