@@ -7,7 +7,9 @@ then started, the summary gives:
 
 - `forecast_estimated`: the share of sampled pending jobs that had an estimate;
 - `forecast_in_band`: of the estimates, the share whose job started inside its band (the band's
-  ends are widened by one admission cycle: starts fall on the cycle grid);
+  ends are widened by one admission cycle: starts fall on the cycle grid); the others split into
+  `forecast_after_band` (started later than the band's late end: the usual miss at high load)
+  and `forecast_before_band`;
 - `forecast_error_median`: the median of |most likely start - actual start| / actual wait from
   the sample (a wait of under one cycle counts as one cycle);
 - `forecast_samples` and `forecast_seconds` (CPU time spent forecasting, not counted in the
@@ -72,20 +74,25 @@ class ForecastSampler:
     def summary(self) -> dict[str, float]:
         started = [(at, run, e) for at, run, e in self.records if run.first_start is not None]
         with_estimate = [(at, run, e) for at, run, e in started if e.likely is not None]
-        inside = 0
+        after = before = 0
         errors: list[float] = []
         for at, run, e in with_estimate:
             start = run.first_start
             assert start is not None and e.likely is not None and e.early is not None
             late = e.late if e.late is not None else float("inf")
-            if e.early - self.cycle <= start <= late + self.cycle:
-                inside += 1
+            if start > late + self.cycle:
+                after += 1
+            elif start < e.early - self.cycle:
+                before += 1
             errors.append(abs(e.likely - start) / max(start - at, self.cycle))
+        estimated = max(len(with_estimate), 1)
         return {
             "forecast_samples": self.samples,
             "forecast_jobs": len(started),
             "forecast_estimated": round(len(with_estimate) / max(len(started), 1), 4),
-            "forecast_in_band": round(inside / max(len(with_estimate), 1), 4),
+            "forecast_in_band": round((len(with_estimate) - after - before) / estimated, 4),
+            "forecast_after_band": round(after / estimated, 4),
+            "forecast_before_band": round(before / estimated, 4),
             "forecast_error_median": round(statistics.median(errors), 4) if errors else 0.0,
             "forecast_seconds": round(self.seconds, 2),
         }
