@@ -8,8 +8,7 @@ and every job gets a runtime prediction drawn from a few typical distributions, 
 gives them from its history. Each team and flavor carries a share balance from 16 h x 8 GPUs
 in debt to 8 h x 8 GPUs owed, as the live cycle hands the forecast its stored balances
 (`--no-balances`: none, as this benchmark measured before the forecast moved them). Prints CPU
-seconds per band (median of the repeats) and the share
-of pending jobs with an estimate.
+seconds per band (median of the repeats) and the share of pending jobs with an estimate.
 """
 
 from __future__ import annotations

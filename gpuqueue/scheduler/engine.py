@@ -87,7 +87,7 @@ class Cycle:
         # any job is counted, each flavor's free GPUs are its capacity (`capacity_by_flavor`).
         self.ledger = Ledger(snapshot.nodes, self.chains, memo)
         # Whether no state admits a job (never.py), from the ledger's sizes and the quotas.
-        self.never = NeverAdmits.of_ledger(self.ledger, self.quotas, self.chains)
+        self.never = NeverAdmits(self.ledger.flavors, self.quotas, self.chains)
         capacity = {name: fl.total_free for name, fl in self.ledger.flavors.items()}
         running = self.ledger.hold_running(snapshot.running)
         # (team, flavor) -> the team and its department with their quotas (None: no quota).

@@ -49,20 +49,10 @@ class NeverAdmits:
         self.chains = chains
 
     @classmethod
-    def of_ledger(
-        cls,
-        ledger: Ledger,
-        quotas: Mapping[tuple[str, str], Quota],
-        chains: Mapping[str, tuple[str, ...]],
-    ) -> NeverAdmits:
-        """The flavors the engine's step 1 reads."""
-        return cls(ledger.flavors, quotas, chains)
-
-    @classmethod
     def of(cls, snapshot: Snapshot) -> NeverAdmits:
         """For a caller with no cycle (the forecast, the band): the same, from a bare ledger."""
         chains = group_chains(snapshot.teams)
-        return cls.of_ledger(Ledger(snapshot.nodes, chains), group_quotas(snapshot.teams), chains)
+        return cls(Ledger(snapshot.nodes, chains).flavors, group_quotas(snapshot.teams), chains)
 
     def __call__(self, job: PendingJob) -> bool:
         flavor, gpus = job.flavor, job.gpus
