@@ -204,6 +204,16 @@ class Kube:
             if not any(c.type == "Ready" and c.status == "True" for c in current.status.conditions):
                 self.set_ready(name, True, now)
         self.wait(lambda: all(not self.pods(ns, selector="") for ns in NAMESPACES), timeout=60)
+        # A node that was not ready carries the node controller's not-ready taints until the
+        # controller's next pass (up to 5 s); a test that started before would find it tainted.
+        self.wait(self._nodes_as_created, timeout=60)
+
+    def _nodes_as_created(self) -> bool:
+        for node in NODES:
+            taints = self.core.read_node(node["metadata"]["name"]).spec.taints or []
+            if {t.key for t in taints} != {t["key"] for t in node["spec"]["taints"]}:
+                return False
+        return True
 
 
 @pytest.fixture
