@@ -2,8 +2,12 @@
 
 The replay feeds `RuntimeHistory` (gpuqueue/scheduler/prediction.py) as jobs finish, the way the
 service feeds it from finished jobs in PostgreSQL, so a prediction only ever sees the past. A
-running job that outlives its prediction gets a new one, given how long it has run
-(`Prediction.remaining`): `overdue` finds those in a heap of predicted ends.
+prediction is what the history says at the moment it is asked, as in the service, which reads
+its history again about once a cycle (services/runtime_history.py): a job that waited for days
+starts, and is forecast, with what the jobs finished meanwhile say. (The gpuqueue policy reads
+a pending job's runtime once, when it is queued: see GpuqueueEngine.) A running job that
+outlives its prediction gets a new one, given how long it has run (`Prediction.remaining`):
+`overdue` finds those in a heap of predicted ends.
 """
 
 from __future__ import annotations
@@ -30,29 +34,31 @@ def facts(job: SimJob) -> JobFacts:
 
 
 class ReplayRuntimes:
-    """Predicted remaining runtimes at quantile `q`, learnt online from finished jobs."""
+    """Predicted remaining runtimes at quantile `q`, learnt online from finished jobs; the
+    predictions are kept per facts until the next job finishes."""
 
     def __init__(self, q: float = 0.5, history: RuntimeHistory | None = None) -> None:
         self.q = q
         self.history = history or RuntimeHistory()
-        self._predictions: dict[int, Prediction] = {}
+        self._facts: dict[int, JobFacts] = {}  # per job id: they never change
+        self._current: dict[JobFacts, Prediction | None] = {}
         # (predicted end, job id, epoch) of running jobs, for `overdue`.
         self._ends: list[tuple[float, int, int]] = []
 
     def finished(self, run: JobRun) -> None:
         """Call when a job finishes (not when it is preempted): its runtime joins the history."""
-        self.history.record(facts(run.job), run.job.duration)
-        self._predictions.pop(run.job.id, None)
+        job_facts = self._facts.pop(run.job.id, None)
+        self.history.record(job_facts or facts(run.job), run.job.duration)
+        self._current.clear()
 
     def prediction(self, run: JobRun) -> Prediction | None:
-        """Made once per job, at its first question (its submission): what was known then.
-        (Asked again while there is none: the flavor's first jobs may finish meanwhile.)"""
-        job_id = run.job.id
-        prediction = self._predictions.get(job_id)
-        if prediction is None:
-            prediction = self.history.predict(facts(run.job))
-            if prediction is not None:
-                self._predictions[job_id] = prediction
+        """What the history predicts for the job now."""
+        job_facts = self._facts.get(run.job.id)
+        if job_facts is None:
+            job_facts = self._facts[run.job.id] = facts(run.job)
+        if job_facts in self._current:
+            return self._current[job_facts]
+        prediction = self._current[job_facts] = self.history.predict(job_facts)
         return prediction
 
     def remaining(self, run: JobRun, ran: float = 0.0, q: float | None = None) -> float:
