@@ -14,7 +14,7 @@ def run_of(job_id: int, runs: float, at: float = 0.0) -> JobRun:
 
 def test_a_prediction_is_what_the_jobs_finished_so_far_say_now() -> None:
     """As in the service, which reads its history again about once a cycle: a job asked again
-    after another job finished learns from it, and never from a job still running."""
+    after another job finished learns from it (its prediction was not frozen when first made)."""
     runtimes = ReplayRuntimes()
     early = run_of(2, 5000.0)
     assert runtimes.remaining(early) == DEFAULT_RUNTIME  # nothing has finished yet
