@@ -77,9 +77,9 @@ class GpuqueueEngine(SchedulingPolicy):
         # oracle no service has, for comparison only) or predictions from the jobs finished so
         # far (`runtimes`, the default: what the live cycle knows), or nothing. A pending job's
         # is read when it is queued, a running job's when it starts and when it outlives it.
-        # The live cycle reads a pending job's again about every minute; doing that here cost
-        # the 120 % replay a quarter of its time for decisions within its noise
-        # (docs/benchmarks.md, "Predictions read when asked").
+        # The live cycle reads a pending job's again about every minute; doing that here made
+        # the 120 % replay 27 % slower for decisions within its noise (docs/benchmarks.md,
+        # "Predictions read when asked").
         self.runtime_estimates = runtime_estimates
         self.runtimes = None if runtime_estimates else (runtimes or ReplayRuntimes())
         self._runs: dict[int, JobRun] = {}  # running jobs, for `ReplayRuntimes.overdue`
