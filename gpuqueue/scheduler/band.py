@@ -105,7 +105,7 @@ def forecast_band(
     policy: Policy | None = None,
     *,
     max_steps: int = 200,
-    precision: float = 0.05,
+    precision: float = 0.1,
 ) -> dict[int, Estimate]:
     """An Estimate per pending job.
 

@@ -159,3 +159,38 @@ def cycle_by_cycle_start(snapshot: Snapshot, policy: Policy, job_id: int, step: 
         now += step
         balances.advance(now, *held_and_asked(state.running, state.pending))
     raise AssertionError("never admitted")
+
+
+def test_ends_within_a_tenth_of_the_time_ahead_are_taken_in_one_step() -> None:
+    """The forecast takes everything within max(60 s, precision x the time from now) of the
+    next event in one step (the default precision 0.1: benchmarks.md, "A coarser step"), so a
+    start may be late by that much and never early. Node n1 frees at 10 h, n2 at 10 h 54 min:
+    one step at the default, the job starting at 10 h 54; two at 0.05, starting at 10 h."""
+    snapshot = Snapshot(
+        NOW,
+        nodes(2, h100=8),
+        (team("a", guarantee=16), team("b")),
+        (
+            running(
+                10,
+                "a",
+                {"n1": 1},
+                gpus=8,
+                preemptible=False,
+                started=NOW,
+                expected_runtime=10 * HOUR,
+            ),
+            running(
+                11,
+                "a",
+                {"n2": 1},
+                gpus=8,
+                preemptible=False,
+                started=NOW,
+                expected_runtime=10.9 * HOUR,
+            ),
+        ),
+        (pending(1, "b", gpus=8),),
+    )
+    assert forecast(snapshot)[1] == pytest.approx(NOW + 10.9 * HOUR)
+    assert forecast(snapshot, precision=0.05)[1] == pytest.approx(NOW + 10 * HOUR)
