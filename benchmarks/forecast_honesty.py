@@ -11,7 +11,8 @@ window rather than the whole trace: at 100-120 % load the whole trace keeps 10,0
 pending, and forecasting all of them every hour for 110 days would take hours. Prints per
 load the share of sampled jobs with an estimate, the share that started inside their band (and
 of the estimates, the shares that started after and before it), and the median error of the
-most likely start relative to the wait (targets: >= 95 %, >= 80 %, <= 25 %).
+most likely start relative to the wait (targets: >= 95 %, >= 80 %, <= 25 %), and the band's
+median width relative to the most likely wait.
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ def main() -> None:
     )
     print(
         "| load | GPUs | sampled | with an estimate | inside the band | after / before it |"
-        " median error / wait | mean delay (h) | forecast CPU (s) |"
+        " median error / wait | band width / wait | mean delay (h) | forecast CPU (s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for load in (float(x) for x in args.loads.split(",")):
         cluster = build_cluster(jobs, None, None, load, 8)
         w = workload(jobs, cluster, "proportional")
@@ -63,7 +64,8 @@ def main() -> None:
             f"| {load:.0%} | {cluster.capacity()} | {s['forecast_jobs']:,} "
             f"| {s['forecast_estimated']:.1%} | {s['forecast_in_band']:.1%} "
             f"| {s['forecast_after_band']:.1%} / {s['forecast_before_band']:.1%} "
-            f"| {s['forecast_error_median']:.0%} | {s['delay_mean_s'] / 3600:.1f} "
+            f"| {s['forecast_error_median']:.0%} | {s['forecast_band_width_median']:.1f}× "
+            f"| {s['delay_mean_s'] / 3600:.1f} "
             f"| {s['forecast_seconds']:.1f} |",
             flush=True,
         )

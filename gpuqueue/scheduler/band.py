@@ -4,7 +4,9 @@
 With predictions from history every job has a distribution: the forecast is run with each
 job's median runtime for the most likely start (a declared expected runtime is kept as given),
 and the band (10th to 90th percentile) widens the wait by the spread of those distributions
-(`forecast_band`). A job with no start gets the reason why, as a code:
+(`forecast_band`), read at the levels where the runtimes finished so far actually fell 10 %
+and 90 % of the time (prediction.py, `RuntimeHistory.calibrated`). A job with no start gets
+the reason why, as a code:
 
 | why_none        | meaning                                                              |
 | --------------- | -------------------------------------------------------------------- |
@@ -62,11 +64,15 @@ def with_runtimes(snapshot: Snapshot, predictions: Mapping[int, Prediction], q: 
 
 
 def spread(
-    snapshot: Snapshot, predictions: Mapping[int, Prediction]
+    snapshot: Snapshot,
+    predictions: Mapping[int, Prediction],
+    levels: tuple[float, float] = (LOW, HIGH),
 ) -> dict[str, tuple[float, float]]:
     """Per flavor, how much shorter and longer than their medians the runtimes of the jobs
     there may be: the GPU-weighted median over its jobs of (10th percentile / median) and of
-    (90th percentile / median). (1, 1) for a flavor with no prediction."""
+    (90th percentile / median), each percentile read at its calibrated level in `levels`
+    (`RuntimeHistory.calibrated`). (1, 1) for a flavor with no prediction."""
+    low, high = levels
     ratios: dict[str, list[tuple[float, float, int]]] = {}
     for job in _jobs(snapshot):
         prediction = predictions.get(job.id)
@@ -76,7 +82,7 @@ def spread(
         if median <= 0:
             continue
         ratios.setdefault(job.flavor, []).append(
-            (prediction.quantile(LOW) / median, prediction.quantile(HIGH) / median, job.gpus)
+            (prediction.quantile(low) / median, prediction.quantile(high) / median, job.gpus)
         )
     return {
         flavor: (_weighted_median(r, 0), _weighted_median(r, 1)) for flavor, r in ratios.items()
@@ -106,6 +112,7 @@ def forecast_band(
     *,
     max_steps: int = 200,
     precision: float = 0.1,
+    levels: tuple[float, float] = (LOW, HIGH),
 ) -> dict[int, Estimate]:
     """An Estimate per pending job.
 
@@ -114,6 +121,8 @@ def forecast_band(
     2. The band scales W by its flavor's `spread`: if the jobs in the way run to their 10th
        percentiles the wait shrinks about as much, to their 90th it grows about as much. (Three
        forecasts, one per quantile, cost three times as much: 10 s of CPU at 5,000 pending.)
+       The percentiles are read at `levels`, the history's calibrated 10th and 90th
+       (`RuntimeHistory.calibrated`): where runtimes drift past their history, wider.
     3. A job with no likely start gets why.
     """
     policy = policy or Policy()
@@ -130,7 +139,7 @@ def forecast_band(
         j.expected_runtime is None and j.max_runtime is None and j.id not in predictions
         for j in _jobs(snapshot)
     )
-    ratios = spread(snapshot, predictions)
+    ratios = spread(snapshot, predictions, levels)
     flavors = {job.id: job.flavor for job in snapshot.pending}
     out: dict[int, Estimate] = {}
     for job_id, likely in likely_by_id.items():

@@ -10,7 +10,15 @@ level that has enough of them:
 3. the flavor.
 
 Each level keeps the last `window` runtimes of each key (recent behaviour beats old), and a
-prediction is those runtimes sorted: any quantile can be read from it. The same class serves
+prediction is those runtimes sorted: any quantile can be read from it.
+
+Runtimes drift, so the percentiles of a key's recent past are narrower than what comes next
+(on Philly the 10th-90th percentile holds 63 % of the next runtimes, not 80 %:
+benchmarks/prediction_accuracy.py). The history therefore also keeps where each finished
+runtime fell in the prediction its facts had then (`Prediction.rank`), and `calibrated(q)`
+gives the level at which a share q of them fell: the forecast reads its band's ends there
+(band.py). This is quantile recalibration (Kuleshov et al., 2018), learnt online like the
+rest. The same class serves
 the replay (fed as jobs finish, so only the past counts) and the service (fed from finished
 jobs in PostgreSQL, services/runtime_history.py). Standard library only.
 """
@@ -31,6 +39,8 @@ SOURCES = (USER_NAME, USER_IMAGE, TEAM_SHAPE, FLAVOR)
 
 # The quantiles the forecast's band is read at, and its most likely time.
 LOW, MEDIAN, HIGH = 0.1, 0.5, 0.9
+# Ranks kept for `RuntimeHistory.calibrated`, and how many it needs before it trusts them.
+RANKS, MIN_RANKS = 1000, 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +70,22 @@ class Prediction:
     def quantile(self, q: float) -> float:
         """The q-quantile (0..1), interpolated between neighbouring runtimes."""
         return _quantile(self.runtimes, q)
+
+    def rank(self, runtime: float) -> float:
+        """Where `runtime` falls in the distribution, 0..1: the inverse of `quantile` (0 below
+        the shortest runtime, 1 above the longest)."""
+        values = self.runtimes
+        n = len(values)
+        if n == 1:
+            return 0.5
+        i = bisect_right(values, runtime)
+        if i == 0:
+            return 0.0
+        if i >= n:
+            return 1.0
+        below, above = values[i - 1], values[i]
+        fraction = (runtime - below) / (above - below) if above > below else 0.5
+        return (i - 1 + fraction) / (n - 1)
 
     def remaining(self, elapsed: float, q: float) -> float:
         """The q-quantile of the time left for a job that has run `elapsed` seconds: from the
@@ -120,12 +146,14 @@ class RuntimeHistory:
     any moment sees only jobs finished before it.
     """
 
-    def __init__(self, window: int = 64, min_samples: int = 3) -> None:
-        if window < 1 or min_samples < 1:
-            raise ValueError("window and min_samples must be at least 1")
+    def __init__(self, window: int = 64, min_samples: int = 3, ranks: int = RANKS) -> None:
+        if window < 1 or min_samples < 1 or ranks < 1:
+            raise ValueError("window, min_samples and ranks must be at least 1")
         self.window = window
         self.min_samples = min_samples
         self._by: dict[tuple[object, ...], _Window] = {}
+        # Where the last `ranks` finished runtimes fell in their facts' predictions.
+        self._ranks = _Window(ranks)
         self.recorded = 0
 
     @staticmethod
@@ -144,6 +172,9 @@ class RuntimeHistory:
         """A job of `facts` finished after running `runtime` seconds (<= 0 is ignored)."""
         if not runtime > 0:
             return
+        prediction = self.predict(facts)
+        if prediction is not None:
+            self._ranks.add(prediction.rank(runtime))
         self.recorded += 1
         by = self._by
         for _, key in self._keys(facts):
@@ -167,3 +198,12 @@ class RuntimeHistory:
             if len(window.sorted) >= self.min_samples or source == FLAVOR:
                 return Prediction(tuple(window.sorted), source)
         return None
+
+    def calibrated(self, q: float) -> float:
+        """The level to read a prediction at for its q-quantile to hold a share q of the
+        runtimes: the q-quantile of where the finished ones fell in their predictions. `q`
+        itself until MIN_RANKS runtimes have been ranked."""
+        ranks = self._ranks.sorted
+        if len(ranks) < MIN_RANKS:
+            return q
+        return _quantile(ranks, q)

@@ -12,6 +12,8 @@ then started, the summary gives:
   and `forecast_before_band`;
 - `forecast_error_median`: the median of |most likely start - actual start| / actual wait from
   the sample (a wait of under one cycle counts as one cycle);
+- `forecast_band_width_median`: the median width of a closed band relative to its most likely
+  wait (late - early) / (likely - sample), the price of being inside it;
 - `forecast_samples` and `forecast_seconds` (CPU time spent forecasting, not counted in the
   replay's plan time).
 """
@@ -24,7 +26,7 @@ from dataclasses import replace
 
 from gpuqueue.scheduler.band import Estimate, forecast_band
 from gpuqueue.scheduler.model import Policy, Snapshot
-from gpuqueue.scheduler.prediction import Prediction
+from gpuqueue.scheduler.prediction import HIGH, LOW, Prediction
 from gpuqueue.sim.predicted import ReplayRuntimes
 from gpuqueue.sim.run import JobRun
 
@@ -63,7 +65,9 @@ class ForecastSampler:
             pending=tuple(replace(j, expected_runtime=None) for j in snapshot.pending),
             running=tuple(replace(j, expected_runtime=None) for j in snapshot.running),
         )
-        estimates = forecast_band(bare, predictions, policy)
+        history = self.runtimes.history
+        levels = (history.calibrated(LOW), history.calibrated(HIGH))
+        estimates = forecast_band(bare, predictions, policy, levels=levels)
         for job in snapshot.pending:
             run = runs[job.id]
             if run.first_start is None:
@@ -76,6 +80,7 @@ class ForecastSampler:
         with_estimate = [(at, run, e) for at, run, e in started if e.likely is not None]
         after = before = 0
         errors: list[float] = []
+        widths: list[float] = []
         for at, run, e in with_estimate:
             start = run.first_start
             assert start is not None and e.likely is not None and e.early is not None
@@ -85,6 +90,8 @@ class ForecastSampler:
             elif start < e.early - self.cycle:
                 before += 1
             errors.append(abs(e.likely - start) / max(start - at, self.cycle))
+            if e.late is not None:
+                widths.append((e.late - e.early) / max(e.likely - at, self.cycle))
         estimated = max(len(with_estimate), 1)
         return {
             "forecast_samples": self.samples,
@@ -94,5 +101,6 @@ class ForecastSampler:
             "forecast_after_band": round(after / estimated, 4),
             "forecast_before_band": round(before / estimated, 4),
             "forecast_error_median": round(statistics.median(errors), 4) if errors else 0.0,
+            "forecast_band_width_median": round(statistics.median(widths), 4) if widths else 0.0,
             "forecast_seconds": round(self.seconds, 2),
         }

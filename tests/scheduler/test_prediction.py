@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import random
 
 import pytest
 from hypothesis import example, given, settings
@@ -15,6 +16,7 @@ from gpuqueue.scheduler.model import Plan, Policy, Snapshot
 from gpuqueue.scheduler.never import never_admitted
 from gpuqueue.scheduler.prediction import (
     FLAVOR,
+    MIN_RANKS,
     TEAM_SHAPE,
     USER_IMAGE,
     USER_NAME,
@@ -110,6 +112,57 @@ def test_the_band_spans_the_start_at_the_10th_and_90th_percentile_runtimes() -> 
     assert band.early == NOW + 120  # the 10th percentile is 120 s, 0.6 of the median
     assert band.late == NOW + 280
     assert band.why_none is None
+
+
+@given(
+    st.lists(st.floats(1.0, 1e6, allow_nan=False), min_size=2, max_size=80, unique=True), QUANTILE
+)
+def test_a_runtimes_rank_is_the_level_its_quantile_is_read_at(
+    runtimes: list[float], q: float
+) -> None:
+    prediction = Prediction(tuple(sorted(runtimes)), FLAVOR)
+    assert prediction.rank(prediction.quantile(q)) == pytest.approx(q, abs=1e-9)
+    assert prediction.rank(min(runtimes) / 2) == 0.0
+    assert prediction.rank(max(runtimes) * 2) == 1.0
+
+
+def test_runtimes_that_keep_outgrowing_their_history_move_the_levels_up() -> None:
+    """Every run of a job takes longer than all runs before it: each finished runtime ranks
+    above its prediction, so the calibrated 10th and 90th percentiles are the longest runtime
+    seen. Before MIN_RANKS runtimes are ranked, the levels are the nominal ones."""
+    history = RuntimeHistory()
+    for i in range(MIN_RANKS):
+        history.record(facts(name="train"), 100.0 + i)
+    assert (history.calibrated(0.1), history.calibrated(0.9)) == (0.1, 0.9)  # 49 ranked
+    history.record(facts(name="train"), 200.0)
+    assert (history.calibrated(0.1), history.calibrated(0.9)) == (1.0, 1.0)
+
+
+def test_runtimes_drawn_alike_keep_the_nominal_levels() -> None:
+    """A job whose runtimes come from one distribution: its history's percentiles mean what
+    they say, and the calibrated levels stay near 10 % and 90 %."""
+    draw = random.Random(7)
+    history = RuntimeHistory()
+    for _ in range(3000):
+        history.record(facts(name="train"), draw.lognormvariate(8.0, 1.0))
+    assert history.calibrated(0.1) == pytest.approx(0.1, abs=0.04)
+    assert history.calibrated(0.5) == pytest.approx(0.5, abs=0.04)
+    assert history.calibrated(0.9) == pytest.approx(0.9, abs=0.04)
+
+
+def test_the_band_is_read_at_the_levels_it_is_given() -> None:
+    """The band's ends come from the percentiles at the calibrated levels: at 0 and 1, the
+    shortest and longest runtimes known (100 and 300 s around a median of 200 s)."""
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=8), team("b")),
+        running=(running(10, "a", {"n1": 1}, gpus=8, preemptible=False, started=NOW),),
+        pending=(pending(1, "b", gpus=8),),
+    )
+    known = {10: Prediction((100.0, 200.0, 300.0), TEAM_SHAPE)}
+    band = forecast_band(snapshot, known, levels=(0.0, 1.0))[1]
+    assert (band.early, band.likely, band.late) == (NOW + 100, NOW + 200, NOW + 300)
 
 
 def test_a_job_with_no_estimate_says_why() -> None:

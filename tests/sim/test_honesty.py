@@ -40,6 +40,8 @@ def test_the_summary_splits_estimates_into_inside_after_and_before_their_band() 
     assert summary["forecast_before_band"] == pytest.approx(1 / 5)
     # |likely - start| / wait: 20/120, 130/230, 300/400, 8000/9000, 700/300 in order.
     assert summary["forecast_error_median"] == pytest.approx(300 / 400)
+    # (late - early) / likely wait of the closed bands: 1.5, 1.5, 0.7, 1.1.
+    assert summary["forecast_band_width_median"] == pytest.approx(1.3)
 
 
 def test_a_replay_with_runtimes_learnt_exactly_forecasts_every_start_it_can() -> None:
