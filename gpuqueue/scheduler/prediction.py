@@ -18,9 +18,10 @@ benchmarks/prediction_accuracy.py). The history therefore also keeps where each 
 runtime fell in the prediction its facts had then (`Prediction.rank`), and `calibrated(q)`
 gives the level at which a share q of them fell: the forecast reads its band's ends there
 (band.py). This is quantile recalibration (Kuleshov et al., 2018), learnt online like the
-rest. The same class serves
-the replay (fed as jobs finish, so only the past counts) and the service (fed from finished
-jobs in PostgreSQL, services/runtime_history.py). Standard library only.
+rest.
+
+The same class serves the replay (fed as jobs finish, so only the past counts) and the service
+(fed from finished jobs in PostgreSQL, services/runtime_history.py). Standard library only.
 """
 
 from __future__ import annotations
