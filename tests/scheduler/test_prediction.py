@@ -112,6 +112,10 @@ def test_the_band_spans_the_start_at_the_10th_and_90th_percentile_runtimes() -> 
     assert band.early == NOW + 120  # the 10th percentile is 120 s, 0.6 of the median
     assert band.late == NOW + 280
     assert band.why_none is None
+    # Read at calibrated levels of 0 and 1 (RuntimeHistory.calibrated), the band's ends are the
+    # shortest and longest runtimes known.
+    band = forecast_band(snapshot, known, levels=(0.0, 1.0))[1]
+    assert (band.early, band.likely, band.late) == (NOW + 100, NOW + 200, NOW + 300)
 
 
 @given(
@@ -148,21 +152,6 @@ def test_runtimes_drawn_alike_keep_the_nominal_levels() -> None:
     assert history.calibrated(0.1) == pytest.approx(0.1, abs=0.04)
     assert history.calibrated(0.5) == pytest.approx(0.5, abs=0.04)
     assert history.calibrated(0.9) == pytest.approx(0.9, abs=0.04)
-
-
-def test_the_band_is_read_at_the_levels_it_is_given() -> None:
-    """The band's ends come from the percentiles at the calibrated levels: at 0 and 1, the
-    shortest and longest runtimes known (100 and 300 s around a median of 200 s)."""
-    snapshot = Snapshot(
-        now=NOW,
-        nodes=(node("n1", h100=8),),
-        teams=(team("a", guarantee=8), team("b")),
-        running=(running(10, "a", {"n1": 1}, gpus=8, preemptible=False, started=NOW),),
-        pending=(pending(1, "b", gpus=8),),
-    )
-    known = {10: Prediction((100.0, 200.0, 300.0), TEAM_SHAPE)}
-    band = forecast_band(snapshot, known, levels=(0.0, 1.0))[1]
-    assert (band.early, band.likely, band.late) == (NOW + 100, NOW + 200, NOW + 300)
 
 
 def test_a_job_with_no_estimate_says_why() -> None:
