@@ -53,8 +53,8 @@ from gpuqueue.services.fair_shares import store_fair_shares
 from gpuqueue.services.holds import update_holds
 from gpuqueue.services.pending import update_estimated_starts, update_pending_rows
 from gpuqueue.services.runtime_history import (
-    band_levels,
     predictions_for,
+    runtime_history,
     store_forecasts,
     with_predicted_runtimes,
 )
@@ -260,7 +260,8 @@ def refresh_forecasts(now: datetime | None = None) -> int:
     # The most likely start at predicted median runtimes, and its band (scheduler/band.py).
     with paused_gc():
         predictions = predictions_for(snapshot)
-        bands = forecast_band(snapshot, predictions, policy, levels=band_levels())
+        levels = runtime_history().band_levels()  # calibrated (scheduler/prediction.py)
+        bands = forecast_band(snapshot, predictions, policy, levels=levels)
     starts = {job_id: band.likely for job_id, band in bands.items()}
     # Every pending job: one the snapshot missed has no forecast, which it shows already.
     pending = Job.objects.filter(state=JobState.PENDING)

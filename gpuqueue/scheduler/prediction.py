@@ -75,18 +75,7 @@ class Prediction:
     def rank(self, runtime: float) -> float:
         """Where `runtime` falls in the distribution, 0..1: the inverse of `quantile` (0 below
         the shortest runtime, 1 above the longest)."""
-        values = self.runtimes
-        n = len(values)
-        if n == 1:
-            return 0.5
-        i = bisect_right(values, runtime)
-        if i == 0:
-            return 0.0
-        if i >= n:
-            return 1.0
-        below, above = values[i - 1], values[i]
-        fraction = (runtime - below) / (above - below) if above > below else 0.5
-        return (i - 1 + fraction) / (n - 1)
+        return _rank(self.runtimes, runtime)
 
     def remaining(self, elapsed: float, q: float) -> float:
         """The q-quantile of the time left for a job that has run `elapsed` seconds: from the
@@ -119,6 +108,20 @@ def _quantile(values: Sequence[float], q: float) -> float:
     if i >= n - 1:
         return values[-1]
     return values[i] + (values[i + 1] - values[i]) * (pos - i)
+
+
+def _rank(values: Sequence[float], x: float) -> float:
+    n = len(values)
+    if n == 1:
+        return 0.5
+    i = bisect_right(values, x)
+    if i == 0:
+        return 0.0
+    if i >= n:
+        return 1.0
+    below, above = values[i - 1], values[i]
+    fraction = (x - below) / (above - below) if above > below else 0.5
+    return (i - 1 + fraction) / (n - 1)
 
 
 class _Window:
@@ -173,12 +176,13 @@ class RuntimeHistory:
         """A job of `facts` finished after running `runtime` seconds (<= 0 is ignored)."""
         if not runtime > 0:
             return
-        prediction = self.predict(facts)
-        if prediction is not None:
-            self._ranks.add(prediction.rank(runtime))
+        keys = self._keys(facts)
+        found = self._answering(keys)  # what `predict` read for these facts until now
+        if found is not None:
+            self._ranks.add(_rank(found[1].sorted, runtime))
         self.recorded += 1
         by = self._by
-        for _, key in self._keys(facts):
+        for _, key in keys:
             window = by.get(key)
             if window is None:
                 window = by[key] = _Window(self.window)
@@ -191,13 +195,18 @@ class RuntimeHistory:
     def predict(self, facts: JobFacts) -> Prediction | None:
         """The distribution at the most specific level with enough runtimes; None when the
         flavor has no finished job yet."""
+        found = self._answering(self._keys(facts))
+        return None if found is None else Prediction(tuple(found[1].sorted), found[0])
+
+    def _answering(self, keys: list[tuple[str, tuple[object, ...]]]) -> tuple[str, _Window] | None:
+        """The most specific level's window with enough runtimes, and its level."""
         by = self._by
-        for source, key in self._keys(facts):
+        for source, key in keys:
             window = by.get(key)
             if window is None:
                 continue
             if len(window.sorted) >= self.min_samples or source == FLAVOR:
-                return Prediction(tuple(window.sorted), source)
+                return source, window
         return None
 
     def calibrated(self, q: float) -> float:
@@ -208,3 +217,7 @@ class RuntimeHistory:
         if len(ranks) < MIN_RANKS:
             return q
         return _quantile(ranks, q)
+
+    def band_levels(self) -> tuple[float, float]:
+        """The levels to read the band's 10th and 90th percentiles at (band.py)."""
+        return self.calibrated(LOW), self.calibrated(HIGH)

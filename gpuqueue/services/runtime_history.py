@@ -25,14 +25,7 @@ from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.models import Job
 from gpuqueue.scheduler.band import Estimate, with_runtimes
 from gpuqueue.scheduler.model import PendingJob, RunningJob, Snapshot
-from gpuqueue.scheduler.prediction import (
-    HIGH,
-    LOW,
-    MEDIAN,
-    JobFacts,
-    Prediction,
-    RuntimeHistory,
-)
+from gpuqueue.scheduler.prediction import MEDIAN, JobFacts, Prediction, RuntimeHistory
 from gpuqueue.services.pending import update_still_pending
 
 HISTORY_JOBS = 5000
@@ -88,13 +81,6 @@ def _facts_by_id(ids: list[int]) -> dict[int, JobFacts]:
         _facts.put_many({i: (_ALWAYS, facts) for i, facts in read.items()})
         out.update(read)
     return out
-
-
-def band_levels() -> tuple[float, float]:
-    """The levels at which the forecast reads its band's 10th and 90th percentiles: where the
-    finished jobs' runtimes fell in their predictions (`RuntimeHistory.calibrated`)."""
-    history = runtime_history()
-    return history.calibrated(LOW), history.calibrated(HIGH)
 
 
 def predictions_for(snapshot: Snapshot) -> dict[int, Prediction]:

@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from gpuqueue.scheduler.band import Estimate, forecast_band
 from gpuqueue.scheduler.model import Policy, Snapshot
-from gpuqueue.scheduler.prediction import HIGH, LOW, Prediction
+from gpuqueue.scheduler.prediction import Prediction
 from gpuqueue.sim.predicted import ReplayRuntimes
 from gpuqueue.sim.run import JobRun
 
@@ -65,8 +65,7 @@ class ForecastSampler:
             pending=tuple(replace(j, expected_runtime=None) for j in snapshot.pending),
             running=tuple(replace(j, expected_runtime=None) for j in snapshot.running),
         )
-        history = self.runtimes.history
-        levels = (history.calibrated(LOW), history.calibrated(HIGH))
+        levels = self.runtimes.history.band_levels()
         estimates = forecast_band(bare, predictions, policy, levels=levels)
         for job in snapshot.pending:
             run = runs[job.id]

@@ -170,25 +170,9 @@ def test_ends_within_a_tenth_of_the_time_ahead_are_taken_in_one_step() -> None:
         NOW,
         nodes(2, h100=8),
         (team("a", guarantee=16), team("b")),
-        (
-            running(
-                10,
-                "a",
-                {"n1": 1},
-                gpus=8,
-                preemptible=False,
-                started=NOW,
-                expected_runtime=10 * HOUR,
-            ),
-            running(
-                11,
-                "a",
-                {"n2": 1},
-                gpus=8,
-                preemptible=False,
-                started=NOW,
-                expected_runtime=10.9 * HOUR,
-            ),
+        tuple(
+            running(i, "a", {n: 1}, gpus=8, preemptible=False, started=NOW, expected_runtime=h)
+            for i, n, h in ((10, "n1", 10 * HOUR), (11, "n2", 10.9 * HOUR))
         ),
         (pending(1, "b", gpus=8),),
     )

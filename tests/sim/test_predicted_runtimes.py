@@ -3,9 +3,14 @@ before the question, as the service would know them."""
 
 from __future__ import annotations
 
+from gpuqueue.scheduler import plan
+from gpuqueue.scheduler.model import Plan, Policy, Snapshot
+from gpuqueue.sim import simulate, uniform_cluster
+from gpuqueue.sim.policies import make_policy
+from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
 from gpuqueue.sim.predicted import DEFAULT_RUNTIME, ReplayRuntimes
 from gpuqueue.sim.run import JobRun
-from tests.sim.builders import job
+from tests.sim.builders import EXACT, job, team
 
 
 def run_of(job_id: int, runs: float, at: float = 0.0) -> JobRun:
@@ -45,13 +50,6 @@ def test_a_job_starts_with_what_the_jobs_finished_while_it_waited_say() -> None:
     and starts when job 3 ends after 5000 s: predicted at 2550 s (the median of both), as the
     live cycle would after reading its history again, not at the 100 s it was queued with.
     (Team b's job, entitled to a GPU, asks for the plan that shows it running.)"""
-    from gpuqueue.scheduler import plan
-    from gpuqueue.scheduler.model import Plan, Policy, Snapshot
-    from gpuqueue.sim import simulate, uniform_cluster
-    from gpuqueue.sim.policies import make_policy
-    from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
-    from tests.sim.builders import EXACT, team
-
     cluster = uniform_cluster(2, 1)
     teams = [team("a", 1, 2), team("b", 1, 2)]
     jobs = [job(1, 0.0, 100.0), job(2, 0.0, 50_000.0), job(3, 50.0, 5000.0)]
