@@ -438,6 +438,27 @@ class JobEvent(models.Model):
         return f"{self.job_id}: {self.from_state or '∅'} → {self.to_state}"
 
 
+class ForecastSample(models.Model):
+    """One kept forecast of a pending job: its band before the stretch learnt from such
+    samples (gpuqueue/scheduler/band_misses.py; gpuqueue/services/band_samples.py). A share of
+    the pending jobs once an hour, the last week's."""
+
+    # The unique (job, hour) index serves lookups by job: no index of its own.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_index=False)
+    hour = models.BigIntegerField(help_text="epoch hours: one sample per job and hour")
+    sampled_at = models.DateTimeField(db_index=True)
+    early_wait = models.FloatField(help_text="seconds from sampled_at to the band's early end")
+    late_wait = models.FloatField(null=True, help_text="seconds to its late end; null: open")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "hour"], name="one_forecast_sample_per_hour"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} at {self.sampled_at:%Y-%m-%d %H:%M}"
+
+
 class FairShare(models.Model):
     """The GPUs the last admission cycle's plan entitled a team (or department) to on a flavor:
     its guarantee plus its weighted part of idle GPUs, capped by its limit. Written only by the

@@ -47,8 +47,10 @@ from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_se
 from gpuqueue.models import Job
 from gpuqueue.scheduler import model as m
 from gpuqueue.scheduler.band import forecast_band
+from gpuqueue.scheduler.band_misses import widen
 from gpuqueue.scheduler.runtime import paused_gc
 from gpuqueue.services.admissions import Admitted, admit_all
+from gpuqueue.services.band_samples import band_stretch, keep_samples
 from gpuqueue.services.fair_shares import store_fair_shares
 from gpuqueue.services.holds import update_holds
 from gpuqueue.services.pending import update_estimated_starts, update_pending_rows
@@ -262,6 +264,11 @@ def refresh_forecasts(now: datetime | None = None) -> int:
         predictions = predictions_for(snapshot)
         levels = runtime_history().band_levels()  # calibrated (scheduler/prediction.py)
         bands = forecast_band(snapshot, predictions, policy, levels=levels)
+    # Stretched by what earlier bands missed by (scheduler/band_misses.py), which learns from
+    # the bands as forecast: those are what is kept.
+    keep_samples(snapshot.now, bands)
+    by = band_stretch(snapshot.now)
+    bands = {job_id: widen(band, snapshot.now, by) for job_id, band in bands.items()}
     starts = {job_id: band.likely for job_id, band in bands.items()}
     # Every pending job: one the snapshot missed has no forecast, which it shows already.
     pending = Job.objects.filter(state=JobState.PENDING)

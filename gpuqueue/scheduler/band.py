@@ -5,8 +5,9 @@ With predictions from history every job has a distribution: the forecast is run 
 job's median runtime for the most likely start (a declared expected runtime is kept as given),
 and the band (10th to 90th percentile) widens the wait by the spread of those distributions
 (`forecast_band`), read at the levels where the runtimes finished so far actually fell 10 %
-and 90 % of the time (prediction.py, `RuntimeHistory.calibrated`). A job with no start gets
-the reason why, as a code:
+and 90 % of the time (prediction.py, `RuntimeHistory.calibrated`). What is shown is that band
+stretched or shrunk by how far such bands missed the starts of the last week
+(band_misses.py). A job with no start gets the reason why, as a code:
 
 | why_none        | meaning                                                              |
 | --------------- | -------------------------------------------------------------------- |

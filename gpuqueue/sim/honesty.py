@@ -2,7 +2,9 @@
 
 At every sample time (hourly by default) the forecast with its band (gpuqueue/scheduler/band.py)
 is run on the replay's snapshot, with the predictions the replay has then, as the service would
-run it; each pending job's most likely start and band are kept. At the end, for the jobs that
+run it, and the band is stretched by what the earlier samples' bands missed by
+(gpuqueue/scheduler/band_misses.py, from the jobs `chosen` there, as the service keeps them);
+each pending job's most likely start and band are kept. At the end, for the jobs that
 then started, the summary gives:
 
 - `forecast_estimated`: the share of sampled pending jobs that had an estimate;
@@ -20,11 +22,14 @@ then started, the summary gives:
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
+from collections import deque
 from dataclasses import replace
 
 from gpuqueue.scheduler.band import Estimate, forecast_band
+from gpuqueue.scheduler.band_misses import WINDOW, BandSample, chosen, widen, widening
 from gpuqueue.scheduler.model import Policy, Snapshot
 from gpuqueue.scheduler.prediction import Prediction
 from gpuqueue.sim.predicted import ReplayRuntimes
@@ -39,6 +44,9 @@ class ForecastSampler:
         self.next_at: float | None = None
         # (sample time, run, estimate) for each pending job never started before the sample.
         self.records: list[tuple[float, JobRun, Estimate]] = []
+        # What the band is stretched by learns from: (sample time, band's waits, run) of the
+        # `chosen` jobs, the band before the stretch, the last week's.
+        self.misses: deque[tuple[float, float, float, JobRun]] = deque()
         self.pending_seen = 0
         self.samples = 0
         self.seconds = 0.0
@@ -66,13 +74,25 @@ class ForecastSampler:
             running=tuple(replace(j, expected_runtime=None) for j in snapshot.running),
         )
         levels = self.runtimes.history.band_levels()
+        now = snapshot.now
         estimates = forecast_band(bare, predictions, policy, levels=levels)
+        by = widening(self._learnt_from(now), now)
         for job in snapshot.pending:
             run = runs[job.id]
             if run.first_start is None:
-                self.records.append((snapshot.now, run, estimates[job.id]))
+                estimate = estimates[job.id]
+                self.records.append((now, run, widen(estimate, now, by)))
+                if estimate.early is not None and chosen(job.id, now):
+                    late = math.inf if estimate.late is None else estimate.late - now
+                    self.misses.append((now, estimate.early - now, late, run))
         self.samples += 1
         self.seconds += time.process_time() - started
+
+    def _learnt_from(self, now: float) -> list[BandSample]:
+        misses = self.misses
+        while misses and misses[0][0] < now - WINDOW:
+            misses.popleft()
+        return [BandSample(at, early, late, run.first_start) for at, early, late, run in misses]
 
     def summary(self) -> dict[str, float]:
         started = [(at, run, e) for at, run, e in self.records if run.first_start is not None]

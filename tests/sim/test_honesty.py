@@ -3,15 +3,19 @@ docs/benchmarks.md reports, worked out by hand."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
-from gpuqueue.scheduler.band import UNKNOWN_RUNTIME, Estimate
+from gpuqueue.scheduler.band import UNKNOWN_RUNTIME, Estimate, forecast_band
+from gpuqueue.scheduler.band_misses import chosen
+from gpuqueue.scheduler.model import Policy, Snapshot
 from gpuqueue.sim import simulate, uniform_cluster
 from gpuqueue.sim.honesty import ForecastSampler
-from gpuqueue.sim.predicted import ReplayRuntimes
+from gpuqueue.sim.predicted import ReplayRuntimes, facts
 from gpuqueue.sim.run import JobRun
+from tests.scheduler import builders as b
 from tests.sim.builders import EXACT, job, team
 
 
@@ -60,3 +64,41 @@ def test_a_replay_with_runtimes_learnt_exactly_forecasts_every_start_it_can() ->
     assert summary["forecast_in_band"] == 1.0
     assert summary["forecast_after_band"] == summary["forecast_before_band"] == 0.0
     assert summary["forecast_error_median"] == 0.0
+
+
+def test_the_replay_shows_bands_stretched_by_what_its_earlier_samples_missed_by() -> None:
+    """Job 1 holds the only node, its kind having run 600-1,400 s; job 2 waits. Sixty earlier
+    samples of the last week started at twice their band's late end: the band shown for job 2
+    is twice as wide each way, and what is learnt from is its band as forecast."""
+    now = next(h * 3600.0 for h in range(1, 200) if chosen(2, h * 3600.0))
+    runtimes = ReplayRuntimes()
+    first, second = job(1, 0, 1000, gpus=8), job(2, 0, 1000, gpus=8)
+    for runtime in (600, 800, 1000, 1200, 1400):
+        runtimes.history.record(facts(first), runtime)
+    runs = {1: started_at(1, now - 100), 2: JobRun(job=second, remaining=1000, enqueued_at=0)}
+    runs[1].job = first
+    sampler = ForecastSampler(every=3600, runtimes=runtimes)
+    for i in range(60):
+        at = now - 7200 - i
+        sampler.misses.append((at, 1800.0, 3600.0, started_at(100 + i, at + 7200)))
+    snapshot = Snapshot(
+        now,
+        b.nodes(1, h100=8),
+        (b.team("a"),),
+        (b.running(1, "a", {"n1": 1}, gpus=8, started=now - 100),),
+        (b.pending(2, "a", gpus=8),),
+    )
+    assert sampler.due(now)
+    sampler.sample(snapshot, runs, Policy())
+    predictions = {i: runtimes.prediction(run) for i, run in runs.items()}
+    levels = runtimes.history.band_levels()
+    base = forecast_band(snapshot, predictions, Policy(), levels=levels)[2]
+    assert base.likely is not None and base.early is not None and base.late is not None
+    assert base.early - now < base.likely - now < base.late - now
+    ((at, run, shown),) = sampler.records
+    assert (at, run, shown.likely) == (now, runs[2], base.likely)
+    assert shown.early - now == pytest.approx((base.early - now) / 2)
+    assert shown.late - now == pytest.approx((base.late - now) * 2)
+    assert sampler.misses[-1] == (now, base.early - now, base.late - now, runs[2])
+    assert len(sampler.misses) == 61
+    assert math.isfinite(shown.late)
