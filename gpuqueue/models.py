@@ -443,8 +443,8 @@ class ForecastSample(models.Model):
     samples (gpuqueue/scheduler/band_misses.py; gpuqueue/services/band_samples.py). A share of
     the pending jobs once an hour, the last week's."""
 
-    # The unique (job, hour) index serves lookups by job: no index of its own.
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_index=False)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    # The unique (hour, job) index also answers "is this hour sampled yet?" each forecast.
     hour = models.BigIntegerField(help_text="epoch hours: one sample per job and hour")
     sampled_at = models.DateTimeField(db_index=True)
     early_wait = models.FloatField(help_text="seconds from sampled_at to the band's early end")
@@ -452,7 +452,7 @@ class ForecastSample(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["job", "hour"], name="one_forecast_sample_per_hour"),
+            models.UniqueConstraint(fields=["hour", "job"], name="one_forecast_sample_per_hour"),
         ]
 
     def __str__(self) -> str:
