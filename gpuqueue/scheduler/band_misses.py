@@ -23,7 +23,7 @@ the service keeps them in PostgreSQL (services/band_samples.py), the replay in m
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuqueue.scheduler.band import Estimate
@@ -56,6 +56,16 @@ def chosen(job_id: int, at: float) -> bool:
     make the few jobs of quiet hours count as much as the many of busy ones."""
     hour = int(at // SAMPLE_EVERY)
     return ((job_id * 2654435761 + hour * 40503) >> 7) % SAMPLE_SHARE == 0
+
+
+def kept(estimates: Mapping[int, Estimate], now: float) -> dict[int, tuple[float, float]]:
+    """The forecasts at `now` to learn from: the `chosen` jobs with a band, as its ends' waits
+    (late math.inf when open). Kept by the service and the replay alike."""
+    return {
+        job_id: (e.early - now, math.inf if e.late is None else e.late - now)
+        for job_id, e in estimates.items()
+        if e.early is not None and chosen(job_id, now)
+    }
 
 
 def _score(early: float, late: float, wait: float) -> float:
@@ -135,4 +145,4 @@ def widen(estimate: Estimate, now: float, by: float | None) -> Estimate:
     late = None
     if estimate.late is not None:
         late = now + max((estimate.late - now) * factor, likely - now)
-    return Estimate(likely, min(early, likely), late)
+    return Estimate(likely, early, late)

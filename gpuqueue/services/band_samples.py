@@ -20,9 +20,11 @@ from gpuqueue.core.caches import Kept
 from gpuqueue.core.states import JobState
 from gpuqueue.models import ForecastSample, JobEvent
 from gpuqueue.scheduler.band import Estimate
-from gpuqueue.scheduler.band_misses import SAMPLE_EVERY, WINDOW, BandSample, chosen, widening
+from gpuqueue.scheduler.band_misses import SAMPLE_EVERY, WINDOW, BandSample, kept, widening
 
 STRETCH_SECONDS = 600.0
+# Kept as a 1-tuple: None is a value here (too few starts yet), and `Kept.get` says "not kept"
+# with None.
 _stretch: Kept[str, tuple[float | None]] = Kept(max_entries=1, max_age_seconds=STRETCH_SECONDS)
 _ALWAYS = "current"
 
@@ -42,11 +44,10 @@ def keep_samples(now: float, estimates: Mapping[int, Estimate]) -> int:
             job_id=job_id,
             hour=hour,
             sampled_at=_moment(now),
-            early_wait=max(e.early - now, 0.0),
-            late_wait=None if e.late is None else max(e.late - now, 0.0),
+            early_wait=max(early, 0.0),
+            late_wait=None if math.isinf(late) else max(late, 0.0),
         )
-        for job_id, e in estimates.items()
-        if e.likely is not None and e.early is not None and chosen(job_id, now)
+        for job_id, (early, late) in kept(estimates, now).items()
     ]
     # Another worker's forecast of the same hour may have kept some of them: one row each.
     written = ForecastSample.objects.bulk_create(rows, ignore_conflicts=True)

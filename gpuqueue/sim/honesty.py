@@ -22,14 +22,13 @@ then started, the summary gives:
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections import deque
 from dataclasses import replace
 
 from gpuqueue.scheduler.band import Estimate, forecast_band
-from gpuqueue.scheduler.band_misses import WINDOW, BandSample, chosen, widen, widening
+from gpuqueue.scheduler.band_misses import WINDOW, BandSample, kept, widen, widening
 from gpuqueue.scheduler.model import Policy, Snapshot
 from gpuqueue.scheduler.prediction import Prediction
 from gpuqueue.sim.predicted import ReplayRuntimes
@@ -47,7 +46,6 @@ class ForecastSampler:
         # What the band is stretched by learns from: (sample time, band's waits, run) of the
         # `chosen` jobs, the band before the stretch, the last week's.
         self.misses: deque[tuple[float, float, float, JobRun]] = deque()
-        self.pending_seen = 0
         self.samples = 0
         self.seconds = 0.0
 
@@ -77,14 +75,13 @@ class ForecastSampler:
         now = snapshot.now
         estimates = forecast_band(bare, predictions, policy, levels=levels)
         by = widening(self._learnt_from(now), now)
-        for job in snapshot.pending:
-            run = runs[job.id]
-            if run.first_start is None:
-                estimate = estimates[job.id]
-                self.records.append((now, run, widen(estimate, now, by)))
-                if estimate.early is not None and chosen(job.id, now):
-                    late = math.inf if estimate.late is None else estimate.late - now
-                    self.misses.append((now, estimate.early - now, late, run))
+        waiting = {
+            j.id: estimates[j.id] for j in snapshot.pending if runs[j.id].first_start is None
+        }
+        for job_id, estimate in waiting.items():
+            self.records.append((now, runs[job_id], widen(estimate, now, by)))
+        for job_id, (early, late) in kept(waiting, now).items():
+            self.misses.append((now, early, late, runs[job_id]))
         self.samples += 1
         self.seconds += time.process_time() - started
 
