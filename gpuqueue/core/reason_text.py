@@ -60,6 +60,29 @@ def _scope(n: dict[str, Any]) -> str:
     return "department's" if n.get("scope") == "department" else "team's"
 
 
+def _beyond_share(n: dict[str, Any], flavor: str, gpus: Any) -> str:
+    """What a job waiting for capacity must wait for when it would take its team past its fair
+    share (gpuqueue/scheduler/reasons.py, NO_CAPACITY); '' otherwise."""
+    share, in_use, newer = n.get("fair_share"), n.get("team_in_use"), n.get("newer_gpus")
+    if not isinstance(share, int) or not isinstance(in_use, int):
+        return ""
+    if isinstance(gpus, int) and gpus > share:
+        return (
+            f" It is larger than its team's fair share of {share} {flavor} GPUs, so it can "
+            f"start only on GPUs that other teams leave free."
+        )
+    held = f" Its team holds {in_use} {flavor} GPUs against a fair share of {share}"
+    if isinstance(newer, int) and newer > 0:
+        held += (
+            f", {newer} of them in jobs that started after this one was submitted (a team's "
+            f"smaller jobs start whenever they fit)"
+        )
+    return (
+        f"{held}: this job can start within the share only once the team's running jobs "
+        f"leave {gpus} of its GPUs free together, or on GPUs that other teams leave free."
+    )
+
+
 def describe_reason(reason: dict[str, Any] | None) -> str:
     """One sentence with the numbers, e.g. 'Waiting for 8 h100 GPUs as 4 × 2; 3 of 4 workers
     fit now; 6 GPUs free.'"""
@@ -113,7 +136,7 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
         )
         if code == "queued_behind_team":
             sentence += f" Queued behind {_plural(n.get('ahead'), 'earlier job')} of the team."
-        return sentence
+        return sentence + _beyond_share(n, flavor, gpus)
     if code == "waiting_for_reclaim":
         teams = str(n.get("borrowers") or "other teams").split(", ")
         many = len(teams) > 1

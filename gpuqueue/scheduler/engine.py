@@ -20,6 +20,7 @@ from operator import attrgetter
 
 from gpuqueue.scheduler import reasons
 from gpuqueue.scheduler.fairshare import fair_shares
+from gpuqueue.scheduler.held_before import HeldBefore
 from gpuqueue.scheduler.horizon import Horizon
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
@@ -125,6 +126,7 @@ class Cycle:
         self.reserver = Reserver(
             self.ledger, snapshot.nodes, snapshot.running, policy, self.horizon, memo
         )
+        self.held_before = HeldBefore(snapshot.running)  # for reasons (`_beyond_share`)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.pending: list[Pending] = []
@@ -257,7 +259,18 @@ class Cycle:
         key = (job.team, job.flavor)
         ahead = self.waiting_in_team.get(key, 0)
         self.waiting_in_team[key] = ahead + 1
-        return reasons.no_capacity(job, fit, free, ahead)
+        return reasons.no_capacity(job, fit, free, ahead, self._beyond_share(job))
+
+    def _beyond_share(self, job: PendingJob) -> reasons.BeyondShare | None:
+        """When `job` would take its team past its fair share (it can start only on GPUs the
+        other teams leave free, or once its team's jobs leave it room): the share, the GPUs the
+        team holds, and how many of them its jobs started since this one was submitted hold."""
+        share = self.fair_share.get((job.team, job.flavor), 0)
+        in_use = self.ledger.in_use(job.team, job.flavor)
+        if in_use + job.gpus <= share:
+            return None
+        older = self.held_before.gpus(job.team, job.flavor, job.submitted_at)
+        return reasons.BeyondShare(share, in_use, max(in_use - older, 0))
 
     def _decide(self, job: PendingJob) -> Reason | None:
         """Steps 1-11 of `_consider`."""

@@ -10,7 +10,9 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 | NO_QUOTA               | flavor, scope ("team" or "department")                             |
 | OVER_FAIR_SHARE        | flavor, scope, guarantee, in_use (non-preemptible), requested       |
 | OVER_LIMIT             | flavor, scope, limit, in_use, requested                             |
-| NO_CAPACITY            | flavor, workers, gpus_per_worker, workers_fit, free                 |
+| NO_CAPACITY            | flavor, workers, gpus_per_worker, workers_fit, free; and when the   |
+|                        | job would take its team past its fair share: fair_share,            |
+|                        | team_in_use, newer_gpus                                             |
 | QUEUED_BEHIND_TEAM     | ahead (earlier pending jobs of the team) + the NO_CAPACITY numbers  |
 | WAITING_FOR_PREEMPTION | flavor, workers, gpus_per_worker; job_ids: the jobs being preempted |
 | BEHIND_RESERVATION     | flavor, expected_start; job_ids: the jobs holding the reservations  |
@@ -19,6 +21,11 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 |                        | recovers_at (math.inf when never)                                   |
 | WAITING_FOR_RECLAIM    | flavor, workers, gpus_per_worker, free, borrowers (team ids, ", "), |
 |                        | borrowed, min_runtime_seconds, reclaim_at                           |
+
+NO_CAPACITY's `team_in_use` is what the team holds of the flavor (held or promised, less what is
+being preempted), `newer_gpus` the part of it held by jobs that started after the waiting job was
+submitted: a gang's turn comes within its team's share only when the team's jobs leave its GPUs
+free together, and the team's smaller jobs start whenever they fit.
 
 IN_SHARE_DEBT's seconds are GPU-seconds (usage.py): `debt_seconds` the team's debt now,
 `threshold_seconds` the debt above which it borrows no more, `recovers_at` when the debt is
@@ -31,6 +38,8 @@ jobs still protected, `reclaim_at` the earliest time enough of them are out of i
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from gpuqueue.scheduler.model import PendingJob, Reason, ReasonCode
 
@@ -103,7 +112,21 @@ def over_limit(job: PendingJob, scope: str, limit: int, in_use: int) -> Reason:
     )
 
 
-def no_capacity(job: PendingJob, workers_fit: int, free: int, ahead: int) -> Reason:
+class BeyondShare(NamedTuple):
+    """A waiting job that would take its team past its fair share (NO_CAPACITY's extras)."""
+
+    fair_share: int
+    in_use: int  # the team's GPUs of the flavor, held or promised
+    newer: int  # of them, held by jobs started since the waiting job was submitted
+
+
+def no_capacity(
+    job: PendingJob,
+    workers_fit: int,
+    free: int,
+    ahead: int,
+    beyond_share: BeyondShare | None = None,
+) -> Reason:
     workers = job.workers
     numbers: dict[str, int | float | str] = {
         "flavor": job.flavor,
@@ -112,6 +135,10 @@ def no_capacity(job: PendingJob, workers_fit: int, free: int, ahead: int) -> Rea
         "workers_fit": workers_fit if workers_fit < workers else workers,
         "free": free,
     }
+    if beyond_share is not None:
+        numbers["fair_share"] = beyond_share.fair_share
+        numbers["team_in_use"] = beyond_share.in_use
+        numbers["newer_gpus"] = beyond_share.newer
     if ahead:
         numbers["ahead"] = ahead
         return Reason(_QUEUED_BEHIND_TEAM, numbers)

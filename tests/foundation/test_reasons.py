@@ -53,6 +53,38 @@ from gpuqueue.core.reason_text import describe_reason
         ),
         (
             {
+                "code": "no_capacity",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 4,
+                    "gpus_per_worker": 8,
+                    "workers_fit": 0,
+                    "free": 3,
+                    "fair_share": 38,
+                    "team_in_use": 32,
+                    "newer_gpus": 32,
+                },
+            },
+            "Waiting for 32 h100 GPUs as 4 × 8; 0 of 4 workers fit now; 3 GPUs free. Its team holds 32 h100 GPUs against a fair share of 38, 32 of them in jobs that started after this one was submitted (a team's smaller jobs start whenever they fit): this job can start within the share only once the team's running jobs leave 32 of its GPUs free together, or on GPUs that other teams leave free.",
+        ),
+        (
+            {
+                "code": "no_capacity",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 2,
+                    "gpus_per_worker": 8,
+                    "workers_fit": 1,
+                    "free": 8,
+                    "fair_share": 8,
+                    "team_in_use": 0,
+                    "newer_gpus": 0,
+                },
+            },
+            "Waiting for 16 h100 GPUs as 2 × 8; 1 of 2 workers fit now; 8 GPUs free. It is larger than its team's fair share of 8 h100 GPUs, so it can start only on GPUs that other teams leave free.",
+        ),
+        (
+            {
                 "code": "waiting_for_preemption",
                 "numbers": {"flavor": "h100", "workers": 2, "gpus_per_worker": 8},
                 "job_ids": [4, 9],

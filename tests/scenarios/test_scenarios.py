@@ -204,6 +204,34 @@ def test_8_over_the_limit_says_so_with_numbers(world: Any, submit: Any, backend:
     )
 
 
+def test_8_a_gang_passed_by_its_teams_newer_jobs_says_so(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    from gpuqueue.models import Quota
+
+    sync_cluster(backend)
+    Quota.objects.filter(flavor=world.h100).update(guarantee=16, limit=32)
+    own = [submit(gpus_per_worker=8, annotations=LONG) for _ in range(2)]
+    for _ in range(2):
+        submit(user=world.carol, team=world.team_b, gpus_per_worker=8, annotations=LONG)
+    run_until_quiet(backend)  # the 32 GPUs are held, 16 by each team: their fair shares
+    gang = submit(workers=2, gpus_per_worker=8)
+    run_cycle(backend=backend)
+    finish(own[0], backend)
+    newer = submit(gpus_per_worker=8, annotations=LONG)  # submitted after the gang, smaller
+    run_until_quiet(backend)
+    gang.refresh_from_db()
+    assert Job.objects.get(pk=newer.pk).state == JobState.RUNNING
+    assert gang.state == JobState.PENDING
+    assert describe_reason(gang.pending_reason) == (
+        "Waiting for 16 h100 GPUs as 2 × 8; 0 of 2 workers fit now; 0 GPUs free. Its team "
+        "holds 16 h100 GPUs against a fair share of 16, 8 of them in jobs that started after "
+        "this one was submitted (a team's smaller jobs start whenever they fit): this job can "
+        "start within the share only once the team's running jobs leave 16 of its GPUs free "
+        "together, or on GPUs that other teams leave free."
+    )
+
+
 def test_4_mig_slices_have_their_own_quota(
     world: Any, submit: Any, backend: Any, cluster_file: Any
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuqueue.scheduler.model import ReasonCode
-from tests.scheduler.builders import Case, check, node, nodes, pending, running, team
+from tests.scheduler.builders import NOW, Case, check, node, nodes, pending, running, team
 
 CASES = [
     Case(
@@ -78,6 +78,40 @@ CASES = [
         pending=(pending(1, "t"),),
         reasons={1: ReasonCode.NO_QUOTA},
         numbers={1: {"scope": "department"}},
+    ),
+    Case(
+        "a gang whose team's share is held by the team's newer jobs names them",
+        nodes=nodes(2, h100=8),
+        teams=(team("a"), team("b")),
+        running=(
+            running(10, "b", {"n1": 1}, gpus=4),
+            running(11, "b", {"n2": 1}, gpus=4),
+            running(12, "a", {"n1": 1}, gpus=4),  # started before the gang was submitted
+            running(13, "a", {"n2": 1}, gpus=4, started=NOW - 10),  # started after
+        ),
+        pending=(pending(1, "a", gpus=8),),
+        shares={("a", "h100"): 8, ("b", "h100"): 8},
+        reasons={1: ReasonCode.NO_CAPACITY},
+        numbers={1: {"fair_share": 8, "team_in_use": 8, "newer_gpus": 4, "free": 0}},
+    ),
+    Case(
+        "a gang larger than its team's share says the share",
+        nodes=nodes(2, h100=8),
+        teams=(team("a"), team("b")),
+        running=(running(10, "b", {"n1": 1, "n2": 1}, gpus=4),),
+        pending=(pending(1, "a", workers=2, gpus=8), pending(2, "b", gpus=8)),
+        shares={("a", "h100"): 8},
+        reasons={1: ReasonCode.NO_CAPACITY},
+        numbers={1: {"fair_share": 8, "team_in_use": 0, "newer_gpus": 0}},
+    ),
+    Case(
+        "a job that fits its team's share says nothing of the share",
+        nodes=nodes(2, h100=8),
+        teams=(team("a"), team("b")),
+        running=(running(10, "b", {"n1": 1, "n2": 1}, gpus=8),),
+        pending=(pending(1, "a", gpus=8),),
+        reasons={1: ReasonCode.NO_CAPACITY},
+        numbers={1: {"fair_share": None, "team_in_use": None, "newer_gpus": None}},
     ),
 ]
 
