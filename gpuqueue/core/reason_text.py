@@ -75,7 +75,7 @@ def _beyond_share(n: dict[str, Any], flavor: str, gpus: Any) -> str:
     if isinstance(newer, int) and newer > 0:
         held += (
             f", {newer} of them in jobs that started after this one was submitted (a team's "
-            f"smaller jobs start whenever they fit)"
+            f"other jobs start whenever they fit)"
         )
     return (
         f"{held}: this job can start within the share only once the team's running jobs "

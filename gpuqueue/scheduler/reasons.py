@@ -25,7 +25,7 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 NO_CAPACITY's `team_in_use` is what the team holds of the flavor (held or promised, less what is
 being preempted), `newer_gpus` the part of it held by jobs that started after the waiting job was
 submitted: a gang's turn comes within its team's share only when the team's jobs leave its GPUs
-free together, and the team's smaller jobs start whenever they fit.
+free together, and the team's other jobs start whenever they fit.
 
 IN_SHARE_DEBT's seconds are GPU-seconds (usage.py): `debt_seconds` the team's debt now,
 `threshold_seconds` the debt above which it borrows no more, `recovers_at` when the debt is

@@ -65,7 +65,7 @@ from gpuqueue.core.reason_text import describe_reason
                     "newer_gpus": 32,
                 },
             },
-            "Waiting for 32 h100 GPUs as 4 × 8; 0 of 4 workers fit now; 3 GPUs free. Its team holds 32 h100 GPUs against a fair share of 38, 32 of them in jobs that started after this one was submitted (a team's smaller jobs start whenever they fit): this job can start within the share only once the team's running jobs leave 32 of its GPUs free together, or on GPUs that other teams leave free.",
+            "Waiting for 32 h100 GPUs as 4 × 8; 0 of 4 workers fit now; 3 GPUs free. Its team holds 32 h100 GPUs against a fair share of 38, 32 of them in jobs that started after this one was submitted (a team's other jobs start whenever they fit): this job can start within the share only once the team's running jobs leave 32 of its GPUs free together, or on GPUs that other teams leave free.",
         ),
         (
             {

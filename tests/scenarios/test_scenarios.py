@@ -226,7 +226,7 @@ def test_8_a_gang_passed_by_its_teams_newer_jobs_says_so(
     assert describe_reason(gang.pending_reason) == (
         "Waiting for 16 h100 GPUs as 2 × 8; 0 of 2 workers fit now; 0 GPUs free. Its team "
         "holds 16 h100 GPUs against a fair share of 16, 8 of them in jobs that started after "
-        "this one was submitted (a team's smaller jobs start whenever they fit): this job can "
+        "this one was submitted (a team's other jobs start whenever they fit): this job can "
         "start within the share only once the team's running jobs leave 16 of its GPUs free "
         "together, or on GPUs that other teams leave free."
     )
