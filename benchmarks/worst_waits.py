@@ -1,6 +1,8 @@
 """Benchmark: where a replay's worst waits come from. Prints numbers; not a test.
 
-    .venv/bin/python benchmarks/worst_waits.py --load 0.8 [--policy gpuqueue] [--top 10]
+    .venv/bin/python benchmarks/worst_waits.py --load 0.8 [--top 10] [KEY=VALUE …]
+
+KEY=VALUE sets a field of the engine's Policy, as in benchmarks/policy_variants.py.
 
 Replays the whole Philly trace, then prints the jobs that waited longest before they first
 started (team, shape, submission, wait, runtime) and, for the worst of them, who ran instead:
@@ -22,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from kube_scale import calibration  # noqa: E402
+from policy_variants import parse_policy  # noqa: E402
 
 from gpuqueue.sim.run import JobRun  # noqa: E402
 from gpuqueue.sim.simulator import SimConfig, simulate  # noqa: E402
@@ -50,15 +53,18 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=0.8)
     parser.add_argument("--policy", default="gpuqueue")
     parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("changes", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args()
+    config = SimConfig(record_segments=True, engine_policy=parse_policy(args.changes))
     jobs = load_jobs(args.trace, "philly", 8, None, 0, "skip")
     cluster = build_cluster(jobs, None, None, args.load, 8)
     w = workload(jobs, cluster, "proportional")
-    result = simulate(w.jobs, w.cluster, w.teams, args.policy, SimConfig(record_segments=True))
+    result = simulate(w.jobs, w.cluster, w.teams, args.policy, config)
     runs = [run for run in result.runs if run.first_start is not None]
     runs.sort(key=wait)
     print(
-        f"{args.policy} at {args.load:.0%} load: {len(runs)} jobs, {cluster.capacity()} GPUs, "
+        f"{args.policy} {' '.join(args.changes)} at {args.load:.0%} load: {len(runs)} jobs, "
+        f"{cluster.capacity()} GPUs, "
         f"wall {result.wall_seconds:.1f} s (sum(range(10**6)) {calibration() * 1000:.1f} ms)"
     )
     for run in reversed(runs[-args.top :]):
