@@ -76,7 +76,7 @@ def main() -> None:
     submitted, started = worst.job.submitted_at, worst.first_start
     assert started is not None
     team = [run for run in runs if run.job.team == worst.job.team and run is not worst]
-    before = [r for r in team if r.first_start is not None and r.first_start < started]
+    before = [r for r in team if wait(r) + r.job.submitted_at < started]  # every run started
     later = [r for r in before if r.job.submitted_at > submitted]
     earlier = [r for r in before if r.job.submitted_at <= submitted]
     print(f"the worst: job {worst.job.id}, team {worst.job.team}, {shape(worst)}")

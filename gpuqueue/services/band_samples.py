@@ -86,9 +86,9 @@ def band_samples(now: float) -> list[BandSample]:
 def band_stretch(now: float) -> float | None:
     """`widening` over the kept samples (None: too few starts yet), read at most every
     STRETCH_SECONDS per process."""
-    kept = _stretch.get("stretch", _ALWAYS)
-    if kept is not None:
-        return kept[0]
+    cached = _stretch.get("stretch", _ALWAYS)  # not `kept`: that names band_misses.kept here
+    if cached is not None:
+        return cached[0]
     by = widening(band_samples(now), now)
     _stretch.put("stretch", _ALWAYS, (by,))
     return by
