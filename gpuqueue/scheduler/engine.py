@@ -110,6 +110,7 @@ class Cycle:
         self.queues = {key: QueueJobs(jobs) for key, jobs in grouped.items()}
         asked = {key: queue.gpus for key, queue in self.queues.items()}
         self.fair_share = fair_shares(snapshot, capacity, running, asked)
+        self.guarantees = {key: quota.guarantee for key, quota in self.quotas.items()}
         self.search = VictimSearch(
             self.ledger,
             VictimIndex(snapshot.running),
@@ -117,7 +118,7 @@ class Cycle:
             self.chains,
             policy,
             self.horizon,
-            {key: quota.guarantee for key, quota in self.quotas.items()},
+            self.guarantees,
             self.balance,
         )
         self.reclaim_waits = ReclaimWaits(
@@ -157,6 +158,7 @@ class Cycle:
             self.policy.share_slice_seconds,
             self.horizon,
             self.never,
+            self.guarantees,
         )
         self.starving = {job.id for job in self.order.starving}
         self.owed = self.order.owed

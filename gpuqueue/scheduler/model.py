@@ -183,7 +183,8 @@ class Policy:
     # `share_balance` (the live cycle and the trace replay give it when this is on; without
     # it the rules above apply whatever this says). With `min_one_job`: a team
     # that holds nothing of a flavor and is not in debt (balance >= -share_slice_seconds / 2 x
-    # its oldest gang's GPUs) has that job put first at once and lets it reclaim borrowed GPUs,
+    # its oldest gang's GPUs) has that job starving at once (ahead of the other starving jobs
+    # when the team has no guarantee, ordering.py) and lets it reclaim borrowed GPUs,
     # instead of waiting an hour and then for a node to drain; a team in debt by
     # share_slice_seconds x the GPUs of its last job loses that job's protection, and its
     # oldest job waits until the balance recovers. A team whose share is a fraction of a GPU

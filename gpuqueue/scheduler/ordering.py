@@ -33,7 +33,12 @@ JobKey = tuple[int, int, float, int]
 # With time-based fair share (the snapshot carries `share_balance`, usage.py), that exception
 # goes by the team's balance instead of the wait: a team that holds nothing and is not in debt
 # (`owed`) has its oldest job starving at once, and it may reclaim (engine.py); a team in debt
-# gets no exception and waits until its balance recovers.
+# gets no exception and waits until its balance recovers. When the owed team has no guarantee
+# of the flavor, that job goes ahead of the other starving jobs (`first`): it has no other way
+# to a GPU under contention, and behind older starving gangs it finds every reservation taken
+# and waits for hours for a turn of about a slice (usage.py). A team with a guarantee keeps
+# the order of submission (putting its big gangs first too drained more nodes at 120 % load:
+# docs/benchmarks.md, "An owed team's turn").
 # Neither rule makes a job starving below the highest priority pending in its queue: rule 3
 # holds before any wait. Otherwise a job preempted for a higher-priority job of its team (it
 # keeps its old submission time) would start again, as a starving job, on the GPUs it had just
@@ -138,12 +143,14 @@ class Order:
         slice_seconds: float = 0.0,
         horizon: Horizon | None = None,
         never: NeverAdmits | None = None,
+        guarantees: Mapping[tuple[str, str], int] | None = None,
     ) -> None:
         """`queues`: the pending jobs per (team, flavor) when the caller has grouped them (the
         order depends neither on the order of the jobs in the snapshot nor on that of the
         queues). `balance`: the snapshot's `share_balance`, with `slice_seconds`
         (Policy.share_slice_seconds). `never`: the engine's test for jobs that can never start
-        (made from the snapshot when a queue first needs it if not given)."""
+        (made from the snapshot when a queue first needs it if not given). `guarantees`: per
+        (team, flavor), for the owed teams' turn (none: no team has one)."""
         self._ledger = ledger
         self._fair_share = fair_share
         self._weights = weights
@@ -152,8 +159,10 @@ class Order:
         self.starving: list[PendingJob] = []
         # Jobs starving by the balance rule (rule 1): they may reclaim beyond their share.
         self.owed: set[int] = set()
+        self.first: set[int] = set()  # of them, those of teams with no guarantee of the flavor
         now = snapshot.now
         horizon = horizon or Horizon(now)
+        guarantees = guarantees or {}
         if queues is None:
             grouped: dict[tuple[str, str], list[PendingJob]] = {}
             for job in snapshot.pending:
@@ -213,12 +222,15 @@ class Order:
                         if horizon.below(balance, key, -slice_seconds / 2 * job.gpus):
                             continue  # in debt: it waits for its balance to recover
                         self.owed.add(job.id)
+                        if not guarantees.get(key):
+                            self.first.add(job.id)
                     self.starving.append(job)
                     jobs = self._queues[key].jobs[job.user]
                     jobs.remove(job)
                     if not jobs:
                         del self._queues[key].jobs[job.user]
-        self.starving.sort(key=starving_key)
+        first = self.first
+        self.starving.sort(key=lambda job: (job.id not in first, *starving_key(job)))
         for key in sorted(self._queues):
             queue = self._queues[key]
             if not queue.jobs:

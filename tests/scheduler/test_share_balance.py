@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuqueue.scheduler.model import Policy, Quota, ReasonCode
+from gpuqueue.scheduler.model import Policy, Quota, ReasonCode, Team
 from gpuqueue.scheduler.usage import ShareBalance, entitled_shares, seconds_to_recover
 from tests.scheduler.builders import HOUR, NOW, Case, check, nodes, pending, running, team
 
@@ -70,6 +70,26 @@ def borrower(balance: float, held: int = 2) -> dict[str, object]:
     }
 
 
+def one_reservation(owed: Team) -> dict[str, object]:
+    """Team b holds both nodes with non-preemptible jobs (n1 frees first); team c's gang, within
+    its guarantee, has starved for two hours; team `a` holds nothing, owes nothing and asks for
+    a whole node a minute ago. Only one reservation may be held."""
+    return {
+        "nodes": nodes(2, h100=8),
+        "teams": (owed, team("b", guarantee=4), team("c", guarantee=8)),
+        "running": (
+            running(10, "b", {"n1": 1}, gpus=8, preemptible=False, max_runtime=HOUR + 1000),
+            running(11, "b", {"n2": 1}, gpus=8, preemptible=False, max_runtime=HOUR + 5000),
+        ),
+        "pending": (
+            pending(1, "c", gpus=8, submitted=NOW - 2 * HOUR),
+            pending(2, "a", gpus=8, submitted=NOW - 60),
+        ),
+        "balance": {},
+        "policy": Policy(max_reservations=1),
+    }
+
+
 CASES = [
     Case(
         "a team that holds nothing and owes nothing reclaims for its first gang at once",
@@ -116,6 +136,20 @@ CASES = [
         **borrower(balance=-BORROW * 2 + 1),  # type: ignore[arg-type]
         admitted={1},
         borrowed={1: True},
+    ),
+    Case(
+        "the first gang of a team with no guarantee that holds nothing and owes nothing "
+        "takes the last reservation before older starving jobs",
+        **one_reservation(team("a", weight=0.0)),  # type: ignore[arg-type]
+        reservations={2: ({"n1": 1}, NOW + 1000)},
+        reasons={2: ReasonCode.RESERVED},
+    ),
+    Case(
+        "a team with a guarantee, owed a gang bigger than its share, keeps its place in time",
+        **one_reservation(team("a", guarantee=4)),  # type: ignore[arg-type]
+        shares={("a", "h100"): 4},
+        reservations={1: ({"n1": 1}, NOW + 1000)},
+        reasons={1: ReasonCode.RESERVED},
     ),
     Case(
         "a team in debt by a slice of its share borrows no more, even free GPUs",
