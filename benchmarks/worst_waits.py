@@ -34,9 +34,13 @@ TRACE = ROOT.parent / "shared/traces/philly-pollux-processed/philly.csv"
 DAY = 86400.0
 
 
+def start(run: JobRun) -> float:
+    assert run.first_start is not None  # the runs read here all started
+    return run.first_start
+
+
 def wait(run: JobRun) -> float:
-    assert run.first_start is not None
-    return run.first_start - run.job.submitted_at
+    return start(run) - run.job.submitted_at
 
 
 def gpu_hours(runs: list[JobRun]) -> float:
@@ -73,10 +77,9 @@ def main() -> None:
             f"{run.job.submitted_at / DAY:5.1f}  runtime {run.job.duration / 3600:6.1f} h"
         )
     worst = runs[-1]
-    submitted, started = worst.job.submitted_at, worst.first_start
-    assert started is not None
+    submitted, started = worst.job.submitted_at, start(worst)
     team = [run for run in runs if run.job.team == worst.job.team and run is not worst]
-    before = [r for r in team if wait(r) + r.job.submitted_at < started]  # every run started
+    before = [r for r in team if start(r) < started]
     later = [r for r in before if r.job.submitted_at > submitted]
     earlier = [r for r in before if r.job.submitted_at <= submitted]
     print(f"the worst: job {worst.job.id}, team {worst.job.team}, {shape(worst)}")
@@ -97,17 +100,13 @@ def main() -> None:
     print(f"  GPUs its team held on average while it waited: {held / (started - submitted):.1f}")
     for share in (0.25, 0.5, 0.75):
         at = submitted + share * (started - submitted)
-        holding = sorted({seg.job_id for seg in mine if seg.start <= at < seg.end})
-        print(
-            f"  day {at / DAY:5.1f}: its team runs "
-            + (
-                ", ".join(
-                    f"{shape(by_id[i])} submitted day {by_id[i].job.submitted_at / DAY:.1f}"
-                    for i in holding
-                )
-                or "nothing"
-            )
+        holding = {seg.job_id for seg in mine if seg.start <= at < seg.end}
+        kinds = collections.Counter(
+            f"{shape(by_id[i])} submitted day {by_id[i].job.submitted_at / DAY:.1f}"
+            for i in holding
         )
+        runs_then = ", ".join(f"{n} × {kind}" for kind, n in sorted(kinds.items()))
+        print(f"  day {at / DAY:5.1f}: its team runs {runs_then or 'nothing'}")
 
 
 if __name__ == "__main__":

@@ -159,10 +159,10 @@ class Order:
         self.starving: list[PendingJob] = []
         # Jobs starving by the balance rule (rule 1): they may reclaim beyond their share.
         self.owed: set[int] = set()
-        self.first: set[int] = set()  # of them, those of teams with no guarantee of the flavor
         now = snapshot.now
         horizon = horizon or Horizon(now)
         guarantees = guarantees or {}
+        first: set[int] = set()  # owed jobs of teams with no guarantee of the flavor: first
         if queues is None:
             grouped: dict[tuple[str, str], list[PendingJob]] = {}
             for job in snapshot.pending:
@@ -223,13 +223,12 @@ class Order:
                             continue  # in debt: it waits for its balance to recover
                         self.owed.add(job.id)
                         if not guarantees.get(key):
-                            self.first.add(job.id)
+                            first.add(job.id)
                     self.starving.append(job)
                     jobs = self._queues[key].jobs[job.user]
                     jobs.remove(job)
                     if not jobs:
                         del self._queues[key].jobs[job.user]
-        first = self.first
         self.starving.sort(key=lambda job: (job.id not in first, *starving_key(job)))
         for key in sorted(self._queues):
             queue = self._queues[key]
