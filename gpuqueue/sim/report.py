@@ -15,6 +15,7 @@ COLUMNS = (
     ("delay_median_s", "median delay (h)", "h"),
     ("delay_p95_s", "p95 delay (h)", "h"),
     ("delay_max_s", "max delay (h)", "h"),
+    ("delay_work_weighted_mean_s", "work-weighted mean delay (h)", "h"),
     ("jct_mean_s", "mean JCT (h)", "h"),
     ("makespan_s", "makespan (d)", "d"),
     ("alloc_mean", "mean alloc", "{:.1%}"),
