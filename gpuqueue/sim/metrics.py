@@ -226,6 +226,7 @@ def delay_by_shape(started: Sequence[JobRun]) -> dict[str, float]:
 
 
 def job_shape(job: SimJob) -> str:
+    """one_gpu, one_worker (2 GPUs or more on one node) or gang (several workers)."""
     return "gang" if job.workers > 1 else "one_gpu" if job.gpus == 1 else "one_worker"
 
 
