@@ -152,7 +152,11 @@ def _percentile(sorted_values: Sequence[float], p: float) -> float:
 def summarize(runs: Sequence[JobRun], recorder: Recorder, end: float) -> dict[str, object]:
     """The numbers of a run, as plain JSON-ready values (seconds, GPU-hours, fractions)."""
     started = [r for r in runs if r.first_start is not None]
-    delays = sorted(r.first_start - r.job.submitted_at for r in runs if r.first_start is not None)
+    # Each started job with its queueing delay, made once for every figure that reads delays.
+    job_delays = [
+        (r.job, r.first_start - r.job.submitted_at) for r in runs if r.first_start is not None
+    ]
+    delays = sorted(d for _, d in job_delays)
     ends = [(r.finished_at, r.job.submitted_at) for r in runs if r.finished_at is not None]
     jcts = [end - submitted for end, submitted in ends]
     first_submit = min((r.job.submitted_at for r in runs), default=0.0)
@@ -172,8 +176,8 @@ def summarize(runs: Sequence[JobRun], recorder: Recorder, end: float) -> dict[st
         "delay_median_s": _percentile(delays, 50),
         "delay_p95_s": _percentile(delays, 95),
         "delay_max_s": delays[-1] if delays else 0.0,
-        "delay_work_weighted_mean_s": work_weighted_delay(started),
-        "delay_mean_by_shape_s": delay_by_shape(started),
+        "delay_work_weighted_mean_s": work_weighted_delay(job_delays),
+        "delay_mean_by_shape_s": delay_by_shape(job_delays),
         "wait_mean_s": _mean([r.waited for r in started]),
         "jct_mean_s": _mean(jcts),
         "makespan_s": makespan if ends else 0.0,
@@ -200,7 +204,7 @@ def summarize(runs: Sequence[JobRun], recorder: Recorder, end: float) -> dict[st
     }
 
 
-def work_weighted_delay(started: Sequence[JobRun]) -> float:
+def work_weighted_delay(job_delays: Sequence[tuple[SimJob, float]]) -> float:
     """Mean queueing delay with each job counted in proportion to its GPU-time.
 
     The per-job mean is a mean over jobs, so a trace whose jobs are mostly one-GPU (93 % of
@@ -208,20 +212,18 @@ def work_weighted_delay(started: Sequence[JobRun]) -> float:
     gangs. Weighted by work, it reads what an average GPU-hour of demand waits (Feitelson's
     area-weighted response time), which no job shape can dominate by its count alone.
     """
-    weights = [r.job.gpu_seconds for r in started]
-    total = math.fsum(weights)
+    total = math.fsum(job.gpu_seconds for job, _ in job_delays)
     if total <= 0:
         return 0.0
-    delays = (r.first_start - r.job.submitted_at for r in started)  # type: ignore[operator]
-    return math.fsum(d * w for d, w in zip(delays, weights, strict=True)) / total
+    return math.fsum(delay * job.gpu_seconds for job, delay in job_delays) / total
 
 
-def delay_by_shape(started: Sequence[JobRun]) -> dict[str, float]:
+def delay_by_shape(job_delays: Sequence[tuple[SimJob, float]]) -> dict[str, float]:
     """Mean queueing delay of one-GPU jobs, of larger single-worker jobs and of multi-worker
     gangs: which jobs a policy makes wait (a shape with no started job is left out)."""
     by: dict[str, list[float]] = defaultdict(list)
-    for r in started:
-        by[job_shape(r.job)].append(r.first_start - r.job.submitted_at)  # type: ignore[operator]
+    for job, delay in job_delays:
+        by[job_shape(job)].append(delay)
     return {shape: _mean(by[shape]) for shape in ("one_gpu", "one_worker", "gang") if by[shape]}
 
 
