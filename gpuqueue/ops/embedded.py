@@ -132,8 +132,11 @@ def start_redis(
             str(datadir),
             "--dbfilename",
             "dump.rdb",
+            # A snapshot within a minute of a write, and on shutdown. The rule's two numbers
+            # are separate arguments: passed as one ("60 1"), Redis reads no save point at all.
             "--save",
-            "60 1",
+            "60",
+            "1",
             "--daemonize",
             "no",
             "--logfile",
