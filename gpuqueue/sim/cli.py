@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpuqueue.sim.policies import POLICIES
-from gpuqueue.sim.report import markdown_table, plot_runs
+from gpuqueue.sim.report import PLOTS_MISSING, can_plot, markdown_table, plot_runs
 from gpuqueue.sim.simulator import Progress, Result, SimConfig, simulate
 from gpuqueue.sim.workload import build_cluster, load_jobs, workload
 
@@ -118,6 +118,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         else [("load", float(x)) for x in args.loads.split(",")]
     )
     rows: list[dict[str, object]] = []
+    plots = can_plot()
+    if not plots:
+        print(f"[compare] {PLOTS_MISSING}", file=sys.stderr, flush=True)
     started = time.perf_counter()
     for kind, value in sizes:
         cluster = (
@@ -140,12 +143,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 flush=True,
             )
         name = f"gpus-{cluster.capacity()}"
-        plot_runs(
-            results,
-            f"{Path(args.trace).name}: {cluster.capacity()} GPUs, "
-            f"offered load {w.offered_load:.0%}",
-            out / f"{name}.png",
-        )
+        if plots:
+            plot_runs(
+                results,
+                f"{Path(args.trace).name}: {cluster.capacity()} GPUs, "
+                f"offered load {w.offered_load:.0%}",
+                out / f"{name}.png",
+            )
         (out / f"{name}.json").write_text(json.dumps([r.to_json() for r in results]))
     table = markdown_table(rows)
     (out / "compare.md").write_text(table)

@@ -51,6 +51,22 @@ def markdown_table(rows: Sequence[dict[str, object]]) -> str:
     return "\n".join([head, rule, *body]) + "\n"
 
 
+PLOTS_MISSING = (
+    "matplotlib is not installed: the table and the results are written, the plots are not "
+    "(pip install 'gpuqueue[plots]' for them)"
+)
+
+
+def can_plot() -> bool:
+    """Whether matplotlib, an optional extra, is importable; asked before any replay runs, so a
+    long comparison never computes everything and then dies on the import."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def plot_runs(results: Sequence[Result], title: str, path: Path) -> None:
     """Two panels over virtual time (days): GPUs allocated (% of the cluster), jobs pending."""
     import matplotlib

@@ -4,6 +4,7 @@ results file, the comparison's table and plots) and what a mistake gets (one lin
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,18 @@ def test_compare_writes_a_table_a_plot_and_the_results_per_cluster_size(
         assert (tmp_path / f"gpus-{gpus}.png").read_bytes().startswith(b"\x89PNG")
         results = json.loads((tmp_path / f"gpus-{gpus}.json").read_text())
         assert [r["policy"] for r in results] == ["gpuqueue", "fifo"]
+
+
+def test_compare_without_matplotlib_writes_its_table_and_says_how_to_get_the_plots(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what `pip install .` leaves out
+    args = ["compare", "--trace", TINY, "--clusters", "2x8", "--policies", "gpuqueue,fifo"]
+    assert main([*args, "--out-dir", str(tmp_path), "--quiet"]) == 0
+    assert "| gpuqueue" in (tmp_path / "compare.md").read_text()
+    assert json.loads((tmp_path / "gpus-16.json").read_text())
+    assert not (tmp_path / "gpus-16.png").exists()
+    assert "pip install 'gpuqueue[plots]'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
