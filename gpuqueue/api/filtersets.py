@@ -30,8 +30,27 @@ class StrictFilterSet(filters.FilterSet):
                 self.form.errors[name] = self.form.error_class(
                     [f"Unknown query parameter {name!r}; this list takes: {known}."]
                 )
-            return False
-        return valid
+        _carry_messages_as_params(self.form.errors)
+        return valid and not unknown
+
+
+def _carry_messages_as_params(errors: Any) -> None:
+    """Give every message without parameters its text as a parameter.
+
+    django-filter's DRF backend formats each message with `message % (params or ())`, unlike
+    Django, which formats only messages that have parameters; a message that quotes the input
+    (an unknown parameter's name, a state's name) and holds a `%` would then fail to format
+    (a 500) or lose its `%`. As "%(message)s" with the text as its parameter, both read it as
+    written."""
+    for messages in errors.values():
+        messages.data = [
+            error
+            if error.params
+            else forms.ValidationError(
+                "%(message)s", code=error.code, params={"message": error.message}
+            )
+            for error in messages.as_data()
+        ]
 
 
 class StateField(forms.MultipleChoiceField):

@@ -106,7 +106,10 @@ def _utc(value: datetime | None) -> datetime | None:
         return None
     if timezone.is_naive(value):
         value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # the first or last day of the calendar, shifted past its end
+        raise forms.ValidationError("Not a representable date and time.") from None
 
 
 @dataclass(frozen=True)

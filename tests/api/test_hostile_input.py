@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.parse
 from typing import Any
 
 import pytest
@@ -115,3 +116,79 @@ def test_numbers_in_annotations_that_reach_arithmetic_are_refused_with_their_ran
     assert response.status_code == 400
     assert " from 0 " in str(response.json()["error"]["fields"]["annotations"])
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/jobs/?%25s=1",
+        "/api/v1/jobs/?state=%25d",
+        "/api/v1/jobs/?state=100%25",
+        "/api/v1/memberships/?%25(name)s=1",
+        "/api/v1/audit/?x%25=1",
+    ],
+)
+def test_a_percent_sign_in_a_filter_value_or_a_parameter_name_is_quoted_back_as_sent(
+    api: Any, path: str
+) -> None:
+    client = api("root")
+    client.raise_request_exception = False
+    response = client.get(path)
+    assert response.status_code == 400
+    sent = urllib.parse.unquote(path.partition("?")[2].partition("=")[0])
+    value = urllib.parse.unquote(path.partition("=")[2])
+    fields = response.json()["error"]["fields"]
+    quoted = sent if sent in fields else value
+    assert repr(quoted) in str(fields)
+
+
+@pytest.mark.parametrize("field", ["since", "until"])
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00"])
+def test_usage_at_the_ends_of_the_calendar_with_an_offset_is_a_field_error(
+    api: Any, world: Any, field: str, when: str
+) -> None:
+    from django.test import Client
+
+    client = api("root")
+    client.raise_request_exception = False
+    response = client.get("/api/v1/usage/", {field: when})
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"][field] == ["Not a representable date and time."]
+    page = Client(raise_request_exception=False)
+    page.force_login(world.root)
+    assert page.get("/usage/", {field: when}).status_code == 422
+
+
+@pytest.mark.parametrize("field", ["team", "flavor", "name", "image"])
+def test_a_lone_surrogate_in_a_submission_is_refused(api: Any, field: str) -> None:
+    client = api("alice")
+    client.raise_request_exception = False
+    response = post(client, json.dumps({**JOB, field: "\ud800"}))
+    assert response.status_code == 400
+    assert "surrogate" in response.json()["error"]["message"]
+    assert not Job.objects.exists()
+
+
+def test_a_lone_surrogate_in_a_membership_role_is_refused_with_a_readable_message(
+    api: Any, world: Any
+) -> None:
+    from teams.models import Membership
+
+    client = api("root")
+    client.raise_request_exception = False
+    before = list(Membership.objects.values_list("id", "role"))
+    added = client.post(
+        "/api/v1/memberships/",
+        json.dumps({"team": "team-a", "user": "carol", "role": "\udc80admin"}),
+        content_type="application/json",
+    )
+    assert added.status_code == 400
+    assert "surrogate" in added.json()["error"]["message"]
+    membership = Membership.objects.filter(team__slug="team-a").first()
+    changed = client.patch(
+        f"/api/v1/memberships/{membership.pk}/",
+        json.dumps({"role": "\ud800"}),
+        content_type="application/json",
+    )
+    assert changed.status_code == 400
+    assert list(Membership.objects.values_list("id", "role")) == before
