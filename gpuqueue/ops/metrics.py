@@ -8,6 +8,12 @@
    the work and accumulated in Redis hashes (`gpuqueue/ops/redis_histograms.py`: counted in memory,
    published at most once a second), then read back at scrape time. The cycle is timed by
    Celery signals around its task; the worker imports this module through CELERY_IMPORTS.
+
+So every figure is the service's, not the process's: each web replica exports the same series,
+and Prometheus keeps one copy per replica (labels `instance` and `pod`). A query takes one copy
+before it aggregates: `sum(max without (instance, pod) (gpuqueue_pending_jobs))`, never
+`sum(gpuqueue_pending_jobs)`, which counts every job once per replica. The shipped Grafana
+dashboard does (tests/foundation/test_dashboard_replicas.py).
 """
 
 from __future__ import annotations
