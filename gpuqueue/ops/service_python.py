@@ -58,24 +58,35 @@ def copy_runtime(target: Path) -> tuple[str, dict[str, str]] | None:
     if not binary.is_file():
         return None
     if _read(target / "BUILD") != stamp:
-        shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(target, ignore_errors=True)  # by descriptors: follows no link
         partial = target.with_name(target.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        (partial / "bin").mkdir(parents=True)
-        shutil.copy2(binary, partial / "bin" / version)
-        shutil.copytree(prefix / "lib" / version, partial / "lib" / version, ignore=_SKIPPED)
-        for library in prefix.joinpath("lib").glob("libpython*.so*"):
-            shutil.copy2(library, partial / "lib" / library.name, follow_symlinks=False)
-        site_packages = partial / "lib" / version / "site-packages"
-        site_packages.mkdir()
-        ours = sysconfig.get_path("purelib")
-        (site_packages / "gpuqueue-project.pth").write_text(
-            f"import site; site.addsitedir({ours!r})\n"
-        )
-        (partial / "BUILD").write_text(stamp)
-        for path in [partial, *partial.rglob("*")]:  # readable by all, writable by root only
-            if not path.is_symlink():
-                path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+        # The data folder is the service user's, who may swap any name in it for a link: build
+        # in a new folder only root can enter, reached through its descriptor, never by name.
+        os.mkdir(partial, 0o700)  # fails on anything left at that name, a link included
+        fd = os.open(partial, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_uid != os.geteuid():
+                return None
+            built = Path(f"/proc/self/fd/{fd}")
+            (built / "bin").mkdir()
+            shutil.copy2(binary, built / "bin" / version)
+            shutil.copytree(prefix / "lib" / version, built / "lib" / version, ignore=_SKIPPED)
+            for library in prefix.joinpath("lib").glob("libpython*.so*"):
+                shutil.copy2(library, built / "lib" / library.name, follow_symlinks=False)
+            site_packages = built / "lib" / version / "site-packages"
+            site_packages.mkdir()
+            ours = sysconfig.get_path("purelib")
+            (site_packages / "gpuqueue-project.pth").write_text(
+                f"import site; site.addsitedir({ours!r})\n"
+            )
+            (built / "BUILD").write_text(stamp)
+            for path in built.rglob("*"):  # readable by all, writable by root only
+                if not path.is_symlink():
+                    path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+            os.fchmod(fd, 0o755)
+        finally:
+            os.close(fd)
         partial.rename(target)
     # The binary looks for libpython at its build's absolute path first (RUNPATH), which the
     # service user cannot reach; LD_LIBRARY_PATH comes before it.
