@@ -9,6 +9,7 @@ from rest_framework import authentication, exceptions
 
 from gpuqueue.api import throttling
 from gpuqueue.core import caches
+from gpuqueue.core.outage import redis_failed
 from teams import services, token_cache
 from teams.models import ApiToken
 
@@ -63,8 +64,8 @@ def live_token(secret: str, request: Any) -> ApiToken | None:
     counted = throttling.token_counter(prefix, time.time()) if holds else None
     try:
         epoch, count = throttling.count_and_epoch(counted)
-    except Exception:  # noqa: BLE001 - without the epoch, ask the database
-        log.warning("cache epoch unavailable; reading the token from the database", exc_info=True)
+    except Exception as error:  # noqa: BLE001 - without the epoch, ask the database
+        redis_failed(log, "reading the cache epoch (the token is read from the database)", error)
         epoch = None
     else:
         if counted is not None:

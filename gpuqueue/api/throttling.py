@@ -25,6 +25,7 @@ from rest_framework.throttling import BaseThrottle
 
 from gpuqueue.core import caches
 from gpuqueue.core import redis as api_redis
+from gpuqueue.core.outage import redis_failed
 
 log = logging.getLogger(__name__)
 # KEYS[1]: the cache epoch; KEYS[2…]: window counters to count. ARGV[1]: a fresh epoch, set
@@ -114,8 +115,8 @@ def address_wait(counters: BadTokenCounters | None, now: float) -> float | None:
         return None
     try:
         count = api_redis.client().get(counters.address.key)
-    except Exception:  # noqa: BLE001 - fail open, see the module docstring
-        log.warning("failed-token counter unavailable", exc_info=True)
+    except Exception as error:  # noqa: BLE001 - fail open, see the module docstring
+        redis_failed(log, "reading the failed-token counter", error)
         return None
     return _wait(counters.address, count, now)
 
@@ -126,8 +127,8 @@ def count_bad_token(counters: BadTokenCounters | None, now: float) -> float | No
         return None
     try:
         _, counts = _run_count_script([counters.address, counters.prefix])
-    except Exception:  # noqa: BLE001 - fail open
-        log.warning("could not count a failed token", exc_info=True)
+    except Exception as error:  # noqa: BLE001 - fail open
+        redis_failed(log, "counting a failed token", error)
         return None
     return _wait(counters.prefix, counts[1] - 1, now)
 
@@ -180,8 +181,8 @@ class TokenRateThrottle(BaseThrottle):
             try:
                 epoch, count = count_and_epoch(counted)
                 caches.note_epoch(epoch)
-            except Exception:  # noqa: BLE001 - fail open, see the module docstring
-                log.warning("throttle counter unavailable; letting it through", exc_info=True)
+            except Exception as error:  # noqa: BLE001 - fail open, see the module docstring
+                redis_failed(log, "counting a request for the throttle (let through)", error)
                 return True
         if count > counted.limit:
             self.retry_after = counted.retry_after(now)

@@ -42,6 +42,7 @@ from django.db.models import Model
 from django.db.models.signals import post_delete, post_save
 
 from gpuqueue.core import redis as api_redis
+from gpuqueue.core.outage import redis_failed
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +197,8 @@ def _read_epoch() -> bytes | None:
         if epoch is None:
             redis.set(EPOCH_KEY, new_epoch(), nx=True)
             epoch = redis.get(EPOCH_KEY)
-    except Exception:  # noqa: BLE001 - without Redis, read everything from the database
-        log.warning("cache epoch unavailable; keeping nothing", exc_info=True)
+    except Exception as error:  # noqa: BLE001 - without Redis, read everything from the database
+        redis_failed(log, "reading the cache epoch (nothing is kept)", error)
         return None
     return epoch
 
@@ -207,8 +208,10 @@ def renew_epoch() -> None:
     its kept values (it cannot read the epoch), and MAX_AGE_SECONDS bounds the rest."""
     try:
         api_redis.client().set(EPOCH_KEY, new_epoch())
-    except Exception:  # noqa: BLE001 - a write must not fail because Redis is away
-        log.warning("could not renew the cache epoch; kept values age out in %ss", MAX_AGE_SECONDS)
+    except Exception as error:  # noqa: BLE001 - a write must not fail because Redis is away
+        redis_failed(
+            log, f"renewing the cache epoch (kept values age out in {MAX_AGE_SECONDS}s)", error
+        )
 
 
 def derives_from(*models: type[Model]) -> None:

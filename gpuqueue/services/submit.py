@@ -13,6 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from gpuqueue.celery import app as celery_app
 from gpuqueue.core import caches
 from gpuqueue.core import redis as api_redis
+from gpuqueue.core.outage import redis_failed
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Flavor, Job, JobEvent
 from gpuqueue.scheduler.model import whole_workers
@@ -213,8 +214,8 @@ def nudge_cycle() -> None:
         if api_redis.client().set(NUDGE_KEY, 1, nx=True, ex=NUDGE_DEBOUNCE_SECONDS):
             # By its pinned name: services do not import the tasks, which import services.
             celery_app.send_task("gpuqueue.run_admission_cycle", expires=30, retry=False)
-    except Exception:  # noqa: BLE001 - a broker outage must not fail a submission
-        log.warning("could not nudge the admission cycle", exc_info=True)
+    except Exception as error:  # noqa: BLE001 - a broker outage must not fail a submission
+        redis_failed(log, "nudging the admission cycle", error)
 
 
 def check_fits(flavor: Flavor, workers: int, gpus_per_worker: int) -> None:
