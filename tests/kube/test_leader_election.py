@@ -1,0 +1,184 @@
+"""Two replicas of the watcher (and of beat) on a real API server: one Lease, one leader.
+
+The electors run with the timings the deployments use (LeaseTiming's defaults); the leader that
+is killed runs in a process of its own and gets SIGKILL, as a lost node or an OOM kill would
+leave it: no release, its Lease simply stops being renewed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpuqueue.cluster.lease import Elector, FencedBackend, LeaseTiming
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.run import run_cycle
+from gpuqueue.models import Job
+from gpuqueue.services.cluster_sync import sync_cluster
+from tests.kube.conftest import Kube
+
+NAMESPACE = "gpuqueue"
+# What the issue asks of a handover after the leader dies.
+HANDOVER_SECONDS = 15.0
+LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
+
+
+@pytest.fixture
+def lease_name(kube: Kube) -> Iterator[str]:
+    try:
+        kube.core.create_namespace({"metadata": {"name": NAMESPACE}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    yield name
+    try:
+        client.CoordinationV1Api(kube.api).delete_namespaced_lease(name, NAMESPACE)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def holder(kube: Kube, name: str) -> str | None:
+    lease = client.CoordinationV1Api(kube.api).read_namespaced_lease(name, NAMESPACE)
+    return lease.spec.holder_identity
+
+
+def wait_leading(elector: Elector, timeout: float) -> float:
+    started = time.monotonic()
+    while not elector.leading():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"{elector.identity} did not lead within {timeout:.0f} s")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def leader_process(kube: Kube, name: str) -> subprocess.Popen[str]:
+    """An elector in a process of its own; it prints "leading" once it holds the Lease."""
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from tests.kube.controlplane import api_client_for
+        from gpuqueue.cluster.lease import Elector
+        elector = Elector(api_client_for({str(kube.plane.kubeconfig)!r}),
+                          name={name!r}, namespace={NAMESPACE!r}, identity="doomed")
+        elector.start()
+        while not elector.leading():
+            time.sleep(0.05)
+        print("leading", flush=True)
+        time.sleep(3600)
+        """
+    )
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+
+
+def test_a_killed_leader_is_replaced_within_15_s(kube: Kube, lease_name: str) -> None:
+    doomed = leader_process(kube, lease_name)
+    try:
+        assert doomed.stdout is not None
+        assert doomed.stdout.readline().strip() == "leading"
+        other = Elector(kube.api, name=lease_name, namespace=NAMESPACE, identity="other")
+        other.start()
+        try:
+            time.sleep(LeaseTiming().lease_seconds + 1)  # a live leader keeps the Lease
+            assert not other.leading() and holder(kube, lease_name) == "doomed"
+            killed = time.monotonic()
+            doomed.kill()
+            doomed.wait()
+            wait_leading(other, timeout=HANDOVER_SECONDS)
+            handover = time.monotonic() - killed
+            print(f"\nhandover after SIGKILL of the leader: {handover:.1f} s")
+            assert handover < HANDOVER_SECONDS
+            assert holder(kube, lease_name) == "other"
+        finally:
+            other.stop()
+    finally:
+        doomed.kill()
+        doomed.wait()
+
+
+def test_a_leader_that_stops_hands_over_at_the_others_next_try(kube: Kube, lease_name: str) -> None:
+    first = Elector(kube.api, name=lease_name, namespace=NAMESPACE, identity="first")
+    second = Elector(kube.api, name=lease_name, namespace=NAMESPACE, identity="second")
+    first.start()
+    wait_leading(first, timeout=5)
+    second.start()
+    try:
+        time.sleep(1)
+        assert not second.leading()
+        stopped = time.monotonic()
+        first.stop()  # a rolling update's SIGTERM: the Lease is released
+        assert not first.leading()
+        wait_leading(second, timeout=HANDOVER_SECONDS)
+        handover = time.monotonic() - stopped
+        print(f"\nhandover after a clean stop of the leader: {handover:.1f} s")
+        assert handover <= LeaseTiming().retry_seconds + 1
+    finally:
+        second.stop()
+    assert holder(kube, lease_name) is None  # released again by the second
+
+
+def test_two_candidates_starting_together_elect_exactly_one(kube: Kube, lease_name: str) -> None:
+    electors = [
+        Elector(kube.api, name=lease_name, namespace=NAMESPACE, identity=f"c{i}") for i in range(2)
+    ]
+    for elector in electors:
+        elector.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not any(e.leading() for e in electors) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for _ in range(40):  # four renewals: never both
+            assert sum(e.leading() for e in electors) == 1
+            time.sleep(0.2)
+        (leader,) = [e for e in electors if e.leading()]
+        assert holder(kube, lease_name) == leader.identity
+    finally:
+        for elector in electors:
+            elector.stop()
+
+
+def test_a_replica_that_does_not_lead_launches_stops_and_releases_nothing(
+    kube: Kube, lease_name: str, submit: Any
+) -> None:
+    leader = Elector(kube.api, name=lease_name, namespace=NAMESPACE, identity="leader")
+    follower = Elector(kube.api, name=lease_name, namespace=NAMESPACE, identity="follower")
+    leader.start()
+    wait_leading(leader, timeout=5)
+    follower.start()
+    try:
+        as_follower = FencedBackend(kube.backend, follower.leading)
+        as_leader = FencedBackend(kube.backend, leader.leading)
+        # Launch: the follower's cycle admits (the database decides) but creates no Job.
+        job = submit(workers=2, gpus_per_worker=4, annotations=LONG)
+        run_cycle(backend=as_follower)
+        assert Job.objects.get(pk=job.pk).state == JobState.ADMITTED
+        sync_cluster(as_follower)  # its relaunch is fenced too
+        assert not kube.jobs("team-a")
+        # The leader's pass launches it; the follower's passes leave its gang behind the gate.
+        sync_cluster(as_leader)
+        kube.wait(lambda: len(kube.pods(selector=f"gpuqueue.dev/job-id={job.pk}")) == 2)
+        for _ in range(3):
+            sync_cluster(as_follower)
+        pods = kube.pods(selector=f"gpuqueue.dev/job-id={job.pk}")
+        assert all(p["spec"].get("schedulingGates") for p in pods), "released by a follower"
+        kube.sync_until(
+            lambda: Job.objects.get(pk=job.pk).state == JobState.RUNNING, backend=as_leader
+        )
+        # Stop: a cancelled job's workload stays until the leader's pass removes it.
+        Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)
+        sync_cluster(as_follower)
+        assert kube.jobs("team-a"), "stopped by a follower"
+        kube.sync_until(lambda: not kube.jobs("team-a"), backend=as_leader)
+    finally:
+        follower.stop()
+        leader.stop()
