@@ -44,6 +44,44 @@ class ClusterOptions:
 
     gpu_taint: str = "nvidia.com/gpu"
     master_port: int = 29500
+# Variables by which the NVIDIA container stack (nvidia-container-runtime and its hook, or the
+# runtime's CDI mode) chooses the devices a container gets. Kubelet puts a device plugin's
+# Allocate variables before the container's own `env` and `envFrom`, and the runtime keeps the
+# last of equal names, so a job's value would replace the device plugin's list: with the
+# toolkit's default (the variable honoured in unprivileged containers) NVIDIA_VISIBLE_DEVICES=all
+# hands a 1-GPU worker every GPU of its node. The MIG variables give MIG configuration and
+# monitoring, IMEX_CHANNELS cross-node memory channels, and the feature switches add device
+# nodes (GPUDirect Storage, InfiniBand, NVSwitch, GDRCopy) that only the device plugin may turn
+# on. Only the device plugin or DRA driver selects devices, never the job: these are refused in a
+# job's environment (gpuqueue.services.validation).
+# CUDA_VISIBLE_DEVICES is not among them: the CUDA runtime reads it inside the process, over
+# the devices the container already has, so it can only narrow or reorder them.
+# NVIDIA_DRIVER_CAPABILITIES and NVIDIA_REQUIRE_* choose driver libraries and checks, no device.
+RESERVED_DEVICE_ENV = frozenset(
+    {
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_MIG_CONFIG_DEVICES",
+        "NVIDIA_MIG_MONITOR_DEVICES",
+        "NVIDIA_IMEX_CHANNELS",
+        "NVIDIA_GDS",
+        "NVIDIA_MOFED",
+        "NVIDIA_NVSWITCH",
+        "NVIDIA_GDRCOPY",
+    }
+)
+
+# What gpuqueue sets in every container, after `envFrom`, so that no Secret's key can choose
+# devices either (an explicit `env` entry wins over `envFrom`). "void" is the toolkit's "no
+# devices from this variable": the device plugin's list then comes from the volume mounts
+# (DEVICE_LIST_STRATEGY=volume-mounts, which the hook reads before the variable) or from CDI
+# device names (cdi-annotations, cdi-cri), not from this variable. With DEVICE_LIST_STRATEGY=envvar
+# the variable is the list, and the job's own value would be the one that counts, so those
+# nodes cannot isolate GPUs and gpuqueue does not support them (docs/security.md). The other
+# reserved names are refused but not pinned: a pinned value would replace the device plugin's
+# own (it sets NVIDIA_GDS and NVIDIA_MOFED when so configured), and the MIG variables need
+# CAP_SYS_ADMIN, which every worker drops.
+PINNED_DEVICE_ENV: Mapping[str, str] = {"NVIDIA_VISIBLE_DEVICES": "void"}
+
     public_url: str = "http://gpuqueue-web.gpuqueue.svc:8000"
 
 
@@ -326,7 +364,8 @@ def _container(spec: LaunchSpec, options: ClusterOptions, name: str) -> dict[str
 
 
 def _env(spec: LaunchSpec, options: ClusterOptions, name: str) -> list[dict[str, Any]]:
-    """The user's variables first, then gpuqueue's, which win (a user cannot forge RANK)."""
+    """The user's variables first, then gpuqueue's, which win (a user cannot forge RANK), and
+    the pinned device variables, which win over `envFrom` too (a Secret cannot choose GPUs)."""
     ours: dict[str, dict[str, Any]] = {
         "WORLD_SIZE": {"value": str(spec.workers)},
         "RANK": {
@@ -351,7 +390,7 @@ def _env(spec: LaunchSpec, options: ClusterOptions, name: str) -> list[dict[str,
     env = [
         {"name": str(key), "value": str(value)}
         for key, value in sorted(spec.env.items())
-        if key not in ours
+        if key not in ours and key not in RESERVED_DEVICE_ENV
     ]
     env += [{"name": key, **value} for key, value in ours.items()]
     return env
@@ -385,3 +424,5 @@ def attempt_of(obj: Mapping[str, Any]) -> tuple[int, int] | None:
     if not (job_id.isdigit() and attempt.isdigit()):
         return None
     return int(job_id), int(attempt)
+    ours.update({key: {"value": value} for key, value in PINNED_DEVICE_ENV.items()})
+    # A job written before a name was reserved may still carry it: dropped, never passed on.

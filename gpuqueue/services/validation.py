@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from gpuqueue.cluster.manifests import RESERVED_DEVICE_ENV
 from gpuqueue.core.gpu_idle import PROFILE_ANNOTATION, profile_errors
 
 FieldErrors = dict[str, list[str]]
@@ -188,6 +189,11 @@ def env_errors(env: dict[str, str]) -> list[str]:
             )
         elif name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX):
             errors.append(f"{name} is set by gpuqueue in every worker and cannot be overridden.")
+        elif name in RESERVED_DEVICE_ENV:
+            errors.append(
+                f"{name} selects devices, which only the device plugin does: a job gets the GPUs "
+                "it asks for with gpus_per_worker (narrow them with CUDA_VISIBLE_DEVICES)."
+            )
         if len(value) > MAX_ENV_VALUE_CHARS:
             errors.append(
                 f"{name}: the value is {len(value)} characters long; at most {MAX_ENV_VALUE_CHARS}."
