@@ -12,6 +12,7 @@ class FlavorAdmin(admin.ModelAdmin):
         "tolerations",
         "cpu_millicores_per_gpu",
         "memory_mib_per_gpu",
+        "allow_root",
         "description",
     ]
 

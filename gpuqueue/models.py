@@ -7,12 +7,16 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.db.models import F, Q
 
 from gpuqueue.core.states import ACTIVE, FINAL, HOLDING, JobState
 from gpuqueue.core.taints import EXISTS, schedulable_for, toleration_errors
 from teams.models import Team
+
+# The largest uid or gid a pod may run as (a non-negative 32-bit signed integer).
+MAX_ID = 2**31 - 1
 
 
 class Flavor(models.Model):
@@ -63,9 +67,43 @@ class Flavor(models.Model):
         choices=[("flag", "only flag"), ("reclaim_first", "flag; reclaim idle borrowers first")],
         default="flag",
     )
+    # The security profile of its workers. By default they pass Pod Security "restricted"
+    # (non-root, RuntimeDefault seccomp, no privilege escalation, no capabilities) and run as
+    # the image's user. Images built to run as root (NGC's, most of Docker Hub's) need
+    # allow_root, which leaves runAsNonRoot out: a namespace that enforces "baseline" admits
+    # such pods, one that enforces "restricted" refuses them.
+    run_as_user = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(MAX_ID)],
+        help_text="the uid workers run as; empty: the image's (0 needs allow root)",
+    )
+    run_as_group = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(MAX_ID)],
+        help_text="the primary gid workers run as; empty: the image's",
+    )
+    fs_group = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MaxValueValidator(MAX_ID)],
+        help_text="the group that owns the workers' volumes, so that they can write to them",
+    )
+    allow_root = models.BooleanField(
+        default=False,
+        help_text="let workers run as root (needs a namespace whose Pod Security level is "
+        "baseline or privileged)",
+    )
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(run_as_user=0) | Q(allow_root=True),
+                name="flavor_root_only_when_allowed",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -73,9 +111,25 @@ class Flavor(models.Model):
     def clean(self) -> None:
         if self.tolerations is None:  # an emptied admin field
             self.tolerations = []
-        errors = toleration_errors(self.tolerations)
+        errors = {
+            **({"tolerations": found} if (found := toleration_errors(self.tolerations)) else {}),
+            **self.security_profile_errors(),
+        }
         if errors:
-            raise ValidationError({"tolerations": errors})
+            raise ValidationError(errors)
+
+    def security_profile_errors(self) -> dict[str, list[str]]:
+        """Ids within what Kubernetes and Linux take, and root only when allowed."""
+        errors: dict[str, list[str]] = {}
+        for field in ("run_as_user", "run_as_group", "fs_group"):
+            value = getattr(self, field)
+            if value is not None and not 0 <= value <= MAX_ID:
+                errors[field] = [f"An id from 0 to {MAX_ID}; got {value}."]
+        if self.run_as_user == 0 and not self.allow_root:
+            errors.setdefault("run_as_user", []).append(
+                "Running as uid 0 is running as root: set allow_root too."
+            )
+        return errors
 
     def matches(self, labels: dict[str, str]) -> bool:
         return all(labels.get(key) == value for key, value in self.node_selector.items())

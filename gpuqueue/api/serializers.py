@@ -23,7 +23,7 @@ from gpuqueue.api.prediction_fields import RuntimePredictionField, StartBandFiel
 from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
 from gpuqueue.core.taints import toleration_errors
-from gpuqueue.models import Flavor, Job, JobEvent, Node, Quota, UtilizationSample
+from gpuqueue.models import MAX_ID, Flavor, Job, JobEvent, Node, Quota, UtilizationSample
 from gpuqueue.services import dependencies, job_spec, pod_spec
 from gpuqueue.services import validation as v
 from gpuqueue.services.flavors import save_flavor
@@ -360,6 +360,12 @@ class JobEventSerializer(FieldsBoundOnce, serializers.ModelSerializer):
 # --- Flavors, quotas, nodes ---------------------------------------------------------------------
 
 
+def _profile_id(help_text: str) -> StrictIntegerField:
+    return StrictIntegerField(
+        required=False, allow_null=True, min_value=0, max_value=MAX_ID, help_text=help_text
+    )
+
+
 class FlavorSerializer(serializers.ModelSerializer):
     name = serializers.SlugField(max_length=63)
     node_selector = StrictDictField(required=False, default=dict)
@@ -371,6 +377,14 @@ class FlavorSerializer(serializers.ModelSerializer):
         "Exists), value, effect (NoSchedule, PreferNoSchedule, NoExecute or empty for all)}. "
         "A node is offered to the flavor only when they tolerate its NoSchedule and NoExecute "
         "taints; the GPU taint is always tolerated.",
+    )
+    run_as_user = _profile_id("The uid workers run as; null: the image's. 0 needs allow_root.")
+    run_as_group = _profile_id("The primary gid workers run as; null: the image's.")
+    fs_group = _profile_id("The group that owns the workers' volumes; null: none set.")
+    allow_root = StrictBooleanField(
+        required=False,
+        help_text="Let workers run as root (runAsNonRoot left out): admitted by a namespace "
+        "whose Pod Security level is baseline, refused by one that enforces restricted.",
     )
 
     class Meta:
@@ -386,6 +400,10 @@ class FlavorSerializer(serializers.ModelSerializer):
             "max_cpu_millicores_per_worker",
             "max_memory_mib_per_worker",
             "description",
+            "run_as_user",
+            "run_as_group",
+            "fs_group",
+            "allow_root",
         ]
         read_only_fields = ["id"]
 

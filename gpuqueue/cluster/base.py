@@ -53,6 +53,12 @@ class LaunchSpec:
     cpu_limit_millicores: int = 0  # per worker (0: no limit)
     memory_limit_mib: int | None = None  # per worker (None: the request)
     shm_mib: int | None = None  # /dev/shm (None: half the memory request)
+    # The flavor's security profile: the ids workers run as (None: the image's) and whether
+    # root is allowed (then runAsNonRoot is left out).
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    fs_group: int | None = None
+    allow_root: bool = False
     # Existing PVCs of the team's namespace: {"claim", "mount_path", "read_only"}.
     volumes: Sequence[Mapping[str, str | bool]] = ()
     image_pull_secrets: Sequence[str] = ()

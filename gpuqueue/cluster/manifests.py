@@ -193,8 +193,7 @@ def job_manifest(
         # The workload talks to gpuqueue with its job token, not to Kubernetes, unless the job
         # names a ServiceAccount of its team to act as.
         "automountServiceAccountToken": bool(spec.service_account),
-        # Pod Security "restricted" by default: a team namespace may enforce it.
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": _pod_security_context(spec),
         "schedulingGates": [{"name": PLACEMENT_GATE}],
         # SIGTERM comes this long before SIGKILL: the grace of workloads that only handle SIGTERM.
         "terminationGracePeriodSeconds": spec.checkpoint_grace_seconds,
@@ -319,6 +318,23 @@ def _resources(spec: LaunchSpec) -> dict[str, dict[str, str]]:
     requests the pod is Guaranteed QoS, the last evicted."""
     gpus = str(spec.gpus_per_worker)
     requests = {spec.resource_name: gpus}
+def _pod_security_context(spec: LaunchSpec) -> dict[str, Any]:
+    """Pod Security "restricted" by default, which a team namespace may enforce: non-root and
+    the runtime's seccomp profile (each container also drops every capability and privilege
+    escalation). The flavor's profile sets the ids; with root allowed runAsNonRoot is left out,
+    which "baseline" admits and "restricted" refuses when the Job controller creates the pods."""
+    context: dict[str, Any] = {} if spec.allow_root else {"runAsNonRoot": True}
+    for key, value in (
+        ("runAsUser", spec.run_as_user),
+        ("runAsGroup", spec.run_as_group),
+        ("fsGroup", spec.fs_group),
+    ):
+        if value is not None:
+            context[key] = int(value)
+    context["seccompProfile"] = {"type": "RuntimeDefault"}
+    return context
+
+
     limits = {spec.resource_name: gpus}
     if spec.cpu_millicores:
         requests["cpu"] = f"{spec.cpu_millicores}m"

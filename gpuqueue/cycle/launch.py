@@ -100,6 +100,10 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
     # 3.
     with_token = []
     for job, outcome in zip(jobs, outcomes, strict=True):
+        run_as_user=job.flavor.run_as_user,
+        run_as_group=job.flavor.run_as_group,
+        fs_group=job.flavor.fs_group,
+        allow_root=job.flavor.allow_root,
         if isinstance(outcome, str):
             job.checkpoint_token_hash = hash_secret(outcome)
             with_token.append(job)

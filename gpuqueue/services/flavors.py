@@ -23,6 +23,10 @@ def flavor_state(flavor: Flavor) -> dict[str, Any]:
         "max_cpu_millicores_per_worker": flavor.max_cpu_millicores_per_worker,
         "max_memory_mib_per_worker": flavor.max_memory_mib_per_worker,
         "description": flavor.description,
+        "run_as_user": flavor.run_as_user,
+        "run_as_group": flavor.run_as_group,
+        "fs_group": flavor.fs_group,
+        "allow_root": flavor.allow_root,
     }
 
 
@@ -46,6 +50,8 @@ def save_flavor(actor: Any, flavor: Flavor | None, **fields: Any) -> Flavor:
             before = flavor_state(flavor)
             for key, value in fields.items():
                 setattr(flavor, key, value)
+        if profile_errors := flavor.security_profile_errors():
+            raise Refused("The security profile is invalid.", fields=profile_errors)
         flavor.save()
         AuditEntry.objects.create(
             actor=actor,
