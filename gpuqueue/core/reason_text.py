@@ -136,7 +136,7 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
         )
         if code == "queued_behind_team":
             sentence += f" Queued behind {_plural(n.get('ahead'), 'earlier job')} of the team."
-        return sentence + _beyond_share(n, flavor, gpus)
+        return sentence + _beyond_share(n, flavor, gpus) + _guarantee_blocked(n, flavor)
     if code == "waiting_for_reclaim":
         teams = str(n.get("borrowers") or "other teams").split(", ")
         many = len(teams) > 1
@@ -149,11 +149,7 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
             f"{when(n.get('reclaim_at'))}."
         )
     if code == "waiting_for_preemption":
-        listed = ", ".join(f"#{j}" for j in jobs)
-        return (
-            f"Waiting for {_plural(len(jobs), 'preempted job')} ({listed}) to checkpoint and "
-            f"release {shape}."
-        )
+        return _waiting_for_preemption(n, jobs, flavor, shape, workers, per)
     if code == "behind_reservation":
         holders = ", ".join(f"#{j}" for j in jobs)
         return (
@@ -182,6 +178,51 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
             f"tasks at once (%{n.get('limit')}), and as many are running or next in line."
         )
     return f"Pending ({code})."
+
+
+def _and(words: list[str]) -> str:
+    return f"{', '.join(words[:-1])} and {words[-1]}" if len(words) > 1 else "".join(words)
+
+
+def _waiting_for_preemption(
+    n: dict[str, Any], jobs: list[Any], flavor: str, shape: str, workers: Any, per: Any
+) -> str:
+    """'Freeing 16 h100 GPUs from team-b's job #12, which is saving a checkpoint until
+    2026-11-28 10:42:00 UTC; then this job starts as 1 × 8.' A reason stored without the GPUs
+    given back names the jobs only."""
+    listed = ", ".join(f"#{j}" for j in jobs)
+    back = n.get("gpus_back")
+    if not isinstance(back, int):
+        return (
+            f"Waiting for {_plural(len(jobs), 'preempted job')} ({listed}) to checkpoint and "
+            f"release {shape}."
+        )
+    one = len(jobs) == 1
+    teams = [f"{team}'s" for team in str(n.get("from_teams") or "").split(", ") if team]
+    owners = f"{_and(teams)} " if teams else ""
+    sentence = f"Freeing {back} {flavor} GPUs from {owners}{'job' if one else 'jobs'} {listed}"
+    until = n.get("saving_until")
+    if isinstance(until, int | float):
+        sentence += (
+            f", which {'is saving a checkpoint' if one else 'are saving checkpoints'} until "
+            f"{when(until, seconds=True)}{'' if one else ' at the latest'}"
+        )
+    return f"{sentence}; then this job starts as {workers} × {per}."
+
+
+def _guarantee_blocked(n: dict[str, Any], flavor: str) -> str:
+    """What stops a job within its team's guarantee from reclaiming (NO_CAPACITY's extras,
+    gpuqueue/scheduler/reasons.py); '' for any other job."""
+    guarantee, borrowed = n.get("guarantee"), n.get("borrowed")
+    if not isinstance(guarantee, int) or not isinstance(borrowed, int):
+        return ""
+    return (
+        f" It fits within its team's guarantee ({n.get('guarantee_in_use')} of {guarantee} "
+        f"{flavor} GPUs held), but reclaim finds no room: other teams hold {borrowed} {flavor} "
+        f"GPUs beyond their guarantees, {n.get('takeable')} of them in jobs it may preempt (the "
+        f"rest are not preemptible, still inside their minimum runtime, or would put their team "
+        f"below its own guarantee), and that does not free whole workers for the gang."
+    )
 
 
 def _never_fits(n: dict[str, Any], flavor: str, per: Any, gpus: Any, shape: str) -> str:

@@ -61,11 +61,13 @@ _COLUMNS = (
     "pending_reason",  # as text
     "queue_position",
     "cluster_position",
+    "checkpoint_grace_seconds",
 )
 TIMES = {"submitted_at", "admitted_at", "checkpoint_requested_at", "not_before"}
 AS_TEXT = {"placement", "pending_reason"}
-STATE, NOT_BEFORE, HOLD, REASON = (
-    _COLUMNS.index(c) for c in ("state", "not_before", "hold", "pending_reason")
+STATE, NOT_BEFORE, HOLD, REASON, GRACE = (
+    _COLUMNS.index(c)
+    for c in ("state", "not_before", "hold", "pending_reason", "checkpoint_grace_seconds")
 )
 
 

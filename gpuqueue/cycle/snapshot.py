@@ -11,7 +11,15 @@ from django.conf import settings
 from django.db import connection
 
 from gpuqueue.core.states import HOLDING, JobState
-from gpuqueue.cycle.job_feed import HOLD, NOT_BEFORE, STATE, Row, StoredPending, read_active
+from gpuqueue.cycle.job_feed import (
+    GRACE,
+    HOLD,
+    NOT_BEFORE,
+    STATE,
+    Row,
+    StoredPending,
+    read_active,
+)
 from gpuqueue.cycle.table_versions import kept_while_tables_unchanged
 from gpuqueue.models import Flavor, Job, JobActivity, Node, Quota
 from gpuqueue.scheduler import model as m
@@ -200,6 +208,7 @@ def _running(row: Row, names: Names, min_runtime: float) -> m.RunningJob:
         expected_runtime=expected_runtime,
         min_runtime_until=started + min_runtime,
         preempting_since=checkpoint_requested_at if state == JobState.PREEMPTING else None,
+        checkpoint_grace=row[GRACE],
         idle_reclaim_first=False,
     )
 

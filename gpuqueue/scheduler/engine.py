@@ -34,6 +34,7 @@ from gpuqueue.scheduler.model import (
     Preemption,
     Reason,
     ReasonCode,
+    RunningJob,
     Snapshot,
     group_chains,
     group_quotas,
@@ -143,6 +144,7 @@ class Cycle:
         self.owed: set[int] = set()  # of them, the first jobs of owed teams (ordering.py)
         # The verdicts of `_consider` by kind of job, with the state they were reached in.
         self._verdicts: dict[Kind, Verdict] = {}
+        self._running_by_id: dict[int, RunningJob] | None = None  # made on first need
 
     def run(self) -> Plan:
         # Phase 3: the order.
@@ -254,14 +256,21 @@ class Cycle:
         hold no GPU: none was free on its nodes)."""
         return (self.ledger.stamp, self.searches_left, len(self.reserver.reservations))
 
-    def _waits_for_capacity(self, job: PendingJob, fit: int, free: int) -> Reason:
-        """Step 11 of `_consider`, with the workers that fit now and the free GPUs."""
+    def _waits_for_capacity(
+        self,
+        job: PendingJob,
+        fit: int,
+        free: int,
+        blocked: reasons.GuaranteeBlocked | None = None,
+    ) -> Reason:
+        """Step 11 of `_consider`, with the workers that fit now and the free GPUs (and, for a
+        job within its guarantee whose reclaim found no room, what stops it)."""
         if not self.explain:
             return _UNEXPLAINED
         key = (job.team, job.flavor)
         ahead = self.waiting_in_team.get(key, 0)
         self.waiting_in_team[key] = ahead + 1
-        return reasons.no_capacity(job, fit, free, ahead, self._beyond_share(job))
+        return reasons.no_capacity(job, fit, free, ahead, self._beyond_share(job), blocked)
 
     def _beyond_share(self, job: PendingJob) -> reasons.BeyondShare | None:
         """When `job` would take its team past its fair share (it can start only on GPUs the
@@ -345,7 +354,7 @@ class Cycle:
             if placement is not None:
                 waited = self._incoming_jobs(job.flavor, placement)
                 ledger.admit(job.team, job.user, job.flavor, g, job.preemptible, placement, True)
-                return reasons.waiting_for_preemption(job, waited)
+                return self._waiting_for(job, waited)
         # 9. (The budget is checked here first: most jobs of a busy cycle get this far.)
         policy = self.policy
         entitled = False
@@ -365,6 +374,7 @@ class Cycle:
             if reservation is not None:
                 return reasons.reserved(job, reservation.expected_start, len(reservation.placement))
         # 11. (When reclaim can start only explains: rolled back what-ifs.)
+        blocked = None
         if entitled and self.explain:
             budget = policy.max_preemptions_per_cycle - len(self.preemptions)
             why = self.reclaim_waits.reason(job, fl, self._limit_ok(job), budget)
@@ -372,7 +382,8 @@ class Cycle:
                 key = (job.team, job.flavor)
                 self.waiting_in_team[key] = self.waiting_in_team.get(key, 0) + 1
                 return why
-        return self._waits_for_capacity(job, fl.fits(g), fl.total_free)
+            blocked = self.reclaim_waits.blocked(job)
+        return self._waits_for_capacity(job, fl.fits(g), fl.total_free, blocked)
 
     def may_search(self) -> bool:
         """Whether a victim search may still run in this cycle (its budgets, step 9)."""
@@ -495,7 +506,32 @@ class Cycle:
         assert self.order is not None
         for team, flavor in sorted(touched):
             self.order.touch(team, flavor)
-        return reasons.waiting_for_preemption(job, tuple(waited))
+        return self._waiting_for(job, tuple(waited))
+
+    def _waiting_for(self, job: PendingJob, waited: tuple[int, ...]) -> Reason:
+        """WAITING_FOR_PREEMPTION: the jobs waited on, the GPUs they give back, their teams,
+        and until when they may be saving a checkpoint (a victim of this plan from now)."""
+        if not self.explain:
+            return _UNEXPLAINED_PREEMPTION
+        by_id = self._running_by_id
+        if by_id is None:
+            by_id = self._running_by_id = {r.id: r for r in self.snapshot.running}
+        gpus = 0
+        teams = set()
+        until: float | None = -math.inf
+        for job_id in waited:
+            victim = by_id[job_id]
+            gpus += victim.gpus
+            teams.add(victim.team)
+            grace = victim.checkpoint_grace
+            if grace is None or until is None:
+                until = None
+                continue
+            since = victim.preempting_since
+            until = max(until, (self.now if since is None else since) + grace)
+        if until == -math.inf:
+            until = None
+        return reasons.waiting_for_preemption(job, waited, gpus, tuple(sorted(teams)), until)
 
 
 class Settled:
@@ -586,6 +622,7 @@ class Settled:
 
 # The reason of a job left pending in a plan that explains nothing (`Cycle.explain`).
 _UNEXPLAINED = Reason(ReasonCode.NO_CAPACITY)
+_UNEXPLAINED_PREEMPTION = Reason(ReasonCode.WAITING_FOR_PREEMPTION)
 # The cycle's state (`Cycle._state`).
 State = tuple[int, int, int]
 # A kept verdict: the state, and the reason (None: waits for capacity, with the workers that

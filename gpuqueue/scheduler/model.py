@@ -75,6 +75,9 @@ class RunningJob:
     expected_runtime: float | None = None  # seconds, a better guess than max_runtime
     min_runtime_until: float | None = None  # not preemptible before this time
     preempting_since: float | None = None  # set while a checkpoint is in progress
+    # Seconds it has to save a checkpoint once preempted (its deadline: preempting_since plus
+    # this); None when not known. Only reasons read it.
+    checkpoint_grace: float | None = None
     # Its GPUs were flagged idle and its flavor's policy reclaims idle borrowers first
     # (gpuqueue/services/gpu_activity.py): among reclaim victims it goes first.
     idle_reclaim_first: bool = False

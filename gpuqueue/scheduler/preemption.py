@@ -7,6 +7,12 @@ Two kinds of preemption, each switchable in the Policy:
   the victim is in another department) stays at or above its own fair share. That last condition
   is what prevents ping-pong: a victim never ends below its share, so it never has a claim to
   reclaim the GPUs back.
+- reclaim for a guarantee: when that finds no room and the job fits within its team's guarantee,
+  the search runs again with each victim team kept at or above min(its guarantee, its fair
+  share) instead. A guarantee beats borrowing even when the only victims are bigger than the
+  need (a 2 x 8 gang taken to start a 1 x 8): the victim team may end below its fair share, but
+  the claimant ends within its own share (`may_reclaim`), so it is never above its share and
+  the victim has no claim on its GPUs; and no victim team ends below its own guarantee.
 
 The search runs on the ledger: each candidate is released (its GPUs become incoming), the gang is
 tried on free plus incoming GPUs, and the whole attempt is rolled back if it does not fit.
@@ -103,6 +109,17 @@ class VictimSearch:
         self.now = horizon.now
         self.guarantees = guarantees or {}
         self.balance = balance  # Snapshot.share_balance
+        # What a victim team keeps, per (group, flavor): its fair share, or in a search for a
+        # guarantee min(guarantee, fair share) (`find`).
+        self.keep: Mapping[tuple[str, str], int] = fair_share
+        # (group, flavor) -> min(guarantee, fair share), and the flavors where that is below
+        # some group's share: elsewhere a search for a guarantee would repeat the first.
+        self.guarantee_floor = {
+            key: min(self.guarantees.get(key, 0), share) for key, share in fair_share.items()
+        }
+        self._floor_below_share = {
+            key[1] for key, floor in self.guarantee_floor.items() if floor < fair_share[key]
+        }
 
     def has_lower(self, job: PendingJob) -> bool:
         """Whether its own team runs anything preemptible of lower priority (a cheap early exit)."""
@@ -126,7 +143,7 @@ class VictimSearch:
         for group in self.chains.get(victim.team, (victim.team,)):
             if group in mine:
                 continue  # inside a shared department only the teams' shares matter
-            share = self.fair_share.get((group, victim.flavor), 0)
+            share = self.keep.get((group, victim.flavor), 0)
             left = self.ledger.in_use(group, victim.flavor) - victim.gpus
             if left < share:
                 return False
@@ -189,7 +206,7 @@ class VictimSearch:
             for team in self.index.teams_by_flavor.get(job.flavor, ()):
                 if team == job.team:
                     continue
-                share = self.fair_share.get((team, job.flavor), 0)
+                share = self.keep.get((team, job.flavor), 0)
                 if self.ledger.in_use(team, job.flavor) > share:
                     lists.append(self.index.of(team, job.flavor))
             # One sort of the sorted lists together (C-level: it finds and merges the runs)
@@ -231,6 +248,36 @@ class VictimSearch:
         """Victims that let `job` fit, leaving them released in the ledger; or None, untouched.
         `at`: the time minimum runtimes are judged at (now unless told: reclaim_wait.py asks
         what a later search would find).
+
+        Victim teams keep their fair shares; when no such victims make room and the job fits
+        within its guarantee, they keep only min(guarantee, fair share) (the module's
+        docstring): the cheaper search for the borrowers first, the guarantee always.
+        """
+        found = self._find(job, fl, limit_ok, reclaim, priority, budget, at)
+        if (
+            found is not None
+            or not reclaim
+            or job.flavor not in self._floor_below_share
+            or not self.within_guarantee(job)
+        ):
+            return found
+        self.keep = self.guarantee_floor
+        try:
+            return self._find(job, fl, limit_ok, reclaim, priority, budget, at)
+        finally:
+            self.keep = self.fair_share
+
+    def _find(
+        self,
+        job: PendingJob,
+        fl: FlavorLedger,
+        limit_ok: Callable[[], bool],
+        reclaim: bool,
+        priority: bool,
+        budget: int,
+        at: float | None,
+    ) -> list[tuple[RunningJob, str]] | None:
+        """`find` with the victim teams keeping `self.keep`.
 
         1. Take the candidates in rule order, at most policy.max_victim_candidates of them,
            leaving out jobs already chosen and jobs inside their minimum runtime.
@@ -336,7 +383,7 @@ class VictimSearch:
                 continue
             extra = beyond.get(team)
             if extra is None:
-                extra = beyond[team] = self.ledger.in_use(team, flavor) - self.fair_share.get(
+                extra = beyond[team] = self.ledger.in_use(team, flavor) - self.keep.get(
                     (team, flavor), 0
                 )
             if victim.gpus <= extra:

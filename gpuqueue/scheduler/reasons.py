@@ -12,9 +12,13 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 | OVER_LIMIT             | flavor, scope, limit, in_use, requested                             |
 | NO_CAPACITY            | flavor, workers, gpus_per_worker, workers_fit, free; and when the   |
 |                        | job would take its team past its fair share: fair_share,            |
-|                        | team_in_use, newer_gpus                                             |
+|                        | team_in_use, newer_gpus; and when it fits within its team's         |
+|                        | guarantee but reclaim found no room: guarantee, guarantee_in_use,   |
+|                        | borrowed, takeable                                                  |
 | QUEUED_BEHIND_TEAM     | ahead (earlier pending jobs of the team) + the NO_CAPACITY numbers  |
-| WAITING_FOR_PREEMPTION | flavor, workers, gpus_per_worker; job_ids: the jobs being preempted |
+| WAITING_FOR_PREEMPTION | flavor, workers, gpus_per_worker, gpus_back, from_teams; and when   |
+|                        | every victim's checkpoint grace is known: saving_until; job_ids:    |
+|                        | the jobs being preempted                                            |
 | BEHIND_RESERVATION     | flavor, expected_start; job_ids: the jobs holding the reservations  |
 | RESERVED               | flavor, expected_start (math.inf when unknown), nodes               |
 | IN_SHARE_DEBT          | flavor, fair_share, in_use, requested, debt_seconds, threshold_seconds, |
@@ -26,6 +30,16 @@ NO_CAPACITY's `team_in_use` is what the team holds of the flavor (held or promis
 being preempted), `newer_gpus` the part of it held by jobs that started after the waiting job was
 submitted: a gang's turn comes within its team's share only when the team's jobs leave its GPUs
 free together, and the team's other jobs start whenever they fit.
+
+WAITING_FOR_PREEMPTION: `gpus_back` the GPUs the jobs waited on hold (a victim bigger than the
+need gives back all of its GPUs), `from_teams` their teams (", "), `saving_until` the latest
+time one of them may still be saving its checkpoint.
+
+NO_CAPACITY of a job within its guarantee: `guarantee_in_use` what the team holds of its
+`guarantee`, `borrowed` the GPUs other teams hold beyond min(guarantee, fair share), `takeable`
+the part of those in preemptible jobs that reclaim may take (past their minimum runtime, not
+being preempted, each small enough to leave its team that much): what stops reclaim is the
+rest (non-preemptible work, jobs that would put their team below its own guarantee).
 
 IN_SHARE_DEBT's seconds are GPU-seconds (usage.py): `debt_seconds` the team's debt now,
 `threshold_seconds` the debt above which it borrows no more, `recovers_at` when the debt is
@@ -120,12 +134,23 @@ class BeyondShare(NamedTuple):
     newer: int  # of them, held by jobs started since the waiting job was submitted
 
 
+class GuaranteeBlocked(NamedTuple):
+    """A waiting job within its team's guarantee whose reclaim found no room (NO_CAPACITY's
+    extras)."""
+
+    guarantee: int
+    in_use: int  # what the team holds of the flavor
+    borrowed: int  # GPUs other teams hold beyond min(guarantee, fair share)
+    takeable: int  # of them, in jobs reclaim may take
+
+
 def no_capacity(
     job: PendingJob,
     workers_fit: int,
     free: int,
     ahead: int,
     beyond_share: BeyondShare | None = None,
+    blocked: GuaranteeBlocked | None = None,
 ) -> Reason:
     workers = job.workers
     numbers: dict[str, int | float | str] = {
@@ -139,6 +164,11 @@ def no_capacity(
         numbers["fair_share"] = beyond_share.fair_share
         numbers["team_in_use"] = beyond_share.in_use
         numbers["newer_gpus"] = beyond_share.newer
+    if blocked is not None:
+        numbers["guarantee"] = blocked.guarantee
+        numbers["guarantee_in_use"] = blocked.in_use
+        numbers["borrowed"] = blocked.borrowed
+        numbers["takeable"] = blocked.takeable
     if ahead:
         numbers["ahead"] = ahead
         return Reason(_QUEUED_BEHIND_TEAM, numbers)
@@ -151,12 +181,23 @@ _NO_CAPACITY = ReasonCode.NO_CAPACITY
 _QUEUED_BEHIND_TEAM = ReasonCode.QUEUED_BEHIND_TEAM
 
 
-def waiting_for_preemption(job: PendingJob, job_ids: tuple[int, ...]) -> Reason:
-    return Reason(
-        ReasonCode.WAITING_FOR_PREEMPTION,
-        {"flavor": job.flavor, "workers": job.workers, "gpus_per_worker": job.gpus_per_worker},
-        tuple(sorted(job_ids)),
-    )
+def waiting_for_preemption(
+    job: PendingJob,
+    job_ids: tuple[int, ...],
+    gpus_back: int,
+    from_teams: tuple[str, ...],
+    saving_until: float | None,
+) -> Reason:
+    numbers: dict[str, int | float | str] = {
+        "flavor": job.flavor,
+        "workers": job.workers,
+        "gpus_per_worker": job.gpus_per_worker,
+        "gpus_back": gpus_back,
+        "from_teams": ", ".join(from_teams),
+    }
+    if saving_until is not None:
+        numbers["saving_until"] = saving_until
+    return Reason(ReasonCode.WAITING_FOR_PREEMPTION, numbers, tuple(sorted(job_ids)))
 
 
 def behind_reservation(job: PendingJob, expected_start: float, job_ids: tuple[int, ...]) -> Reason:

@@ -80,6 +80,39 @@ class ReclaimWaits:
         longest = max(self.search.protected_until(v) - v.started_at for v in protected)
         return reasons.waiting_for_reclaim(job, fl.total_free, teams, borrowed, longest, ends[hi])
 
+    def blocked(self, job: PendingJob) -> reasons.GuaranteeBlocked:
+        """For `job` within its guarantee, reclaim having found no room and minimum runtimes
+        not being the cause: what its team holds of its guarantee, what other teams hold
+        beyond what a guarantee claim leaves them (min(guarantee, fair share)), and how much
+        of that is in jobs reclaim may take (NO_CAPACITY's extras, reasons.py)."""
+        search = self.search
+        ledger = self.ledger
+        flavor = job.flavor
+        floor = search.guarantee_floor
+        mine = search.chains.get(job.team, (job.team,))
+        borrowed = takeable = 0
+        for team in search.chains:
+            if team in mine:
+                continue
+            extra = ledger.in_use(team, flavor) - floor.get((team, flavor), 0)
+            if extra <= 0:
+                continue
+            borrowed += extra
+            gives = 0
+            for victim in search.index.of(team, flavor):
+                if victim.id in ledger.victims or victim.gpus > extra:
+                    continue
+                until = search.protected_until(victim)
+                if until <= search.now:
+                    gives += victim.gpus
+                else:
+                    search.horizon.crossing(until)  # the numbers change then
+            takeable += min(gives, extra)
+        guarantee = search.guarantees.get((job.team, flavor), 0)
+        return reasons.GuaranteeBlocked(
+            guarantee, ledger.in_use(job.team, flavor), borrowed, takeable
+        )
+
     def _victims_at(
         self,
         job: PendingJob,

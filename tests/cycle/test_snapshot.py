@@ -72,6 +72,7 @@ def test_jobs_reach_the_engine_with_their_times_placements_and_stored_reasons(
             started_at=started,
             max_runtime=7200,
             min_runtime_until=started + 60,
+            checkpoint_grace=120,
         ),
         m.RunningJob(
             id=preempting.pk,
@@ -84,6 +85,7 @@ def test_jobs_reach_the_engine_with_their_times_placements_and_stored_reasons(
             preemptible=True,
             started_at=started,
             min_runtime_until=started + 60,
+            checkpoint_grace=120,
             preempting_since=checkpoint_at.timestamp(),
         ),
     )

@@ -67,6 +67,7 @@ def running(
     expected_runtime: float | None = None,
     min_runtime_until: float | None = None,
     preempting_since: float | None = None,
+    checkpoint_grace: float | None = None,
 ) -> RunningJob:
     """running(10, "a", {"n1": 2}, gpus=4): two workers of 4 GPUs on n1."""
     return RunningJob(
@@ -83,6 +84,7 @@ def running(
         expected_runtime=expected_runtime,
         min_runtime_until=min_runtime_until,
         preempting_since=preempting_since,
+        checkpoint_grace=checkpoint_grace,
     )
 
 

@@ -345,14 +345,15 @@ def test_a_team_gives_no_job_bigger_than_what_it_holds_beyond_its_share() -> Non
 
 
 def test_a_team_gives_no_more_on_one_node_than_what_it_holds_beyond_its_share() -> None:
-    """Teams a and d each borrow a whole node in one-GPU jobs (shares 4 and 4 of 16): 8 GPUs
-    beyond their shares in all, enough for team b's 8-GPU worker by count, and n1 alone
-    holds 8 of a's. But a can give only 4 there, d only 4 on n2: no node comes free, b waits,
-    and the search is cut short before trying the candidates."""
+    """Teams a and d each borrow a whole node in one-GPU jobs (guarantees and shares 4 and 4
+    of 16): 8 GPUs beyond their shares in all, enough for team b's 8-GPU worker by count, and
+    n1 alone holds 8 of a's. But a can give only 4 there, d only 4 on n2 (their guarantees
+    too): no node comes free, b waits, and the search is cut short before trying the
+    candidates."""
     snapshot = Snapshot(
         now=NOW,
         nodes=nodes(2, h100=8),
-        teams=(team("a"), team("b", guarantee=8), team("d")),
+        teams=(team("a", guarantee=4), team("b", guarantee=8), team("d", guarantee=4)),
         running=tuple(
             running(
                 100 + k, "a" if k < 8 else "d", {"n1" if k < 8 else "n2": 1}, started=NOW - 5 * HOUR
