@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kubernetes.config.config_exception import ConfigException
+
 from gpuqueue.cluster import get_backend
 from gpuqueue.cluster.base import ClusterBackend, ClusterError, LogNotFound, LogQuery
 from gpuqueue.core.errors import Refused, Unavailable
@@ -51,7 +53,8 @@ def read_job_log(
 
     Refused (404) when the job never started or the cluster no longer has the worker; Refused
     (409) when the cluster has it but cannot give its log yet (a container still starting);
-    Unavailable (503) when the cluster cannot be reached.
+    Unavailable (503) when the cluster cannot be reached, or this process has no credentials
+    to ask it with.
     """
     if errors := worker_errors(job, worker):
         raise Refused(errors[0], fields={"worker": errors})
@@ -59,7 +62,17 @@ def read_job_log(
         raise Refused(f"job {job.pk} has not started", status=404, code="not_started")
     query = LogQuery(tail_lines=tail, limit_bytes=LIMIT_BYTES, since_seconds=since_seconds)
     try:
-        log = (backend or get_backend()).read_log(job.pk, job.attempts, worker, query)
+        backend = backend or get_backend()
+    except ConfigException as exc:
+        # A web pod without a Kubernetes token (or kubeconfig) to read logs with: the install's
+        # fault, said as such; nothing a retry or the job's owner can change.
+        raise Unavailable(
+            "This gpuqueue web server has no Kubernetes credentials to read logs with "
+            f"(its ServiceAccount token is not mounted: {exc}).",
+            retry_after=RETRY_AFTER_SECONDS,
+        ) from exc
+    try:
+        log = backend.read_log(job.pk, job.attempts, worker, query)
     except LogNotFound as exc:
         raise Refused(str(exc), status=404, code="not_found") from exc
     except ClusterError as exc:
