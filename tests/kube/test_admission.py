@@ -1,12 +1,14 @@
-"""On a real control plane, what deploy/ asks of admission: its policy keeps GPUs in team
-namespaces behind the queue (nobody else, a cluster admin included, may create a workload there
-whose pods ask for GPUs, while gpuqueue's own Jobs are admitted and the Job controller creates
-their pods), and gpuqueue's own pods pass Pod Security "restricted"."""
+"""On a real control plane, what deploy/ asks of admission: its policy keeps GPUs behind the
+queue in every namespace but its exempt list (nobody else, a cluster admin included, may make a
+workload there whose pods ask for GPUs, claim devices, tolerate the GPU taint or pick GPUs by
+environment, nor carry gpuqueue's labels, while gpuqueue's own Jobs are admitted and the Job
+controller creates their pods), the chart renders the same policy, and gpuqueue's own pods pass
+Pod Security "restricted"."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,30 +21,47 @@ from kubernetes.client.exceptions import ApiException
 from gpuqueue.cluster.base import LaunchSpec
 from gpuqueue.cluster.k8s_calls import Caller
 from gpuqueue.cluster.kubernetes import KubernetesBackend
-from gpuqueue.cluster.manifests import ClusterOptions, job_manifest
+from gpuqueue.cluster.manifests import (
+    LABEL_ATTEMPT,
+    LABEL_JOB_ID,
+    MANAGED_BY,
+    MANAGED_BY_VALUE,
+    ClusterOptions,
+    job_manifest,
+)
 from tests.kube.conftest import DEPLOY, Kube, apply
+from tests.kube.controlplane import Unavailable, api_client_for
+from tests.kube.helm import helm_binary, render
 
 GUARDED = "team-guarded"
+QUEUE_MESSAGE = "requested through gpuqueue"
+MIG = "nvidia.com/mig-1g.10gb"
+POLICY = DEPLOY / "base" / "admission-policy.yaml"
 
 
-def gpu_container(gpus: int) -> dict[str, Any]:
-    return {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+def gpu_container(gpus: int, resource: str = "nvidia.com/gpu") -> dict[str, Any]:
+    return {"name": "c", "image": "x", "resources": {"limits": {resource: str(gpus)}}}
 
 
-def pod(name: str, gpus: int) -> dict[str, Any]:
+def pod(name: str, gpus: int, **spec: Any) -> dict[str, Any]:
     container = gpu_container(gpus) if gpus else {"name": "c", "image": "x"}
-    return {"metadata": {"name": name}, "spec": {"containers": [container]}}
+    return {"metadata": {"name": name}, "spec": {"containers": [container], **spec}}
 
 
-def deployment(gpus: int) -> dict[str, Any]:
+def template(pod_spec: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"labels": {"app": "x", **(labels or {})}}, "spec": pod_spec}
+
+
+def deployment(
+    gpus: int, name: str = "around-the-queue", replicas: int = 1, **spec: Any
+) -> dict[str, Any]:
+    containers = [gpu_container(gpus) if gpus else {"name": "c", "image": "x"}]
     return {
-        "metadata": {"name": "around-the-queue"},
+        "metadata": {"name": name},
         "spec": {
+            "replicas": replicas,
             "selector": {"matchLabels": {"app": "x"}},
-            "template": {
-                "metadata": {"labels": {"app": "x"}},
-                "spec": {"containers": [gpu_container(gpus)]},
-            },
+            "template": template({"containers": containers, **spec}),
         },
     }
 
@@ -55,9 +74,72 @@ def refusal(call: Callable[[], Any]) -> ApiException | None:
     return None
 
 
+def refused_by_policy(call: Callable[[], Any], says: str = QUEUE_MESSAGE) -> None:
+    refused = refusal(call)
+    assert refused is not None, "admitted"
+    assert refused.status == 403 and says in str(refused.body), refused.body
+
+
+def impersonating(kube: Kube, user: str) -> client.CoreV1Api:
+    """The cluster admin's client acting as `user` (Impersonate-User), as anyone granted
+    `impersonate` on ServiceAccounts could."""
+    api = api_client_for(kube.plane.kubeconfig)
+    api.set_default_header("Impersonate-User", user)
+    return client.CoreV1Api(api)
+
+
+class Guard:
+    """deploy/base's admission policy in the test cluster, for one test. It covers every
+    namespace but its exempt list, the session's `others` among them, so it never outlives the
+    test (other tests create GPU pods there as the cluster admin)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.admission = client.AdmissionregistrationV1Api(kube.api)
+        self.docs = [d for d in yaml.safe_load_all(POLICY.read_text()) if d]
+
+    def install(self) -> None:
+        for doc in self.docs:
+            create = (
+                self.admission.create_validating_admission_policy
+                if doc["kind"] == "ValidatingAdmissionPolicy"
+                else self.admission.create_validating_admission_policy_binding
+            )
+            create(doc)
+        # The API server takes the policy in within a second or two.
+        self._wait(lambda refused: refused is not None and QUEUE_MESSAGE in str(refused.body))
+
+    def remove(self) -> None:
+        for doc in self.docs:
+            delete = (
+                self.admission.delete_validating_admission_policy
+                if doc["kind"] == "ValidatingAdmissionPolicy"
+                else self.admission.delete_validating_admission_policy_binding
+            )
+            refused = refusal(lambda delete=delete, doc=doc: delete(doc["metadata"]["name"]))
+            assert refused is None or refused.status == 404, refused
+        self._wait(lambda refused: refused is None)
+
+    def _wait(self, done: Callable[[ApiException | None], bool]) -> None:
+        """Until a GPU pod sent to the guarded namespace (a dry run) meets `done`."""
+        deadline = time.monotonic() + 30
+        while True:
+            refused = refusal(
+                lambda: self.kube.core.create_namespaced_pod(
+                    GUARDED, pod("probe", 1), dry_run="All"
+                )
+            )
+            if done(refused):
+                return
+            assert time.monotonic() < deadline, f"the policy did not change in time: {refused}"
+            time.sleep(0.3)
+
+
 @pytest.fixture
-def guarded(kube: Kube, as_gpuqueue: client.ApiClient) -> client.ApiClient:
-    """A team namespace under the policy, with gpuqueue's RoleBinding there."""
+def guard(kube: Kube) -> Iterator[Guard]:
+    """A team namespace (`team-guarded`, labelled as deploy/overlays/example labels them),
+    gpuqueue's RoleBinding there, and the policy, not yet installed: a test installs it when
+    what it needs is in place."""
     try:
         kube.core.create_namespace(
             {"metadata": {"name": GUARDED, "labels": {"gpuqueue.dev/team": "true"}}}
@@ -71,34 +153,42 @@ def guarded(kube: Kube, as_gpuqueue: client.ApiClient) -> client.ApiClient:
     path = Path(kube.plane.workdir) / "guarded-rolebinding.yaml"
     path.write_text(yaml.safe_dump(first))
     apply(kube.api, path)
-    admission = client.AdmissionregistrationV1Api(kube.api)
-    for doc in yaml.safe_load_all((DEPLOY / "base/admission-policy.yaml").read_text()):
-        create = (
-            admission.create_validating_admission_policy
-            if doc["kind"] == "ValidatingAdmissionPolicy"
-            else admission.create_validating_admission_policy_binding
+    # Pods are refused until the controller-manager made the namespace's `default` account.
+    kube.wait(
+        lambda: any(
+            sa.metadata.name == "default"
+            for sa in kube.core.list_namespaced_service_account(GUARDED).items
         )
-        try:
-            create(doc)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    # The API server takes the policy in within a second or two (and the namespace's default
-    # ServiceAccount must exist before any pod is accepted there).
-    deadline = time.monotonic() + 30
-    for attempt in range(1000):
-        refused = refusal(
-            lambda n=f"probe-{attempt}": kube.core.create_namespaced_pod(GUARDED, pod(n, 1))
-        )
-        if refused is not None and "requested through gpuqueue" in str(refused.body):
-            break
-        assert time.monotonic() < deadline, f"the admission policy never took effect: {refused}"
-        time.sleep(0.5)
-    yield as_gpuqueue
+    )
+    policy = Guard(kube)
+    yield policy
+    policy.remove()
+    apps = client.AppsV1Api(kube.api)
+    apps.delete_collection_namespaced_deployment(GUARDED, propagation_policy="Background")
+    apps.delete_collection_namespaced_stateful_set(GUARDED, propagation_policy="Background")
+    apps.delete_collection_namespaced_replica_set(GUARDED, propagation_policy="Background")
     kube.batch.delete_collection_namespaced_job(
         GUARDED, propagation_policy="Background", grace_period_seconds=0
     )
+    kube.core.delete_collection_namespaced_limit_range(GUARDED)
+    kube.core.delete_collection_namespaced_secret(GUARDED)
+    for service in kube.core.list_namespaced_service(GUARDED).items:
+        # (the garbage collector may delete it first: the Secret just deleted owns it)
+        gone = refusal(
+            lambda name=service.metadata.name: kube.core.delete_namespaced_service(name, GUARDED)
+        )
+        assert gone is None or gone.status == 404, gone
+    custom = client.CustomObjectsApi(kube.api)
+    for plural in ("resourceclaims", "resourceclaimtemplates"):
+        custom.delete_collection_namespaced_custom_object("resource.k8s.io", "v1", GUARDED, plural)
     kube.core.delete_collection_namespaced_pod(GUARDED, grace_period_seconds=0)
+
+
+@pytest.fixture
+def guarded(guard: Guard, as_gpuqueue: client.ApiClient) -> client.ApiClient:
+    """The policy installed; a client of gpuqueue's ServiceAccount."""
+    guard.install()
+    return as_gpuqueue
 
 
 def test_no_one_but_gpuqueue_creates_gpu_workloads_in_a_team_namespace(
@@ -108,16 +198,355 @@ def test_no_one_but_gpuqueue_creates_gpu_workloads_in_a_team_namespace(
     for call in (
         lambda: kube.core.create_namespaced_pod(GUARDED, pod("direct", 8)),
         lambda: apps.create_namespaced_deployment(GUARDED, deployment(8)),
+        # Each name and prefix of the configured GPU resources.
+        lambda: kube.core.create_namespaced_pod(
+            GUARDED,
+            {"metadata": {"name": "mig"}, "spec": {"containers": [gpu_container(1, MIG)]}},
+        ),
+        lambda: kube.core.create_namespaced_pod(
+            GUARDED,
+            {
+                "metadata": {"name": "amd"},
+                "spec": {"containers": [gpu_container(1, "amd.com/gpu")]},
+            },
+        ),
     ):
-        refused = refusal(call)
-        assert refused is not None and refused.status == 403
-        assert "requested through gpuqueue" in refused.body
-    # What asks for no GPUs is none of the queue's business; elsewhere, neither is a GPU.
+        refused_by_policy(call)
+    # What asks for no GPUs is none of the queue's business; in an exempt namespace, neither is
+    # a GPU.
     assert refusal(lambda: kube.core.create_namespaced_pod(GUARDED, pod("cpu-only", 0))) is None
-    assert refusal(lambda: kube.core.create_namespaced_pod("others", pod("elsewhere", 1))) is None
-    kube.core.delete_namespaced_pod("elsewhere", "others", grace_period_seconds=0)
+    exempt = refusal(
+        lambda: kube.core.create_namespaced_pod("kube-system", pod("exempt", 1), dry_run="All")
+    )
+    assert exempt is None, exempt.body
 
-    # gpuqueue's own Job is admitted, and the Job controller creates its gang's pods.
+
+def test_every_namespace_but_the_exempt_ones_is_covered(kube: Kube, guard: Guard) -> None:
+    """A namespace nobody labelled is under the policy, a new one too, and the controllers
+    still fill a new namespace (its ServiceAccount, its CA ConfigMap) under it."""
+    guard.install()
+    refused_by_policy(lambda: kube.core.create_namespaced_pod("others", pod("unlabelled", 1)))
+    fresh = "unlabelled-fresh"
+    kube.core.create_namespace({"metadata": {"name": fresh}})
+    try:
+        kube.wait(
+            lambda: (
+                bool(kube.core.list_namespaced_service_account(fresh).items)
+                and bool(kube.core.list_namespaced_config_map(fresh).items)
+            )
+        )
+        refused_by_policy(
+            lambda: kube.core.create_namespaced_pod(fresh, pod("fresh", 1), dry_run="All")
+        )
+    finally:
+        kube.core.delete_namespace(fresh)
+
+
+def test_impersonating_a_kube_system_controller_gets_no_gpus(kube: Kube, guard: Guard) -> None:
+    """Whoever may impersonate ServiceAccounts cannot act as a controller of kube-system to get
+    GPU pods: no controller is exempt, and the Job controller's pods pass only as gpuqueue's."""
+    guard.install()
+    for controller in ("replicaset-controller", "job-controller", "daemon-set-controller"):
+        core = impersonating(kube, f"system:serviceaccount:kube-system:{controller}")
+        refused_by_policy(lambda core=core: core.create_namespaced_pod(GUARDED, pod("as-it", 8)))
+
+
+def test_a_limit_range_gives_no_deployment_gpus(kube: Kube, guard: Guard) -> None:
+    """A LimitRange that defaults a GPU limit, made before the policy, would have the
+    ReplicaSet controller create GPU pods from a Deployment that asks for none: its pods are
+    refused. And no such LimitRange is accepted once the policy is in place."""
+    gpus_by_default = {
+        "metadata": {"name": "gpus-by-default"},
+        "spec": {"limits": [{"type": "Container", "default": {"nvidia.com/gpu": "1"}}]},
+    }
+    kube.core.create_namespaced_limit_range(GUARDED, gpus_by_default)
+    guard.install()
+    apps = client.AppsV1Api(kube.api)
+    apps.create_namespaced_deployment(GUARDED, deployment(0, name="gpu-less"))
+
+    def refused_or_running() -> bool:
+        sets = apps.list_namespaced_replica_set(GUARDED).items
+        failed = any(
+            c.type == "ReplicaFailure" and QUEUE_MESSAGE in (c.message or "")
+            for rs in sets
+            for c in rs.status.conditions or []
+        )
+        return failed or bool(kube.pods(GUARDED, selector="app=x"))
+
+    kube.wait(refused_or_running)
+    assert kube.pods(GUARDED, selector="app=x") == []
+    refused_by_policy(
+        lambda: kube.core.create_namespaced_limit_range(
+            GUARDED, {**gpus_by_default, "metadata": {"name": "again"}}
+        ),
+        says="LimitRange",
+    )
+    kube.core.create_namespaced_limit_range(  # one that gives CPU by default is fine
+        GUARDED,
+        {
+            "metadata": {"name": "cpu-by-default"},
+            "spec": {"limits": [{"type": "Container", "default": {"cpu": "1"}}]},
+        },
+    )
+
+
+def test_scaling_a_gpu_workload_made_before_the_policy_starts_no_gpu_pod(
+    kube: Kube, guard: Guard
+) -> None:
+    """A Deployment and a StatefulSet with GPUs that predate the policy, scaled through their
+    `scale` subresource: the new pods are refused (the Scale object carries no pod template,
+    so the pods are where the policy sees the GPUs)."""
+    apps = client.AppsV1Api(kube.api)
+    apps.create_namespaced_deployment(GUARDED, deployment(1, name="old-deploy"))
+    stateful = {
+        "metadata": {"name": "old-sts"},
+        "spec": {
+            "replicas": 1,
+            "serviceName": "old-sts",
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "x", "set": "sts"}},
+            "template": template({"containers": [gpu_container(1)]}, {"set": "sts"}),
+        },
+    }
+    apps.create_namespaced_stateful_set(GUARDED, stateful)
+    kube.wait(lambda: len(kube.pods(GUARDED, selector="app=x")) == 2)
+    guard.install()
+    apps.patch_namespaced_deployment_scale("old-deploy", GUARDED, {"spec": {"replicas": 3}})
+    apps.patch_namespaced_stateful_set_scale("old-sts", GUARDED, {"spec": {"replicas": 3}})
+
+    def refused_twice_or_scaled() -> bool:
+        failures = [
+            e
+            for e in kube.core.list_namespaced_event(GUARDED).items
+            if e.reason == "FailedCreate" and QUEUE_MESSAGE in (e.message or "")
+        ]
+        kinds = {e.involved_object.kind for e in failures}
+        return {"ReplicaSet", "StatefulSet"} <= kinds or len(
+            kube.pods(GUARDED, selector="app=x")
+        ) > 2
+
+    kube.wait(refused_twice_or_scaled)
+    assert len(kube.pods(GUARDED, selector="app=x")) == 2
+
+
+def test_devices_are_not_claimed_around_the_queue(kube: Kube, guard: Guard) -> None:
+    """Dynamic Resource Allocation: a ResourceClaim, a ResourceClaimTemplate, and a pod or a
+    workload template with `resourceClaims` are gpuqueue's alone."""
+    guard.install()
+    custom = client.CustomObjectsApi(kube.api)
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "mine"},
+        "spec": {"devices": {"requests": [request]}},
+    }
+    claim_template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "mine"},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
+    }
+    for plural, body in (("resourceclaims", claim), ("resourceclaimtemplates", claim_template)):
+        refused_by_policy(
+            lambda plural=plural, body=body: custom.create_namespaced_custom_object(
+                "resource.k8s.io", "v1", GUARDED, plural, body
+            ),
+            says="ResourceClaim",
+        )
+    claiming = {
+        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "mine"}],
+        "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+    }
+    refused_by_policy(
+        lambda: kube.core.create_namespaced_pod(
+            GUARDED, {"metadata": {"name": "claims"}, "spec": claiming}
+        ),
+        says="resourceClaims",
+    )
+    refused_by_policy(
+        lambda: client.AppsV1Api(kube.api).create_namespaced_deployment(
+            GUARDED,
+            {
+                "metadata": {"name": "claims"},
+                "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": template(claiming)},
+            },
+        ),
+        says="resourceClaims",
+    )
+
+
+def test_a_network_device_is_not_a_gpu(kube: Kube, guard: Guard) -> None:
+    """RDMA and host devices advertised under nvidia.com/ are not among the GPU resources."""
+    guard.install()
+    for name, resource in (
+        ("rdma", "nvidia.com/rdma_shared_device_a"),
+        ("hostdev", "nvidia.com/hostdev"),
+    ):
+        body = {"metadata": {"name": name}, "spec": {"containers": [gpu_container(1, resource)]}}
+        refused = refusal(lambda body=body: kube.core.create_namespaced_pod(GUARDED, body))
+        assert refused is None, refused.body
+
+
+def test_no_pod_outside_the_queue_tolerates_the_gpu_taint(kube: Kube, guard: Guard) -> None:
+    """A pod that asks for no GPU but tolerates the GPU nodes' taint lands there, where an
+    image with NVIDIA_VISIBLE_DEVICES baked in gets the node's GPUs: refused, as is a
+    toleration of every taint; other taints are tolerated as before."""
+    guard.install()
+    for name, toleration in (
+        ("gpu-taint", {"key": "nvidia.com/gpu", "operator": "Exists"}),
+        ("gpu-taint-equal", {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present"}),
+        ("every-taint", {"operator": "Exists"}),
+    ):
+        refused_by_policy(
+            lambda name=name, toleration=toleration: kube.core.create_namespaced_pod(
+                GUARDED, pod(name, 0, tolerations=[toleration])
+            ),
+            says="taint",
+        )
+    refused_by_policy(
+        lambda: client.AppsV1Api(kube.api).create_namespaced_deployment(
+            GUARDED, deployment(0, tolerations=[{"operator": "Exists"}])
+        ),
+        says="taint",
+    )
+    spot = [{"key": "gpuqueue.dev/spot", "operator": "Exists", "effect": "NoSchedule"}]
+    assert (
+        refusal(lambda: kube.core.create_namespaced_pod(GUARDED, pod("spot", 0, tolerations=spot)))
+        is None
+    )
+
+
+def test_no_pod_outside_the_queue_selects_gpus_by_environment(kube: Kube, guard: Guard) -> None:
+    """NVIDIA_VISIBLE_DEVICES and the MIG device variables, in a container's env, an init
+    container's, through an envFrom prefix, or in a workload's template: refused."""
+    guard.install()
+    all_gpus = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    bodies = [
+        {"containers": [{"name": "c", "image": "x", "env": all_gpus}]},
+        {
+            "initContainers": [
+                {
+                    "name": "i",
+                    "image": "x",
+                    "env": [{"name": "NVIDIA_MIG_CONFIG_DEVICES", "value": "all"}],
+                }
+            ],
+            "containers": [{"name": "c", "image": "x"}],
+        },
+        {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "x",
+                    "envFrom": [{"prefix": "NVIDIA_", "configMapRef": {"name": "devices"}}],
+                }
+            ]
+        },
+    ]
+    for i, spec in enumerate(bodies):
+        refused_by_policy(
+            lambda i=i, spec=spec: kube.core.create_namespaced_pod(
+                GUARDED, {"metadata": {"name": f"env-{i}"}, "spec": spec}
+            ),
+            says="NVIDIA_",
+        )
+    refused_by_policy(
+        lambda: kube.batch.create_namespaced_job(
+            GUARDED,
+            {
+                "metadata": {"name": "env"},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "c", "image": "x", "env": all_gpus}],
+                        }
+                    }
+                },
+            },
+        ),
+        says="NVIDIA_",
+    )
+    other = [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}]
+    body = {
+        "metadata": {"name": "env-ok"},
+        "spec": {"containers": [{"name": "c", "image": "x", "env": other}]},
+    }
+    assert refusal(lambda: kube.core.create_namespaced_pod(GUARDED, body)) is None
+
+
+FORGED = {MANAGED_BY: MANAGED_BY_VALUE, LABEL_JOB_ID: "990003", LABEL_ATTEMPT: "1"}
+
+
+def test_gpuqueue_s_labels_are_set_by_gpuqueue_alone(kube: Kube, guard: Guard) -> None:
+    """Nobody else may make an object, or a pod template, that carries gpuqueue's labels or
+    annotations: a GPU-less Job or pod labelled as some team's job, a Secret in the image of an
+    attempt's token, a Deployment whose pods would be."""
+    guard.install()
+    says = "gpuqueue's own"
+    refused_by_policy(
+        lambda: kube.batch.create_namespaced_job(
+            GUARDED,
+            {
+                "metadata": {"name": "gq-990003-1", "labels": FORGED},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "c", "image": "x"}],
+                        }
+                    }
+                },
+            },
+        ),
+        says=says,
+    )
+    refused_by_policy(
+        lambda: kube.core.create_namespaced_secret(
+            GUARDED,
+            {
+                "metadata": {"name": "gq-990003-1-token", "labels": FORGED},
+                "stringData": {"token": "t"},
+            },
+        ),
+        says=says,
+    )
+    refused_by_policy(
+        lambda: kube.core.create_namespaced_pod(
+            GUARDED,
+            {
+                "metadata": {
+                    "name": "annotated",
+                    "annotations": {"gpuqueue.dev/checkpoint-requested": "2026-01-01T00:00:00Z"},
+                },
+                "spec": {"containers": [{"name": "c", "image": "x"}]},
+            },
+        ),
+        says=says,
+    )
+    refused_by_policy(
+        lambda: client.AppsV1Api(kube.api).create_namespaced_deployment(
+            GUARDED,
+            {
+                "metadata": {"name": "labelled-pods"},
+                "spec": {
+                    "selector": {"matchLabels": {"app": "x"}},
+                    "template": template({"containers": [{"name": "c", "image": "x"}]}, FORGED),
+                },
+            },
+        ),
+        says=says,
+    )
+    # The labels mean nothing elsewhere (an exempt namespace) and other labels are anyone's.
+    unrelated = {"metadata": {"name": "mine", "labels": {"team": "a"}}, "stringData": {"k": "v"}}
+    assert refusal(lambda: kube.core.create_namespaced_secret(GUARDED, unrelated)) is None
+
+
+def test_gpuqueue_s_own_workloads_still_run(kube: Kube, guarded: client.ApiClient) -> None:
+    """gpuqueue's Job is admitted and the Job controller creates its gang's pods (GPUs, the
+    GPU taint tolerated, gpuqueue's labels); its objects keep their labels: a user may add one
+    of theirs, not change or remove gpuqueue's."""
     backend = KubernetesBackend(
         guarded,
         options=ClusterOptions(public_url="http://gpuqueue.test"),
@@ -145,7 +574,32 @@ def test_no_one_but_gpuqueue_creates_gpu_workloads_in_a_team_namespace(
         )
     )
     assert token
-    kube.wait(lambda: len(kube.pods(GUARDED, selector="gpuqueue.dev/job-id=990001")) == 2)
+    kube.wait(lambda: len(kube.pods(GUARDED, selector=f"{LABEL_JOB_ID}=990001")) == 2)
+    (secret,) = kube.core.list_namespaced_secret(
+        GUARDED, label_selector=f"{LABEL_JOB_ID}=990001"
+    ).items
+    name = secret.metadata.name
+    ours = {"metadata": {"labels": {"owner": "alice"}}}
+    assert refusal(lambda: kube.core.patch_namespaced_secret(name, GUARDED, ours)) is None
+    for forged in ({LABEL_ATTEMPT: "2"}, {LABEL_JOB_ID: None}):
+        refused_by_policy(
+            lambda forged=forged: kube.core.patch_namespaced_secret(
+                name, GUARDED, {"metadata": {"labels": forged}}
+            ),
+            says="gpuqueue's own",
+        )
+    (job,) = kube.batch.list_namespaced_job(GUARDED, label_selector=f"{LABEL_JOB_ID}=990001").items
+    refused_by_policy(  # more pods of gpuqueue's Job, by another hand
+        lambda: kube.batch.patch_namespaced_job(
+            job.metadata.name, GUARDED, {"spec": {"parallelism": 4}}
+        )
+    )
+    # A debugging container in a gang's pod would share its node's devices.
+    worker = kube.pods(GUARDED, selector=f"{LABEL_JOB_ID}=990001")[0]["metadata"]["name"]
+    debug = {"spec": {"ephemeralContainers": [{"name": "debug", "image": "busybox"}]}}
+    refused_by_policy(
+        lambda: kube.core.patch_namespaced_pod_ephemeralcontainers(worker, GUARDED, debug)
+    )
 
 
 def test_gpuqueue_s_own_pods_pass_pod_security_restricted(kube: Kube) -> None:
@@ -313,3 +767,35 @@ def test_a_job_s_pods_pass_pod_security_restricted_with_its_workload_spec(kube: 
         )
         assert refused is None, refused and refused.body
     assert kube.batch.list_namespaced_job(namespace).items == []  # dry runs only
+
+
+def test_the_chart_renders_deploy_s_policy_from_its_values() -> None:
+    """With its default values the chart's policy is deploy/base's, word for word; its values
+    set the GPU resources, the GPU taint and the exempt namespaces."""
+    try:
+        helm_binary()
+    except Unavailable as exc:
+        pytest.skip(f"no helm: {exc}")
+    base = {d["kind"]: d for d in yaml.safe_load_all(POLICY.read_text()) if d}
+
+    def policy(*sets: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        found = {o["kind"]: o for o in render(*sets) if "AdmissionPolicy" in o["kind"]}
+        binding = found["ValidatingAdmissionPolicyBinding"]["spec"]
+        return found["ValidatingAdmissionPolicy"]["spec"], binding
+
+    spec, binding = policy()
+    assert spec == base["ValidatingAdmissionPolicy"]["spec"]
+    assert {**binding, "policyName": ""} == {
+        **base["ValidatingAdmissionPolicyBinding"]["spec"],
+        "policyName": "",
+    }
+    spec, binding = policy(
+        "admissionPolicy.gpuResources={amd.com/gpu}",
+        "admissionPolicy.exemptNamespaces={kube-system,monitoring}",
+        "config.gpuTaint=example.com/gpu",
+    )
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert variables["gpuResources"] == '["amd.com/gpu"]'
+    assert variables["gpuTaints"] == '["example.com/gpu"]'
+    (exempt,) = binding["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert exempt["values"] == ["gpuqueue", "kube-system", "monitoring"]
