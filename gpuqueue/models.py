@@ -672,3 +672,42 @@ class JobActivity(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["idle"], name="jobactivity_idle")]
+
+
+class Install(models.Model):
+    """Who this database belongs to: one row, written at the first start of a Kubernetes
+    backend. `instance` is GPUQUEUE_INSTANCE (the label on every object the install makes);
+    `uid` tells this database apart from another one that uses the same instance name. Each
+    team namespace holds a marker that names the install owning it (gpuqueue/cluster/proof.py)."""
+
+    instance = models.CharField(max_length=63)
+    uid = models.UUIDField(unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"install {self.instance} ({self.uid})"
+
+
+class WorkloadRecord(models.Model):
+    """What gpuqueue made for one attempt of a job, the proof it checks every object against
+    (gpuqueue/cluster/proof.py). Written before the launch (namespace and nonce: the HMAC on
+    every object of the attempt is over them) and completed after it (the uids the API gave
+    the attempt's Secret and Job). Kept after the job ends: an object of an attempt without a
+    record is one this database did not make, and is never deleted as an orphan. `job_id` is a
+    plain integer, so a record outlives its job's row."""
+
+    job_id = models.BigIntegerField()
+    attempt = models.PositiveIntegerField()
+    namespace = models.CharField(max_length=63)
+    nonce = models.CharField(max_length=64)
+    secret_uid = models.CharField(max_length=64, blank=True)
+    job_uid = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job_id", "attempt"], name="one_record_per_attempt")
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}#{self.attempt} in {self.namespace}"

@@ -7,6 +7,7 @@ traffic.
 
 from __future__ import annotations
 
+import re
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -323,6 +324,15 @@ CELERY_BEAT_SCHEDULE = {
 # A kubeconfig path; unset means in-cluster configuration (the ServiceAccount of deploy/).
 GPUQUEUE_K8S_KUBECONFIG = env_str("GPUQUEUE_K8S_KUBECONFIG", env_str("KUBECONFIG"))
 GPUQUEUE_K8S_CONTEXT = env_str("GPUQUEUE_K8S_CONTEXT")
+# Who this install is (docs/security.md): the `gpuqueue.dev/instance` label on everything it
+# makes and in every selector, recorded in the database at the first start, and named by the
+# marker it keeps in each team namespace. A label value: letters, digits, '-', '_', '.'.
+GPUQUEUE_INSTANCE = env_str("GPUQUEUE_INSTANCE", "gpuqueue") or "gpuqueue"
+if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", GPUQUEUE_INSTANCE):
+    raise ImproperlyConfigured(
+        f"GPUQUEUE_INSTANCE={GPUQUEUE_INSTANCE!r} is not a label value: up to 63 letters,"
+        " digits, '-', '_' or '.', beginning and ending with a letter or digit"
+    )
 # The taint key on GPU nodes that gpuqueue's pods tolerate (the GPU Operator's default).
 GPUQUEUE_K8S_GPU_TAINT = env_str("GPUQUEUE_K8S_GPU_TAINT", "nvidia.com/gpu")
 # The PriorityClasses a job may name (none unless listed): a class preempts pods outside the

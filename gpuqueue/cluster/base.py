@@ -65,6 +65,10 @@ class LaunchSpec:
     env_from_secrets: Sequence[str] = ()  # Secret names whose keys become variables
     priority_class: str = ""
     service_account: str = ""  # "": none, and no API token mounted
+    # The install (its label on every object) and the HMAC every object of the attempt carries
+    # (gpuqueue.cluster.proof): a relaunch adopts only what carries it.
+    instance: str = ""
+    proof: str = ""
 
 
 class Phase(enum.StrEnum):
@@ -97,6 +101,25 @@ class ClusterError(Exception):
     def __init__(self, message: str, *, transient: bool) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class Squatted(ClusterError):
+    """An object under the attempt's name exists and is not gpuqueue's (it carries none of the
+    attempt's proof): it is neither adopted nor deleted, and the launch is a failed start (the
+    job is requeued with backoff; its next attempt has another name)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Launched:
+    """What a launch made: the token the workload acknowledges its checkpoint with, and the
+    uids the API gave the attempt's Secret and Job (recorded: the proof of what is gpuqueue's)."""
+
+    token: str
+    secret_uid: str = ""
+    job_uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,18 +156,19 @@ class ClusterBackend(abc.ABC):
         used by others."""
 
     @abc.abstractmethod
-    def launch(self, spec: LaunchSpec) -> str | None:
+    def launch(self, spec: LaunchSpec) -> str | Launched | None:
         """Start the job's gang on its planned nodes; already started is success. Returns the
         token the workload acknowledges its checkpoint with, when the backend hands it one
-        (the caller keeps its hash), else None."""
+        (the caller keeps its hash), with the uids of what it made (`Launched`) where the
+        backend has them, else None."""
 
-    def launch_all(self, specs: Sequence[LaunchSpec]) -> list[str | None | Exception]:
+    def launch_all(self, specs: Sequence[LaunchSpec]) -> list[str | Launched | None | Exception]:
         """`launch` for each spec, up to `launch_concurrency` at once; one outcome per spec,
-        in order: its token, None, or the exception its launch raised (one job's bad launch
+        in order: what its launch returned, or the exception it raised (one job's bad launch
         must not stop the rest). A backend that can start many workloads in one request
         overrides this."""
 
-        def one(spec: LaunchSpec) -> str | None | Exception:
+        def one(spec: LaunchSpec) -> str | Launched | None | Exception:
             try:
                 return self.launch(spec)
             except Exception as exc:  # noqa: BLE001 - returned to the caller, per job

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,6 @@ from gpuqueue.cluster.manifests import (
     COMPLETION_INDEX_ANNOTATION,
     PLACEMENT_ANNOTATION,
     PLACEMENT_GATE,
-    attempt_of,
 )
 
 Obj = Mapping[str, Any]
@@ -108,30 +107,34 @@ def free_gpus(nodes: Iterable[Obj], pods: Iterable[Obj]) -> dict[str, dict[str, 
 
 
 def releases(
-    jobs: Iterable[Obj], pods: Iterable[Obj], nodes: Iterable[Obj]
+    jobs: Mapping[tuple[int, int], Obj],
+    gangs: Mapping[tuple[int, int], Sequence[Obj]],
+    pods: Iterable[Obj],
+    nodes: Iterable[Obj],
 ) -> tuple[list[Release], dict[tuple[int, int], str]]:
-    """(pods to release, {attempt: why its gang is held}).
+    """(pods to release, {attempt: why its gang is held}). `jobs` and `gangs`: the Jobs and
+    pods gpuqueue proved it made, by attempt (gpuqueue.cluster.proof.sort_out); `pods`: every
+    pod, whoever made it, for the room.
 
-    1. Room on every node, as `free_gpus` counts it.
-    2. Gated pods grouped by attempt; a gang whose Job is not yet fully created waits quietly.
+    1. Room on every node, as `free_gpus` counts it: every pod holds what it holds there, a
+       pod gpuqueue cannot prove it made too (it can never free room).
+    2. Gated pods of proven gangs, by attempt; a gang whose Job is not yet fully created waits
+       quietly. A pod nothing proves is never released, whatever its labels say.
     3. Gangs in job order: one whose every planned node has room is released whole and takes
        that room; any other is held, saying which node lacks how many GPUs.
     """
-    pods = list(pods)
     room = free_gpus(nodes, pods)  # 1.
     gated: dict[tuple[int, int], list[Obj]] = defaultdict(list)  # 2.
     existing: dict[tuple[int, int], int] = defaultdict(int)
-    for pod in pods:
-        key = attempt_of(pod)
-        if key is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
-            continue
-        existing[key] += 1
-        if is_gated(pod):
-            gated[key].append(pod)
+    for key, gang in gangs.items():
+        for pod in gang:
+            if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            existing[key] += 1
+            if is_gated(pod):
+                gated[key].append(pod)
     workers = {
-        key: int((job.get("spec") or {}).get("parallelism") or 0)
-        for job in jobs
-        if (key := attempt_of(job)) is not None
+        key: int((job.get("spec") or {}).get("parallelism") or 0) for key, job in jobs.items()
     }
     out: list[Release] = []
     held: dict[tuple[int, int], str] = {}

@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any
 
 from gpuqueue.cluster.base import NodeInfo
-from gpuqueue.cluster.manifests import attempt_of
 from gpuqueue.cluster.status import parse_time
 
 # Resource names that are GPUs: whole GPUs, MIG slices (`nvidia.com/mig-1g.10gb`) and time-sliced
@@ -79,14 +78,18 @@ def pod_gpus(pod: Mapping[str, Any]) -> dict[str, int]:
 
 
 def external_gpu_use(
-    pods: Iterable[Mapping[str, Any]], live: Collection[tuple[int, int]] | None = None
+    pods: Iterable[Mapping[str, Any]],
+    live: Collection[tuple[int, int]] | None = None,
+    ours: Mapping[tuple[str, str], tuple[int, int]] | None = None,
 ) -> dict[str, dict[str, int]]:
     """{node: {resource: GPUs}} held by unfinished pods that no live gpuqueue job accounts for.
 
-    That is every pod gpuqueue did not create (bound, or nominated to a node by preemption),
-    and gpuqueue's own pods that are terminating or belong to an attempt that is no longer
-    `live` (a requeued job's previous attempt holds its GPUs until its pods are gone). With
-    `live` None, gpuqueue's pods count only while terminating.
+    That is every pod gpuqueue cannot prove it made (bound, or nominated to a node by
+    preemption), whatever its labels say, and gpuqueue's own pods that are terminating or
+    belong to an attempt that is no longer `live` (a requeued job's previous attempt holds its
+    GPUs until its pods are gone). `ours`: the attempt of each pod gpuqueue proved it made,
+    by (namespace, name) (gpuqueue.cluster.proof.Ours.pod_keys). With `live` None, gpuqueue's
+    pods count only while terminating.
     """
     used: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for pod in pods:
@@ -94,7 +97,8 @@ def external_gpu_use(
         node = spec.get("nodeName") or status.get("nominatedNodeName")
         if not node or status.get("phase") in FINISHED_POD_PHASES:
             continue
-        key = attempt_of(pod)
+        meta = pod.get("metadata") or {}
+        key = (ours or {}).get((meta.get("namespace") or "", meta.get("name") or ""))
         terminating = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
         if key is not None and not terminating and (live is None or key in live):
             continue  # a live job's worker: the database's placement counts it
@@ -124,9 +128,10 @@ def inventory(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     live: Collection[tuple[int, int]] | None = None,
+    ours: Mapping[tuple[str, str], tuple[int, int]] | None = None,
 ) -> list[NodeInfo]:
     """Every node, GPU or not (a node without GPUs simply offers none), by name."""
-    used = external_gpu_use(pods, live)
+    used = external_gpu_use(pods, live, ours)
     infos = [node_info(n, used.get(n["metadata"]["name"], {})) for n in nodes]
     return sorted(infos, key=lambda info: info.name)
 

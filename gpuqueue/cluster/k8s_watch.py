@@ -21,7 +21,6 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from gpuqueue.cluster.base import ClusterError
-from gpuqueue.cluster.manifests import SELECTOR
 from gpuqueue.cluster.projection import projector
 
 if TYPE_CHECKING:
@@ -215,7 +214,7 @@ def jobs_watch(
         namespace=namespace,
         changed=changed,
         watch_seconds=watch_seconds,
-        label_selector=SELECTOR,
+        label_selector=backend.selector,  # this install's Jobs only
     )
 
 
@@ -258,6 +257,8 @@ def run_watcher(
     """Follow the cluster until `should_stop()`, calling `sync()` (one pass of the cluster
     sync, which reads the backend's live copy; it handles its own failures).
 
+    0. Claim every team namespace for this install (KubernetesBackend.claim): one that
+       belongs to another install raises, and the watcher does not start.
     1. Start list-then-watch threads for nodes and pods (cluster-wide) and for gpuqueue Jobs in
        each team namespace; wait until nodes and pods have listed and each Jobs watch has
        listed or failed once, then serve reads from the copy. Before every pass the copy is
@@ -269,11 +270,13 @@ def run_watcher(
     3. Then sync again as soon as anything changed, and at least every `sync_seconds` (the
        checkpoint deadline and the gang-ready timeout pass without any event).
     4. Every `resync_seconds`: re-list everything (against missed events) and pick up the
-       namespaces of new teams.
+       namespaces of new teams (claimed first: one another install owns is left out, and
+       said).
     """
     changed = threading.Event()
-    # 1.
+    # 0. and 1.
     namespaces = backend.namespaces()
+    backend.claim(namespaces)
     watches = start_watches(backend, changed, namespaces, watch_seconds)
     try:
         while not all(
@@ -300,6 +303,11 @@ def run_watcher(
                 for watch in watches.values():
                     watch.relist()
                 for namespace in sorted(set(backend.namespaces()) - set(namespaces)):
+                    try:
+                        backend.claim([namespace])
+                    except ClusterError as exc:
+                        log.error("namespace %s is left out: %s", namespace, exc)
+                        continue
                     namespaces.append(namespace)
                     watches[f"jobs/{namespace}"] = jobs_watch(
                         backend, namespace, changed, watch_seconds

@@ -4,6 +4,11 @@ Everything goes through the official `kubernetes` client. Objects are read as pl
 (`_preload_content=False`) and handed to the pure modules next to this one: `inventory` (nodes),
 `status` (workload phases) and `manifests` (what is created). The watcher (`k8s_watch`) keeps a
 live copy of nodes, pods and Jobs; without it every read lists from the API.
+
+What the backend believes comes only from objects it proves it made (`proof`, against the
+records the database keeps: `records`), in namespaces this install claimed (`claim`): a marker
+ConfigMap in each team namespace names the install that owns it, and a second install on the
+same namespaces refuses to start.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import json
 import logging
 import secrets
 from collections import defaultdict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,13 +28,16 @@ from django.utils import timezone
 from kubernetes import client
 
 from gpuqueue.cluster import manifests as mf
+from gpuqueue.cluster import proof
 from gpuqueue.cluster.base import (
     ClusterBackend,
     ClusterError,
+    Launched,
     LaunchSpec,
     LogNotFound,
     LogQuery,
     NodeInfo,
+    Squatted,
     WorkerLog,
     WorkloadStatus,
 )
@@ -38,6 +46,8 @@ from gpuqueue.cluster.inventory import inventory, not_ready_since
 from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound
 from gpuqueue.cluster.k8s_watch import Store, run_watcher, without_managed_fields
 from gpuqueue.cluster.projection import projector
+from gpuqueue.cluster.proof import Ours, Record, sort_out
+from gpuqueue.cluster.records import recorded, this_install
 from gpuqueue.cluster.status import parse_time, workload_statuses
 
 log = logging.getLogger(__name__)
@@ -59,6 +69,19 @@ def _token_in(secret: Obj) -> str | None:
     return (secret.get("stringData") or {}).get(mf.TOKEN_KEY)
 
 
+def _uid(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _squatted(kind: str, namespace: str, name: str) -> str:
+    return (
+        f"{kind} {namespace}/{name} already exists and is not gpuqueue's: it carries neither"
+        " the proof gpuqueue puts on what it makes nor a uid gpuqueue recorded. Someone with"
+        f" access to {namespace} made it under the name of this attempt; gpuqueue neither"
+        " adopts nor deletes it, and the next attempt uses another name"
+    )
+
+
 def team_namespaces() -> list[str]:
     """Where gpuqueue's Jobs live: one namespace per team (the RBAC of deploy/ grants Jobs,
     Services and Secrets there only)."""
@@ -67,10 +90,15 @@ def team_namespaces() -> list[str]:
     return sorted(set(Team.objects.values_list("namespace", flat=True)))
 
 
-def job_namespace(job_id: int) -> str | None:
-    from gpuqueue.models import Job
+# The marker in each team namespace that names the install owning it (`claim`).
+MARKER = "gpuqueue-install"
 
-    return Job.objects.filter(pk=job_id).values_list("team__namespace", flat=True).first()
+
+class Claimed(ClusterError):
+    """A team namespace belongs to another gpuqueue install."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=False)
 
 
 class KubernetesBackend(ClusterBackend):
@@ -89,6 +117,9 @@ class KubernetesBackend(ClusterBackend):
         node_lost_grace_seconds: float = 300.0,
         concurrency: int = 16,
         page_size: int = 500,
+        instance: str = "gpuqueue",
+        install: str = "",
+        records: Callable[[Collection[int], str], Mapping[Key, Record]] = recorded,
     ) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
@@ -106,16 +137,25 @@ class KubernetesBackend(ClusterBackend):
         self.concurrency = self.launch_concurrency = concurrency
         self.page_size = page_size
         self._not_ready: dict[str, datetime | None] | None = None
-        self._pods_seen: list[Obj] | None = None
+        # The pods and what of them is ours, listed by list_nodes() for observe() in the same
+        # pass (without the watcher).
+        self._seen: tuple[list[Obj], Ours] | None = None
         self._nodes_seen: list[Obj] = []
-        # The nodes, pods and Jobs the last observe() read, for release_gangs() in the same pass.
-        self._observed: tuple[list[Obj], list[Obj], list[Obj]] | None = None
+        # The nodes, pods and what is ours the last observe() read, for release_gangs().
+        self._observed: tuple[list[Obj], list[Obj], Ours] | None = None
         self._held: dict[Key, str] = {}
         self._unseen: frozenset[str] = frozenset()
         self._refused: dict[Key, str] = {}
         self._refusals_checked: dict[str, datetime] = {}
-        self._namespace_of: dict[tuple[int, int], str] = {}
         self._first_seen: dict[tuple[int, int], datetime] = {}
+        # Who this install is: the label on everything it makes and in every selector, and the
+        # uid of its database, which the marker in each team namespace names (`claim`).
+        self.instance = instance
+        self.install = install
+        self.selector = mf.selector(instance)
+        self.records = records
+        self._claimed: set[str] = set()
+        self._unproven_told: set[str] = set()  # uids of unproven Jobs already logged
 
     @classmethod
     def from_settings(cls) -> KubernetesBackend:
@@ -124,6 +164,7 @@ class KubernetesBackend(ClusterBackend):
 
         from gpuqueue.core.cluster_health import record_cluster
 
+        install = this_install(settings.GPUQUEUE_INSTANCE)
         configuration = client.Configuration()
         if settings.GPUQUEUE_K8S_KUBECONFIG:
             config.load_kube_config(
@@ -151,6 +192,8 @@ class KubernetesBackend(ClusterBackend):
             timeout_seconds=settings.GPUQUEUE_K8S_API_TIMEOUT_SECONDS,
             image_pull_timeout_seconds=settings.GPUQUEUE_K8S_IMAGE_PULL_TIMEOUT_SECONDS,
             node_lost_grace_seconds=settings.GPUQUEUE_NODE_LOST_GRACE_SECONDS,
+            instance=install.instance,
+            install=str(install.uid),
         )
 
     # Reading -----------------------------------------------------------------------------
@@ -200,25 +243,55 @@ class KubernetesBackend(ClusterBackend):
         )
 
     def list_raw_jobs(self, namespace: str) -> Obj:
+        """This install's Jobs in a team namespace (its instance label in the selector)."""
         return self._list(
             f"list jobs in {namespace}",
             self.batch.list_namespaced_job,
             namespace,
-            label_selector=mf.SELECTOR,
+            label_selector=self.selector,
             shape=projector("jobs"),
         )
 
-    def _current(self) -> tuple[list[Obj], list[Obj], list[Obj] | None]:
-        """Nodes, pods and gpuqueue Jobs (None when only nodes and pods were needed)."""
+    def _list_jobs(self) -> tuple[list[Obj], frozenset[str]]:
+        """This install's Jobs in every team namespace, and the namespaces that cannot be
+        read (403: no RoleBinding there); the API away raises."""
+        jobs: list[Obj] = []
+        unseen: set[str] = set()
+        for namespace in self.namespaces():
+            try:
+                jobs += self.list_raw_jobs(namespace)["items"]
+            except ClusterError as exc:
+                if exc.transient:
+                    raise  # the API is away: the whole pass waits for it
+                log.warning("jobs in %s cannot be read: %s", namespace, exc)
+                self.call.on_health(False, str(exc))
+                unseen.add(namespace)
+        return jobs, frozenset(unseen)
+
+    def _current(self) -> tuple[list[Obj], list[Obj], list[Obj]]:
+        """Nodes, pods and this install's Jobs: the watcher's copy while it is live, else
+        listed now. Sets the team namespaces whose Jobs cannot be seen."""
         if self.store.live:
+            self._unseen = self.store.unseen
             return self.store.items("nodes"), self.store.items("pods"), self.store.items("jobs")
-        return self.list_raw_nodes()["items"], self.list_raw_pods()["items"], None
+        jobs, self._unseen = self._list_jobs()
+        return self.list_raw_nodes()["items"], self.list_raw_pods()["items"], jobs
+
+    def _ours(self, jobs: list[Obj], pods: list[Obj]) -> Ours:
+        """The Jobs and pods this install proves it made, against the database's records of
+        the attempts their labels name (labels only say which records to read)."""
+        job_ids = {key[0] for job in jobs if (key := mf.attempt_of(job)) is not None}
+        return sort_out(jobs, pods, self.records(job_ids, self.instance))
 
     def list_nodes(self, live: Collection[tuple[int, int]] | None = None) -> list[NodeInfo]:
-        nodes, pods, _ = self._current()
+        """Every node; GPUs held by pods this install cannot prove it made count as used by
+        others, whatever their labels say."""
+        nodes, pods, jobs = self._current()
         self._remember_nodes(nodes)
-        self._pods_seen = pods  # observe() in the same pass needs them too
-        return inventory(nodes, pods, live)
+        ours = self._ours(jobs, pods)
+        if not self.store.live:
+            self._seen = (pods, ours)  # observe() in the same pass needs them too
+        return inventory(nodes, pods, live, ours.pod_keys)
 
     def _remember_nodes(self, nodes: list[Obj]) -> None:
         self._nodes_seen = nodes
@@ -229,39 +302,36 @@ class KubernetesBackend(ClusterBackend):
         self._not_ready = {n["metadata"]["name"]: not_ready_since(n) for n in nodes}
 
     def observe(self) -> list[WorkloadStatus]:
-        """The phase of every gpuqueue workload. A gang whose pods the API refused (FailedCreate
-        events of its Job) or that release_gangs() held back is a failed start."""
-        if self.store.live:
+        """The phase of every workload this install proves it made (gpuqueue.cluster.proof):
+        anything else labelled as gpuqueue's is ignored, and said once. A gang whose pods the
+        API refused (FailedCreate events of its Job) or that release_gangs() held back is a
+        failed start."""
+        if self.store.live or self._seen is None or self._not_ready is None:
+            # sync_cluster lists just before (list_nodes); otherwise read now.
             nodes, pods, jobs = self._current()
-            assert jobs is not None
             self._remember_nodes(nodes)
-            self._unseen = self.store.unseen
+            ours = self._ours(jobs, pods)
         else:
-            # sync_cluster lists nodes (and so pods) just before; otherwise list them now.
-            if self._pods_seen is None or self._not_ready is None:
-                self.list_nodes()
-            pods, self._pods_seen = self._pods_seen or [], None
-            jobs, unseen = [], set()
-            for namespace in self.namespaces():
-                try:
-                    jobs += self.list_raw_jobs(namespace)["items"]
-                except ClusterError as exc:
-                    if exc.transient:
-                        raise  # the API is away: the whole pass waits for it
-                    log.warning("jobs in %s cannot be read: %s", namespace, exc)
-                    self.call.on_health(False, str(exc))
-                    unseen.add(namespace)
-            self._unseen = frozenset(unseen)
+            (pods, ours), self._seen = self._seen, None
+        for job, why in ours.unproven:
+            meta = job.get("metadata") or {}
+            if (uid := str(meta.get("uid") or "")) not in self._unproven_told:
+                self._unproven_told.add(uid)
+                log.warning(
+                    "Job %s/%s is labelled as gpuqueue's but is not this install's: %s; it is"
+                    " ignored, and gpuqueue will not delete it",
+                    meta.get("namespace"),
+                    meta.get("name"),
+                    why,
+                )
         now = self.clock()
-        for job in jobs:
-            if (key := mf.attempt_of(job)) is not None:
-                self._namespace_of[key] = job["metadata"].get("namespace", "")
-                self._first_seen.setdefault(key, now)
-        self._observed = (self._nodes_seen, pods, jobs)
-        problems = {**self._refusals(jobs, pods, now), **self._held}
+        for key in ours.jobs:
+            self._first_seen.setdefault(key, now)
+        self._observed = (self._nodes_seen, pods, ours)
+        problems = {**self._refusals(ours, now), **self._held}
         return workload_statuses(
-            jobs,
-            pods,
+            ours.jobs,
+            ours.pods,
             self._not_ready or {},
             now,
             self.pull_timeout,
@@ -273,22 +343,17 @@ class KubernetesBackend(ClusterBackend):
     def unseen_namespaces(self) -> Collection[str]:
         return self._unseen
 
-    def _refusals(self, jobs: list[Obj], pods: list[Obj], now: datetime) -> dict[Key, str]:
+    def _refusals(self, ours: Ours, now: datetime) -> dict[Key, str]:
         """Why the API refused the pods of Jobs that still lack some after REFUSAL_CHECK: the
         Job controller's FailedCreate events (a ResourceQuota, Pod Security, a webhook). One
         LIST of those events per namespace that has such a Job, at most every REFUSAL_CHECK."""
-        have: dict[Key, int] = defaultdict(int)
-        for pod in pods:
-            if (key := mf.attempt_of(pod)) is not None:
-                have[key] += 1
         short: dict[str, dict[str, Key]] = defaultdict(dict)  # namespace -> {job uid: attempt}
-        for job in jobs:
-            key, meta = mf.attempt_of(job), job.get("metadata") or {}
+        for key, job in ours.jobs.items():
+            meta = job.get("metadata") or {}
             created = parse_time(meta.get("creationTimestamp")) or now
             workers = int((job.get("spec") or {}).get("parallelism") or 0)
             if (
-                key is not None
-                and have[key] < workers
+                len(ours.pods.get(key, ())) < workers
                 and now - created >= REFUSAL_CHECK
                 and not meta.get("deletionTimestamp")
             ):
@@ -325,12 +390,12 @@ class KubernetesBackend(ClusterBackend):
         for the next observe(). Returns how many pods were released."""
         if self.store.live:
             nodes, pods, jobs = self._current()
-            assert jobs is not None
+            ours = self._ours(jobs, pods)
         elif self._observed is not None:
-            nodes, pods, jobs = self._observed
+            nodes, pods, ours = self._observed
         else:
             return 0
-        out, self._held = releases(jobs, pods, nodes)
+        out, self._held = releases(ours.jobs, ours.pods, pods, nodes)
         for why in self._held.values():
             log.info("gang held back: %s", why)
 
@@ -356,29 +421,88 @@ class KubernetesBackend(ClusterBackend):
 
     # Writing -----------------------------------------------------------------------------
 
-    def launch(self, spec: LaunchSpec) -> str | None:
-        """Create the attempt's Secret, then its Service and Job owned by the Secret; anything
-        already there is adopted, so launching twice is harmless, and a launch cut short is
-        completed by the next sync (no Job yet: it launches again). Returns the token in the
-        Secret. Safe to call from several threads at once.
+    def claim(self, namespaces: Collection[str], *, strict: bool = False) -> None:
+        """Make sure this install owns each team namespace. The marker ConfigMap MARKER there
+        names the install that owns it (its instance and the uid of its database): absent, it
+        is created naming this install; naming another, Claimed is raised, saying which and
+        why. A namespace that cannot be claimed for another reason (missing, or no
+        RoleBinding there) stays unclaimed: logged, or raised when `strict` (a launch there).
+        Claims are remembered for the process's life."""
+        for namespace in sorted(set(namespaces) - self._claimed):
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": MARKER,
+                    "namespace": namespace,
+                    "labels": {
+                        mf.MANAGED_BY: mf.MANAGED_BY_VALUE,
+                        mf.LABEL_INSTANCE: self.instance,
+                    },
+                },
+                "data": {"instance": self.instance, "install": self.install},
+            }
+            try:
+                try:
+                    self._create(
+                        "configmap", self.core.create_namespaced_config_map, namespace, body
+                    )
+                except Conflict:
+                    marker = self._read(
+                        "configmap", self.core.read_namespaced_config_map, namespace, MARKER
+                    )
+                    data = marker.get("data") or {}
+                    theirs = (str(data.get("instance", "")), str(data.get("install", "")))
+                    if theirs != (self.instance, self.install):
+                        raise Claimed(
+                            f"namespace {namespace} belongs to another gpuqueue install: its"
+                            f" marker ConfigMap {namespace}/{MARKER} names instance"
+                            f" {theirs[0]!r} (database {theirs[1] or 'unnamed'}), and this"
+                            f" install is {self.instance!r} (database"
+                            f" {self.install or 'unnamed'}). Two installs on one namespace"
+                            " would read each other's workloads and delete each other's gangs"
+                            " as orphans, so this one refuses. Give each install its own team"
+                            " namespaces; if the other install is gone for good, delete that"
+                            " ConfigMap."
+                        ) from None
+            except Claimed:
+                raise
+            except ClusterError as exc:
+                if exc.transient or strict:
+                    raise
+                log.warning("namespace %s is not claimed for this install yet: %s", namespace, exc)
+                continue
+            self._claimed.add(namespace)
 
-        1. Name the planned nodes by their hostname label, for the plan the pods carry.
-        2. The token Secret: a new token, or the one an earlier launch already stored there
-           (returned either way, for the caller to keep its hash). It owns the other two, so
-           deleting it removes everything of the attempt.
+    def launch(self, spec: LaunchSpec) -> Launched:
+        """Create the attempt's Secret, then its Service and Job owned by the Secret; what is
+        already there is adopted only if it carries the attempt's proof, so launching twice is
+        harmless, and a launch cut short is completed by the next sync (no Job yet: it
+        launches again). Returns the token in the Secret and the uids of the Secret and the
+        Job, for the caller to record. Safe to call from several threads at once.
+
+        1. The namespace must be this install's (`claim`); name the planned nodes by their
+           hostname label, for the plan the pods carry.
+        2. The token Secret: a new token, or the one an earlier launch of this attempt stored
+           there (returned either way, for the caller to keep its hash). It owns the other
+           two, so deleting it removes everything of the attempt.
         3. The headless Service, then the Indexed Job, whose pods wait behind the placement
-           gate until the watcher releases the gang (release_gangs). A Job the API refuses
-           takes its Secret and Service with it.
+           gate until the watcher releases the gang (release_gangs).
+        4. Anything under the attempt's names that is not gpuqueue's (no proof: someone made
+           it to be adopted) is neither adopted nor deleted: Squatted, a failed start. What
+           this launch made goes, as it does when the API refuses the Job.
         """
         key = (spec.job_id, spec.attempt)
-        self._namespace_of[key] = spec.namespace
-        self._first_seen.setdefault(key, self.clock())
         # 1.
+        self.claim([spec.namespace], strict=True)
+        self._first_seen.setdefault(key, self.clock())
         if any(n not in self._hostnames for n in spec.placement):
             self._remember_nodes(self.list_raw_nodes()["items"])
         hostnames = {n: self._hostnames.get(n, n) for n in spec.placement}
+        record = Record(namespace=spec.namespace, proof=spec.proof)
         # 2.
         token = f"gqj_{spec.job_id}_{secrets.token_urlsafe(32)}"
+        name = mf.token_secret_name(*key)
         try:
             owner = self._create(
                 "secret",
@@ -387,45 +511,96 @@ class KubernetesBackend(ClusterBackend):
                 mf.secret_manifest(spec, token),
             )
         except Conflict:
-            owner = self._read_secret(spec)
+            owner = self._read("secret", self.core.read_namespaced_secret, spec.namespace, name)
+            if not proof.is_our_secret(owner, key, record):  # 4.
+                raise Squatted(_squatted("Secret", spec.namespace, name)) from None
             token = _token_in(owner) or token
+        secret_uid = str((owner.get("metadata") or {}).get("uid") or "")
         # 3.
-        for kind, fn, body in (
-            ("service", self.core.create_namespaced_service, mf.service_manifest(spec, owner)),
-            (
-                "job",
-                self.batch.create_namespaced_job,
-                mf.job_manifest(spec, self.options, hostnames, owner),
-            ),
-        ):
-            try:
-                self._create(kind, fn, spec.namespace, body)
-            except Conflict:
-                log.info("%s %s/%s exists: adopted", kind, spec.namespace, body["metadata"]["name"])
-            except ClusterError as exc:
-                if not exc.transient:
-                    self.stop(spec.job_id, spec.attempt)
-                raise
-        return token
+        name = mf.workload_name(*key)
+        made: dict[str, str] = {}
+        try:
+            for kind, create, read, body, ours in (
+                (
+                    "service",
+                    self.core.create_namespaced_service,
+                    self.core.read_namespaced_service,
+                    mf.service_manifest(spec, owner),
+                    lambda obj: proof.is_our_service(obj, key, record, secret_uid),
+                ),
+                (
+                    "job",
+                    self.batch.create_namespaced_job,
+                    self.batch.read_namespaced_job,
+                    mf.job_manifest(spec, self.options, hostnames, owner),
+                    lambda obj: proof.is_our_job(obj, key, record, secret_uid),
+                ),
+            ):
+                try:
+                    obj = self._create(kind, create, spec.namespace, body)
+                except Conflict:
+                    obj = self._read(kind, read, spec.namespace, name)
+                    if not ours(obj):  # 4.
+                        raise Squatted(_squatted(kind.title(), spec.namespace, name)) from None
+                    log.info(
+                        "%s %s/%s exists and carries its proof: adopted", kind, spec.namespace, name
+                    )
+                made[kind] = str((obj.get("metadata") or {}).get("uid") or "")
+        except ClusterError as exc:
+            if not exc.transient:
+                self._delete(
+                    "secret",
+                    self.core.delete_namespaced_secret,
+                    spec.namespace,
+                    mf.token_secret_name(*key),
+                    secret_uid,
+                )
+            raise
+        return Launched(token=token, secret_uid=secret_uid, job_uid=made.get("job", ""))
 
-    def _read_secret(self, spec: LaunchSpec) -> Obj:
-        """The attempt's Secret, which a create just found (409); gone meanwhile (deleted
-        between the two calls) is transient: the next sync launches again."""
-        name = mf.token_secret_name(spec.job_id, spec.attempt)
+    def _read(self, kind: str, fn: Callable[..., Any], namespace: str, name: str) -> Obj:
+        """An object a create just found (409); gone meanwhile (deleted between the two calls)
+        is transient: the next sync launches again."""
+        obj = self._get(kind, fn, namespace, name)
+        if obj is None:
+            raise ClusterError(f"{kind} {namespace}/{name} was deleted meanwhile", transient=True)
+        return obj
+
+    def _get(self, kind: str, fn: Callable[..., Any], namespace: str, name: str) -> Obj | None:
+        """One object, or None when it does not exist."""
         try:
             response = self.call(
-                f"read secret {spec.namespace}/{name}",
-                self.core.read_namespaced_secret,
+                f"read {kind} {namespace}/{name}",
+                fn,
                 name,
-                spec.namespace,
+                namespace,
                 _preload_content=False,
                 _request_timeout=self.timeout,
             )
-        except NotFound as exc:
-            raise ClusterError(
-                f"read secret {spec.namespace}/{name}: {exc}", transient=True
-            ) from exc
+        except NotFound:
+            return None
         return _json(response)
+
+    def _delete(
+        self, kind: str, fn: Callable[..., Any], namespace: str, name: str, uid: str
+    ) -> None:
+        """Delete the object of that name only if it still is the one with `uid` (a
+        precondition the API checks): gone, or replaced meanwhile, is left alone."""
+        if not uid:
+            return
+        body = client.V1DeleteOptions(
+            propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid)
+        )
+        with contextlib.suppress(NotFound, Conflict):
+            self.call(
+                f"delete {kind} {namespace}/{name}",
+                fn,
+                name,
+                namespace,
+                body=body,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
 
     def _create(self, kind: str, fn: Callable[..., Any], namespace: str, body: Obj) -> Obj:
         """Create one object; returns it as the API stored it."""
@@ -469,17 +644,29 @@ class KubernetesBackend(ClusterBackend):
                 continue  # the pod went away meanwhile: nothing left to ask
 
     def _pods_of(self, job_id: int, attempt: int, call: Caller | None = None) -> list[Obj]:
+        """The attempt's pods that gpuqueue proves it made (their controller is the attempt's
+        Job, in the namespace recorded for it)."""
+        key = (job_id, attempt)
         if self.store.live:
-            pods = self.store.items("pods")
-        else:
-            pods = self._list(
-                "list pods",
-                self.core.list_pod_for_all_namespaces,
-                label_selector=mf.attempt_selector(job_id, attempt),
-                call=call,
-                shape=projector("pods"),
-            )["items"]
-        return [p for p in pods if mf.attempt_of(p) == (job_id, attempt)]
+            ours = self._ours(self.store.items("jobs"), self.store.items("pods"))
+            return list(ours.pods.get(key, ()))
+        record = self.records([job_id], self.instance).get(key)
+        if record is None:
+            return []
+        job = self._get(
+            "job", self.batch.read_namespaced_job, record.namespace, mf.workload_name(*key)
+        )
+        if job is None:
+            return []
+        pods = self._list(
+            f"list pods in {record.namespace}",
+            self.core.list_namespaced_pod,
+            record.namespace,
+            label_selector=mf.attempt_selector(job_id, attempt, self.instance),
+            call=call,
+            shape=projector("pods"),
+        )["items"]
+        return list(sort_out([job], pods, {key: record}).pods.get(key, ()))
 
     def read_log(self, job_id: int, attempt: int, worker: int, query: LogQuery) -> WorkerLog:
         """The worker container's log in the pod of completion index `worker` (the newest such
@@ -516,31 +703,46 @@ class KubernetesBackend(ClusterBackend):
         )
 
     def stop(self, job_id: int, attempt: int) -> None:
-        """Delete the Job (its pods get SIGTERM and their grace period), the Service and the
-        Secret; whatever is already gone is fine."""
+        """Delete the attempt's Job (its pods get SIGTERM and their grace period), Service and
+        Secret, each only if gpuqueue proves it made it (in the namespace recorded for the
+        attempt, with the uid recorded, or the attempt's proof) and only while it still is
+        that object (a uid precondition). Whatever is gone is fine; whatever is not
+        gpuqueue's is left alone, and said."""
         key = (job_id, attempt)
-        namespace = self._namespace_of.get(key) or job_namespace(job_id)
-        if not namespace:
-            log.warning("stop of job %s: its namespace is unknown", job_id)
-            return
-        name = mf.workload_name(job_id, attempt)
-        body = client.V1DeleteOptions(propagation_policy="Background")
-        for kind, fn, obj_name in (
-            ("job", self.batch.delete_namespaced_job, name),
-            ("service", self.core.delete_namespaced_service, name),
-            ("secret", self.core.delete_namespaced_secret, mf.token_secret_name(job_id, attempt)),
-        ):
-            with contextlib.suppress(NotFound):
-                self.call(
-                    f"delete {kind} {namespace}/{obj_name}",
-                    fn,
-                    obj_name,
-                    namespace,
-                    body=body,
-                    _preload_content=False,
-                    _request_timeout=self.timeout,
-                )
         self._first_seen.pop(key, None)
+        record = self.records([job_id], self.instance).get(key)
+        if record is None:
+            log.warning(
+                "stop of attempt %s of job %s: the database has no record of launching it;"
+                " nothing is deleted",
+                attempt,
+                job_id,
+            )
+            return
+        namespace, name = record.namespace, mf.workload_name(*key)
+        secret_name = mf.token_secret_name(*key)
+        secret = self._get("secret", self.core.read_namespaced_secret, namespace, secret_name)
+        if secret is not None and not proof.is_our_secret(secret, key, record):
+            log.warning("secret %s/%s is not gpuqueue's: left alone", namespace, secret_name)
+            secret = None
+        secret_uid = record.secret_uid or str(
+            ((secret or {}).get("metadata") or {}).get("uid") or ""
+        )
+        job = self._get("job", self.batch.read_namespaced_job, namespace, name)
+        if job is not None and proof.is_our_job(job, key, record, secret_uid):
+            self._delete("job", self.batch.delete_namespaced_job, namespace, name, _uid(job))
+        elif job is not None:
+            log.warning("job %s/%s is not gpuqueue's: left alone", namespace, name)
+        if secret_uid:
+            service = self._get("service", self.core.read_namespaced_service, namespace, name)
+            if service is not None and proof.is_our_service(service, key, record, secret_uid):
+                self._delete(
+                    "service", self.core.delete_namespaced_service, namespace, name, _uid(service)
+                )
+        if secret is not None:
+            self._delete(
+                "secret", self.core.delete_namespaced_secret, namespace, secret_name, _uid(secret)
+            )
 
     # Watching ----------------------------------------------------------------------------
 

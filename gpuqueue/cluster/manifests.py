@@ -22,7 +22,14 @@ MANAGED_BY_VALUE = "gpuqueue"
 LABEL_JOB_ID = "gpuqueue.dev/job-id"
 LABEL_ATTEMPT = "gpuqueue.dev/attempt"
 LABEL_TEAM = "gpuqueue.dev/team"
+# The install that made the object (GPUQUEUE_INSTANCE): in every selector, so that two installs
+# never list each other's objects.
+LABEL_INSTANCE = "gpuqueue.dev/instance"
 SELECTOR = f"{MANAGED_BY}={MANAGED_BY_VALUE}"
+# An HMAC, keyed by a secret of the install, over what identifies the attempt (namespace, job,
+# attempt, instance and the nonce its WorkloadRecord keeps): labels are hints anyone can write,
+# this is what a relaunch checks before adopting an object it finds (gpuqueue.cluster.proof).
+PROOF_ANNOTATION = "gpuqueue.dev/proof"
 
 # The checkpoint protocol: the deadline (RFC 3339) is written as a pod annotation and reaches the
 # workload through a downward-API file of the pod's annotations.
@@ -37,13 +44,6 @@ COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 PLACEMENT_GATE = "gpuqueue.dev/placement"
 PLACEMENT_ANNOTATION = "gpuqueue.dev/placement"
 
-
-@dataclass(frozen=True, slots=True)
-class ClusterOptions:
-    """What the manifests need beyond the job itself (from settings)."""
-
-    gpu_taint: str = "nvidia.com/gpu"
-    master_port: int = 29500
 # Variables by which the NVIDIA container stack (nvidia-container-runtime and its hook, or the
 # runtime's CDI mode) chooses the devices a container gets. Kubelet puts a device plugin's
 # Allocate variables before the container's own `env` and `envFrom`, and the runtime keeps the
@@ -82,6 +82,13 @@ RESERVED_DEVICE_ENV = frozenset(
 # CAP_SYS_ADMIN, which every worker drops.
 PINNED_DEVICE_ENV: Mapping[str, str] = {"NVIDIA_VISIBLE_DEVICES": "void"}
 
+
+@dataclass(frozen=True, slots=True)
+class ClusterOptions:
+    """What the manifests need beyond the job itself (from settings)."""
+
+    gpu_taint: str = "nvidia.com/gpu"
+    master_port: int = 29500
     public_url: str = "http://gpuqueue-web.gpuqueue.svc:8000"
 
 
@@ -96,16 +103,28 @@ def token_secret_name(job_id: int, attempt: int) -> str:
 
 
 def owner_labels(spec: LaunchSpec) -> dict[str, str]:
-    return {
+    labels = {
         MANAGED_BY: MANAGED_BY_VALUE,
         LABEL_JOB_ID: str(spec.job_id),
         LABEL_ATTEMPT: str(spec.attempt),
         LABEL_TEAM: spec.team,
     }
+    if spec.instance:
+        labels[LABEL_INSTANCE] = spec.instance
+    return labels
 
 
-def attempt_selector(job_id: int, attempt: int) -> str:
-    return f"{SELECTOR},{LABEL_JOB_ID}={job_id},{LABEL_ATTEMPT}={attempt}"
+def selector(instance: str = "") -> str:
+    """What lists and watches of gpuqueue's objects select: this install's only."""
+    return f"{SELECTOR},{LABEL_INSTANCE}={instance}" if instance else SELECTOR
+
+
+def attempt_selector(job_id: int, attempt: int, instance: str = "") -> str:
+    return f"{selector(instance)},{LABEL_JOB_ID}={job_id},{LABEL_ATTEMPT}={attempt}"
+
+
+def proof_annotations(spec: LaunchSpec) -> dict[str, str]:
+    return {PROOF_ANNOTATION: spec.proof} if spec.proof else {}
 
 
 def _metadata(
@@ -116,6 +135,8 @@ def _metadata(
         "namespace": spec.namespace,
         "labels": owner_labels(spec),
     }
+    if annotations := proof_annotations(spec):
+        metadata["annotations"] = annotations
     if owner is not None and (reference := owner_reference(owner)):
         metadata["ownerReferences"] = [reference]
     return metadata
@@ -290,11 +311,28 @@ def job_manifest(
         "name": name,
         "namespace": spec.namespace,
         "labels": labels,
-        "annotations": {"gpuqueue.dev/job-name": spec.name},
+        "annotations": {"gpuqueue.dev/job-name": spec.name, **proof_annotations(spec)},
     }
     if owner is not None and (reference := owner_reference(owner)):
         metadata["ownerReferences"] = [reference]
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+def _pod_security_context(spec: LaunchSpec) -> dict[str, Any]:
+    """Pod Security "restricted" by default, which a team namespace may enforce: non-root and
+    the runtime's seccomp profile (each container also drops every capability and privilege
+    escalation). The flavor's profile sets the ids; with root allowed runAsNonRoot is left out,
+    which "baseline" admits and "restricted" refuses when the Job controller creates the pods."""
+    context: dict[str, Any] = {} if spec.allow_root else {"runAsNonRoot": True}
+    for key, value in (
+        ("runAsUser", spec.run_as_user),
+        ("runAsGroup", spec.run_as_group),
+        ("fsGroup", spec.fs_group),
+    ):
+        if value is not None:
+            context[key] = int(value)
+    context["seccompProfile"] = {"type": "RuntimeDefault"}
+    return context
 
 
 def _volume_name(index: int) -> str:
@@ -318,23 +356,6 @@ def _resources(spec: LaunchSpec) -> dict[str, dict[str, str]]:
     requests the pod is Guaranteed QoS, the last evicted."""
     gpus = str(spec.gpus_per_worker)
     requests = {spec.resource_name: gpus}
-def _pod_security_context(spec: LaunchSpec) -> dict[str, Any]:
-    """Pod Security "restricted" by default, which a team namespace may enforce: non-root and
-    the runtime's seccomp profile (each container also drops every capability and privilege
-    escalation). The flavor's profile sets the ids; with root allowed runAsNonRoot is left out,
-    which "baseline" admits and "restricted" refuses when the Job controller creates the pods."""
-    context: dict[str, Any] = {} if spec.allow_root else {"runAsNonRoot": True}
-    for key, value in (
-        ("runAsUser", spec.run_as_user),
-        ("runAsGroup", spec.run_as_group),
-        ("fsGroup", spec.fs_group),
-    ):
-        if value is not None:
-            context[key] = int(value)
-    context["seccompProfile"] = {"type": "RuntimeDefault"}
-    return context
-
-
     limits = {spec.resource_name: gpus}
     if spec.cpu_millicores:
         requests["cpu"] = f"{spec.cpu_millicores}m"
@@ -403,6 +424,8 @@ def _env(spec: LaunchSpec, options: ClusterOptions, name: str) -> list[dict[str,
             }
         },
     }
+    ours.update({key: {"value": value} for key, value in PINNED_DEVICE_ENV.items()})
+    # A job written before a name was reserved may still carry it: dropped, never passed on.
     env = [
         {"name": str(key), "value": str(value)}
         for key, value in sorted(spec.env.items())
@@ -440,5 +463,3 @@ def attempt_of(obj: Mapping[str, Any]) -> tuple[int, int] | None:
     if not (job_id.isdigit() and attempt.isdigit()):
         return None
     return int(job_id), int(attempt)
-    ours.update({key: {"value": value} for key, value in PINNED_DEVICE_ENV.items()})
-    # A job written before a name was reserved may still carry it: dropped, never passed on.

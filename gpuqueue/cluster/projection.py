@@ -21,9 +21,11 @@ from gpuqueue.cluster.manifests import (
     CHECKPOINT_ANNOTATION,
     COMPLETION_INDEX_ANNOTATION,
     LABEL_ATTEMPT,
+    LABEL_INSTANCE,
     LABEL_JOB_ID,
     MANAGED_BY,
     PLACEMENT_ANNOTATION,
+    PROOF_ANNOTATION,
 )
 
 Obj = dict[str, Any]
@@ -31,7 +33,14 @@ ALL: Final = True  # keep this value whole
 Shape = Mapping[str, Any]  # str -> ALL | Shape
 
 # The labels by which attempt_of() recognises gpuqueue's pods and Jobs.
-GPUQUEUE_LABELS: Shape = {MANAGED_BY: ALL, LABEL_JOB_ID: ALL, LABEL_ATTEMPT: ALL}
+GPUQUEUE_LABELS: Shape = {
+    MANAGED_BY: ALL,
+    LABEL_JOB_ID: ALL,
+    LABEL_ATTEMPT: ALL,
+    LABEL_INSTANCE: ALL,
+}
+# Who owns an object: how gpuqueue.cluster.proof tells its own pods and Jobs from lookalikes.
+OWNER_REFERENCES: Shape = {"kind": ALL, "name": ALL, "uid": ALL, "controller": ALL}
 CONDITION: Shape = {"type": ALL, "status": ALL, "reason": ALL, "message": ALL}
 
 NODE: Shape = {
@@ -48,6 +57,7 @@ POD: Shape = {
         "name": ALL,
         "namespace": ALL,
         "labels": GPUQUEUE_LABELS,
+        "ownerReferences": OWNER_REFERENCES,
         "annotations": {
             COMPLETION_INDEX_ANNOTATION: ALL,
             PLACEMENT_ANNOTATION: ALL,
@@ -86,6 +96,8 @@ JOB: Shape = {
         "namespace": ALL,
         "uid": ALL,
         "labels": GPUQUEUE_LABELS,
+        "annotations": {PROOF_ANNOTATION: ALL},
+        "ownerReferences": OWNER_REFERENCES,
         "creationTimestamp": ALL,
         "deletionTimestamp": ALL,
     },

@@ -5,7 +5,6 @@ Input is the API's JSON (dicts); `now` is passed in. No I/O here.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -139,10 +138,12 @@ def workload_status(
     *,
     node_lost_grace: timedelta = timedelta(0),
     start_problem: str = "",
+    key: tuple[int, int] | None = None,
 ) -> WorkloadStatus:
     """The phase of one attempt. `nodes` maps each node to when it stopped being ready (None
     while ready); `start_problem` is why its gang cannot start, when the caller knows (pods
-    refused by the API, planned nodes taken).
+    refused by the API, planned nodes taken); `key`: the attempt the Job was proven to be
+    (gpuqueue.cluster.proof), else read from its labels.
 
     1. Finished: the Job's Complete or Failed condition (with the failing worker's exit code
        and reason, e.g. OOMKilled, or the Job's own reason, e.g. DeadlineExceeded).
@@ -153,7 +154,7 @@ def workload_status(
        or a container that cannot be created.
     5. Running once every worker runs; starting until then, saying what holds it back.
     """
-    key = attempt_of(job)
+    key = key or attempt_of(job)
     assert key is not None, "only gpuqueue Jobs have a workload status"
     job_id, attempt = key
     pods = list(pods)
@@ -208,8 +209,8 @@ def workload_status(
 
 
 def workload_statuses(
-    jobs: Iterable[Obj],
-    pods: Iterable[Obj],
+    jobs: Mapping[tuple[int, int], Obj],
+    pods: Mapping[tuple[int, int], Iterable[Obj]],
     nodes: Mapping[str, datetime | None],
     now: datetime,
     pull_timeout: timedelta,
@@ -218,25 +219,23 @@ def workload_statuses(
     node_lost_grace: timedelta = timedelta(0),
     start_problems: Mapping[tuple[int, int], str] | None = None,
 ) -> list[WorkloadStatus]:
-    """One status per gpuqueue Job (objects of anyone else are ignored), by job and attempt."""
-    by_attempt: dict[tuple[int, int], list[Obj]] = defaultdict(list)
-    for pod in pods:
-        if (key := attempt_of(pod)) is not None:
-            by_attempt[key].append(pod)
+    """One status per attempt of the Jobs and pods gpuqueue proved it made, by attempt
+    (gpuqueue.cluster.proof.sort_out: anything else never reaches here), by job and attempt."""
     statuses = []
-    for job in jobs:
-        if (key := attempt_of(job)) is None or (job.get("metadata") or {}).get("deletionTimestamp"):
+    for key, job in jobs.items():
+        if (job.get("metadata") or {}).get("deletionTimestamp"):
             continue
         statuses.append(
             workload_status(
                 job,
-                by_attempt.get(key, []),
+                pods.get(key, ()),
                 nodes,
                 now,
                 pull_timeout,
                 (first_seen or {}).get(key),
                 node_lost_grace=node_lost_grace,
                 start_problem=(start_problems or {}).get(key, ""),
+                key=key,
             )
         )
     return sorted(statuses, key=lambda s: (s.job_id, s.attempt))

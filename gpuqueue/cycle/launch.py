@@ -3,21 +3,61 @@
 from __future__ import annotations
 
 import logging
+import secrets
+from collections.abc import Sequence
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from gpuqueue.cluster import get_backend
-from gpuqueue.cluster.base import ClusterBackend, ClusterError, LaunchSpec
+from gpuqueue.cluster.base import ClusterBackend, ClusterError, Launched, LaunchSpec, Squatted
+from gpuqueue.cluster.records import proof_of
 from gpuqueue.core.states import JobState
-from gpuqueue.models import Job
+from gpuqueue.models import Job, WorkloadRecord
+from gpuqueue.services.start_failures import requeue_after_start_failure
 from gpuqueue.services.transitions import transition
 from teams.services import hash_secret
 
 log = logging.getLogger(__name__)
 
 
-def launch_spec(job: Job) -> LaunchSpec:
+def workload_records(jobs: Sequence[Job]) -> dict[int, WorkloadRecord]:
+    """The record of each job's current attempt, {job id: record}, made before its first
+    launch: the namespace it is launched in and a random nonce, which the proof on every
+    object of the attempt covers. A relaunch of the same attempt finds the same record, so it
+    adopts what the first launch made; a new attempt gets a new one. Two queries at most."""
+    wanted = {(job.pk, job.attempts): job for job in jobs}
+    found = {
+        (r.job_id, r.attempt): r
+        for r in WorkloadRecord.objects.filter(job_id__in=[job.pk for job in jobs])
+        if (r.job_id, r.attempt) in wanted
+    }
+    missing = [
+        WorkloadRecord(
+            job_id=job.pk,
+            attempt=job.attempts,
+            namespace=job.team.namespace,
+            nonce=secrets.token_hex(16),
+        )
+        for key, job in wanted.items()
+        if key not in found
+    ]
+    if missing:
+        # Another process launching the same attempt at once: its row wins, and is read back.
+        WorkloadRecord.objects.bulk_create(missing, ignore_conflicts=True)
+        found = {
+            (r.job_id, r.attempt): r
+            for r in WorkloadRecord.objects.filter(job_id__in=[job.pk for job in jobs])
+            if (r.job_id, r.attempt) in wanted
+        }
+    return {key[0]: record for key, record in found.items()}
+
+
+def launch_spec(job: Job, record: WorkloadRecord | None = None) -> LaunchSpec:
+    """What the backend needs to launch the job's current attempt, in the namespace its record
+    names, with the proof its objects carry (the record is made here when none is given)."""
+    record = record or workload_records([job])[job.pk]
     env = {str(k): str(v) for k, v in job.env.items()}
     if job.attempts > 1:
         # A requeued job resumes: tell it which attempt this is and where it saved.
@@ -30,7 +70,7 @@ def launch_spec(job: Job) -> LaunchSpec:
         job_id=job.pk,
         attempt=job.attempts,
         team=job.team.slug,
-        namespace=job.team.namespace,
+        namespace=record.namespace,
         name=job.name,
         image=job.image,
         command=list(job.command),
@@ -60,6 +100,10 @@ def launch_spec(job: Job) -> LaunchSpec:
         cpu_limit_millicores=job.cpu_limit_millicores or 0,
         memory_limit_mib=job.memory_limit_mib,
         shm_mib=job.shm_mib,
+        run_as_user=job.flavor.run_as_user,
+        run_as_group=job.flavor.run_as_group,
+        fs_group=job.flavor.fs_group,
+        allow_root=job.flavor.allow_root,
         volumes=tuple(
             {
                 "claim": str(v["claim"]),
@@ -72,19 +116,24 @@ def launch_spec(job: Job) -> LaunchSpec:
         env_from_secrets=tuple(str(name) for name in job.env_from_secrets),
         priority_class=job.priority_class,
         service_account=job.service_account,
+        instance=settings.GPUQUEUE_INSTANCE,
+        proof=proof_of(record, settings.GPUQUEUE_INSTANCE),
     )
 
 
 def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -> None:
     """Launch each admitted job.
 
-    1. Read the jobs and build their launch specs (this thread: the database).
+    1. Read the jobs, make the record of each one's attempt (namespace and nonce: what its
+       proof covers) and build their launch specs (this thread: the database).
     2. Call the backend (`ClusterBackend.launch_all`: in bulk where it can, else up to its
        `launch_concurrency` at once).
-    3. Keep the hash of each token the workloads were given, in one bulk update, so the API
-       accepts it; fail each job whose manifest the cluster refused, or whose launch raised
-       anything else, with the error. A transient failure leaves the job ADMITTED for the next
-       sync to retry.
+    3. Keep the hash of each token the workloads were given, and the uids of what each launch
+       made in its record (what the sync believes afterwards), in bulk updates. A launch that
+       found another's object under its attempt's name (Squatted) is a failed start: requeued
+       with backoff, to a new attempt and new names. Fail each job whose manifest the cluster
+       refused, or whose launch raised anything else, with the error. A transient failure
+       leaves the job ADMITTED for the next sync to retry.
     """
     backend = backend or get_backend()
     # 1.
@@ -93,20 +142,26 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
             pk__any=job_ids, state=JobState.ADMITTED
         )
     )
-    specs = [launch_spec(job) for job in jobs]
+    records = workload_records(jobs)
+    specs = [launch_spec(job, records[job.pk]) for job in jobs]
 
     # 2.
     outcomes = backend.launch_all(specs)
     # 3.
-    with_token = []
+    with_token, made = [], []
     for job, outcome in zip(jobs, outcomes, strict=True):
-        run_as_user=job.flavor.run_as_user,
-        run_as_group=job.flavor.run_as_group,
-        fs_group=job.flavor.fs_group,
-        allow_root=job.flavor.allow_root,
+        if isinstance(outcome, Launched):
+            record = records[job.pk]
+            record.secret_uid, record.job_uid = outcome.secret_uid, outcome.job_uid
+            made.append(record)
+            outcome = outcome.token
         if isinstance(outcome, str):
             job.checkpoint_token_hash = hash_secret(outcome)
             with_token.append(job)
+        elif isinstance(outcome, Squatted):
+            log.warning("launch of job %s: %s", job.pk, outcome)
+            with transaction.atomic():
+                requeue_after_start_failure(job, str(outcome), timezone.now(), actor="cluster")
         elif isinstance(outcome, ClusterError) and outcome.transient:
             log.warning("launch of job %s deferred: %s", job.pk, outcome)
         elif isinstance(outcome, Exception):
@@ -127,3 +182,4 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
                     finished_at=timezone.now(),
                 )
     Job.objects.bulk_update(with_token, ["checkpoint_token_hash"], batch_size=500)
+    WorkloadRecord.objects.bulk_update(made, ["secret_uid", "job_uid"], batch_size=500)

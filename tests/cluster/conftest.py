@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,9 +20,11 @@ import kmock
 import pytest
 from kubernetes import client
 
+from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster.k8s_calls import Caller
 from gpuqueue.cluster.kubernetes import KubernetesBackend
 from gpuqueue.cluster.manifests import ClusterOptions
+from gpuqueue.cluster.proof import Ours, Record, sort_out
 
 PODS = kmock.resource("v1/pods")
 NODES = kmock.resource("v1/nodes")
@@ -48,6 +51,10 @@ class FaultyEmulator(kmock.KubernetesEmulator):
                     await asyncio.sleep(what)
                     break
                 raise kmock.KubernetesError(status=what[0], reason=what[1], message=what[2])
+        if request.action == kmock.action.CREATE and isinstance(request.data, dict):
+            # As an API server does: every object gets a uid, which gpuqueue's proof of what it
+            # made (ownerReferences, recorded uids) is built on.
+            request.data.setdefault("metadata", {}).setdefault("uid", str(uuid.uuid4()))
         return await super()._handle(request)
 
 
@@ -224,6 +231,16 @@ def run_job_pods(
                 "name": f"{meta['name']}-{index}-x{index}",
                 "namespace": meta["namespace"],
                 "labels": dict(template["metadata"]["labels"]),
+                # The Job controller's: the pod's controller is its Job.
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": meta["name"],
+                        "uid": meta.get("uid", ""),
+                        "controller": True,
+                    }
+                ],
                 "annotations": {
                     **template["metadata"].get("annotations", {}),
                     "batch.kubernetes.io/job-completion-index": str(index),
@@ -248,3 +265,56 @@ def run_job_pods(
         core.create_namespaced_pod(meta["namespace"], pod)
         pods.append(pod)
     return pods
+
+
+def made_by_gpuqueue(job: dict[str, Any], pods: list[dict[str, Any]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    """Give a hand-built Job and its pods what the API and the Job controller give gpuqueue's:
+    uids, the Job owned by its attempt's Secret, each pod's controller its Job. Returns the
+    Job."""
+    meta = job.setdefault("metadata", {})
+    name = meta["name"]
+    meta.setdefault("namespace", "team-a")
+    meta.setdefault("uid", f"uid-of-job-{name}")
+    meta.setdefault(
+        "ownerReferences",
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "name": f"{name}-token",
+                "uid": f"uid-of-secret-{name}",
+            }
+        ],
+    )
+    for pod in pods:
+        pod["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name,
+                "uid": meta["uid"],
+                "controller": True,
+            }
+        ]
+    return job
+
+
+def records_of(*jobs: dict[str, Any]) -> dict[tuple[int, int], Record]:
+    """What the database recorded when gpuqueue launched these Jobs (made_by_gpuqueue)."""
+    out = {}
+    for job in jobs:
+        meta = job["metadata"]
+        key = mf.attempt_of(job)
+        assert key is not None
+        out[key] = Record(
+            namespace=meta["namespace"],
+            proof="",
+            secret_uid=meta["ownerReferences"][0]["uid"],
+            job_uid=meta["uid"],
+        )
+    return out
+
+
+def proven(jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Ours:
+    """The Jobs and pods gpuqueue proves it made, the records being those of `jobs`."""
+    return sort_out(jobs, pods, records_of(*jobs))

@@ -15,7 +15,7 @@ from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster.base import ClusterError, Phase
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.launch import launch_admitted, launch_spec
-from gpuqueue.models import Job
+from gpuqueue.models import Job, WorkloadRecord
 from gpuqueue.services.checkpoint import job_for_token
 from tests.cluster.conftest import JOBS, PODS, SECRETS, SERVICES, add_nodes, node, run_job_pods
 
@@ -46,14 +46,24 @@ def test_launch_creates_the_secret_service_and_indexed_job_and_stores_the_token_
 
     name = f"gq-{admitted.pk}-1"
     (job,) = emulator.objects(JOBS).values()
-    hostnames = {"h100-0": "h100-0", "h100-1": "h100-1"}
-    assert job == mf.job_manifest(launch_spec(admitted), k8s.options, hostnames)
-    assert set(emulator.objects(SERVICES)) == {("team-a", name)}
     (secret,) = emulator.objects(SECRETS).values()
+    hostnames = {"h100-0": "h100-0", "h100-1": "h100-1"}
+    made = {**job, "metadata": {k: v for k, v in job["metadata"].items() if k != "uid"}}
+    assert made == mf.job_manifest(launch_spec(admitted), k8s.options, hostnames, secret)
+    assert job["metadata"]["ownerReferences"][0]["uid"] == secret["metadata"]["uid"]
+    assert set(emulator.objects(SERVICES)) == {("team-a", name)}
     token = secret["stringData"]["token"]
     assert job_for_token(token).pk == admitted.pk
+    # The uids the API gave the Secret and the Job are recorded: the proof the sync checks.
+    record = WorkloadRecord.objects.get(job_id=admitted.pk, attempt=1)
+    assert (record.namespace, record.secret_uid, record.job_uid) == (
+        "team-a",
+        secret["metadata"]["uid"],
+        job["metadata"]["uid"],
+    )
     posts = [r.url.path for r in emulator.requests("POST", "/namespaces/")]
     assert posts == [
+        "/api/v1/namespaces/team-a/configmaps",  # the install's marker, once per process
         "/api/v1/namespaces/team-a/secrets",
         "/api/v1/namespaces/team-a/services",
         "/apis/batch/v1/namespaces/team-a/jobs",
@@ -69,7 +79,8 @@ def test_launching_twice_adopts_what_exists_and_keeps_the_token(
     assert len(emulator.objects(JOBS)) == 1 and len(emulator.objects(SECRETS)) == 1
     (secret,) = emulator.objects(SECRETS).values()
     assert job_for_token(secret["stringData"]["token"]).pk == admitted.pk  # not rotated
-    assert len(emulator.requests("POST")) == 6  # three 409s, adopted
+    assert len(emulator.requests("POST", "/jobs")) == 2  # a 409, adopted
+    assert len(emulator.requests("POST", "/secrets")) == 2
 
 
 def test_a_500_on_create_is_retried_with_backoff(emulator: Any, k8s: Any, admitted: Job) -> None:
@@ -158,14 +169,23 @@ def test_stop_deletes_the_job_service_and_secret_and_is_idempotent(
     emulator: Any, k8s: Any, admitted: Job
 ) -> None:
     k8s.launch(launch_spec(admitted))
+    uids = {
+        obj["kind"]: obj["metadata"]["uid"]
+        for objects in (emulator.objects(JOBS), emulator.objects(SECRETS))
+        for obj in objects.values()
+    }
     k8s.stop(admitted.pk, 1)
     k8s.stop(admitted.pk, 1)  # 404s: already gone is success
 
     assert not emulator.objects(JOBS) and not emulator.objects(SERVICES)
     assert not emulator.objects(SECRETS)
     deletes = emulator.requests("DELETE")
-    assert len(deletes) == 6
-    assert json.loads(deletes[0].body)["propagationPolicy"] == "Background"
+    assert len(deletes) == 3  # the second stop finds nothing left to delete
+    bodies = [json.loads(d.body) for d in deletes]
+    assert all(b["propagationPolicy"] == "Background" for b in bodies)
+    # Each delete holds only while the object is still the one gpuqueue proved it made.
+    assert bodies[0]["preconditions"] == {"uid": uids["Job"]}
+    assert bodies[2]["preconditions"] == {"uid": uids["Secret"]}
 
 
 def test_observe_and_list_nodes_read_jobs_pods_and_nodes(

@@ -143,6 +143,9 @@ def test_rbac_writes_only_what_the_backend_needs_in_team_namespaces() -> None:
         ("batch", "jobs", "watch"),
         ("", "services", "create"),
         ("", "services", "delete"),
+        ("", "services", "get"),  # a relaunch adopts, and a stop deletes, only its own
+        ("", "configmaps", "create"),  # the marker naming the install that owns the namespace
+        ("", "configmaps", "get"),
         ("", "secrets", "create"),
         ("", "secrets", "delete"),
         ("", "secrets", "get"),

@@ -11,7 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuqueue.cluster import manifests as mf
-from gpuqueue.cluster.gates import free_gpus, planned_hostname, releases
+from gpuqueue.cluster.gates import Release, free_gpus, planned_hostname
+from gpuqueue.cluster.gates import releases as releases_of
+from tests.cluster.conftest import made_by_gpuqueue, proven
 
 
 def node(name: str, gpus: int) -> dict[str, Any]:
@@ -54,7 +56,15 @@ def gang(
         }
         for i in range(workers if created is None else created)
     ]
-    return job, pods
+    return made_by_gpuqueue(job, pods), pods
+
+
+def releases(
+    jobs: list[dict[str, Any]], pods: list[dict[str, Any]], nodes: list[dict[str, Any]]
+) -> tuple[list[Release], dict[tuple[int, int], str]]:
+    """The gangs gpuqueue proves it made (its records: those of `jobs`), among every pod."""
+    ours = proven(jobs, pods)
+    return releases_of(ours.jobs, ours.pods, pods, nodes)
 
 
 def other(on: str, gpus: int, **metadata: Any) -> dict[str, Any]:
@@ -103,6 +113,15 @@ def test_a_terminating_pod_still_holds_its_gpus() -> None:
     leaving = other("a", 8, deletionTimestamp="2026-11-24T00:00:00Z")
     out, held = releases([job], [*pods, leaving], [node("a", 8)])
     assert out == [] and (1, 1) in held
+
+
+def test_a_pod_labelled_as_a_gang_s_but_not_made_by_its_job_is_never_released() -> None:
+    job, pods = gang(1, [("a", 1)], 4)
+    _, (forged,) = gang(1, [("a", 1)], 4)  # same labels, gate and plan: no ownerReference
+    forged["metadata"]["name"] = "forged"
+    forged["metadata"].pop("ownerReferences")
+    out, held = releases([job], [*pods, forged], [node("a", 8)])
+    assert [r.name for r in out] == ["gq-1-1-0"] and held == {}
 
 
 def test_two_gangs_for_the_last_room_the_first_is_released_the_second_held() -> None:

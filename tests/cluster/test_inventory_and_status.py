@@ -79,9 +79,12 @@ def test_gpus_held_by_pods_gpuqueue_did_not_create_are_counted_as_used() -> None
         pod("h100-0", 1, index=1),  # someone else's, running
         pod("h100-0", 4, labels=OURS, index=2),  # ours: the engine counts those
         pod("h100-0", 8, phase="Succeeded", index=3),  # finished: holds nothing
+        # Labelled as job 7's, but gpuqueue cannot prove it made it: someone else's.
+        pod("h100-0", 1, labels=OURS, index=4),
     ]
-    (info,) = inventory([node("h100-0", 8)], pods)
-    assert info.used_externally == {"nvidia.com/gpu": 3}
+    ours = {("ns", "p-h100-0-2"): (7, 1)}  # proven (gpuqueue.cluster.proof.Ours.pod_keys)
+    (info,) = inventory([node("h100-0", 8)], pods, {(7, 1)}, ours)
+    assert info.used_externally == {"nvidia.com/gpu": 4}
 
 
 @dataclass(frozen=True)

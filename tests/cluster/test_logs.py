@@ -4,20 +4,73 @@ options, and what a missing pod or an API in trouble becomes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from kubernetes import client
 
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster.base import ClusterError, LogNotFound, LogQuery
 from gpuqueue.cluster.kubernetes import KubernetesBackend
+from gpuqueue.cluster.proof import Record
 from tests.cluster.conftest import Emulator
 
 
-def worker_pod(emulator: Emulator, name: str, index: int, created: str, attempt: int = 1) -> None:
-    labels = {
+# What the database recorded when gpuqueue launched attempts 1 and 2 of job 7.
+RECORDS = {(7, n): Record("team-a", "", f"secret-uid-{n}", f"job-uid-{n}") for n in (1, 2)}
+
+
+def labels(attempt: int) -> dict[str, str]:
+    return {
         mf.MANAGED_BY: mf.MANAGED_BY_VALUE,
         mf.LABEL_JOB_ID: "7",
         mf.LABEL_ATTEMPT: str(attempt),
+    }
+
+
+@pytest.fixture
+def k8s(emulator: Emulator, make_backend: Callable[..., KubernetesBackend]) -> KubernetesBackend:
+    """A backend whose database recorded job 7's attempts 1 and 2, whose Jobs exist."""
+    for attempt in (1, 2):
+        client.BatchV1Api(emulator.api()).create_namespaced_job(
+            "team-a",
+            {
+                "metadata": {
+                    "name": f"gq-7-{attempt}",
+                    "namespace": "team-a",
+                    "uid": f"job-uid-{attempt}",
+                    "labels": labels(attempt),
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Secret",
+                            "name": f"gq-7-{attempt}-token",
+                            "uid": f"secret-uid-{attempt}",
+                        }
+                    ],
+                },
+                "spec": {"template": {"spec": {"containers": []}}},
+            },
+        )
+    return make_backend(records=lambda job_ids, instance: RECORDS)
+
+
+def worker_pod(
+    emulator: Emulator,
+    name: str,
+    index: int,
+    created: str,
+    attempt: int = 1,
+    *,
+    forged: bool = False,
+) -> None:
+    """A worker of the attempt's Job (its controller), or a lookalike (`forged`)."""
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": f"gq-7-{attempt}",
+        "uid": f"job-uid-{attempt}",
+        "controller": True,
     }
     client.CoreV1Api(emulator.api()).create_namespaced_pod(
         "team-a",
@@ -25,9 +78,10 @@ def worker_pod(emulator: Emulator, name: str, index: int, created: str, attempt:
             "metadata": {
                 "name": name,
                 "namespace": "team-a",
-                "labels": labels,
+                "labels": labels(attempt),
                 "annotations": {mf.COMPLETION_INDEX_ANNOTATION: str(index)},
                 "creationTimestamp": created,
+                "ownerReferences": [] if forged else [owner],
             },
             "spec": {"containers": [{"name": mf.CONTAINER, "image": "x"}]},
         },
@@ -54,6 +108,19 @@ def test_reads_the_newest_pod_of_the_index_with_the_querys_limits(
         "limitBytes": "1000",
         "sinceSeconds": "30",
     }
+
+
+def test_a_lookalike_pod_labelled_as_the_worker_is_never_read(
+    emulator: Emulator, k8s: KubernetesBackend
+) -> None:
+    worker_pod(emulator, "gq-7-1-0-aaaaa", 0, "2026-01-01T00:00:00Z")
+    # Newer, same labels and index, but not made by the attempt's Job: someone's log to show.
+    worker_pod(emulator, "gq-7-1-0-forged", 0, "2026-01-01T00:09:00Z", forged=True)
+    emulator.kmock["get /api/v1/namespaces/team-a/pods/gq-7-1-0-aaaaa/log"] << b"real\n"
+
+    assert list(k8s.read_log(7, 1, 0, LogQuery()).lines) == ["real"]
+    (request,) = emulator.requests("GET", "/log")
+    assert request.url.path.endswith("/pods/gq-7-1-0-aaaaa/log")
 
 
 def test_a_log_as_long_as_the_byte_limit_is_marked_truncated(

@@ -20,6 +20,7 @@ from gpuqueue.cluster.inventory import hostname_of, inventory, not_ready_since
 from gpuqueue.cluster.manifests import PLACEMENT_ANNOTATION, PLACEMENT_GATE
 from gpuqueue.cluster.projection import ALL, projector
 from gpuqueue.cluster.status import workload_statuses
+from tests.cluster.conftest import proven
 
 OBJECTS = Path(__file__).parent / "objects"
 NOW = datetime(2026, 11, 24, 15, 0, tzinfo=UTC)
@@ -71,6 +72,11 @@ def test_a_running_worker_keeps_what_status_gates_and_inventory_read() -> None:
                 "gpuqueue.dev/job-id": "42",
                 "gpuqueue.dev/attempt": "1",
             },
+            # Its controller, the Job: how gpuqueue proves the pod is its own.
+            "ownerReferences": [
+                {k: ref[k] for k in ("kind", "name", "uid", "controller")}
+                for ref in meta["ownerReferences"]
+            ],
             "annotations": meta["annotations"],  # the completion index and the plan
             "creationTimestamp": meta["creationTimestamp"],
         },
@@ -107,6 +113,12 @@ def test_a_job_keeps_its_identity_parallelism_and_conditions() -> None:
             "namespace": "team-a",
             "uid": meta["uid"],
             "labels": {k: meta["labels"][k] for k in kept["metadata"]["labels"]},
+            "annotations": {},  # the proof, when it carries one
+            # Its owner, the attempt's Secret: how gpuqueue proves the Job is its own.
+            "ownerReferences": [
+                {k: ref[k] for k in ("kind", "name", "uid") if k in ref}
+                for ref in meta["ownerReferences"]
+            ],
             "creationTimestamp": meta["creationTimestamp"],
         },
         "spec": {"parallelism": 2},
@@ -173,6 +185,7 @@ def _pods() -> list[Obj]:
         def edit(p: Obj) -> None:
             p["metadata"]["name"] += f"-a{attempt}"
             p["metadata"]["labels"]["gpuqueue.dev/attempt"] = str(attempt)
+            p["metadata"]["ownerReferences"][0]["uid"] = f"job-uid-{attempt}"
 
         return edit
 
@@ -260,6 +273,8 @@ def _jobs() -> list[Obj]:
     def attempt(n: int, status: Obj | None = None, **meta: str) -> Callable[[Obj], None]:
         def edit(j: Obj) -> None:
             j["metadata"]["name"] = f"gq-42-{n}"
+            j["metadata"]["uid"] = f"job-uid-{n}"
+            j["metadata"]["ownerReferences"][0].update(name=f"gq-42-{n}-token", uid=f"s-{n}")
             j["metadata"]["labels"]["gpuqueue.dev/attempt"] = str(n)
             j["metadata"].update(meta)
             j["spec"]["parallelism"] = 1  # each of these attempts has one pod above
@@ -289,14 +304,15 @@ def _jobs() -> list[Obj]:
 
 def _answers(nodes: list[Obj], pods: list[Obj], jobs: list[Obj]) -> Any:
     not_ready = {n["metadata"]["name"]: not_ready_since(n) for n in nodes}
+    ours = proven(jobs, pods)
     return (
-        [inventory(nodes, pods, live) for live in (None, set(), {(42, 1), (42, 2)})],
-        releases(jobs, pods, nodes),
+        [inventory(nodes, pods, live, ours.pod_keys) for live in (None, set(), {(42, 1), (42, 2)})],
+        releases(ours.jobs, ours.pods, pods, nodes),
         [hostname_of(n) for n in nodes],
         not_ready,
         workload_statuses(
-            jobs,
-            pods,
+            ours.jobs,
+            ours.pods,
             not_ready,
             NOW,
             timedelta(minutes=5),

@@ -1,0 +1,196 @@
+"""Pure: which listed objects gpuqueue made, proven against what the database recorded at launch.
+
+Labels are hints: anyone who may create a pod or a Job in any namespace can write
+`managed-by=gpuqueue, job-id=7, attempt=1`. What gpuqueue believes about an attempt comes only
+from objects it can prove it made, against the attempt's `Record` (a WorkloadRecord row: the
+namespace, a random nonce, and the uids the API gave the attempt's Secret and Job):
+
+1. A Job counts for an attempt only in the namespace recorded for it, under the attempt's name,
+   with the uid recorded at launch and owned (ownerReference) by the Secret uid recorded at
+   launch. Until the launch's uids are recorded (a launch in flight, or cut short by a crash)
+   the Job must carry the attempt's HMAC instead and be owned by the attempt's Secret.
+2. A pod counts only for the Job that is its controller (an ownerReference with
+   `controller: true` to a proven Job's uid, in that Job's namespace); the attempt comes from
+   that Job, never from the pod's labels.
+3. An object a relaunch finds already there (409) is adopted only when it carries the attempt's
+   HMAC (PROOF_ANNOTATION) or the uid recorded for it. The HMAC is keyed by a secret of the
+   install (`install_key`) over the namespace, the job, the attempt, the instance and the
+   record's nonce: no tenant can compute it, and one copied from another object names another
+   attempt.
+4. Jobs labelled as this install's that no record proves are `unproven`: they never make a
+   status, never count as a live job's, and are never deleted as orphans (a database restored
+   from a backup has no record of what was launched after the backup).
+
+No I/O, no Django: the input is the API's JSON and the records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuqueue.cluster.manifests import (
+    PROOF_ANNOTATION,
+    attempt_of,
+    token_secret_name,
+    workload_name,
+)
+
+Obj = Mapping[str, Any]
+Key = tuple[int, int]  # (job id, attempt)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """What the database recorded for one attempt (gpuqueue.models.WorkloadRecord)."""
+
+    namespace: str
+    proof: str  # the HMAC every object of the attempt carries
+    secret_uid: str = ""  # "" until the launch returned
+    job_uid: str = ""
+
+
+def install_key(secret_key: str, instance: str) -> bytes:
+    """The install's key for the proof: derived from its SECRET_KEY (never sent anywhere) and
+    bound to its instance, so two installs sharing a SECRET_KEY still prove different things."""
+    return hmac.new(
+        secret_key.encode(), f"gpuqueue workload proof\n{instance}".encode(), hashlib.sha256
+    ).digest()
+
+
+def attempt_proof(
+    key: bytes, namespace: str, job_id: int, attempt: int, instance: str, nonce: str
+) -> str:
+    message = "\n".join((namespace, str(job_id), str(attempt), instance, nonce))
+    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+
+
+def _meta(obj: Obj) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def carries(obj: Obj, proof: str) -> bool:
+    """The object carries the attempt's HMAC."""
+    found = str((_meta(obj).get("annotations") or {}).get(PROOF_ANNOTATION) or "")
+    return bool(proof) and hmac.compare_digest(found.encode(), proof.encode())
+
+
+def owned_by(
+    obj: Obj, kind: str, *, uid: str = "", name: str = "", controller: bool = False
+) -> bool:
+    """One of the object's ownerReferences is of `kind`, with `uid` (and `name`) when given,
+    and is its controller when `controller`."""
+    for ref in _meta(obj).get("ownerReferences") or []:
+        if (
+            ref.get("kind") == kind
+            and (not uid or ref.get("uid") == uid)
+            and (not name or ref.get("name") == name)
+            and (not controller or ref.get("controller") is True)
+        ):
+            return True
+    return False
+
+
+def _in_place(obj: Obj, record: Record, name: str) -> bool:
+    meta = _meta(obj)
+    return meta.get("namespace") == record.namespace and meta.get("name") == name
+
+
+def is_our_secret(secret: Obj, key: Key, record: Record) -> bool:
+    """The attempt's token Secret: its recorded uid, or (not recorded yet) its HMAC."""
+    if not _in_place(secret, record, token_secret_name(*key)):
+        return False
+    if record.secret_uid:
+        return _meta(secret).get("uid") == record.secret_uid
+    return carries(secret, record.proof)
+
+
+def is_our_job(job: Obj, key: Key, record: Record, secret_uid: str = "") -> bool:
+    """The attempt's Job (rule 1). `secret_uid`: the owner to require when the record has none
+    yet (a relaunch that just adopted or created the Secret)."""
+    if not _in_place(job, record, workload_name(*key)):
+        return False
+    owner = record.secret_uid or secret_uid
+    if not owned_by(job, "Secret", uid=owner, name=token_secret_name(*key)):
+        return False
+    if record.job_uid:
+        return _meta(job).get("uid") == record.job_uid
+    return carries(job, record.proof)
+
+
+def is_our_service(service: Obj, key: Key, record: Record, secret_uid: str) -> bool:
+    """The attempt's headless Service: its HMAC, and owned by the attempt's Secret."""
+    return (
+        _in_place(service, record, workload_name(*key))
+        and carries(service, record.proof)
+        and owned_by(service, "Secret", uid=secret_uid)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Ours:
+    """The listed objects sorted out: what gpuqueue proves it made, by attempt."""
+
+    jobs: Mapping[Key, Obj] = field(default_factory=dict)
+    pods: Mapping[Key, Sequence[Obj]] = field(default_factory=dict)
+    # (namespace, pod name) -> attempt, for every proven pod
+    pod_keys: Mapping[tuple[str, str], Key] = field(default_factory=dict)
+    # Jobs labelled as gpuqueue's (and listed by this install's selector) that nothing proves,
+    # each with why.
+    unproven: Sequence[tuple[Obj, str]] = ()
+
+
+def why_unproven(job: Obj, key: Key, record: Record | None) -> str:
+    """Why a Job labelled as attempt `key` is not that attempt's, in a few words."""
+    meta = _meta(job)
+    if record is None:
+        return (
+            f"the database has no record of launching attempt {key[1]} of job {key[0]} (a"
+            " database restored from an older backup, or another database under this"
+            " install's name)"
+        )
+    if meta.get("namespace") != record.namespace:
+        return f"attempt {key[1]} of job {key[0]} was launched in {record.namespace}"
+    if meta.get("name") != workload_name(*key):
+        return f"attempt {key[1]} of job {key[0]} is named {workload_name(*key)}"
+    if not owned_by(job, "Secret", uid=record.secret_uid, name=token_secret_name(*key)):
+        return "it is not owned by the Secret gpuqueue made for the attempt"
+    if record.job_uid:
+        return "its uid is not the one recorded when gpuqueue launched the attempt"
+    return "it does not carry the attempt's proof"
+
+
+def sort_out(jobs: Iterable[Obj], pods: Iterable[Obj], records: Mapping[Key, Record]) -> Ours:
+    """Which Jobs and pods are gpuqueue's, by attempt (rules 1, 2 and 4)."""
+    ours: dict[Key, Obj] = {}
+    unproven: list[tuple[Obj, str]] = []
+    for job in jobs:
+        key = attempt_of(job)  # a hint: which record to check the Job against
+        if key is None:
+            continue
+        record = records.get(key)
+        if record is not None and is_our_job(job, key, record):
+            ours[key] = job
+        else:
+            unproven.append((job, why_unproven(job, key, record)))
+    owners = {
+        (str(_meta(job).get("namespace") or ""), str(_meta(job).get("uid") or "")): key
+        for key, job in ours.items()
+        if _meta(job).get("uid")
+    }
+    by_key: dict[Key, list[Obj]] = {key: [] for key in ours}
+    pod_keys: dict[tuple[str, str], Key] = {}
+    for pod in pods:
+        meta = _meta(pod)
+        namespace = str(meta.get("namespace") or "")
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("controller") is True and ref.get("kind") == "Job":
+                key = owners.get((namespace, str(ref.get("uid") or "")))
+                if key is not None:
+                    by_key[key].append(pod)
+                    pod_keys[(namespace, str(meta.get("name") or ""))] = key
+                break
+    return Ours(jobs=ours, pods=by_key, pod_keys=pod_keys, unproven=unproven)
