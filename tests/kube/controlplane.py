@@ -498,6 +498,87 @@ def wait_nodes_ready(api_client: Any, names: Sequence[str], timeout: float = 60.
         time.sleep(0.2)
 
 
+GPUQUEUE_NAMESPACE = "gpuqueue"
+DEPLOY = ROOT / "deploy"
+# How long the ServiceAccount's token in `make kube`'s kubeconfig lasts (a new one each start).
+SERVICE_ACCOUNT_TOKEN_SECONDS = 7 * 24 * 3600
+
+
+def install_as_deploy(
+    api_client: Any, team_namespaces: Sequence[str], admin_kubeconfig: Path
+) -> Path:
+    """Make this cluster one that deploy/ installed gpuqueue into, and return the path of a
+    kubeconfig (beside the admin's, `gpuqueue.kubeconfig`) that acts as gpuqueue's
+    ServiceAccount, so that `make run` against it has the rights and meets the admission that
+    gpuqueue has on a real cluster:
+
+    1. the `gpuqueue` namespace, deploy/base's ServiceAccount and its RBAC (deploy/base/rbac.yaml);
+    2. the admission policy and its binding (deploy/base/admission-policy.yaml, as it is);
+    3. each team namespace, labelled and granted as deploy/overlays/example does it (the labels
+       of its first namespace, the RoleBinding of its first team-rolebindings.yaml entry);
+    4. a token for the ServiceAccount from the TokenRequest API, in a kubeconfig with the
+       admin's server and CA.
+
+    Objects are server-side applied, so that `up` after `up` changes nothing."""
+    from kubernetes import client
+    from kubernetes.dynamic import DynamicClient
+
+    dynamic = DynamicClient(api_client)
+
+    def apply(doc: dict[str, Any], namespace: str | None = None) -> None:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        if resource.namespaced:
+            namespace = doc["metadata"].get("namespace") or namespace or GPUQUEUE_NAMESPACE
+            doc = {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}
+        dynamic.server_side_apply(
+            resource,
+            body=doc,
+            namespace=namespace if resource.namespaced else None,
+            field_manager="gpuqueue-make-kube",
+            force_conflicts=True,
+        )
+
+    def docs(path: Path) -> list[dict[str, Any]]:
+        return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+    # 1. and 2.
+    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GPUQUEUE_NAMESPACE}})
+    for name in ("serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml"):
+        for doc in docs(DEPLOY / "base" / name):
+            apply(doc)
+    # 3.
+    overlay = DEPLOY / "overlays" / "example"
+    labels = docs(overlay / "team-namespaces.yaml")[0]["metadata"].get("labels", {})
+    binding = docs(overlay / "team-rolebindings.yaml")[0]
+    for namespace in team_namespaces:
+        apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": namespace, "labels": labels},
+            }
+        )
+        apply({**binding, "metadata": {**binding["metadata"], "namespace": namespace}})
+    # 4.
+    token = (
+        client.CoreV1Api(api_client)
+        .create_namespaced_service_account_token(
+            GPUQUEUE_NAMESPACE,
+            GPUQUEUE_NAMESPACE,
+            {"spec": {"expirationSeconds": SERVICE_ACCOUNT_TOKEN_SECONDS}},
+        )
+        .status.token
+    )
+    config = yaml.safe_load(admin_kubeconfig.read_text())
+    config["users"] = [{"name": "gpuqueue", "user": {"token": token}}]
+    for context in config["contexts"]:
+        context["context"]["user"] = "gpuqueue"
+    path = admin_kubeconfig.with_name("gpuqueue.kubeconfig")
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
 def api_client_for(kubeconfig: Path) -> Any:
     """A client configured as gpuqueue's processes configure theirs (KubernetesBackend's
     from_settings): no retries of urllib3's own, a connection per release thread."""
@@ -542,9 +623,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             nodes = node_manifests(args.nodes)
             create_nodes(api, nodes)
             wait_nodes_ready(api, [n["metadata"]["name"] for n in nodes])
-            create_namespaces(api, [n for n in args.namespaces.split(",") if n])
-            print(f"control plane up: {len(nodes)} kwok nodes, namespaces {args.namespaces}")
-            print(f"export KUBECONFIG={plane.kubeconfig}", flush=True)
+            teams = [n for n in args.namespaces.split(",") if n]
+            as_gpuqueue = install_as_deploy(api, teams, plane.kubeconfig)
+            print(f"control plane up: {len(nodes)} kwok nodes, team namespaces {args.namespaces}")
+            print(f"as gpuqueue (make run): export KUBECONFIG={as_gpuqueue}")
+            print(
+                f"as the cluster admin (kubectl): export KUBECONFIG={plane.kubeconfig}", flush=True
+            )
             while not stop["now"]:
                 plane._check_alive()
                 time.sleep(0.5)
