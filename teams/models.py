@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -12,6 +16,34 @@ dns_label = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
     "Use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit.",
 )
+
+
+# An entry of a team's allow-list: a Kubernetes object name (a DNS-1123 subdomain) in which
+# `*` stands for any run of characters, e.g. `wandb` or `data-*`.
+ALLOWED_PATTERN = re.compile(r"^[a-z0-9*]([-a-z0-9.*]*[a-z0-9*])?$")
+MAX_ALLOWED = 64
+
+
+def allowed_errors(patterns: object) -> list[str]:
+    """What is wrong with an allow-list: a list of at most 64 names, each at most 253
+    characters of lowercase letters, digits, '-', '.' and '*'."""
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        return ["A list of names."]
+    errors = [f"At most {MAX_ALLOWED} names; got {len(patterns)}."] * (len(patterns) > MAX_ALLOWED)
+    for pattern in patterns:
+        if len(pattern) > 253 or not ALLOWED_PATTERN.match(pattern):
+            errors.append(
+                f"{pattern[:80]!r} is not a Kubernetes name: lowercase letters, digits, '-' and "
+                "'.', starting and ending with a letter or digit, at most 253 characters; '*' "
+                "matches any run of characters."
+            )
+    if len(set(patterns)) != len(patterns):
+        errors.append("Each name at most once.")
+    return errors
+
+
+def _matches(name: str, pattern: str) -> bool:
+    return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), name) is not None
 
 
 class TeamQuerySet(models.QuerySet["Team"]):
@@ -30,6 +62,25 @@ class Team(models.Model):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # What the team's jobs may use in its namespace, kept by its admins. gpuqueue's
+    # ServiceAccount creates the pods, so without these lists a member could run as any
+    # ServiceAccount, read any Secret and mount any claim of the namespace through gpuqueue,
+    # whatever their own Kubernetes rights. Empty: none (pods run as the namespace's default
+    # ServiceAccount without its token).
+    allowed_service_accounts = models.JSONField(
+        default=list, blank=True, help_text='ServiceAccounts jobs may run as, e.g. ["trainer"]'
+    )
+    allowed_secrets = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Secrets jobs may take variables or image pull credentials from, e.g. "
+        '["wandb", "ghcr-pull"]',
+    )
+    allowed_claims = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='PersistentVolumeClaims jobs may mount, e.g. ["imagenet", "scratch-*"]',
+    )
 
     objects = TeamQuerySet.as_manager()
 
@@ -43,6 +94,28 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    def clean(self) -> None:
+        errors = {
+            field: found
+            for field in ALLOWED_FIELDS
+            if (found := allowed_errors(getattr(self, field)))
+        }
+        if errors:
+            raise ValidationError(errors)
+
+    def unlisted(self, field: str, names: Iterable[str]) -> list[str]:
+        """The names that no entry of the allow-list `field` matches, in the order given."""
+        patterns = getattr(self, field) or []
+        return [name for name in names if not any(_matches(name, p) for p in patterns)]
+
+
+# The allow-lists, by what they hold.
+ALLOWED_FIELDS = {
+    "allowed_service_accounts": "ServiceAccount",
+    "allowed_secrets": "Secret",
+    "allowed_claims": "PersistentVolumeClaim",
+}
 
 
 class Role(models.TextChoices):

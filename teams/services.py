@@ -12,7 +12,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpuqueue.core.errors import Forbidden, Refused
-from teams.models import ApiToken, AuditEntry, Membership, Role, Team
+from teams.models import (
+    ALLOWED_FIELDS,
+    ApiToken,
+    AuditEntry,
+    Membership,
+    Role,
+    Team,
+    allowed_errors,
+)
 
 TOKEN_PREFIX = "gq_"
 
@@ -156,6 +164,42 @@ def update_team(actor: Any, team: Team, **changes: Any) -> Team:
 
 
 # --- Memberships --------------------------------------------------------------------------------
+
+
+def allowed_state(team: Team) -> dict[str, list[str]]:
+    return {field: list(getattr(team, field)) for field in ALLOWED_FIELDS}
+
+
+def set_allowed(actor: Any, team: Team, **lists: list[str]) -> Team:
+    """Change what the team's jobs may use in its namespace (team admins and site admins).
+    Jobs already submitted keep what they named; new submissions are checked against the
+    new lists."""
+    if not is_team_admin(actor, team):
+        raise Forbidden("only the team's admins may change what its jobs may use")
+    errors = {
+        field: found
+        for field, value in lists.items()
+        if field in ALLOWED_FIELDS and (found := allowed_errors(value))
+    }
+    if errors:
+        raise Refused("The allow-list is invalid.", fields=errors)
+    with transaction.atomic():
+        team = Team.objects.select_for_update().get(pk=team.pk)
+        before = allowed_state(team)
+        changed = [field for field in ALLOWED_FIELDS if field in lists]
+        for field in changed:
+            setattr(team, field, list(lists[field]))
+        team.save(update_fields=changed)
+        AuditEntry.objects.create(
+            actor=actor,
+            action="team.allowed",
+            object_type="team",
+            object_repr=team.slug,
+            team=team,
+            before=before,
+            after=allowed_state(team),
+        )
+    return team
 
 
 def membership_state(membership: Membership) -> dict[str, Any]:

@@ -12,8 +12,9 @@ A check takes two steps, as DRF's serializers do:
    (`field_errors`);
 2. only when every field passed, the job as a whole: the team a submission leaves out, the
    defaults (the name from the image, the checkpoint grace from settings, CPU and memory from
-   the flavor), whether its workers fit the nodes of its flavor, and its CPU and memory
-   within the flavor's maxima (`check_whole`).
+   the flavor), whether its workers fit the nodes of its flavor, its CPU and memory within
+   the flavor's maxima, and the ServiceAccount, Secrets and claims it names within its
+   team's allow-lists (`check_whole`).
 """
 
 from __future__ import annotations
@@ -180,7 +181,8 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
 
     1. Without a team, the job goes to the submitter's only team, which `submit_job` finds as
        it writes the job (refusing with TeamRequired when there are none or several); the
-       team stays None here. Someone not signed in must name one.
+       team stays None here, unless the job names a ServiceAccount, Secrets or claims, which
+       its team must allow (then the team is taken here). Someone not signed in must name one.
     2. The defaults of the fields left out.
     3. A worker must fit the largest node of its flavor, and the gang its empty nodes, whole
        workers per node.
@@ -188,12 +190,22 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
        insert would.
     4. CPU, memory and /dev/shm per worker: the flavor's defaults for what was left out, and
        the flavor's maxima (gpuqueue.services.pod_spec.resources).
+    5. The ServiceAccount, Secrets and claims it names are on its team's allow-lists
+       (gpuqueue.services.pod_spec.namespace_errors), whatever else is wrong with it.
     """
     job = dict(values)
     if job.get("team") is None:
         if not _signed_in(user):
             return Checked(job, {"team": [TEAM_REQUIRED]})
         job["team"] = None
+        if pod_spec.uses_namespace_objects(job):
+            # What the job may use is its team's to say, so the team is taken now; the insert
+            # still checks the membership.
+            teams = teams_for_submission(user)
+            if len(teams) != 1:
+                return Checked(job, {"team": [TEAM_REQUIRED]})
+            job["team"] = teams[0]
+    refused = pod_spec.namespace_errors(job["team"], job) if job["team"] is not None else {}
     if not job.get("name"):
         job["name"] = default_name(job["image"])
     job.setdefault("checkpoint_grace_seconds", settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS)
@@ -206,7 +218,7 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
     except SubmissionRefused as exc:
         if job["team"] is None and len(teams_for_submission(user)) != 1:
             return Checked(job, {"team": [TEAM_REQUIRED]})
-        return Checked(job, {exc.field or "flavor": [str(exc)]})
+        return Checked(job, {**refused, exc.field or "flavor": [str(exc)]})
     resources, errors = pod_spec.resources(job, job["flavor"])
     job.update(resources)
-    return Checked(job, errors)
+    return Checked(job, {**refused, **errors})

@@ -2,8 +2,9 @@
 the team's PersistentVolumeClaims, Secrets by name, a priority class and a ServiceAccount.
 
 Names are checked by Kubernetes' syntax (DNS-1123 subdomains) so that the cluster never refuses
-a job gpuqueue accepted; whether a claim or a Secret exists is the cluster's to say, when the
-pods start. gpuqueue never reads a Secret: it passes names on.
+a job gpuqueue accepted, and against the team's allow-lists, which its admins keep, so that a
+member uses only what the team's admins let jobs use; whether a claim or a Secret exists is the
+cluster's to say, when the pods start. gpuqueue never reads a Secret: it passes names on.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from django.conf import settings
 
 from gpuqueue.models import Flavor
 from gpuqueue.services.validation import DNS1123_SUBDOMAIN, FieldErrors
+from teams.models import Team
 
 # A worker larger than any machine is a typo, not a request: 1,024 CPUs, 16 TiB.
 MAX_CPU_MILLICORES = 1024 * 1000
@@ -106,6 +108,59 @@ def priority_class_errors(name: str) -> list[str]:
 
 def service_account_errors(name: str) -> list[str]:
     return name_errors(name) if name else []
+
+
+NOT_ALLOWED = (
+    "{kind} {names} of namespace {namespace}: not on team {team}'s list of what its jobs may "
+    "use ({allowed}); a team admin adds {them} under the team's allowed {what}."
+)
+
+
+def _allowed_text(patterns: Sequence[str]) -> str:
+    return "it lists none" if not patterns else "it lists " + ", ".join(patterns)
+
+
+def namespace_errors(team: Team, job: Mapping[str, Any]) -> FieldErrors:
+    """The ServiceAccount, Secrets and claims a job names that its team's admins have not
+    allowed (teams.models.Team.unlisted). gpuqueue's ServiceAccount makes the pods, so this is
+    where a member is kept from using what the namespace holds for others: whether the objects
+    exist is the cluster's to say when the pods start."""
+    lists = (
+        ("service_account", "allowed_service_accounts", "ServiceAccount", "service accounts"),
+        ("env_from_secrets", "allowed_secrets", "Secret", "secrets"),
+        ("image_pull_secrets", "allowed_secrets", "Secret", "secrets"),
+        ("volumes", "allowed_claims", "PersistentVolumeClaim", "claims"),
+    )
+    errors: FieldErrors = {}
+    for field, column, kind, what in lists:
+        value = job.get(field)
+        if field == "service_account":
+            names = [value] if value else []
+        elif field == "volumes":
+            names = [str(volume["claim"]) for volume in value or ()]
+        else:
+            names = [str(name) for name in value or ()]
+        unlisted = team.unlisted(column, names)
+        if unlisted:
+            errors[field] = [
+                NOT_ALLOWED.format(
+                    kind=kind + ("s" if len(unlisted) > 1 else ""),
+                    names=", ".join(unlisted),
+                    namespace=team.namespace,
+                    team=team.slug,
+                    allowed=_allowed_text(getattr(team, column)),
+                    them="them" if len(unlisted) > 1 else "it",
+                    what=what,
+                )
+            ]
+    return errors
+
+
+def uses_namespace_objects(job: Mapping[str, Any]) -> bool:
+    return any(
+        job.get(field)
+        for field in ("service_account", "env_from_secrets", "image_pull_secrets", "volumes")
+    )
 
 
 def resources(job: Mapping[str, Any], flavor: Flavor) -> tuple[dict[str, Any], FieldErrors]:

@@ -8,6 +8,7 @@ from typing import Any
 from rest_framework import permissions
 
 from teams.models import Membership, Role
+from teams.services import is_team_admin
 
 
 class SiteAdminWrites(permissions.BasePermission):
@@ -39,3 +40,15 @@ class AnyAdmin(permissions.BasePermission):
         return bool(
             user.is_superuser or Membership.objects.filter(user=user, role=Role.ADMIN).exists()
         )
+
+
+class TeamAdminWrites(permissions.BasePermission):
+    """Every member of the team reads; its admins and site admins write (its allow-list)."""
+
+    message = "Only the team's admins may change this."
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        return bool(request.user and request.user.is_authenticated)
+
+    def has_object_permission(self, request: Any, view: Any, obj: Any) -> bool:
+        return request.method in permissions.SAFE_METHODS or is_team_admin(request.user, obj)

@@ -12,7 +12,16 @@ from rest_framework import serializers
 
 from gpuqueue.api.fields import StrictCharField, reject_unknown_fields
 from teams import services
-from teams.models import ApiToken, AuditEntry, Membership, Role, Team, dns_label
+from teams.models import (
+    MAX_ALLOWED,
+    ApiToken,
+    AuditEntry,
+    Membership,
+    Role,
+    Team,
+    allowed_errors,
+    dns_label,
+)
 
 
 def _user(serializer: serializers.Serializer) -> Any:
@@ -76,6 +85,51 @@ class TeamSerializer(serializers.ModelSerializer):
     def update(self, instance: Team, validated_data: dict[str, Any]) -> Team:
         validated_data.pop("slug", None)
         return services.update_team(_user(self), instance, **validated_data)
+
+
+def _allowed(help_text: str) -> serializers.ListField:
+    return serializers.ListField(
+        child=StrictCharField(max_length=253),
+        max_length=MAX_ALLOWED,
+        required=False,
+        help_text=help_text,
+    )
+
+
+class TeamAllowedSerializer(serializers.Serializer):
+    """What the team's jobs may use in its namespace: names, where `*` matches any run of
+    characters. A job naming anything else is refused at submission."""
+
+    service_accounts = _allowed("ServiceAccounts jobs may run as.")
+    secrets = _allowed(
+        "Secrets jobs may take variables (env_from_secrets) or image pull "
+        "credentials (image_pull_secrets) from."
+    )
+    claims = _allowed("PersistentVolumeClaims jobs may mount (volumes).")
+
+    # The API's names for the team's columns.
+    COLUMNS = {
+        "service_accounts": "allowed_service_accounts",
+        "secrets": "allowed_secrets",
+        "claims": "allowed_claims",
+    }
+
+    def to_internal_value(self, data: Any) -> Any:
+        reject_unknown_fields(self, data)
+        return super().to_internal_value(data)
+
+    def to_representation(self, team: Team) -> dict[str, list[str]]:
+        return {name: list(getattr(team, column)) for name, column in self.COLUMNS.items()}
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        errors = {name: found for name, value in attrs.items() if (found := allowed_errors(value))}
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+    def update(self, instance: Team, validated_data: dict[str, Any]) -> Team:
+        lists = {self.COLUMNS[name]: value for name, value in validated_data.items()}
+        return services.set_allowed(_user(self), instance, **lists)
 
 
 class MembershipSerializer(serializers.ModelSerializer):

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from gpuqueue.api.pagination import NewestFirst, OldestFirst
 from teams import services
 from teams.api.filters import AuditFilter, MembershipFilter, TokenFilter
-from teams.api.permissions import AnyAdmin, SiteAdminWrites
+from teams.api.permissions import AnyAdmin, SiteAdminWrites, TeamAdminWrites
 from teams.api.serializers import (
     AuditEntrySerializer,
     MembershipSerializer,
+    TeamAllowedSerializer,
     TeamSerializer,
     TokenSerializer,
 )
@@ -38,6 +43,33 @@ class TeamViewSet(
 
     def get_queryset(self) -> QuerySet[Team]:
         return Team.objects.of_user(self.request.user).select_related("parent")
+
+    @extend_schema(request=TeamAllowedSerializer, responses=TeamAllowedSerializer)
+    @action(
+        detail=True,
+        methods=["get", "put", "patch"],
+        permission_classes=[TeamAdminWrites],
+        serializer_class=TeamAllowedSerializer,
+        pagination_class=None,
+    )
+    def allowed(self, request: Request, slug: str | None = None) -> Response:
+        """What the team's jobs may use in its namespace: ServiceAccounts, Secrets and
+        PersistentVolumeClaims. Members read it; team admins and site admins change it (PUT
+        replaces every list, PATCH the lists it names)."""
+        team = self.get_object()
+        if request.method == "GET":
+            return Response(TeamAllowedSerializer(team).data)
+        data = request.data
+        if request.method == "PUT" and isinstance(data, dict):
+            data = {**dict.fromkeys(TeamAllowedSerializer.COLUMNS, []), **data}
+        serializer = TeamAllowedSerializer(
+            team,
+            data=data,
+            partial=request.method == "PATCH",
+            context=self.get_serializer_context(),
+        )
+        serializer.is_valid(raise_exception=True)
+        return Response(TeamAllowedSerializer(serializer.save()).data)
 
 
 class MembershipViewSet(viewsets.ModelViewSet):

@@ -10,6 +10,7 @@ import pytest
 from gpuqueue.client.cli import _parser, job_spec
 from gpuqueue.cycle.launch import launch_spec
 from gpuqueue.models import Flavor, Job, JobEvent
+from teams.models import Team
 
 VOLUME = {"claim": "imagenet", "mount_path": "/data", "read_only": True}
 
@@ -138,6 +139,11 @@ def test_a_full_workload_spec_is_kept_and_reaches_the_launch(
         "priority_class": "gpu-batch",
         "service_account": "trainer",
     }
+    Team.objects.filter(slug="team-a").update(
+        allowed_service_accounts=["trainer"],
+        allowed_secrets=["ghcr-pull", "wandb", "hf-token"],
+        allowed_claims=["imagenet", "scratch"],
+    )
     response = api("alice").post("/api/v1/jobs/", {**job_body, **spec_fields}, format="json")
     assert response.status_code == 201, response.content
     body = response.json()

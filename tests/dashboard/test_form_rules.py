@@ -171,6 +171,10 @@ def test_the_form_and_the_api_make_the_same_job_of_the_same_input(
         "env_from_secrets": ["a", "b"],
     }
     sent |= {"memory_mib": 8192, "shm_mib": 1024, "service_account": "trainer"}
+    world.team_a.allowed_service_accounts = ["trainer"]
+    world.team_a.allowed_secrets = ["a", "b"]
+    world.team_a.allowed_claims = ["imagenet", "scratch"]
+    world.team_a.save()
     assert clients["alice"].post("/jobs/new/", typed).status_code == 303
     assert _api(world.alice).post("/api/v1/jobs/", sent, format="json").status_code == 201
     from_form, from_api = (

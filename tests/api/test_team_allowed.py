@@ -1,0 +1,238 @@
+"""What a team's jobs may use in its namespace: the ServiceAccounts, Secrets and claims its admins
+allow. gpuqueue's ServiceAccount makes the pods, so anything else is refused at submission, by
+every way in, with a message naming it, and nothing is written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dashboard.forms import SubmitForm
+from gpuqueue.models import Job, JobEvent
+from teams.models import AuditEntry, Team
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/teams/{}/allowed/"
+EMPTY = {"service_accounts": [], "secrets": [], "claims": []}
+LISTS = {"service_accounts": ["trainer"], "secrets": ["wandb", "ghcr-*"], "claims": ["imagenet"]}
+
+
+def _allow(team: Team, **lists: list[str]) -> None:
+    Team.objects.filter(pk=team.pk).update(**{f"allowed_{k}": v for k, v in lists.items()})
+
+
+def _written() -> tuple[int, int]:
+    return Job.objects.count(), JobEvent.objects.count()
+
+
+# --- The endpoint, tried as every persona --------------------------------------------------------
+
+READS = [("alice", 200), ("bob", 200), ("carol", 404), ("root", 200), (None, 401)]
+WRITES = [("alice", 403), ("bob", 200), ("carol", 404), ("root", 200), (None, 401)]
+
+
+@pytest.mark.parametrize(("persona", "status"), READS)
+def test_members_and_site_admins_read_the_lists(
+    persona: str | None, status: int, api: Any, world: Any
+) -> None:
+    _allow(world.team_a, service_accounts=["trainer"])
+    response = api(persona).get(URL.format("team-a"))
+    assert response.status_code == status, response.content
+    if status == 200:
+        assert response.json() == {**EMPTY, "service_accounts": ["trainer"]}
+
+
+@pytest.mark.parametrize("method", ["put", "patch"])
+@pytest.mark.parametrize(("persona", "status"), WRITES)
+def test_only_team_admins_and_site_admins_change_them(
+    method: str, persona: str | None, status: int, api: Any, world: Any
+) -> None:
+    response = getattr(api(persona), method)(URL.format("team-a"), LISTS, format="json")
+    assert response.status_code == status, response.content
+    team = Team.objects.get(pk=world.team_a.pk)
+    kept = (team.allowed_service_accounts, team.allowed_secrets, team.allowed_claims)
+    if status == 200:
+        assert response.json() == LISTS
+        assert kept == (["trainer"], ["wandb", "ghcr-*"], ["imagenet"])
+        entry = AuditEntry.objects.get(action="team.allowed")
+        assert entry.before == {
+            "allowed_service_accounts": [],
+            "allowed_secrets": [],
+            "allowed_claims": [],
+        }
+        assert entry.team == team and entry.after["allowed_claims"] == ["imagenet"]
+    else:
+        assert kept == ([], [], []) and not AuditEntry.objects.filter(action="team.allowed")
+
+
+def test_patch_changes_the_lists_it_names_and_put_replaces_all(api: Any, world: Any) -> None:
+    _allow(world.team_a, service_accounts=["trainer"], claims=["imagenet"])
+    patched = api("bob").patch(URL.format("team-a"), {"secrets": ["wandb"]}, format="json")
+    assert patched.json() == {
+        "service_accounts": ["trainer"],
+        "secrets": ["wandb"],
+        "claims": ["imagenet"],
+    }
+    put = api("bob").put(URL.format("team-a"), {"claims": ["scratch-*"]}, format="json")
+    assert put.json() == {**EMPTY, "claims": ["scratch-*"]}
+
+
+BAD_LISTS = [
+    ("a name with capitals", {"secrets": ["WandB"]}, "secrets"),
+    ("a name with a slash", {"claims": ["a/b"]}, "claims"),
+    ("a name twice", {"service_accounts": ["trainer", "trainer"]}, "service_accounts"),
+    ("no list", {"secrets": "wandb"}, "secrets"),
+    ("65 names", {"claims": [f"c{i}" for i in range(65)]}, "claims"),
+    ("an unknown list", {"configmaps": ["x"]}, "configmaps"),
+]
+
+
+@pytest.mark.parametrize(("what", "body", "field"), BAD_LISTS, ids=[c[0] for c in BAD_LISTS])
+def test_a_bad_list_is_refused_at_its_field_and_changes_nothing(
+    what: str, body: dict[str, Any], field: str, api: Any, world: Any
+) -> None:
+    response = api("bob").patch(URL.format("team-a"), body, format="json")
+    assert response.status_code == 400, response.content
+    assert field in response.json()["error"]["fields"]
+    team = Team.objects.get(pk=world.team_a.pk)
+    assert (team.allowed_service_accounts, team.allowed_secrets, team.allowed_claims) == (
+        [],
+        [],
+        [],
+    )
+
+
+def test_the_admin_s_form_checks_the_same_rule(world: Any) -> None:
+    from django.core.exceptions import ValidationError
+
+    world.team_a.allowed_secrets = ["Not A Name"]
+    with pytest.raises(ValidationError) as refused:
+        world.team_a.full_clean()
+    assert "allowed_secrets" in refused.value.message_dict
+
+
+# --- Submissions ---------------------------------------------------------------------------------
+
+VOLUME = {"claim": "imagenet", "mount_path": "/data", "read_only": True}
+UNLISTED = [
+    (
+        "a ServiceAccount",
+        {"service_account": "cluster-admin-sa"},
+        "service_account",
+        "cluster-admin-sa",
+    ),
+    ("a Secret for env", {"env_from_secrets": ["db-root"]}, "env_from_secrets", "db-root"),
+    (
+        "a pull Secret",
+        {"image_pull_secrets": ["other-registry"]},
+        "image_pull_secrets",
+        "other-registry",
+    ),
+    ("a claim", {"volumes": [{**VOLUME, "claim": "team-b-data"}]}, "volumes", "team-b-data"),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "change", "field", "name"), UNLISTED, ids=[c[0] for c in UNLISTED]
+)
+def test_what_the_team_does_not_allow_is_refused_by_name_and_nothing_is_written(
+    what: str, change: dict[str, Any], field: str, name: str, api: Any, job_body: Any, world: Any
+) -> None:
+    _allow(world.team_a, **{k: list(v) for k, v in LISTS.items()})
+    before = _written()
+    response = api("alice").post("/api/v1/jobs/", {**job_body, **change}, format="json")
+    assert response.status_code == 400, response.content
+    (message,) = response.json()["error"]["fields"][field]
+    assert name in message and "team team-a" in message and "namespace team-a" in message
+    assert _written() == before
+
+
+def test_an_empty_list_allows_nothing_and_says_so(api: Any, job_body: Any) -> None:
+    response = api("alice").post(
+        "/api/v1/jobs/", {**job_body, "env_from_secrets": ["wandb", "hf"]}, format="json"
+    )
+    assert response.status_code == 400
+    (message,) = response.json()["error"]["fields"]["env_from_secrets"]
+    assert message == (
+        "Secrets wandb, hf of namespace team-a: not on team team-a's list of what its jobs may "
+        "use (it lists none); a team admin adds them under the team's allowed secrets."
+    )
+
+
+def test_what_the_team_allows_is_accepted_globs_included(
+    api: Any, job_body: Any, world: Any
+) -> None:
+    _allow(world.team_a, **{k: list(v) for k, v in LISTS.items()})
+    body = {
+        **job_body,
+        "service_account": "trainer",
+        "env_from_secrets": ["wandb"],
+        "image_pull_secrets": ["ghcr-pull"],
+        "volumes": [VOLUME],
+    }
+    response = api("alice").post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 201, response.content
+
+
+def test_another_team_s_list_does_not_count(api: Any, job_body: Any, world: Any) -> None:
+    _allow(world.team_b, secrets=["wandb"])
+    response = api("alice").post(
+        "/api/v1/jobs/", {**job_body, "env_from_secrets": ["wandb"]}, format="json"
+    )
+    assert response.status_code == 400
+
+
+def test_without_a_team_the_only_team_s_list_decides(api: Any, job_body: Any, world: Any) -> None:
+    body = {k: v for k, v in job_body.items() if k != "team"}
+    refused = api("carol").post(
+        "/api/v1/jobs/", {**body, "env_from_secrets": ["wandb"]}, format="json"
+    )
+    assert refused.status_code == 400 and "team team-b" in str(refused.json())
+    _allow(world.team_b, secrets=["wandb"])
+    accepted = api("carol").post(
+        "/api/v1/jobs/", {**body, "env_from_secrets": ["wandb"]}, format="json"
+    )
+    assert accepted.status_code == 201, accepted.content
+    assert accepted.json()["team"] == "team-b"
+
+
+def test_an_array_is_refused_whole(api: Any, job_body: Any) -> None:
+    body = {**job_body, "service_account": "trainer", "array": "0-9"}
+    response = api("alice").post("/api/v1/arrays/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert "service_account" in response.json()["error"]["fields"]
+    assert _written() == (0, 0)
+
+
+def test_the_form_refuses_with_the_same_message(world: Any, nodes: Any) -> None:
+    form = SubmitForm(
+        data={
+            "team": "team-a",
+            "flavor": "h100",
+            "image": "ghcr.io/acme/train:1",
+            "workers": "1",
+            "gpus_per_worker": "1",
+            "priority": "0",
+            "volumes": "team-b-data:/data",
+        },
+        user=world.alice,
+    )
+    assert form.validated_submission() is None
+    (message,) = form.errors["volumes"]
+    assert message.startswith("PersistentVolumeClaim team-b-data of namespace team-a: not on")
+    assert _written() == (0, 0)
+
+
+def test_the_cli_prints_the_refusal_and_exits_4(cli: Any, capsys: Any) -> None:
+    code = cli(
+        "submit",
+        "--team=team-a",
+        "--flavor=h100",
+        "--image=ghcr.io/acme/train:1",
+        "--service-account=default-admin",
+    )
+    assert code == 4
+    assert "ServiceAccount default-admin of namespace team-a" in capsys.readouterr().err
+    assert _written() == (0, 0)
