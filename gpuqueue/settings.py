@@ -380,6 +380,13 @@ GPUQUEUE_API_ANON_RATE = env_str("GPUQUEUE_API_ANON_RATE", "120/min")
 GPUQUEUE_API_BAD_TOKEN_RATE = env_str("GPUQUEUE_API_BAD_TOKEN_RATE", "30/min")
 # Request bodies above this are refused with 413 before parsing (a job is a few KiB).
 GPUQUEUE_API_MAX_BODY_BYTES = env_int("GPUQUEUE_API_MAX_BODY_BYTES", 64 * 1024, minimum=1024)
+# Form posts (the dashboard, sign-in, the admin): Django refuses with 400 a urlencoded body whose
+# declared length is over this before reading it, and stops reading a multipart body's fields
+# past it. The largest submission the rules accept is about 100 KiB of text.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("GPUQUEUE_FORM_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
+# No form takes a file: a file part of a multipart body is read and dropped, never kept in
+# memory or on disk.
+FILE_UPLOAD_HANDLERS: list[str] = []
 # With a value, /metrics wants `Authorization: Bearer <it>`. Without one it answers 401 unless
 # GPUQUEUE_METRICS_OPEN is set (the default of the embedded mode, which listens on loopback).
 GPUQUEUE_METRICS_TOKEN = env_str("GPUQUEUE_METRICS_TOKEN")

@@ -390,8 +390,8 @@ def test_a_network_device_is_not_a_gpu(kube: Kube, guard: Guard) -> None:
 
 def test_no_pod_outside_the_queue_tolerates_the_gpu_taint(kube: Kube, guard: Guard) -> None:
     """A pod that asks for no GPU but tolerates the GPU nodes' taint lands there, where an
-    image with NVIDIA_VISIBLE_DEVICES baked in gets the node's GPUs: refused, as is a
-    toleration of every taint; other taints are tolerated as before."""
+    image with NVIDIA_VISIBLE_DEVICES baked in gets the node's GPUs: refused, as are a
+    toleration of every taint and a pod that names its node; other taints are tolerated."""
     guard.install()
     for name, toleration in (
         ("gpu-taint", {"key": "nvidia.com/gpu", "operator": "Exists"}),
@@ -409,6 +409,11 @@ def test_no_pod_outside_the_queue_tolerates_the_gpu_taint(kube: Kube, guard: Gua
             GUARDED, deployment(0, tolerations=[{"operator": "Exists"}])
         ),
         says="taint",
+    )
+    # Naming the node skips the scheduler, and with it the taint.
+    refused_by_policy(
+        lambda: kube.core.create_namespaced_pod(GUARDED, pod("pinned", 0, nodeName="h100-3")),
+        says="nodeName",
     )
     spot = [{"key": "gpuqueue.dev/spot", "operator": "Exists", "effect": "NoSchedule"}]
     assert (
