@@ -91,6 +91,10 @@ class Cycle:
         # Whether no state admits a job (never.py), from the ledger's sizes and the quotas.
         self.never = NeverAdmits(self.ledger.flavors, self.quotas, self.chains)
         capacity = {name: fl.total_free for name, fl in self.ledger.flavors.items()}
+        for node in snapshot.nodes:  # GPUs of terminating pods come back: capacity too
+            for draining in node.draining if node.schedulable else ():
+                if draining.flavor in capacity and draining.flavor in node.capacity:
+                    capacity[draining.flavor] += draining.gpus
         running = self.ledger.hold_running(snapshot.running)
         # (team, flavor) -> the team and its department with their quotas (None: no quota).
         self.groups = {
@@ -145,6 +149,23 @@ class Cycle:
         # The verdicts of `_consider` by kind of job, with the state they were reached in.
         self._verdicts: dict[Kind, Verdict] = {}
         self._running_by_id: dict[int, RunningJob] | None = None  # made on first need
+        self._draining: dict[int, tuple[int, str | None]] | None = None  # `_draining_jobs`
+        # GPUs of terminating pods (`Node.draining`): incoming at once, or, when they were
+        # taken for a job that is pending, hidden from every other job until that job is
+        # decided (`_decide`): a preemptor waits for what its preemption freed instead of
+        # preempting a second victim, and no job before it in the order takes them.
+        self.promised: dict[int, list[tuple[str, str, int, int]]] = {}
+        pending_ids = {job.id for job in snapshot.pending}
+        for node in snapshot.nodes:
+            for draining in node.draining if node.schedulable else ():
+                if draining.for_job_id in pending_ids:
+                    self.promised.setdefault(draining.for_job_id, []).append(
+                        (draining.flavor, node.name, draining.gpus, draining.job_id)
+                    )
+                else:
+                    self.ledger.come_back(
+                        draining.flavor, node.name, draining.gpus, draining.job_id
+                    )
 
     def run(self) -> Plan:
         # Phase 3: the order.
@@ -231,7 +252,7 @@ class Cycle:
         of a busy cycle wait, and the same few kinds repeat down each team's queue. A job
         that waits for capacity still gets its own reason (its place behind its team's jobs).
         """
-        if not self.memo:
+        if not self.memo or (self.promised and job.id in self.promised):
             return self._decide(job)
         state = self._state()
         hit = self._verdicts.get(job.kind)
@@ -286,6 +307,11 @@ class Cycle:
     def _decide(self, job: PendingJob) -> Reason | None:
         """Steps 1-11 of `_consider`."""
         ledger = self.ledger
+        if self.promised:
+            # The GPUs coming back for this job join the incoming ones: it claims them at
+            # step 8 (or starts on free GPUs, and they are left to the jobs after it).
+            for flavor, node, gpus, job_id in self.promised.pop(job.id, ()):
+                ledger.come_back(flavor, node, gpus, job_id)
         flavor = job.flavor
         fl = ledger.flavors.get(flavor)
         g = job.gpus_per_worker
@@ -508,6 +534,18 @@ class Cycle:
             self.order.touch(team, flavor)
         return self._waiting_for(job, tuple(waited))
 
+    def _draining_jobs(self) -> dict[int, tuple[int, str | None]]:
+        """Job id -> the GPUs its terminating pods hold, and its team when it is pending."""
+        if self._draining is None:
+            teams = {job.id: job.team for job in self.snapshot.pending}
+            self._draining = {}
+            for node in self.snapshot.nodes:
+                for draining in node.draining:
+                    held, _ = self._draining.get(draining.job_id, (0, None))
+                    team = teams.get(draining.job_id)
+                    self._draining[draining.job_id] = (held + draining.gpus, team)
+        return self._draining
+
     def _waiting_for(self, job: PendingJob, waited: tuple[int, ...]) -> Reason:
         """WAITING_FOR_PREEMPTION: the jobs waited on, the GPUs they give back, their teams,
         and until when they may be saving a checkpoint (a victim of this plan from now)."""
@@ -520,7 +558,14 @@ class Cycle:
         teams = set()
         until: float | None = -math.inf
         for job_id in waited:
-            victim = by_id[job_id]
+            victim = by_id.get(job_id)
+            if victim is None:  # stopped: its pods are terminating (`Node.draining`)
+                held, team = self._draining_jobs()[job_id]
+                gpus += held
+                if team is not None:
+                    teams.add(team)
+                until = None
+                continue
             gpus += victim.gpus
             teams.add(victim.team)
             grace = victim.checkpoint_grace

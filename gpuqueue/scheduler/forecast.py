@@ -63,15 +63,21 @@ def forecast(
     balances = _balances(snapshot, policy)
     # GPUs held and asked per (team, flavor), kept as jobs start, end and queue again.
     held, asked = held_and_asked(running.values(), pending.values())
+    # GPUs of terminating pods (Node.draining) count as back from the second step on: pods
+    # terminate within their checkpoint grace, seconds to minutes, about a step or less.
+    nodes = snapshot.nodes
     for _ in range(max_steps):
         state = replace(
             snapshot,
+            nodes=nodes,
             now=now,
             running=tuple(running.values()),
             pending=tuple(pending.values()),
             share_balance=snapshot.share_balance if balances is None else balances.snapshot(),
         )
         result = plan(state, policy, explain=False)  # admissions and preemptions are read
+        if any(node.draining for node in nodes):
+            nodes = tuple(replace(node, draining=()) for node in nodes)
         for admission in result.admissions:
             job = pending.pop(admission.job_id)
             if admission.job_id in awaited:

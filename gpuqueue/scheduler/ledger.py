@@ -225,6 +225,9 @@ class Ledger:
                 if fl is None:
                     fl = self.flavors[flavor] = FlavorLedger(flavor, memo)
                 free = capacity[flavor] - (external.get(flavor, 0) if external else 0)
+                for draining in node.draining:
+                    if draining.flavor == flavor:
+                        free -= draining.gpus  # incoming once the cycle says for whom
                 fl.add_node(node.name, free, capacity[flavor])
 
     # --- checkpoints -------------------------------------------------------------------------
@@ -439,6 +442,15 @@ class Ledger:
         if gpus:
             self._set_free(fl, node, fl.free[node] - gpus)
             self._set_held(fl, node, fl.held.get(node, 0) + gpus)
+
+    def come_back(self, flavor: str, node: str, gpus: int, job_id: int) -> None:
+        """GPUs of a node that job `job_id`'s terminating pods hold (`Node.draining`) become
+        incoming: a job may claim them and wait, as for a victim's (named after that job)."""
+        fl = self.flavors.get(flavor)
+        if fl is None or node not in fl.free or gpus <= 0:
+            return
+        self._set_incoming(fl, node, fl.incoming.get(node, 0) + gpus)
+        self.incoming_jobs.setdefault((flavor, node), []).append(job_id)
 
     def name_incoming(self, job: RunningJob) -> None:
         """Name a victim of this cycle as a job its nodes' incoming GPUs wait on (reasons);

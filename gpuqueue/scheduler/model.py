@@ -50,12 +50,26 @@ def whole_workers(sizes: Mapping[int, int], gpus_per_worker: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Draining:
+    """GPUs of a node that the pods of a job which no longer holds them (requeued after its
+    preemption) still hold while they terminate: they come back, first to the job they were
+    taken for, so that job waits for them instead of preempting another job."""
+
+    flavor: str
+    gpus: int
+    job_id: int  # whose pods hold them
+    for_job_id: int | None = None  # the job its preemption was for; None: the first to claim
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     name: str
     capacity: Mapping[str, int]  # flavor -> GPUs this node offers
     # GPUs held by work gpuqueue did not place (pods it did not create), per flavor.
     used_externally: Mapping[str, int] = field(default_factory=dict)
     schedulable: bool = True  # False when cordoned, NotReady or drained
+    # GPUs coming back from terminating pods of gpuqueue's jobs (not in used_externally).
+    draining: tuple[Draining, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
