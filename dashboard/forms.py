@@ -74,6 +74,43 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value).strip()
 
 
+# Every field's text is bounded before it is read: splitting a command into words, reading
+# KEY=value lines or a number costs time with the length of the text (shlex is quadratic: 2 MiB
+# took minutes), so a text longer than any value the rules accept is refused by its length
+# alone. The request body as a whole is bounded by DATA_UPLOAD_MAX_MEMORY_SIZE (settings).
+LINE_MAX_CHARS = 1000  # one-line fields: a name, an image, a number, a list of names
+# Multi-line fields: twice the largest total the rules accept (32 KiB of command words, of
+# environment, of annotations; gpuqueue.services.validation), room for quotes and keys.
+TEXT_MAX_CHARS = 64 * 1024
+
+
+def bounded_text(value: Any, most: int) -> str:
+    """The field's text, stripped; ValidationError when it is longer than `most` characters
+    (checked before anything else reads it)."""
+    text = _text(value)
+    if len(text) > most:
+        raise ValidationError(
+            f"The text is {len(text)} characters long; at most {most}.", code="too_long"
+        )
+    return text
+
+
+class BoundedCharField(forms.CharField):
+    """A CharField whose parsing subclasses read only text within `max_chars`, and whose
+    widget says so (maxlength); Django's own max_length is checked after parsing, and on the
+    parsed value."""
+
+    max_chars = LINE_MAX_CHARS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if isinstance(self.widget, (forms.TextInput, forms.Textarea)):
+            self.widget.attrs.setdefault("maxlength", str(self.max_chars))
+
+    def to_python(self, value: Any) -> Any:
+        return bounded_text(value, self.max_chars)
+
+
 class WholeNumberField(forms.IntegerField):
     """An integer as typed. Django's IntegerField also reads "4.0" as 4, which the API
     refuses."""
@@ -81,7 +118,7 @@ class WholeNumberField(forms.IntegerField):
     default_error_messages = {"invalid": "Must be an integer."}
 
     def to_python(self, value: Any) -> int | None:
-        text = _text(value)
+        text = bounded_text(value, LINE_MAX_CHARS)
         if not text:
             return None
         try:
@@ -98,25 +135,27 @@ class NumberField(forms.FloatField):
         "invalid": "A valid number is required.",
         "too_long": "String value too large.",
     }
-    MAX_CHARS = 1000
+    MAX_CHARS = LINE_MAX_CHARS
 
     def to_python(self, value: Any) -> float | None:
         text = _text(value)
-        if not text:
-            return None
         if len(text) > self.MAX_CHARS:
             raise ValidationError(self.error_messages["too_long"], code="too_long")
+        if not text:
+            return None
         try:
             return float(text)
         except ValueError:
             raise ValidationError(self.error_messages["invalid"], code="invalid") from None
 
 
-class CommandField(forms.CharField):
+class CommandField(BoundedCharField):
     """A command line split into words as a shell does: quotes keep words together."""
 
+    max_chars = TEXT_MAX_CHARS
+
     def to_python(self, value: Any) -> list[str] | None:
-        text = _text(value)
+        text = bounded_text(value, self.max_chars)
         if not text:
             return None
         try:
@@ -125,11 +164,13 @@ class CommandField(forms.CharField):
             raise ValidationError(f"Cannot split into words: {exc}.", code="invalid") from None
 
 
-class MappingField(forms.CharField):
+class MappingField(BoundedCharField):
     """KEY=value lines (see `parse_mapping`)."""
 
+    max_chars = TEXT_MAX_CHARS
+
     def to_python(self, value: Any) -> dict[str, str] | None:
-        text = _text(value)
+        text = bounded_text(value, self.max_chars)
         if not text:
             return None
         try:
@@ -138,11 +179,14 @@ class MappingField(forms.CharField):
             raise ValidationError(str(exc), code="invalid") from None
 
 
-class VolumesField(forms.CharField):
+class VolumesField(BoundedCharField):
     """One CLAIM:PATH[:ro] per line."""
 
+    max_chars = TEXT_MAX_CHARS
+
     def to_python(self, value: Any) -> list[dict[str, Any]] | None:
-        lines = [line.strip() for line in _text(value).splitlines() if line.strip()]
+        text = bounded_text(value, self.max_chars)
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
         if not lines:
             return None
         try:
@@ -151,11 +195,13 @@ class VolumesField(forms.CharField):
             raise ValidationError(str(exc), code="invalid") from None
 
 
-class NamesField(forms.CharField):
+class NamesField(BoundedCharField):
     """Names separated by commas or spaces."""
 
+    max_chars = TEXT_MAX_CHARS
+
     def to_python(self, value: Any) -> list[str] | None:
-        names = _text(value).replace(",", " ").split()
+        names = bounded_text(value, self.max_chars).replace(",", " ").split()
         return names or None
 
 
@@ -168,10 +214,10 @@ class ServiceForm(forms.Form):
 
 
 class SubmitForm(ServiceForm):
-    team = forms.CharField(widget=forms.Select, help_text="The team whose quota the job uses.")
-    flavor = forms.CharField(widget=forms.Select, label="GPU flavor")
-    name = forms.CharField(required=False, help_text="Defaults from the image.")
-    image = forms.CharField(required=False, label="Container image")
+    team = BoundedCharField(widget=forms.Select, help_text="The team whose quota the job uses.")
+    flavor = BoundedCharField(widget=forms.Select, label="GPU flavor")
+    name = BoundedCharField(required=False, help_text="Defaults from the image.")
+    image = BoundedCharField(required=False, label="Container image")
     command = CommandField(
         required=False, help_text="As in a shell: words split on spaces, quotes kept together."
     )
@@ -271,8 +317,8 @@ class SubmitForm(ServiceForm):
         label="Environment from Secrets",
         help_text="Secret names whose keys become variables, comma-separated.",
     )
-    priority_class = forms.CharField(required=False, label="Priority class")
-    service_account = forms.CharField(
+    priority_class = BoundedCharField(required=False, label="Priority class")
+    service_account = BoundedCharField(
         required=False, label="Service account", help_text="Its API token is mounted."
     )
 
