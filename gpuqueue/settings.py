@@ -415,5 +415,7 @@ SPECTACULAR_SETTINGS.update(
     }
 )
 MIDDLEWARE.insert(0, "gpuqueue.ops.metrics.ApiLatencyMiddleware")
+# Probes and scrapes address a pod by its IP: /healthz and /metrics answer any Host.
+MIDDLEWARE.insert(0, "gpuqueue.ops.probe_hosts.ProbeHostMiddleware")
 # The worker times the admission cycle through Celery signals connected in gpuqueue.ops.metrics.
 CELERY_IMPORTS = ["gpuqueue.ops.metrics", "gpuqueue.demo.tasks"]
