@@ -99,7 +99,15 @@ def test_web_worker_beat_and_watcher_run_with_probes_and_resource_requests() -> 
         refs = {next(iter(ref)) for ref in container["envFrom"]}
         assert refs == {"configMapRef", "secretRef"}, name
     watcher = deployments["gpuqueue-watcher"]["spec"]["template"]["spec"]["containers"][0]
-    assert watcher["command"] == ["python", "manage.py", "watch_cluster"]
+    assert watcher["command"] == [
+        "python",
+        "manage.py",
+        "watch_cluster",
+        "--lease-namespace",
+        "$(POD_NAMESPACE)",
+        "--lease-name",
+        "gpuqueue-watcher",
+    ]
 
 
 def test_the_schema_is_migrated_once_by_a_job_and_every_process_waits_for_it() -> None:
@@ -179,6 +187,11 @@ def test_no_wildcards_and_no_cluster_wide_write() -> None:
     for binding in of_kind("ClusterRoleBinding"):
         assert binding["roleRef"]["name"] not in writers, "a writing role bound cluster-wide"
     for binding in of_kind("RoleBinding"):
+        if binding["roleRef"]["kind"] == "Role":
+            # The leader election's Leases, in gpuqueue's own namespace (kustomize's namespace).
+            assert "namespace" not in binding["metadata"]
+            assert binding["roleRef"]["name"] == "gpuqueue-leader-election"
+            continue
         assert binding["metadata"]["namespace"].startswith("team-")
         assert binding["roleRef"]["name"] == "gpuqueue-team-workloads"
 
@@ -186,7 +199,11 @@ def test_no_wildcards_and_no_cluster_wide_write() -> None:
 def test_only_the_processes_that_call_kubernetes_get_a_token() -> None:
     for deployment in of_kind("Deployment"):
         spec = deployment["spec"]["template"]["spec"]
-        calls_api = deployment["metadata"]["name"] in ("gpuqueue-worker", "gpuqueue-watcher")
+        calls_api = deployment["metadata"]["name"] in (
+            "gpuqueue-worker",
+            "gpuqueue-watcher",
+            "gpuqueue-beat",  # its Lease
+        )
         assert spec.get("automountServiceAccountToken", True) is calls_api
 
 

@@ -235,7 +235,10 @@ def apply(api: client.ApiClient, path: Path, namespace: str = "gpuqueue") -> Non
         "ServiceAccount": lambda d: core.create_namespaced_service_account(namespace, d),
         "ClusterRole": rbac.create_cluster_role,
         "ClusterRoleBinding": rbac.create_cluster_role_binding,
-        "RoleBinding": lambda d: rbac.create_namespaced_role_binding(d["metadata"]["namespace"], d),
+        "Role": lambda d: rbac.create_namespaced_role(d["metadata"].get("namespace", namespace), d),
+        "RoleBinding": lambda d: rbac.create_namespaced_role_binding(
+            d["metadata"].get("namespace", namespace), d
+        ),
     }
     for doc in yaml.safe_load_all(path.read_text()):
         if doc:

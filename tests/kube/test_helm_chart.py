@@ -5,10 +5,12 @@ every object (server-side dry run) and grants its ServiceAccount exactly what gp
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import pytest
 import yaml
+from django.test import Client
 from kubernetes import client, utils
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
@@ -61,7 +63,9 @@ def test_the_chart_lints_and_renders_every_part() -> None:
         "gpuqueue-worker",
     ]
     assert found["Job"] == ["gpuqueue-migrate"]
-    assert len(found["RoleBinding"]) == 2 and len(found["PodDisruptionBudget"]) == 2
+    # One per team namespace, and the leader election's in the release namespace.
+    assert len(found["RoleBinding"]) == 3 and found["Role"] == ["gpuqueue-leader-election"]
+    assert len(found["PodDisruptionBudget"]) == 4
     assert len(found["NetworkPolicy"]) == 2
     assert found["ValidatingAdmissionPolicy"] and found["ValidatingAdmissionPolicyBinding"]
     assert "Secret" not in found  # never overwrites the real one
@@ -122,7 +126,7 @@ def test_every_pod_is_restricted_with_a_read_only_root_filesystem() -> None:
             assert context["readOnlyRootFilesystem"] is True, name
             assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"], name
         token = spec.get("automountServiceAccountToken")
-        assert token is (name in ("gpuqueue-worker", "gpuqueue-watcher")), name
+        assert token is (name in ("gpuqueue-worker", "gpuqueue-watcher", "gpuqueue-beat")), name
 
 
 def test_the_secret_is_only_referred_to_and_metrics_need_its_token() -> None:
@@ -142,14 +146,20 @@ def test_the_secret_is_only_referred_to_and_metrics_need_its_token() -> None:
 
 def test_the_charts_rbac_is_deploys_least_privilege() -> None:
     base = {
-        doc["metadata"]["name"]: doc["rules"]
+        (doc["kind"], doc["metadata"]["name"]): doc["rules"]
         for doc in yaml.safe_load_all((DEPLOY / "base" / "rbac.yaml").read_text())
-        if doc and doc["kind"] == "ClusterRole"
+        if doc and doc["kind"] in ("ClusterRole", "Role")
     }
-    chart = {o["metadata"]["name"]: o["rules"] for o in render(TEAMS) if o["kind"] == "ClusterRole"}
+    chart = {
+        (o["kind"], o["metadata"]["name"]): o["rules"]
+        for o in render(TEAMS)
+        if o["kind"] in ("ClusterRole", "Role")
+    }
     assert chart == base  # release "gpuqueue": the same names, the same rules
     bindings = [o for o in render(TEAMS) if o["kind"] == "RoleBinding"]
-    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["gpuqueue", "team-a", "team-b"]
+    (role,) = [o for o in render(TEAMS) if o["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "gpuqueue"  # the Leases: the release namespace only
 
 
 def test_the_charts_processes_run_what_deploys_run() -> None:
@@ -236,7 +246,7 @@ def test_the_real_api_server_accepts_every_object_and_grants_only_what_gpuqueue_
     assert "violates PodSecurity" in str(refused.value.body)
     # RBAC for real, then asked of the API server as the chart's ServiceAccount.
     for obj in objects:
-        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding", "RoleBinding"):
+        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
             try:
                 utils.create_from_dict(kube.api, obj, namespace=obj["metadata"].get("namespace"))
             except utils.FailToCreateError as failure:
@@ -250,6 +260,7 @@ def test_the_real_api_server_accepts_every_object_and_grants_only_what_gpuqueue_
         namespace: str | None = None,
         group: str = "",
         sub: str | None = None,
+        name: str | None = None,
     ) -> bool:
         review = {
             "spec": {
@@ -261,6 +272,7 @@ def test_the_real_api_server_accepts_every_object_and_grants_only_what_gpuqueue_
                     "group": group,
                     "namespace": namespace,
                     "subresource": sub,
+                    "name": name,
                 },
             }
         }
@@ -278,3 +290,101 @@ def test_the_real_api_server_accepts_every_object_and_grants_only_what_gpuqueue_
     assert not may("get", "secrets", "default") and not may("get", "secrets", NAMESPACE)
     assert not may("delete", "nodes") and not may("patch", "nodes")
     assert not may("create", "pods", "team-a") and not may("list", "secrets", "team-a")
+    # The leader election's Leases: its own two, in the release namespace, and nowhere else.
+    lease = "coordination.k8s.io"
+    assert may("create", "leases", NAMESPACE, lease)
+    for name in ("helmtest-watcher", "helmtest-beat"):
+        assert may("get", "leases", NAMESPACE, lease, name=name)
+        assert may("update", "leases", NAMESPACE, lease, name=name)
+    assert not may("update", "leases", NAMESPACE, lease, name="kube-scheduler")
+    assert not may("create", "leases", "team-a", lease) and not may("create", "leases", None, lease)
+    assert not may("update", "leases", "kube-system", lease, name="helmtest-watcher")
+
+
+def documented_install_sets() -> list[str]:
+    """The `--set` values of the `helm install` in docs/kubernetes.md, as written there."""
+    text = (DEPLOY.parent / "docs" / "kubernetes.md").read_text()
+    command = text.split("helm install gpuqueue deploy/helm/gpuqueue", 1)[1]
+    command = command.split("\n#", 1)[0].replace("\\\n", " ")
+    words = shlex.split(command)
+    return [words[i + 1] for i, word in enumerate(words) if word == "--set"]
+
+
+def test_the_documented_install_is_ready_and_scraped_with_its_own_allowed_hosts(
+    settings: Any, db: Any
+) -> None:
+    """With the docs' `config.allowedHosts`, the web's readiness probe (its Host header, or the
+    pod's IP when it sends none) and the ServiceMonitor's scrape (the pod's IP and port) reach
+    /healthz and /metrics of the real app with the chart's settings, and are answered; any
+    other path still refuses a Host the chart does not allow."""
+    sets = documented_install_sets()
+    assert any(s.startswith("config.allowedHosts=") for s in sets)
+    objects = render(*sets)
+    (config,) = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gpuqueue-config"
+    ]
+    (web,) = [
+        o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "gpuqueue-web"
+    ]
+    (monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor"]
+    settings.ALLOWED_HOSTS = config["data"]["GPUQUEUE_ALLOWED_HOSTS"].split(",")
+    settings.GPUQUEUE_METRICS_TOKEN = "scrape-token"
+    pod_ip = "10.244.3.17:8000"
+    probe = web["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]
+    host = {h["name"]: h["value"] for h in probe.get("httpHeaders", [])}.get("Host", pod_ip)
+    app = Client()
+    ready = app.get(probe["path"], HTTP_HOST=host)
+    assert ready.status_code != 400, f"the readiness probe (Host: {host}) got 400"
+    assert ready.json()["status"] in ("ok", "degraded", "unavailable")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    bearer = {"HTTP_AUTHORIZATION": "Bearer scrape-token"}
+    scraped = app.get(endpoint["path"], HTTP_HOST=pod_ip, **bearer)
+    assert scraped.status_code == 200, scraped.content[:200]
+    assert b"gpuqueue_pending_jobs" in scraped.content
+    assert app.get(endpoint["path"], HTTP_HOST=pod_ip).status_code == 401  # still its token
+    assert app.get("/api/v1/jobs/", HTTP_HOST=pod_ip).status_code == 400
+
+
+def test_two_of_everything_spread_over_nodes_and_watcher_and_beat_elect_a_leader() -> None:
+    objects = render(TEAMS)
+    deployments = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
+    for component in ("web", "worker", "watcher", "beat"):
+        deployment = deployments[f"gpuqueue-{component}"]
+        assert deployment["spec"]["replicas"] == 2, component
+        assert "strategy" not in deployment["spec"], component  # rolls: the old one releases
+        spec = deployment["spec"]["template"]["spec"]
+        (term,) = spec["affinity"]["podAntiAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+        selector = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        assert selector == deployment["spec"]["selector"]["matchLabels"], component
+    for component in ("watcher", "beat"):
+        (container,) = deployments[f"gpuqueue-{component}"]["spec"]["template"]["spec"][
+            "containers"
+        ]
+        command = container["command"]
+        at = command.index("--lease-namespace")
+        assert command[at + 1 : at + 4] == [
+            "$(POD_NAMESPACE)",
+            "--lease-name",
+            f"gpuqueue-{component}",
+        ]
+        assert {
+            "name": "POD_NAMESPACE",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+        } in container["env"]
+
+
+def test_no_disruption_budget_blocks_a_drain_whatever_the_replicas() -> None:
+    """minAvailable 1 over one replica refuses every eviction, and `kubectl drain` waits on it
+    forever; maxUnavailable 1 lets one go at a time, the last one too."""
+    for replicas in ("1", "2"):
+        sets = [f"replicas.{c}={replicas}" for c in ("web", "worker", "watcher", "beat")]
+        budgets = [o for o in render(TEAMS, *sets) if o["kind"] == "PodDisruptionBudget"]
+        assert len(budgets) == 4
+        for budget in budgets:
+            assert budget["spec"].get("maxUnavailable") == 1, budget["metadata"]["name"]
+            assert "minAvailable" not in budget["spec"], budget["metadata"]["name"]

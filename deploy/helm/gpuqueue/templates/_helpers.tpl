@@ -61,3 +61,16 @@ volumeMounts:
   {{- include "gpuqueue.env" . | nindent 2 }}
   resources: {{- toYaml .Values.resources.migrate | nindent 4 }}
 {{- end }}
+
+{{/* Replicas of one component on different nodes where the cluster allows it (preferred, not
+required: a one-node cluster still runs them all), so that a node's loss takes one of them. */}}
+{{- define "gpuqueue.spread" -}}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels: {{- include "gpuqueue.selector" . | nindent 14 }}
+{{- end }}
