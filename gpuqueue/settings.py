@@ -129,17 +129,27 @@ CACHES = {
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
-# Failed sign-ins are counted per address and per username (django-axes, in PostgreSQL): after
-# GPUQUEUE_LOGIN_FAILURES of either, sign-in is refused for GPUQUEUE_LOGIN_COOLOFF_MINUTES.
+# Failed sign-ins are counted per address and username together (django-axes, in PostgreSQL):
+# after GPUQUEUE_LOGIN_FAILURES, that address is refused sign-in as that user for
+# GPUQUEUE_LOGIN_COOLOFF_MINUTES; the same user from another address is not.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("GPUQUEUE_LOGIN_FAILURES", 10, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("GPUQUEUE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
-AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+# The pair, never the username alone: anyone can type a username, so counting by it would let
+# anyone lock anyone (the site admin included) out of signing in (docs/security.md).
+AXES_LOCKOUT_PARAMETERS = [["ip_address", "username"]]
+# A try during the cool-off does not start it again: a lockout ends COOLOFF after it began.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
+# The address as the trusted proxies report it, never a header a client chose.
+AXES_CLIENT_IP_CALLABLE = "gpuqueue.core.client_address.client_address"
+# Proxies in front of the web server that append the client's address to X-Forwarded-For
+# (an ingress: 1). 0: the connection's peer is the client and no header is read.
+GPUQUEUE_TRUSTED_PROXY_HOPS = env_int("GPUQUEUE_TRUSTED_PROXY_HOPS", 0, minimum=0)
 
 # A Content-Security-Policy the dashboard passes as it is: scripts and styles from our own
 # origin only (htmx is vendored); style attributes carry the teams' colours. The API docs pages,

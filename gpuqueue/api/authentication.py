@@ -9,6 +9,7 @@ from rest_framework import authentication, exceptions
 
 from gpuqueue.api import throttling
 from gpuqueue.core import caches
+from gpuqueue.core.client_address import client_address
 from gpuqueue.core.outage import redis_failed
 from teams import services, token_cache
 from teams.models import ApiToken
@@ -41,11 +42,6 @@ def _throttled(wait: float | None) -> None:
         raise exceptions.Throttled(wait, "Too many requests with invalid tokens; retry later.")
 
 
-def _address(request: Any) -> str:
-    # DRF's own notion of the client (REMOTE_ADDR, or X-Forwarded-For behind NUM_PROXIES).
-    return str(throttling.TokenRateThrottle().get_ident(request))
-
-
 def live_token(secret: str, request: Any) -> ApiToken | None:
     """The live token for `secret` (its prefix finds the row, its hash must match, and it must
     be neither revoked nor expired, for an active user), kept by this process while the cache
@@ -74,10 +70,10 @@ def live_token(secret: str, request: Any) -> ApiToken | None:
     now = timezone.now()
     token = token_cache.kept(digest, epoch) if holds else None
     if token is None:
-        failures = throttling.bad_token_counters(_address(request), prefix, time.time())
-        _throttled(throttling.address_wait(failures, time.time()))
         token = ApiToken.objects.select_related("user").filter(prefix=prefix).first()
         if token is None or not services.usable(token, digest, now):
+            # Counted only once it failed: a valid token is never refused for others' failures.
+            failures = throttling.bad_token_counters(client_address(request), prefix, time.time())
             _throttled(throttling.count_bad_token(failures, time.time()))
             return None
         token_cache.keep(digest, epoch, token)

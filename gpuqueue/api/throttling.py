@@ -25,6 +25,7 @@ from rest_framework.throttling import BaseThrottle
 
 from gpuqueue.core import caches
 from gpuqueue.core import redis as api_redis
+from gpuqueue.core.client_address import client_address
 from gpuqueue.core.outage import redis_failed
 
 log = logging.getLogger(__name__)
@@ -79,12 +80,13 @@ def token_counter(prefix: str, now: float) -> Counter | None:
 
 
 # --- Failed tokens ----------------------------------------------------------------------------
-# A request with a token that is not valid costs a database lookup. Failures are counted per
-# client address and per token prefix (the user an impostor guesses at); past
-# GPUQUEUE_API_BAD_TOKEN_RATE an address is answered 429 before the database is asked, and a
-# wrong secret for a throttled prefix 429 instead of 401. The prefix's real token still works
-# (it is checked first), so nobody can lock a pipeline out by guessing at its prefix. Only
-# failures are counted: a valid token not yet kept by the process pays one GET.
+# Failures are counted per client address (as the trusted proxies report it,
+# gpuqueue.core.client_address) and per token prefix (the token an impostor guesses at). Past
+# GPUQUEUE_API_BAD_TOKEN_RATE of either, a failing request is answered 429 with Retry-After
+# instead of 401. Only failures are ever refused: every token is checked before its request is
+# counted, so a valid token works whoever failed before it, from whatever address (a shared
+# NAT, a CI runner, an attacker guessing at its prefix). A failure costs the one indexed lookup
+# by prefix that a success costs.
 
 
 @dataclass(frozen=True)
@@ -102,35 +104,22 @@ def bad_token_counters(address: str, prefix: str, now: float) -> BadTokenCounter
     return BadTokenCounters(by_address, by_prefix)
 
 
-def _wait(c: Counter, count: Any, now: float) -> float | None:
-    if count is not None and int(count) >= c.limit:
-        return c.retry_after(now)
-    return None
-
-
-def address_wait(counters: BadTokenCounters | None, now: float) -> float | None:
-    """Seconds the address must wait when it failed too often this window, else None. Fails
-    open when Redis is away (the lookup then costs what it always did)."""
-    if counters is None:
-        return None
-    try:
-        count = api_redis.client().get(counters.address.key)
-    except Exception as error:  # noqa: BLE001 - fail open, see the module docstring
-        redis_failed(log, "reading the failed-token counter", error)
-        return None
-    return _wait(counters.address, count, now)
-
-
 def count_bad_token(counters: BadTokenCounters | None, now: float) -> float | None:
-    """Count one failure; seconds to wait when the prefix was already over its limit."""
+    """Count one failure; seconds to wait when its address or its prefix has now failed more
+    often than the rate allows, else None. Fails open when Redis is away."""
     if counters is None:
         return None
     try:
         _, counts = _run_count_script([counters.address, counters.prefix])
-    except Exception as error:  # noqa: BLE001 - fail open
-        redis_failed(log, "counting a failed token", error)
+    except Exception:  # noqa: BLE001 - fail open
+        log.warning("could not count a failed token", exc_info=True)
         return None
-    return _wait(counters.prefix, counts[1] - 1, now)
+    over = [
+        c.retry_after(now)
+        for c, count in zip((counters.address, counters.prefix), counts, strict=True)
+        if count > c.limit
+    ]
+    return max(over) if over else None
 
 
 def count_and_epoch(counted: Counter | None) -> tuple[bytes, int]:
@@ -152,13 +141,18 @@ def _run_count_script(counters: list[Counter]) -> tuple[bytes, list[int]]:
 
 
 class TokenRateThrottle(BaseThrottle):
-    """Keyed by API token (its prefix), else by signed-in user, else by client address."""
+    """Keyed by API token (its prefix), else by signed-in user, else by client address (as
+    the trusted proxies report it: DRF's own reading takes X-Forwarded-For as the client
+    sends it)."""
 
     # Set on the request by authentication when it already counted it: (counter key, count).
     COUNTED_ATTR = "_gpuqueue_counted"
 
     def __init__(self) -> None:
         self.retry_after: float | None = None
+
+    def get_ident(self, request: Any) -> str:
+        return client_address(request)
 
     def identity(self, request: Any) -> tuple[str, str]:
         token = getattr(request, "auth", None)
