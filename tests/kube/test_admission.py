@@ -279,7 +279,7 @@ def test_a_limit_range_gives_no_deployment_gpus(kube: Kube, guard: Guard) -> Non
         lambda: kube.core.create_namespaced_limit_range(
             GUARDED, {**gpus_by_default, "metadata": {"name": "again"}}
         ),
-        says="LimitRange",
+        says="may not give containers GPUs by default",
     )
     kube.core.create_namespaced_limit_range(  # one that gives CPU by default is fine
         GUARDED,
