@@ -5,13 +5,16 @@ editing it). A launched job runs in real time for the seconds in its annotation
 `gpuqueue.dev/sim-duration-seconds` (default 60, never past its max runtime), then succeeds, or
 fails with the exit code in `gpuqueue.dev/sim-exit-code`. A checkpoint request is acknowledged
 after GPUQUEUE_SIM_CHECKPOINT_SECONDS with a location that records the progress made, and a
-resumed attempt only runs what was left.
+resumed attempt only runs what was left. A stopped workload's pods take `termination_seconds`
+(0 unless told) to go: meanwhile its GPUs count as used by others, as a real cluster's
+terminating pods do.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,13 @@ from gpuqueue.cluster.sim_log import SimulatedRun, simulated_log
 DURATION_ANNOTATION = "gpuqueue.dev/sim-duration-seconds"
 EXIT_CODE_ANNOTATION = "gpuqueue.dev/sim-exit-code"
 DEFAULT_DURATION_SECONDS = 60.0
+# Kept in a workload's env, besides what the job asked for: what its pods hold, and until when
+# a stopped workload's pods are terminating.
+GPUS_KEY, RESOURCE_KEY, TERMINATING_KEY = (
+    "sim_gpus_per_worker",
+    "sim_resource",
+    "sim_terminating_until",
+)
 
 
 def load_cluster_file(path: Path) -> list[NodeInfo]:
@@ -85,11 +95,13 @@ class SimulatedBackend(ClusterBackend):
         startup_seconds: float = 1.0,
         checkpoint_seconds: float = 2.0,
         clock: Callable[[], datetime] = timezone.now,
+        termination_seconds: float = 0.0,
     ) -> None:
         self.cluster_file = cluster_file
         self.startup = timedelta(seconds=startup_seconds)
         self.checkpoint_delay = timedelta(seconds=checkpoint_seconds)
         self.clock = clock
+        self.termination = timedelta(seconds=termination_seconds)
         self._nodes_cache: tuple[float, list[NodeInfo]] | None = None
 
     @classmethod
@@ -104,7 +116,31 @@ class SimulatedBackend(ClusterBackend):
         mtime = self.cluster_file.stat().st_mtime
         if self._nodes_cache is None or self._nodes_cache[0] != mtime:
             self._nodes_cache = (mtime, load_cluster_file(self.cluster_file))
-        return list(self._nodes_cache[1])
+        nodes = list(self._nodes_cache[1])
+        if self.termination:
+            used = self._terminating_use()
+            nodes = [
+                replace(n, used_externally=used[n.name]) if n.name in used else n for n in nodes
+            ]
+        return nodes
+
+    def _terminating_use(self) -> dict[str, dict[str, int]]:
+        """node -> resource -> GPUs that stopped workloads' pods hold until they are gone
+        (deleting those that are gone by now)."""
+        from gpuqueue.models import SimulatedWorkload
+
+        now = self.clock()
+        used: dict[str, dict[str, int]] = {}
+        for workload in SimulatedWorkload.objects.filter(env__has_key=TERMINATING_KEY):
+            if datetime.fromisoformat(workload.env[TERMINATING_KEY]) <= now:
+                workload.delete()
+                continue
+            resource = str(workload.env.get(RESOURCE_KEY, "nvidia.com/gpu"))
+            per = int(workload.env.get(GPUS_KEY, 0))
+            for node, workers in workload.placement.items():
+                on_node = used.setdefault(node, {})
+                on_node[resource] = on_node.get(resource, 0) + int(workers) * per
+        return used
 
     def launch(self, spec: LaunchSpec) -> str | None:
         outcome = self.launch_all([spec])[0]
@@ -163,7 +199,12 @@ class SimulatedBackend(ClusterBackend):
             ready_at=ready_at,
             ends_at=ready_at + timedelta(seconds=remaining),
             exit_code=exit_code,
-            env={"prior_progress": duration - remaining, **dict(spec.env)},
+            env={
+                "prior_progress": duration - remaining,
+                GPUS_KEY: spec.gpus_per_worker,
+                RESOURCE_KEY: spec.resource_name,
+                **dict(spec.env),
+            },
         )
 
     def request_checkpoint(self, job_id: int, attempt: int, deadline: datetime) -> None:
@@ -176,7 +217,14 @@ class SimulatedBackend(ClusterBackend):
     def stop(self, job_id: int, attempt: int) -> None:
         from gpuqueue.models import SimulatedWorkload
 
-        SimulatedWorkload.objects.filter(job_id=job_id, attempt=attempt).delete()
+        workloads = SimulatedWorkload.objects.filter(job_id=job_id, attempt=attempt)
+        if not self.termination:
+            workloads.delete()
+            return
+        until = (self.clock() + self.termination).isoformat()
+        for workload in workloads.exclude(env__has_key=TERMINATING_KEY):
+            workload.env = {**workload.env, TERMINATING_KEY: until}
+            workload.save(update_fields=["env"])
 
     def observe(self) -> list[WorkloadStatus]:
         from gpuqueue.models import SimulatedWorkload
@@ -184,7 +232,8 @@ class SimulatedBackend(ClusterBackend):
         now = self.clock()
         down = {node.name for node in self.list_nodes() if not node.ready}
         statuses = []
-        for workload in SimulatedWorkload.objects.order_by("job_id", "attempt"):
+        workloads = SimulatedWorkload.objects.exclude(env__has_key=TERMINATING_KEY)
+        for workload in workloads.order_by("job_id", "attempt"):  # stopped ones are gone
             statuses.append(self._status(workload, now, down))
         return statuses
 

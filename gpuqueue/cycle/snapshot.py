@@ -21,7 +21,7 @@ from gpuqueue.cycle.job_feed import (
     read_active,
 )
 from gpuqueue.cycle.table_versions import kept_while_tables_unchanged
-from gpuqueue.models import Flavor, Job, JobActivity, Node, Quota
+from gpuqueue.models import Flavor, Job, JobActivity, JobEvent, Node, Quota
 from gpuqueue.scheduler import model as m
 from teams.models import Team
 
@@ -144,6 +144,7 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     if stored is not None:
         shown = active.shown
         stored.update((job.id, shown[job.id]) for job in pending)
+    nodes = with_draining(nodes, _awaited_victims(active.shown, active.rows), due, names)
     return m.Snapshot(
         now=now.timestamp(),
         nodes=nodes,
@@ -151,6 +152,90 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
         running=tuple(running),
         pending=tuple(pending),
     )
+
+
+# How long after a victim's requeue its pods may still hold its GPUs: its checkpoint grace (their
+# terminationGracePeriodSeconds) and this much more for the kubelet and the node sync.
+DRAINING_SLACK_SECONDS = 60.0
+
+
+def _awaited_victims(shown: Mapping[int, StoredPending], rows: Mapping[int, Row]) -> dict[int, int]:
+    """Jobs that pending jobs wait on (their reason as the last cycle wrote it, WAITING_FOR_
+    PREEMPTION) and that hold no GPUs any more: victim -> the waiting job (the smallest id)."""
+    awaited: dict[int, int] = {}
+    for job_id, (reason, _, _) in shown.items():
+        if not reason or reason.get("code") != m.ReasonCode.WAITING_FOR_PREEMPTION.value:
+            continue
+        for victim in reason.get("job_ids") or ():
+            row = rows.get(victim)
+            if row is not None and row[STATE] != JobState.PENDING:
+                continue  # still holds its GPUs: the engine sees it running
+            if victim not in awaited or job_id < awaited[victim]:
+                awaited[victim] = job_id
+    return awaited
+
+
+def with_draining(
+    nodes: tuple[m.Node, ...], awaited: Mapping[int, int], now: float, names: Names
+) -> tuple[m.Node, ...]:
+    """The nodes with the GPUs that awaited victims' pods still hold while they terminate
+    (`m.Node.draining`, for the job waiting on them), taken out of `used_externally`.
+
+    1. For each awaited victim that holds no GPUs, its last requeue from PREEMPTING (one
+       indexed query by job): its event keeps the placement it left.
+    2. Within its checkpoint grace plus DRAINING_SLACK_SECONDS of that requeue, its pods may
+       still be there: on each of its nodes, the GPUs that others hold there (the inventory
+       counts a requeued job's terminating pods in `used_externally`), up to what it held,
+       are draining. Past that, or once the inventory no longer counts them, they are not.
+    """
+    if not awaited:
+        return nodes
+    events = (
+        JobEvent.objects.filter(
+            job_id__in=sorted(awaited),
+            from_state=JobState.PREEMPTING,
+            to_state=JobState.PENDING,
+        )
+        .order_by("job_id", "-at", "-id")
+        .values_list(
+            "job_id",
+            "at",
+            "details",
+            "job__checkpoint_grace_seconds",
+            "job__gpus_per_worker",
+            "job__flavor_id",
+        )
+    )
+    left: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (node, flavor) -> (job, GPUs)
+    seen: set[int] = set()
+    for job_id, at, details, grace, per, flavor_id in events:
+        if job_id in seen:
+            continue  # an older requeue
+        seen.add(job_id)
+        if at.timestamp() + grace + DRAINING_SLACK_SECONDS <= now:
+            continue
+        flavor = names.flavors[flavor_id][0]
+        for node, workers in sorted(((details or {}).get("placement") or {}).items()):
+            left.setdefault((str(node), flavor), []).append((job_id, int(workers) * per))
+    if not left:
+        return nodes
+    result = []
+    for node in nodes:
+        external = dict(node.used_externally)
+        draining = list(node.draining)
+        for flavor in sorted(external):
+            for job_id, gpus in left.get((node.name, flavor), ()):
+                take = min(gpus, external[flavor])
+                if take <= 0:
+                    continue
+                external[flavor] -= take
+                draining.append(m.Draining(flavor, take, job_id, awaited[job_id]))
+        if len(draining) == len(node.draining):
+            result.append(node)
+        else:
+            used = {flavor: gpus for flavor, gpus in external.items() if gpus}
+            result.append(replace(node, used_externally=used, draining=tuple(draining)))
+    return tuple(result)
 
 
 def _idle_reclaim_first(names: Names) -> set[int]:
