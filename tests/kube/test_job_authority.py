@@ -14,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from rest_framework.test import APIClient
 
 from gpuqueue.cluster.manifests import workload_name
+from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Flavor, Job, JobEvent
 from teams.models import Team
@@ -162,6 +163,11 @@ def test_an_allowed_service_account_is_the_one_the_pods_run_as(kube: Kube, world
         assert pod["spec"]["serviceAccountName"] == "trainer"
 
 
+def _state(job: Job) -> str:
+    job.refresh_from_db()
+    return str(job.state)
+
+
 def _enforce(kube: Kube, namespace: str, level: str | None) -> None:
     label = {"pod-security.kubernetes.io/enforce": level}
     kube.core.patch_namespace(namespace, {"metadata": {"labels": label}})
@@ -183,7 +189,8 @@ def test_a_root_image_runs_in_a_baseline_namespace_and_is_refused_in_a_restricte
 ) -> None:
     """The flavor's profile allows root and runs as uid 0 (an NGC image's user). team-a's
     namespace enforces Pod Security "baseline": the Job controller's pods are admitted, as
-    root. team-b's enforces "restricted": the same pods are refused, and the Job says why."""
+    root. team-b's enforces "restricted": the same pods are refused, and gpuqueue tells the
+    job's owner why."""
     Flavor.objects.filter(pk=world.h100.pk).update(allow_root=True, run_as_user=0, fs_group=0)
     _enforce(kube, "team-a", "baseline")
     _enforce(kube, "team-b", "restricted")
@@ -201,6 +208,10 @@ def test_a_root_image_runs_in_a_baseline_namespace_and_is_refused_in_a_restricte
         (message, *_) = _pod_security_refusals(kube, "team-b", name)
         assert 'violates PodSecurity "restricted' in message and "runAsNonRoot" in message
         assert kube.pods("team-b", selector=f"gpuqueue.dev/job-id={restricted.pk}") == []
+        # gpuqueue reads the refusal back: a failed start, requeued with the API's reason.
+        kube.sync_until(lambda: _state(restricted) == JobState.PENDING)
+        reason = restricted.events.last().reason
+        assert "pods refused" in reason and "violates PodSecurity" in reason
     finally:
         _enforce(kube, "team-a", None)
         _enforce(kube, "team-b", None)
