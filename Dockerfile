@@ -10,4 +10,4 @@ COPY . .
 RUN useradd --uid 10001 gpuqueue && chown -R gpuqueue /app
 USER 10001
 EXPOSE 8000
-CMD ["granian", "--interface", "wsgi", "--access-log", "--workers-kill-timeout", "10", "--respawn-failed-workers", "gpuqueue.wsgi:application", "--host", "0.0.0.0", "--port", "8000"]
+CMD ["granian", "--interface", "asginl", "--no-ws", "--http1-header-read-timeout", "10000", "--access-log", "--workers-kill-timeout", "10", "--respawn-failed-workers", "gpuqueue.asgi:application", "--host", "0.0.0.0", "--port", "8000"]

@@ -40,15 +40,21 @@ from gpuqueue.ops.supervision import RestartPolicy
 ROOT = config.REPOSITORY
 GRACE_SECONDS = 15.0
 # The web server's fixed arguments (deploy/, docker-compose.yml and the Dockerfile use the same).
-GRANIAN_WSGI = (
+GRANIAN_ARGS = (
+    # The front receives whole bodies on the event loop before the WSGI application's threads
+    # see a request (gpuqueue/ops/web_front.py): a slow client cannot hold a thread.
     "--interface",
-    "wsgi",
+    "asginl",
+    "--no-ws",
+    # A client has 10 s to send its request's headers.
+    "--http1-header-read-timeout",
+    "10000",
     "--access-log",
     "--workers-kill-timeout",
     "10",
     # A worker that dies (killed, out of memory) is replaced; the others keep serving.
     "--respawn-failed-workers",
-    "gpuqueue.wsgi:application",
+    "gpuqueue.asgi:application",
 )
 
 
@@ -89,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             if python != sys.executable:
                 print(f"Python processes: {python} as an unprivileged user", flush=True)
     env = dict(os.environ, **python_env, GPUQUEUE_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
+    # The web front's threads per worker: they overlap one request's database waits with
+    # another's work.
+    env["GPUQUEUE_WEB_THREADS"] = str(args.web_threads)
     postgres: EmbeddedPostgres | None = None
     redis: EmbeddedRedis | None = None
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -129,16 +138,13 @@ def main(argv: list[str] | None = None) -> int:
                 python,
                 "-m",
                 "granian",
-                *GRANIAN_WSGI,
+                *GRANIAN_ARGS,
                 "--host",
                 args.host,
                 "--port",
                 str(args.port),
                 "--workers",
                 str(args.web_workers),
-                # Threads per worker overlap one request's database waits with another's work.
-                "--blocking-threads",
-                str(args.web_threads),
             ],
             "worker": [
                 python,
