@@ -8,7 +8,9 @@ Phases (each a method below):
 4. each job in that order: admit it whole, let it backfill, wait for GPUs already coming back,
    preempt for it, reserve nodes for it, or leave it pending with a reason (`_consider`);
 5. positions of the jobs left pending, in the order they were considered (given as each job
-   is left pending).
+   is left pending);
+6. preemptions to withdraw: jobs being preempted for a job whose GPUs no job claimed
+   (`_withdrawals`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from gpuqueue.scheduler.model import (
 from gpuqueue.scheduler.never import NeverAdmits
 from gpuqueue.scheduler.ordering import Order, QueueJobs
 from gpuqueue.scheduler.placement import fit_gang
-from gpuqueue.scheduler.preemption import PRIORITY, VictimIndex, VictimSearch
+from gpuqueue.scheduler.preemption import PRIORITY, VictimIndex, VictimSearch, victim_key
 from gpuqueue.scheduler.reclaim_wait import ReclaimWaits
 from gpuqueue.scheduler.starvation import Reserver
 from gpuqueue.scheduler.usage import seconds_to_recover
@@ -208,15 +210,49 @@ class Cycle:
                     break  # the order may have moved: the next run (Order.runs)
             if settled is not None and settled.done:
                 break
+        # Phase 6 (only a plan that explains is applied to the cluster).
+        withdrawals = self._withdrawals() if settled is None else ()
         return Plan(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),
             pending=tuple(self.pending),
             reservations=tuple(self.reserver.reservations),
+            withdrawals=withdrawals,
             fair_shares=dict(sorted(self.fair_share.items())),
             stable_until=self.horizon.until if settled is None else -math.inf,
             balance_checks=self.horizon.balance_checks,
         )
+
+    def _withdrawals(self) -> tuple[int, ...]:
+        """Phase 6: jobs being preempted for a job whose GPUs, every job having been decided,
+        are all still incoming (no job claimed them, nor counted them in a victim search),
+        before their checkpoint deadline: nobody needs them to stop. Of two victims on a node
+        where a claim covers one, the more valuable is withdrawn (the reverse of the victims'
+        order, preemption.py). A job preempted for no job (a drain) is never withdrawn.
+        """
+        ledger = self.ledger
+        withdrawn: list[int] = []
+        candidates = [
+            job
+            for job in self.snapshot.running
+            if job.preempted_for is not None and job.preempting_since is not None
+        ]
+        for job in sorted(candidates, key=victim_key, reverse=True):
+            assert job.preempting_since is not None
+            if job.checkpoint_grace is not None:
+                deadline = job.preempting_since + job.checkpoint_grace
+                self.horizon.crossing(deadline)
+                if deadline <= self.now:
+                    continue  # being stopped: its work is saved or lost already
+            fl = ledger.flavors.get(job.flavor)
+            if fl is None or not job.placement:
+                continue
+            g = job.gpus_per_worker
+            if all(fl.incoming.get(node, 0) >= workers * g for node, workers in job.placement):
+                for node, workers in job.placement:
+                    fl.set_incoming(node, fl.incoming[node] - workers * g)
+                withdrawn.append(job.id)
+        return tuple(sorted(withdrawn))
 
     def _left_pending(self, job: PendingJob, reason: Reason) -> None:
         """Phase 5: the job's reason and positions, in its team and in the cluster."""

@@ -92,6 +92,8 @@ class RunningJob:
     # Seconds it has to save a checkpoint once preempted (its deadline: preempting_since plus
     # this); None when not known. Only reasons read it.
     checkpoint_grace: float | None = None
+    # The job its preemption was for, while it is being preempted for one (`Plan.withdrawals`).
+    preempted_for: int | None = None
     # Its GPUs were flagged idle and its flavor's policy reclaims idle borrowers first
     # (gpuqueue/services/gpu_activity.py): among reclaim victims it goes first.
     idle_reclaim_first: bool = False
@@ -293,6 +295,10 @@ class Plan:
     preemptions: tuple[Preemption, ...] = ()
     pending: tuple[Pending, ...] = ()
     reservations: tuple[Reservation, ...] = ()
+    # Jobs being preempted for a job (RunningJob.preempted_for) whose GPUs no job claims any
+    # more (their preemptor started elsewhere, or left): they keep running, if they have not
+    # stopped yet, instead of losing work that nobody needs.
+    withdrawals: tuple[int, ...] = ()
     # Fair share per (team, flavor), for the dashboard and metrics.
     fair_shares: Mapping[tuple[str, str], int] = field(default_factory=dict)
     # Until when the same snapshot at a later time gives this plan (horizon.py); not part of

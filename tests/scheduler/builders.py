@@ -68,6 +68,7 @@ def running(
     min_runtime_until: float | None = None,
     preempting_since: float | None = None,
     checkpoint_grace: float | None = None,
+    preempted_for: int | None = None,
 ) -> RunningJob:
     """running(10, "a", {"n1": 2}, gpus=4): two workers of 4 GPUs on n1."""
     return RunningJob(
@@ -85,6 +86,7 @@ def running(
         min_runtime_until=min_runtime_until,
         preempting_since=preempting_since,
         checkpoint_grace=checkpoint_grace,
+        preempted_for=preempted_for,
     )
 
 
@@ -142,6 +144,7 @@ class Case:
     shares: dict[tuple[str, str], int] | None = None  # a subset of the fair shares
     reservations: dict[int, tuple[dict[str, int], float]] | None = None
     forecasts: dict[int, float | None] | None = None
+    withdrawn: set[int] | None = None  # exactly these preemptions are withdrawn
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -181,6 +184,8 @@ def check(case: Case) -> Plan:
         got_r = {r.job_id: (r.placement, r.expected_start) for r in result.reservations}
         want_r = {k: (placed(p), t) for k, (p, t) in case.reservations.items()}
         assert got_r == want_r
+    if case.withdrawn is not None:
+        assert set(result.withdrawals) == case.withdrawn
     if case.forecasts is not None:
         starts = forecast(case.snapshot(), case.policy)
         assert {k: starts[k] for k in case.forecasts} == case.forecasts
