@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import urllib3
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from gpuqueue.cluster.base import (
@@ -65,6 +65,20 @@ class LeaseTiming:
     def __post_init__(self) -> None:
         if not self.lease_seconds > self.renew_seconds > self.retry_seconds > 0:
             raise ValueError("lease_seconds > renew_seconds > retry_seconds > 0 is required")
+
+
+def api_client_for(kubeconfig: str | None, context: str | None = None) -> client.ApiClient:
+    """A client as the backend configures its own (a kubeconfig, else the pod's ServiceAccount),
+    for a process that needs only its Lease (beat): no backend, so no database either."""
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=configuration
+        )
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    configuration.retries = 0  # the election retries every retry_seconds itself
+    return client.ApiClient(configuration)
 
 
 def default_identity() -> str:

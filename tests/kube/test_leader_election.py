@@ -7,12 +7,15 @@ leave it: no release, its Lease simply stops being renewed.
 
 from __future__ import annotations
 
+import os
+import select
 import subprocess
 import sys
 import textwrap
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,3 +185,52 @@ def test_a_replica_that_does_not_lead_launches_stops_and_releases_nothing(
     finally:
         follower.stop()
         leader.stop()
+
+
+def run_beat(kube: Kube, name: str, tmp: str) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "GPUQUEUE_CLUSTER_BACKEND": "kubernetes",
+        "GPUQUEUE_K8S_KUBECONFIG": str(kube.plane.kubeconfig),
+        "PYTHONUNBUFFERED": "1",
+        # run_beat reads neither; beat retries its broker until stopped, which is all it does here.
+        "DATABASE_URL": "postgresql://gpuqueue@127.0.0.1:9/gpuqueue",
+        "REDIS_URL": "redis://127.0.0.1:9/0",
+        "SECRET_KEY": "test-only-" + uuid.uuid4().hex,
+    }
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "run_beat", "--lease-namespace", NAMESPACE]
+        + ["--lease-name", name, "--", "--schedule", f"{tmp}/{uuid.uuid4().hex}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+
+def test_of_two_beat_replicas_one_runs_beat_and_a_stopped_leader_hands_it_over(
+    kube: Kube, lease_name: str, tmp_path: Path
+) -> None:
+    first = run_beat(kube, lease_name, str(tmp_path))
+    second: subprocess.Popen[str] | None = None
+    try:
+        assert first.stdout is not None
+        assert first.stdout.readline().startswith("leading as")
+        second = run_beat(kube, lease_name, str(tmp_path))
+        time.sleep(LeaseTiming().lease_seconds)
+        assert second.poll() is None
+        assert second.stdout is not None
+        # The second has printed nothing: it follows while the first leads.
+        assert not select.select([second.stdout], [], [], 0)[0]
+        stopped = time.monotonic()
+        first.terminate()  # the kubelet's SIGTERM: beat stopped, then the Lease released
+        assert first.wait(timeout=30) == 0
+        assert second.stdout.readline().startswith("leading as")
+        print(f"\nbeat handed over {time.monotonic() - stopped:.1f} s after SIGTERM")
+        assert time.monotonic() - stopped < HANDOVER_SECONDS
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(timeout=30)

@@ -24,10 +24,10 @@ import subprocess
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.conf import settings
+from django.core.management.base import BaseCommand
 
-from gpuqueue.cluster import get_backend
-from gpuqueue.cluster.lease import Elector
+from gpuqueue.cluster.lease import Elector, api_client_for
 
 STOP_GRACE_SECONDS = 10
 
@@ -59,9 +59,7 @@ class Command(BaseCommand):
         ]
         if not lease_namespace:
             os.execv(sys.executable, command)
-        api_client = getattr(get_backend(), "api_client", None)
-        if api_client is None:
-            raise CommandError("--lease-namespace needs the kubernetes backend")
+        api_client = api_client_for(settings.GPUQUEUE_K8S_KUBECONFIG, settings.GPUQUEUE_K8S_CONTEXT)
         stopping = False
 
         def stop(signum: int, frame: Any) -> None:

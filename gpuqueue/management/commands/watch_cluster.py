@@ -67,7 +67,7 @@ class Command(BaseCommand):
     def lead(self, elector: Elector, backend: ClusterBackend) -> None:
         """1. Wait for the Lease, touching the heartbeat (a follower is alive too).
         2. Follow the cluster while leading, with every action fenced by the lease.
-        3. Leadership lost: drop the backend (its caches are the old term's) and go back to 1."""
+        3. Leadership lost: drop the backend and go back to 1."""
         heartbeat = settings.GPUQUEUE_WATCHER_HEARTBEAT_FILE
         while not self.stopping:
             if not elector.wait_to_lead(lambda: self.stopping, lambda: _touch(heartbeat)):
@@ -81,6 +81,7 @@ class Command(BaseCommand):
             )
             if not self.stopping:
                 self.stderr.write(f"{elector.identity} lost the lease; following")
+                get_backend.cache_clear()  # a fresh backend: its caches are the old term's
                 backend = get_backend()
 
     def follow(
