@@ -550,8 +550,8 @@ def test_gpuqueue_s_labels_are_set_by_gpuqueue_alone(kube: Kube, guard: Guard) -
 
 def test_gpuqueue_s_own_workloads_still_run(kube: Kube, guarded: client.ApiClient) -> None:
     """gpuqueue's Job is admitted and the Job controller creates its gang's pods (GPUs, the
-    GPU taint tolerated, gpuqueue's labels); its objects keep their labels: a user may add one
-    of theirs, not change or remove gpuqueue's."""
+    GPU taint tolerated, gpuqueue's labels); its objects stay as gpuqueue made them: a user may
+    add a label of theirs, not change or remove gpuqueue's, nor their spec or data."""
     backend = KubernetesBackend(
         guarded,
         options=ClusterOptions(public_url="http://gpuqueue.test"),
@@ -593,6 +593,22 @@ def test_gpuqueue_s_own_workloads_still_run(kube: Kube, guarded: client.ApiClien
             ),
             says="gpuqueue's own",
         )
+    # Nor may anyone else rewrite what gpuqueue made: the token, the rendezvous Service.
+    refused_by_policy(
+        lambda: kube.core.patch_namespaced_secret(
+            name, GUARDED, {"stringData": {"token": "known-to-me"}}
+        ),
+        says="only gpuqueue changes",
+    )
+    (service,) = kube.core.list_namespaced_service(
+        GUARDED, label_selector=f"{LABEL_JOB_ID}=990001"
+    ).items
+    refused_by_policy(
+        lambda: kube.core.patch_namespaced_service(
+            service.metadata.name, GUARDED, {"spec": {"selector": {"app": "mine"}}}
+        ),
+        says="only gpuqueue changes",
+    )
     (job,) = kube.batch.list_namespaced_job(GUARDED, label_selector=f"{LABEL_JOB_ID}=990001").items
     refused_by_policy(  # more pods of gpuqueue's Job, by another hand
         lambda: kube.batch.patch_namespaced_job(
