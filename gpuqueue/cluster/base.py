@@ -112,6 +112,13 @@ class Squatted(ClusterError):
         super().__init__(message, transient=False)
 
 
+class Claimed(ClusterError):
+    """A team namespace belongs to another gpuqueue install (its marker says so)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=False)
+
+
 @dataclass(frozen=True, slots=True)
 class Launched:
     """What a launch made: the token the workload acknowledges its checkpoint with, and the
@@ -182,6 +189,12 @@ class ClusterBackend(abc.ABC):
     @abc.abstractmethod
     def request_checkpoint(self, job_id: int, attempt: int, deadline: datetime) -> None:
         """Ask the running workload to save its state before `deadline`."""
+
+    def withdraw_checkpoint(self, job_id: int, attempt: int) -> None:
+        """Tell the workload that the save `request_checkpoint` asked for is no longer needed
+        (its preemption was withdrawn): it goes on running. Harmless when nothing was asked.
+        A backend that cannot tell it does nothing: the workload saves once for nothing."""
+        del job_id, attempt
 
     @abc.abstractmethod
     def stop(self, job_id: int, attempt: int) -> None:

@@ -20,7 +20,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from gpuqueue.cluster.base import ClusterError
+from gpuqueue.cluster.base import Claimed, ClusterError
 from gpuqueue.cluster.projection import projector
 
 if TYPE_CHECKING:
@@ -257,8 +257,9 @@ def run_watcher(
     """Follow the cluster until `should_stop()`, calling `sync()` (one pass of the cluster
     sync, which reads the backend's live copy; it handles its own failures).
 
-    0. Claim every team namespace for this install (KubernetesBackend.claim): one that
-       belongs to another install raises, and the watcher does not start.
+    0. Claim every team namespace for this install (KubernetesBackend.claim). One whose
+       marker names another install is left out (not watched; its jobs left as they are);
+       when every team namespace is another's, the watcher refuses to start (Claimed).
     1. Start list-then-watch threads for nodes and pods (cluster-wide) and for gpuqueue Jobs in
        each team namespace; wait until nodes and pods have listed and each Jobs watch has
        listed or failed once, then serve reads from the copy. Before every pass the copy is
@@ -276,7 +277,12 @@ def run_watcher(
     changed = threading.Event()
     # 0. and 1.
     namespaces = backend.namespaces()
-    backend.claim(namespaces)
+    if (refused := backend.claim(namespaces)) and not set(namespaces) - set(refused):
+        raise Claimed(
+            f"this gpuqueue install ({backend.instance!r}) refuses to start: every team"
+            f" namespace belongs to another install. {' '.join(f'{w}.' for w in refused.values())}"
+        )
+    namespaces = [namespace for namespace in namespaces if namespace not in refused]
     watches = start_watches(backend, changed, namespaces, watch_seconds)
     try:
         while not all(
@@ -302,11 +308,13 @@ def run_watcher(
                 last_resync = time.monotonic()
                 for watch in watches.values():
                     watch.relist()
-                for namespace in sorted(set(backend.namespaces()) - set(namespaces)):
+                new = sorted(set(backend.namespaces()) - set(namespaces) - set(backend.refused))
+                for namespace in new:
                     try:
-                        backend.claim([namespace])
-                    except ClusterError as exc:
-                        log.error("namespace %s is left out: %s", namespace, exc)
+                        if backend.claim([namespace]):
+                            continue  # another install's: left out (claim said why)
+                    except ClusterError as exc:  # the API away: tried again at the next resync
+                        log.warning("namespace %s not claimed yet: %s", namespace, exc)
                         continue
                     namespaces.append(namespace)
                     watches[f"jobs/{namespace}"] = jobs_watch(

@@ -30,6 +30,7 @@ from kubernetes import client
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster import proof
 from gpuqueue.cluster.base import (
+    Claimed,
     ClusterBackend,
     ClusterError,
     Launched,
@@ -46,7 +47,7 @@ from gpuqueue.cluster.inventory import inventory, not_ready_since
 from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound
 from gpuqueue.cluster.k8s_watch import Store, run_watcher, without_managed_fields
 from gpuqueue.cluster.projection import projector
-from gpuqueue.cluster.proof import Ours, Record, sort_out
+from gpuqueue.cluster.proof import MARKER, Ours, Record, marker_refusal, sort_out
 from gpuqueue.cluster.records import recorded, this_install
 from gpuqueue.cluster.status import parse_time, workload_statuses
 
@@ -88,17 +89,6 @@ def team_namespaces() -> list[str]:
     from teams.models import Team
 
     return sorted(set(Team.objects.values_list("namespace", flat=True)))
-
-
-# The marker in each team namespace that names the install owning it (`claim`).
-MARKER = "gpuqueue-install"
-
-
-class Claimed(ClusterError):
-    """A team namespace belongs to another gpuqueue install."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, transient=False)
 
 
 class KubernetesBackend(ClusterBackend):
@@ -155,6 +145,8 @@ class KubernetesBackend(ClusterBackend):
         self.selector = mf.selector(instance)
         self.records = records
         self._claimed: set[str] = set()
+        # Team namespaces another install (or someone) holds the marker of: left out, with why.
+        self.refused: dict[str, str] = {}
         self._unproven_told: set[str] = set()  # uids of unproven Jobs already logged
 
     @classmethod
@@ -258,6 +250,8 @@ class KubernetesBackend(ClusterBackend):
         jobs: list[Obj] = []
         unseen: set[str] = set()
         for namespace in self.namespaces():
+            if namespace in self.refused:
+                continue
             try:
                 jobs += self.list_raw_jobs(namespace)["items"]
             except ClusterError as exc:
@@ -341,7 +335,8 @@ class KubernetesBackend(ClusterBackend):
         )
 
     def unseen_namespaces(self) -> Collection[str]:
-        return self._unseen
+        """Namespaces whose Jobs cannot be read now, and those another install holds."""
+        return self._unseen | frozenset(self.refused)
 
     def _refusals(self, ours: Ours, now: datetime) -> dict[Key, str]:
         """Why the API refused the pods of Jobs that still lack some after REFUSAL_CHECK: the
@@ -421,14 +416,16 @@ class KubernetesBackend(ClusterBackend):
 
     # Writing -----------------------------------------------------------------------------
 
-    def claim(self, namespaces: Collection[str], *, strict: bool = False) -> None:
-        """Make sure this install owns each team namespace. The marker ConfigMap MARKER there
-        names the install that owns it (its instance and the uid of its database): absent, it
-        is created naming this install; naming another, Claimed is raised, saying which and
-        why. A namespace that cannot be claimed for another reason (missing, or no
-        RoleBinding there) stays unclaimed: logged, or raised when `strict` (a launch there).
-        Claims are remembered for the process's life."""
-        for namespace in sorted(set(namespaces) - self._claimed):
+    def claim(self, namespaces: Collection[str], *, strict: bool = False) -> dict[str, str]:
+        """Make this install the owner of each team namespace, by the marker ConfigMap MARKER
+        there, which names the install (its instance and the uid of its database): absent,
+        it is created naming this install. A namespace whose marker names another install,
+        or whose marker name someone else took, is refused: left out of this install for the
+        process's life (neither watched nor launched in) and said. Returns {namespace: why}
+        for the refused ones among `namespaces`; with `strict` (a launch) a refusal raises
+        Claimed, and so does any other failure to claim (missing namespace, no RoleBinding),
+        which otherwise is logged and tried again later."""
+        for namespace in sorted(set(namespaces) - self._claimed - set(self.refused)):
             body = {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
@@ -451,28 +448,20 @@ class KubernetesBackend(ClusterBackend):
                     marker = self._read(
                         "configmap", self.core.read_namespaced_config_map, namespace, MARKER
                     )
-                    data = marker.get("data") or {}
-                    theirs = (str(data.get("instance", "")), str(data.get("install", "")))
-                    if theirs != (self.instance, self.install):
-                        raise Claimed(
-                            f"namespace {namespace} belongs to another gpuqueue install: its"
-                            f" marker ConfigMap {namespace}/{MARKER} names instance"
-                            f" {theirs[0]!r} (database {theirs[1] or 'unnamed'}), and this"
-                            f" install is {self.instance!r} (database"
-                            f" {self.install or 'unnamed'}). Two installs on one namespace"
-                            " would read each other's workloads and delete each other's gangs"
-                            " as orphans, so this one refuses. Give each install its own team"
-                            " namespaces; if the other install is gone for good, delete that"
-                            " ConfigMap."
-                        ) from None
-            except Claimed:
-                raise
+                    if why := marker_refusal(marker, namespace, self.instance, self.install):
+                        log.error("%s", why)
+                        self.refused[namespace] = why
+                        continue
             except ClusterError as exc:
                 if exc.transient or strict:
                     raise
                 log.warning("namespace %s is not claimed for this install yet: %s", namespace, exc)
                 continue
             self._claimed.add(namespace)
+        refused = {ns: self.refused[ns] for ns in sorted(set(namespaces)) if ns in self.refused}
+        if strict and refused:
+            raise Claimed(next(iter(refused.values())))
+        return refused
 
     def launch(self, spec: LaunchSpec) -> Launched:
         """Create the attempt's Secret, then its Service and Job owned by the Secret; what is

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuqueue.cluster.manifests import (
+    MANAGED_BY,
+    MANAGED_BY_VALUE,
     PROOF_ANNOTATION,
     attempt_of,
     token_secret_name,
@@ -41,6 +43,9 @@ from gpuqueue.cluster.manifests import (
 
 Obj = Mapping[str, Any]
 Key = tuple[int, int]  # (job id, attempt)
+# The ConfigMap in each team namespace that names the install owning it: data `instance`
+# (GPUQUEUE_INSTANCE) and `install` (the uid of the install's database).
+MARKER = "gpuqueue-install"
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,3 +199,32 @@ def sort_out(jobs: Iterable[Obj], pods: Iterable[Obj], records: Mapping[Key, Rec
                     pod_keys[(namespace, str(meta.get("name") or ""))] = key
                 break
     return Ours(jobs=ours, pods=by_key, pod_keys=pod_keys, unproven=unproven)
+
+
+def marker_refusal(marker: Obj, namespace: str, instance: str, install: str) -> str:
+    """Why the namespace whose marker this is is not this install's ("" when it is).
+
+    A marker carries gpuqueue's labels (which the admission policy keeps for gpuqueue's own
+    ServiceAccount); a ConfigMap under its name without them was made by someone else, and
+    claims the namespace for nobody. Either way the namespace is left out of this install:
+    a namespace it cannot prove is its own is one it neither watches nor launches in."""
+    meta = _meta(marker)
+    if (meta.get("labels") or {}).get(MANAGED_BY) != MANAGED_BY_VALUE:
+        return (
+            f"namespace {namespace} holds a ConfigMap {namespace}/{MARKER} that is not an"
+            " install's marker (it lacks gpuqueue's labels): someone else made it, and no"
+            " gpuqueue install claims the namespace until it is deleted"
+        )
+    data = marker.get("data") or {}
+    theirs = (str(data.get("instance", "")), str(data.get("install", "")))
+    if theirs == (instance, install):
+        return ""
+    return (
+        f"namespace {namespace} belongs to another gpuqueue install: its marker ConfigMap"
+        f" {namespace}/{MARKER} names instance {theirs[0]!r} (database"
+        f" {theirs[1] or 'unnamed'}), and this install is {instance!r} (database"
+        f" {install or 'unnamed'}). Two installs on one namespace would read each other's"
+        " workloads and delete each other's gangs as orphans, so this install refuses the"
+        " namespace: it neither watches nor launches there. Give each install its own team"
+        " namespaces; if the other install is gone for good, delete that ConfigMap and restart"
+    )

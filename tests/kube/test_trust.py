@@ -14,16 +14,18 @@ what gpuqueue itself believes.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import threading
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
-from gpuqueue.cluster.base import ClusterError
+from gpuqueue.cluster.base import Claimed, ClusterError
 from gpuqueue.cluster.k8s_watch import run_watcher
-from gpuqueue.cluster.kubernetes import MARKER, Claimed
 from gpuqueue.cluster.manifests import token_secret_name, workload_name
+from gpuqueue.cluster.proof import MARKER
 from gpuqueue.cluster.records import this_install
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
@@ -273,6 +275,34 @@ def test_a_second_install_on_the_same_namespaces_is_refused_at_start_with_a_sent
     assert this_install("gpuqueue").instance == "gpuqueue"
     with pytest.raises(ClusterError, match="belongs to the gpuqueue install 'gpuqueue'"):
         this_install("staging")
+
+
+def test_a_marker_someone_else_made_leaves_that_namespace_out_and_serves_the_others(
+    kube: Kube, submit: Any, world: Any
+) -> None:
+    """A tenant cannot stop the whole install by taking the marker's name in their namespace:
+    only their own namespace is left out."""
+    with contextlib.suppress(ApiException):
+        kube.core.delete_namespaced_config_map(MARKER, "team-b")
+    kube.core.create_namespaced_config_map(
+        "team-b", {"metadata": {"name": MARKER}, "data": {"instance": "whatever"}}
+    )
+    try:
+        backend = kube.new_backend()
+        synced = threading.Event()
+        run_watcher(
+            backend, synced.is_set, synced.set, sync_seconds=1, resync_seconds=60, watch_seconds=5
+        )
+        assert synced.is_set()  # it started, and synced
+        assert "lacks gpuqueue's labels" in backend.refused["team-b"]
+        assert "team-b" in backend.unseen_namespaces()
+        theirs = submit(world.carol, team=world.team_b, workers=1, gpus_per_worker=1)
+        ours = submit(workers=1, gpus_per_worker=1, annotations=LONG)
+        run_cycle(backend=backend)
+        assert state(theirs) == JobState.FAILED and "lacks gpuqueue's labels" in theirs.message
+        kube.sync_until(lambda: state(ours) == JobState.RUNNING, backend=backend)
+    finally:
+        kube.core.delete_namespaced_config_map(MARKER, "team-b")
 
 
 def test_a_database_restored_from_a_backup_deletes_no_gang_it_cannot_prove_it_made(
