@@ -21,6 +21,7 @@ from gpuqueue.services import job_spec
 from gpuqueue.services.quotas import check_quota, set_quota
 from teams.models import Role, Team
 
+from teams.services import set_allowed
 # Common shapes: a notebook on one GPU, a training job on a whole node, a gang of four
 # nodes. Values are what the form shows; the user can change any of them before submitting.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -423,6 +424,28 @@ class QuotaForm(ServiceForm):
 class MemberForm(forms.Form):
     username = forms.CharField(max_length=150, label="Username")
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+class AllowedForm(ServiceForm):
+    """A team's allow-lists as typed: names separated by commas or spaces, `*` for any run of
+    characters. The rules and the write are teams.services.set_allowed's, as over the API."""
+
+    allowed_service_accounts = NamesField(required=False, label="ServiceAccounts")
+    allowed_secrets = NamesField(required=False, label="Secrets")
+    allowed_claims = NamesField(required=False, label="PersistentVolumeClaims")
+
+    def save_allowed(self, user: Any, team: Team) -> Team | None:
+        """The team with its new lists, or None with the errors on the form."""
+        if not self.is_valid():
+            return None
+        lists = {field: value or [] for field, value in self.cleaned_data.items()}
+        try:
+            return set_allowed(user, team, **lists)
+        except Forbidden:
+            raise  # the role, not the input: the view answers 403
+        except Refused as exc:
+            self.add_field_errors(exc.fields or {})
+            return None
+
 
 
 class RoleForm(forms.Form):

@@ -24,6 +24,7 @@ urlpatterns = [
     path("teams/<slug:slug>/", teams.team_detail, name="team"),
     path("teams/<slug:slug>/quotas/<slug:flavor>/", teams.quota_edit, name="quota"),
     path("teams/<slug:slug>/members/", teams.member_add, name="member-add"),
+    path("teams/<slug:slug>/allowed/", teams.allowed_edit, name="team-allowed"),
     path("teams/<slug:slug>/members/<int:membership_id>/", teams.member_edit, name="member"),
     path("tokens/", teams.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke/", teams.token_revoke, name="token-revoke"),

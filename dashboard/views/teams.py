@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from dashboard.forms import MemberForm, QuotaForm, RoleForm, TokenForm
+from dashboard.forms import AllowedForm, MemberForm, QuotaForm, RoleForm, TokenForm
 from dashboard.views.common import INVALID, htmx_redirect
 from gpuqueue.core.errors import Forbidden, Refused
 from gpuqueue.models import Flavor, Quota
@@ -68,6 +68,9 @@ def _team_context(request: HttpRequest, team: Team, **extra: Any) -> dict[str, A
         "is_admin": admin,
         "memberships": list(team.memberships.select_related("user").order_by("user__username")),
         "member_form": MemberForm(),
+        "allowed_form": AllowedForm(
+            initial={field: ", ".join(getattr(team, field)) for field in AllowedForm.base_fields}
+        ),
         "role_choices": RoleForm.base_fields["role"].choices,
         "audit": list(AuditEntry.objects.filter(team=team).select_related("actor")[:AUDIT_ROWS])
         if admin
@@ -170,6 +173,26 @@ def member_add(request: HttpRequest, slug: str) -> HttpResponse:
         request,
         "dashboard/team.html",
         _team_context(request, team, member_form=form),
+        status=INVALID,
+    )
+
+
+@login_required
+@require_POST
+def allowed_edit(request: HttpRequest, slug: str) -> HttpResponse:
+    """What the team's jobs may use in its namespace (team admins and site admins)."""
+    team = _visible_team(request, slug)
+    form = AllowedForm(request.POST)
+    try:
+        saved = form.save_allowed(request.user, team)
+    except Forbidden as exc:
+        return HttpResponse(exc.message, status=403)
+    if saved is not None:
+        return htmx_redirect(request, reverse("dashboard:team", args=[team.slug]))
+    return render(
+        request,
+        "dashboard/team.html",
+        _team_context(request, team, allowed_form=form),
         status=INVALID,
     )
 
