@@ -157,3 +157,14 @@ def test_the_front_s_settings_are_in_the_readme() -> None:
     names = set(re.findall(r'env_[a-z]+\(\s*"([A-Z0-9_]+)"', front))
     readme = (ROOT / "README.md").read_text()
     assert len(names) == 4 and all(f"`{name}`" in readme for name in names), names
+
+
+def test_a_body_announced_over_the_cap_is_refused_before_it_is_read(service: Service) -> None:
+    sock = stalled(service, "/api/v1/jobs/", {"Content-Type": "application/json"}, 2 << 20)
+    try:
+        answer = sock.recv(4096)
+    finally:
+        sock.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), head
+    assert json.loads(body)["error"]["code"] == "too_large"  # the API's error shape
