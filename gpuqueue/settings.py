@@ -345,6 +345,9 @@ if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", GPUQUEUE_I
     )
 # The taint key on GPU nodes that gpuqueue's pods tolerate (the GPU Operator's default).
 GPUQUEUE_K8S_GPU_TAINT = env_str("GPUQUEUE_K8S_GPU_TAINT", "nvidia.com/gpu")
+# NVIDIA_VISIBLE_DEVICES=void in every worker, over its Secrets (gpuqueue/cluster/manifests.py):
+# off only where the device plugin's list is that variable (DEVICE_LIST_STRATEGY=envvar).
+GPUQUEUE_K8S_PIN_VISIBLE_DEVICES = env_bool("GPUQUEUE_K8S_PIN_VISIBLE_DEVICES", True)
 # The PriorityClasses a job may name (none unless listed): a class preempts pods outside the
 # queue's plan, so an admin chooses which exist for gpuqueue's workloads.
 GPUQUEUE_PRIORITY_CLASSES = env_list("GPUQUEUE_PRIORITY_CLASSES", [])

@@ -175,6 +175,7 @@ class KubernetesBackend(ClusterBackend):
                 gpu_taint=settings.GPUQUEUE_K8S_GPU_TAINT,
                 master_port=settings.GPUQUEUE_K8S_MASTER_PORT,
                 public_url=settings.GPUQUEUE_PUBLIC_URL,
+                pin_visible_devices=settings.GPUQUEUE_K8S_PIN_VISIBLE_DEVICES,
             ),
             caller=Caller(
                 attempts=settings.GPUQUEUE_K8S_API_RETRIES,

@@ -90,6 +90,10 @@ class ClusterOptions:
     gpu_taint: str = "nvidia.com/gpu"
     master_port: int = 29500
     public_url: str = "http://gpuqueue-web.gpuqueue.svc:8000"
+    # Off only for nodes whose device plugin lists devices in NVIDIA_VISIBLE_DEVICES itself
+    # (DEVICE_LIST_STRATEGY=envvar), where the pinned value would hide the GPUs: there an
+    # allowed Secret that carries the variable can choose devices (PINNED_DEVICE_ENV).
+    pin_visible_devices: bool = True
 
 
 def workload_name(job_id: int, attempt: int) -> str:
@@ -424,7 +428,8 @@ def _env(spec: LaunchSpec, options: ClusterOptions, name: str) -> list[dict[str,
             }
         },
     }
-    ours.update({key: {"value": value} for key, value in PINNED_DEVICE_ENV.items()})
+    if options.pin_visible_devices:
+        ours.update({key: {"value": value} for key, value in PINNED_DEVICE_ENV.items()})
     # A job written before a name was reserved may still carry it: dropped, never passed on.
     env = [
         {"name": str(key), "value": str(value)}

@@ -82,3 +82,13 @@ def test_each_profile_survives_the_client_models() -> None:
         job = mf.job_manifest(replace(SPEC, **changes), OPTIONS, HOSTNAMES)
         model = client.V1Job.from_dict(job)
         assert client.ApiClient().sanitize_for_serialization(model) == job
+
+
+def test_with_the_pin_off_the_device_plugin_s_variable_is_left_alone() -> None:
+    """For a device plugin whose list is NVIDIA_VISIBLE_DEVICES itself (envvar strategy)."""
+    options = replace(OPTIONS, pin_visible_devices=False)
+    job = mf.job_manifest(
+        replace(SPEC, env={**SPEC.env, "NVIDIA_VISIBLE_DEVICES": "all"}), options, HOSTNAMES
+    )
+    names = [e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert "NVIDIA_VISIBLE_DEVICES" not in names  # neither pinned nor the job's
