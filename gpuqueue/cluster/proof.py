@@ -10,8 +10,10 @@ namespace, a random nonce, and the uids the API gave the attempt's Secret and Jo
    launch. Until the launch's uids are recorded (a launch in flight, or cut short by a crash)
    the Job must carry the attempt's HMAC instead and be owned by the attempt's Secret.
 2. A pod counts only for the Job that is its controller (an ownerReference with
-   `controller: true` to a proven Job's uid, in that Job's namespace); the attempt comes from
-   that Job, never from the pod's labels.
+   `controller: true` to a proven Job's uid, in that Job's namespace), and only when it also
+   carries that attempt's labels (the Job controller copies them from the template; the
+   admission policy keeps `gpuqueue.dev/*` labels off pods anyone else makes, so an
+   ownerReference written by hand on someone's own pod does not make it a worker).
 3. An object a relaunch finds already there (409) is adopted only when it carries the attempt's
    HMAC (PROOF_ANNOTATION) or the uid recorded for it. The HMAC is keyed by a secret of the
    install (`install_key`) over the namespace, the job, the attempt, the instance and the
@@ -194,7 +196,7 @@ def sort_out(jobs: Iterable[Obj], pods: Iterable[Obj], records: Mapping[Key, Rec
         for ref in meta.get("ownerReferences") or []:
             if ref.get("controller") is True and ref.get("kind") == "Job":
                 key = owners.get((namespace, str(ref.get("uid") or "")))
-                if key is not None:
+                if key is not None and attempt_of(pod) == key:
                     by_key[key].append(pod)
                     pod_keys[(namespace, str(meta.get("name") or ""))] = key
                 break

@@ -80,6 +80,17 @@ def test_a_lookalike_pod_in_another_namespace_that_fails_changes_nothing() -> No
     assert status.phase is Phase.RUNNING
 
 
+def test_a_pod_naming_the_job_as_its_controller_without_the_attempt_s_labels_is_no_worker() -> None:
+    real, worker = job(), pod()
+    made_by_gpuqueue(real, [worker])
+    forged = pod(name="unlabelled", **FAILED_1)
+    forged["metadata"]["labels"] = {}
+    forged["metadata"]["ownerReferences"] = copy.deepcopy(worker["metadata"]["ownerReferences"])
+    ours = sort_out([real], [worker, forged], records_of(real))
+    assert ours.pods[(7, 1)] == [worker]
+    assert statuses([real], [worker, forged], records_of(real))[(7, 1)].phase is Phase.RUNNING
+
+
 def test_a_forged_complete_job_in_another_namespace_is_no_status_and_says_why() -> None:
     real, worker = job(), pod()
     made_by_gpuqueue(real, [worker])
