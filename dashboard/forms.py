@@ -18,10 +18,11 @@ from gpuqueue.client.volumes import parse_volume
 from gpuqueue.core.errors import Forbidden, Refused
 from gpuqueue.models import Flavor, Quota
 from gpuqueue.services import job_spec
+from gpuqueue.services import validation as rules
 from gpuqueue.services.quotas import check_quota, set_quota
 from teams.models import Role, Team
-
 from teams.services import set_allowed
+
 # Common shapes: a notebook on one GPU, a training job on a whole node, a gang of four
 # nodes. Values are what the form shows; the user can change any of them before submitting.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -80,9 +81,12 @@ def _text(value: Any) -> str:
 # took minutes), so a text longer than any value the rules accept is refused by its length
 # alone. The request body as a whole is bounded by DATA_UPLOAD_MAX_MEMORY_SIZE (settings).
 LINE_MAX_CHARS = 1000  # one-line fields: a name, an image, a number, a list of names
-# Multi-line fields: twice the largest total the rules accept (32 KiB of command words, of
-# environment, of annotations; gpuqueue.services.validation), room for quotes and keys.
+# Multi-line fields: twice the largest total the rules accept (32 KiB of environment, of
+# annotations; gpuqueue.services.validation), room for keys and line breaks.
 TEXT_MAX_CHARS = 64 * 1024
+# The command: the words' largest total, and quotes and a space for each word. shlex's cost
+# grows with the square of a word's length (a 64 KiB word takes a quarter of a second).
+COMMAND_MAX_CHARS = rules.MAX_COMMAND_TOTAL_CHARS + 3 * rules.MAX_COMMAND_ITEMS
 
 
 def bounded_text(value: Any, most: int) -> str:
@@ -153,7 +157,7 @@ class NumberField(forms.FloatField):
 class CommandField(BoundedCharField):
     """A command line split into words as a shell does: quotes keep words together."""
 
-    max_chars = TEXT_MAX_CHARS
+    max_chars = COMMAND_MAX_CHARS
 
     def to_python(self, value: Any) -> list[str] | None:
         text = bounded_text(value, self.max_chars)
@@ -421,10 +425,6 @@ class QuotaForm(ServiceForm):
             return None
 
 
-class MemberForm(forms.Form):
-    username = forms.CharField(max_length=150, label="Username")
-    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
-
 class AllowedForm(ServiceForm):
     """A team's allow-lists as typed: names separated by commas or spaces, `*` for any run of
     characters. The rules and the write are teams.services.set_allowed's, as over the API."""
@@ -446,6 +446,10 @@ class AllowedForm(ServiceForm):
             self.add_field_errors(exc.fields or {})
             return None
 
+
+class MemberForm(forms.Form):
+    username = forms.CharField(max_length=150, label="Username")
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
 
 
 class RoleForm(forms.Form):
