@@ -424,7 +424,8 @@ def test_no_pod_outside_the_queue_tolerates_the_gpu_taint(kube: Kube, guard: Gua
 
 def test_no_pod_outside_the_queue_selects_gpus_by_environment(kube: Kube, guard: Guard) -> None:
     """NVIDIA_VISIBLE_DEVICES and the MIG device variables, in a container's env, an init
-    container's, through an envFrom prefix, or in a workload's template: refused."""
+    container's, through an envFrom prefix, or in a workload's template, and a CDI device
+    annotation: refused."""
     guard.install()
     all_gpus = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
     bodies = [
@@ -472,6 +473,19 @@ def test_no_pod_outside_the_queue_selects_gpus_by_environment(kube: Kube, guard:
             },
         ),
         says="NVIDIA_",
+    )
+    refused_by_policy(  # a CDI device request in the runtime's own terms
+        lambda: kube.core.create_namespaced_pod(
+            GUARDED,
+            {
+                "metadata": {
+                    "name": "cdi",
+                    "annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=all"},
+                },
+                "spec": {"containers": [{"name": "c", "image": "x"}]},
+            },
+        ),
+        says="cdi.k8s.io",
     )
     other = [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}]
     body = {
