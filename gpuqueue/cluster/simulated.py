@@ -87,6 +87,7 @@ def _progress_of(location: str) -> float:
 
 class SimulatedBackend(ClusterBackend):
     name = "simulated"
+    withdraws_checkpoints = True
 
     def __init__(
         self,
@@ -213,6 +214,13 @@ class SimulatedBackend(ClusterBackend):
         SimulatedWorkload.objects.filter(
             job_id=job_id, attempt=attempt, checkpoint_requested_at__isnull=True
         ).update(checkpoint_requested_at=self.clock(), checkpoint_deadline=deadline)
+
+    def withdraw_checkpoint(self, job_id: int, attempt: int) -> None:
+        from gpuqueue.models import SimulatedWorkload
+
+        SimulatedWorkload.objects.filter(job_id=job_id, attempt=attempt).update(
+            checkpoint_requested_at=None, checkpoint_deadline=None, checkpoint_location=""
+        )
 
     def stop(self, job_id: int, attempt: int) -> None:
         from gpuqueue.models import SimulatedWorkload

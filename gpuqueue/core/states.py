@@ -48,7 +48,9 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # RUNNING -> PENDING: a node died under the gang; it is torn down and requeued.
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTING, S.PENDING, S.CANCELLED}),
     # PREEMPTING -> SUCCEEDED/FAILED: the job ended on its own during its checkpoint grace.
-    S.PREEMPTING: frozenset({S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    # PREEMPTING -> RUNNING/ADMITTED: the preemption was withdrawn before the job stopped (no
+    # job needs its GPUs any more: gpuqueue/cycle/run.py).
+    S.PREEMPTING: frozenset({S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.RUNNING, S.ADMITTED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),

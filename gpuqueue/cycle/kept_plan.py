@@ -6,8 +6,8 @@ clock moves (`Plan.stable_until`, scheduler/horizon.py); a cycle for which the c
 read no changed job since the plan's own read (its `mark`: a forecast reading in between
 counts too, cycle/job_feed.py) and whose snapshot is the last one but for its time keeps the
 last plan before that time: its reasons and positions are on the rows already, so there is
-nothing to write either. A plan that admitted or preempted is never kept (what it did changes
-the next snapshot anyway). Kept once its reasons are written; GPUQUEUE_CACHES off plans every
+nothing to write either. A plan that admitted, preempted or withdrew a preemption is never
+kept (what it did changes the next snapshot anyway). Kept once its reasons are written; GPUQUEUE_CACHES off plans every
 time (the plain path the tests compare with).
 """
 
@@ -52,7 +52,9 @@ def keep_plan(snapshot: m.Snapshot, policy: m.Policy, plan: m.Plan, mark: int) -
     """Keep `plan`, made from the feed's read `mark`, once the transaction commits (its
     reasons and positions are written)."""
     _kept.clear()
-    if plan.admissions or plan.preemptions or plan.stable_until <= snapshot.now:
+    if plan.admissions or plan.preemptions or plan.withdrawals:
+        return
+    if plan.stable_until <= snapshot.now:
         return
     kept = _Last(snapshot, mark, policy, plan)
     transaction.on_commit(lambda: _kept.put(_KEY, 1, kept))

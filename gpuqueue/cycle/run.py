@@ -16,8 +16,13 @@
    (a row that moved since the snapshot is skipped), each with its JobEvent; the plan's fair
    shares (which the pages and /metrics show) and the advanced balances (a cycle that fails
    leaves both as they were).
-5. After commit: launch the admitted jobs and signal checkpoints on the backend. Both are
-   idempotent, and the cluster sync retries what a crash here left undone.
+   Withdrawn preemptions (the victim's GPUs claimed by no job any more) return the victim to
+   RUNNING, if it has not acknowledged a checkpoint and its deadline has not passed, on a
+   backend that can tell the workload (`ClusterBackend.withdraws_checkpoints`).
+5. After commit: launch the admitted jobs, signal checkpoints and withdraw withdrawn ones on
+   the backend. All are idempotent, and the cluster sync retries the launches and signals a
+   crash here left undone; a withdrawal the backend could not make is logged, not retried
+   (the workload may still save and exit).
 6. Explain: reasons and positions on the pending jobs, only those that changed, in a
    transaction of their own (`_explain`).
 """
@@ -73,6 +78,7 @@ class CycleResult:
     kept_plan: bool = False  # the last plan still held: nothing planned or written
     admitted: list[int] = field(default_factory=list)
     preempted: list[int] = field(default_factory=list)
+    withdrawn: list[int] = field(default_factory=list)  # preemptions withdrawn
     pending: int = 0
     phase_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -115,17 +121,20 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
                 plan = scheduler.plan(snapshot, policy)
         lap("3_plan")
         # 4. Persist what was decided
+        backend = backend or get_backend()
         admitted: list[int] = []
         preempted: list[tuple[int, int, datetime]] = []
+        withdrawn: list[tuple[int, int]] = []
         if not kept:
             admitted = _persist_admissions(plan, now)
             preempted = _persist_preemptions(plan, now)
+            if backend.withdraws_checkpoints:
+                withdrawn = _persist_withdrawals(plan, now)
             store_fair_shares(plan.fair_shares, now)
         if balances is not None:
             store_balances(balances, now)
         lap("4_persist")
     # 5. After commit
-    backend = backend or get_backend()
     if admitted:
         launch_admitted(admitted, backend)
     for job_id, attempt, deadline in preempted:
@@ -133,6 +142,11 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
             backend.request_checkpoint(job_id, attempt, deadline)
         except ClusterError as exc:
             log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
+    for job_id, attempt in withdrawn:
+        try:
+            backend.withdraw_checkpoint(job_id, attempt)
+        except ClusterError as exc:
+            log.warning("checkpoint withdrawal for job %s failed: %s", job_id, exc)
     lap("5_apply")
     # 6. Explain
     if not kept:
@@ -151,6 +165,7 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         kept_plan=kept,
         admitted=admitted,
         preempted=[p[0] for p in preempted],
+        withdrawn=[w[0] for w in withdrawn],
         pending=len(plan.pending),
         phase_seconds=timings,
     )
@@ -198,6 +213,42 @@ def _persist_preemptions(plan: m.Plan, now: datetime) -> list[tuple[int, int, da
         if moved:
             preempted.append((job.pk, job.attempts, deadline))
     return preempted
+
+
+def _persist_withdrawals(plan: m.Plan, now: datetime) -> list[tuple[int, int]]:
+    """Victims whose preemption the plan withdraws go back to RUNNING (ADMITTED when never seen
+    running), if they are still preempting, have acknowledged no checkpoint and their deadline
+    is ahead: the rows are locked first, so that an acknowledgement arriving meanwhile waits
+    and then finds the job running (and changes nothing). Returns (job id, attempt) to tell
+    the backend after commit."""
+    if not plan.withdrawals:
+        return []
+    withdrawn: list[tuple[int, int]] = []
+    victims = (
+        Job.objects.select_for_update(no_key=True)
+        .filter(
+            pk__in=plan.withdrawals,
+            state=JobState.PREEMPTING,
+            checkpoint_acked_at__isnull=True,
+            checkpoint_deadline__gt=now,
+        )
+        .order_by("pk")
+    )
+    for job in victims:
+        back = JobState.RUNNING if job.started_at is not None else JobState.ADMITTED
+        moved = transition(
+            job,
+            back,
+            reason="preemption withdrawn: no job needs its GPUs any more; the checkpoint "
+            "request is withdrawn and the job goes on",
+            actor=ACTOR,
+            details={"withdrawn": True},
+            checkpoint_requested_at=None,
+            checkpoint_deadline=None,
+        )
+        if moved:
+            withdrawn.append((job.pk, job.attempts))
+    return withdrawn
 
 
 def _explain(

@@ -145,6 +145,13 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
         shown = active.shown
         stored.update((job.id, shown[job.id]) for job in pending)
     nodes = with_draining(nodes, _awaited_victims(active.shown, active.rows), due, names)
+    preempting = [job.id for job in running if job.preempting_since is not None]
+    if preempting:
+        preempted_for = _preempted_for(preempting)
+        running = [
+            replace(job, preempted_for=preempted_for[job.id]) if job.id in preempted_for else job
+            for job in running
+        ]
     return m.Snapshot(
         now=now.timestamp(),
         nodes=nodes,
@@ -157,6 +164,28 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
 # How long after a victim's requeue its pods may still hold its GPUs: its checkpoint grace (their
 # terminationGracePeriodSeconds) and this much more for the kubelet and the node sync.
 DRAINING_SLACK_SECONDS = 60.0
+
+
+def _preempted_for(job_ids: list[int]) -> dict[int, int]:
+    """Jobs being preempted -> the job the cycle preempted each for (the details of its last
+    move into PREEMPTING; one indexed query by job). A job put into PREEMPTING for no job has
+    none."""
+    found: dict[int, int] = {}
+    events = (
+        JobEvent.objects.filter(job_id__in=job_ids, to_state=JobState.PREEMPTING)
+        .exclude(from_state=JobState.PREEMPTING)
+        .order_by("job_id", "-at", "-id")
+        .values_list("job_id", "details")
+    )
+    seen: set[int] = set()
+    for job_id, details in events:
+        if job_id in seen:
+            continue
+        seen.add(job_id)
+        for_job = (details or {}).get("for_job")
+        if isinstance(for_job, int):
+            found[job_id] = for_job
+    return found
 
 
 def _awaited_victims(shown: Mapping[int, StoredPending], rows: Mapping[int, Row]) -> dict[int, int]:
