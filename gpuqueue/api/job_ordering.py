@@ -26,6 +26,7 @@ from rest_framework.request import Request
 from rest_framework.utils.urls import replace_query_param
 
 from gpuqueue.api.pagination import NewestFirst
+from gpuqueue.api.parsers import LONE_SURROGATE
 from gpuqueue.core.job_order import SORT_KEY, SORT_KEYS, Ordering, UnknownOrdering
 
 ORDERING_PARAM = "ordering"
@@ -119,7 +120,13 @@ def _position(ordering: Ordering, value: Any) -> Any:
         if type(value) not in (int, float) or not math.isfinite(value):
             raise ValueError("not a number key")
         return float(value)
-    if not isinstance(value, str) or len(value) > 1024 or "\x00" in value:
+    # NUL and lone surrogates (JSON's unpaired \ud800 escapes): text PostgreSQL cannot compare.
+    if (
+        not isinstance(value, str)
+        or len(value) > 1024
+        or "\x00" in value
+        or LONE_SURROGATE.search(value)
+    ):
         raise ValueError("not a text key")
     return value
 

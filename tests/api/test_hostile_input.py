@@ -192,3 +192,18 @@ def test_a_lone_surrogate_in_a_membership_role_is_refused_with_a_readable_messag
     )
     assert changed.status_code == 400
     assert list(Membership.objects.values_list("id", "role")) == before
+
+
+@pytest.mark.parametrize("ordering", ["name", "-user", "team"])
+def test_a_cursor_whose_text_key_holds_a_lone_surrogate_is_not_found(
+    api: Any, ordering: str
+) -> None:
+    from base64 import urlsafe_b64encode
+    from datetime import UTC, datetime
+
+    raw = [ordering, "\ud800", 1, datetime.now(UTC).isoformat(), False]
+    cursor = urlsafe_b64encode(json.dumps(raw).encode()).decode()
+    client = api("alice")
+    client.raise_request_exception = False
+    response = client.get("/api/v1/jobs/", {"ordering": ordering, "cursor": cursor})
+    assert response.status_code == 404
