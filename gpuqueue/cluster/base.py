@@ -190,12 +190,6 @@ class ClusterBackend(abc.ABC):
     def request_checkpoint(self, job_id: int, attempt: int, deadline: datetime) -> None:
         """Ask the running workload to save its state before `deadline`."""
 
-    def withdraw_checkpoint(self, job_id: int, attempt: int) -> None:
-        """Tell the workload that the save `request_checkpoint` asked for is no longer needed
-        (its preemption was withdrawn): it goes on running. Harmless when nothing was asked.
-        A backend that cannot tell it does nothing: the workload saves once for nothing."""
-        del job_id, attempt
-
     # Whether `withdraw_checkpoint` tells the workload. A preemption is withdrawn only on a
     # backend that can: a workload still asked to save would save, acknowledge and exit, and
     # a job that is running again would not be requeued for it.
