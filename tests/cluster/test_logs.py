@@ -15,7 +15,6 @@ from gpuqueue.cluster.kubernetes import KubernetesBackend
 from gpuqueue.cluster.proof import Record
 from tests.cluster.conftest import Emulator
 
-
 # What the database recorded when gpuqueue launched attempts 1 and 2 of job 7.
 RECORDS = {(7, n): Record("team-a", "", f"secret-uid-{n}", f"job-uid-{n}") for n in (1, 2)}
 
