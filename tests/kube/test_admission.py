@@ -36,6 +36,8 @@ from tests.kube.helm import helm_binary, render
 GUARDED = "team-guarded"
 QUEUE_MESSAGE = "requested through gpuqueue"
 MIG = "nvidia.com/mig-1g.10gb"
+# gpuqueue's labels, as on the objects of attempt 1 of job 990003.
+FORGED = {MANAGED_BY: MANAGED_BY_VALUE, LABEL_JOB_ID: "990003", LABEL_ATTEMPT: "1"}
 POLICY = DEPLOY / "base" / "admission-policy.yaml"
 
 
@@ -249,6 +251,11 @@ def test_impersonating_a_kube_system_controller_gets_no_gpus(kube: Kube, guard: 
     for controller in ("replicaset-controller", "job-controller", "daemon-set-controller"):
         core = impersonating(kube, f"system:serviceaccount:kube-system:{controller}")
         refused_by_policy(lambda core=core: core.create_namespaced_pod(GUARDED, pod("as-it", 8)))
+    # Not even with gpuqueue's labels, when no Job is the pod's controller.
+    core = impersonating(kube, "system:serviceaccount:kube-system:job-controller")
+    labelled = pod("as-gpuqueue-s", 8)
+    labelled["metadata"]["labels"] = FORGED
+    refused_by_policy(lambda: core.create_namespaced_pod(GUARDED, labelled))
 
 
 def test_a_limit_range_gives_no_deployment_gpus(kube: Kube, guard: Guard) -> None:
@@ -493,9 +500,6 @@ def test_no_pod_outside_the_queue_selects_gpus_by_environment(kube: Kube, guard:
         "spec": {"containers": [{"name": "c", "image": "x", "env": other}]},
     }
     assert refusal(lambda: kube.core.create_namespaced_pod(GUARDED, body)) is None
-
-
-FORGED = {MANAGED_BY: MANAGED_BY_VALUE, LABEL_JOB_ID: "990003", LABEL_ATTEMPT: "1"}
 
 
 def test_gpuqueue_s_labels_are_set_by_gpuqueue_alone(kube: Kube, guard: Guard) -> None:
