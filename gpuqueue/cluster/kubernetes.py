@@ -556,10 +556,18 @@ class KubernetesBackend(ClusterBackend):
             raise ClusterError(f"{kind} {namespace}/{name} was deleted meanwhile", transient=True)
         return obj
 
-    def _get(self, kind: str, fn: Callable[..., Any], namespace: str, name: str) -> Obj | None:
-        """One object, or None when it does not exist."""
+    def _get(
+        self,
+        kind: str,
+        fn: Callable[..., Any],
+        namespace: str,
+        name: str,
+        call: Caller | None = None,
+    ) -> Obj | None:
+        """One object, or None when it does not exist. `call`: another retry policy than the
+        backend's."""
         try:
-            response = self.call(
+            response = (call or self.call)(
                 f"read {kind} {namespace}/{name}",
                 fn,
                 name,
@@ -644,7 +652,7 @@ class KubernetesBackend(ClusterBackend):
         if record is None:
             return []
         job = self._get(
-            "job", self.batch.read_namespaced_job, record.namespace, mf.workload_name(*key)
+            "job", self.batch.read_namespaced_job, record.namespace, mf.workload_name(*key), call
         )
         if job is None:
             return []

@@ -149,6 +149,18 @@ def test_an_api_in_trouble_is_one_transient_try_without_backoff(
     assert k8s.slept == []  # type: ignore[attr-defined]
 
 
+def test_reading_which_job_the_workers_belong_to_is_one_try_too(
+    emulator: Emulator, k8s: KubernetesBackend
+) -> None:
+    worker_pod(emulator, "gq-7-1-0-aaaaa", 0, "2026-01-01T00:00:00Z")
+    emulator.fail("GET", "/jobs/gq-7-1", 503, "the API server is away", times=3)
+    with pytest.raises(ClusterError) as raised:
+        k8s.read_log(7, 1, 0, LogQuery())
+    assert raised.value.transient
+    assert len(emulator.requests("GET", "/jobs/gq-7-1")) == 1
+    assert k8s.slept == []  # type: ignore[attr-defined]
+
+
 def test_a_container_not_started_is_a_permanent_error_with_the_apis_words(
     emulator: Emulator, k8s: KubernetesBackend
 ) -> None:
