@@ -172,8 +172,8 @@ def allowed_state(team: Team) -> dict[str, list[str]]:
 
 def set_allowed(actor: Any, team: Team, **lists: list[str]) -> Team:
     """Change what the team's jobs may use in its namespace (team admins and site admins).
-    Jobs already submitted keep what they named; new submissions are checked against the
-    new lists."""
+    Submissions are checked against the new lists, and so are queued jobs when they launch
+    (gpuqueue.cycle.launch.still_allowed)."""
     if not is_team_admin(actor, team):
         raise Forbidden("only the team's admins may change what its jobs may use")
     errors = {

@@ -15,6 +15,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError, Launched, Launch
 from gpuqueue.cluster.records import proof_of
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, WorkloadRecord
+from gpuqueue.services import pod_spec
 from gpuqueue.services.start_failures import requeue_after_start_failure
 from gpuqueue.services.transitions import transition
 from teams.services import hash_secret
@@ -121,10 +122,39 @@ def launch_spec(job: Job, record: WorkloadRecord | None = None) -> LaunchSpec:
     )
 
 
+def still_allowed(jobs: list[Job]) -> list[Job]:
+    """The jobs whose ServiceAccount, Secrets and claims their team still allows; the others
+    fail with what is no longer allowed. Submission checked the lists, but a team admin may
+    have taken a name off since (a leaked Secret, a claim handed to another project): what a
+    job uses is the team's to say when its pods are made, not only when it was queued."""
+    kept = []
+    for job in jobs:
+        refused = pod_spec.namespace_errors(
+            job.team, {field: getattr(job, field) for field in pod_spec.NAMESPACE_FIELDS}
+        )
+        if not refused:
+            kept.append(job)
+            continue
+        cause = "no longer allowed by its team: " + " ".join(
+            message for messages in refused.values() for message in messages
+        )
+        with transaction.atomic():
+            transition(
+                job,
+                JobState.FAILED,
+                reason=cause,
+                actor="gpuqueue",
+                message=cause,
+                finished_at=timezone.now(),
+            )
+    return kept
+
+
 def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -> None:
     """Launch each admitted job.
 
-    1. Read the jobs, make the record of each one's attempt (namespace and nonce: what its
+    1. Read the jobs, fail those that name what their team no longer allows (`still_allowed`),
+       make the record of each one's attempt (namespace and nonce: what its
        proof covers) and build their launch specs (this thread: the database).
     2. Call the backend (`ClusterBackend.launch_all`: in bulk where it can, else up to its
        `launch_concurrency` at once).
@@ -142,6 +172,7 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
             pk__any=job_ids, state=JobState.ADMITTED
         )
     )
+    jobs = still_allowed(jobs)
     records = workload_records(jobs)
     specs = [launch_spec(job, records[job.pk]) for job in jobs]
 

@@ -156,11 +156,12 @@ def namespace_errors(team: Team, job: Mapping[str, Any]) -> FieldErrors:
     return errors
 
 
+# The fields that name objects of the team's namespace.
+NAMESPACE_FIELDS = ("service_account", "env_from_secrets", "image_pull_secrets", "volumes")
+
+
 def uses_namespace_objects(job: Mapping[str, Any]) -> bool:
-    return any(
-        job.get(field)
-        for field in ("service_account", "env_from_secrets", "image_pull_secrets", "volumes")
-    )
+    return any(job.get(field) for field in NAMESPACE_FIELDS)
 
 
 def resources(job: Mapping[str, Any], flavor: Flavor) -> tuple[dict[str, Any], FieldErrors]:
