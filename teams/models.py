@@ -29,7 +29,9 @@ def allowed_errors(patterns: object) -> list[str]:
     characters of lowercase letters, digits, '-', '.' and '*'."""
     if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
         return ["A list of names."]
-    errors = [f"At most {MAX_ALLOWED} names; got {len(patterns)}."] * (len(patterns) > MAX_ALLOWED)
+    errors: list[str] = []
+    if len(patterns) > MAX_ALLOWED:
+        errors.append(f"At most {MAX_ALLOWED} names; got {len(patterns)}.")
     for pattern in patterns:
         if len(pattern) > 253 or not ALLOWED_PATTERN.match(pattern):
             errors.append(
