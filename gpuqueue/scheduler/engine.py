@@ -609,7 +609,10 @@ class Cycle:
                 until = None
                 continue
             since = victim.preempting_since
-            until = max(until, (self.now if since is None else since) + grace)
+            if since is None:  # a victim of this plan: asked from now
+                since = self.now
+                self.horizon.varies()
+            until = max(until, since + grace)
         if until == -math.inf:
             until = None
         return reasons.waiting_for_preemption(job, waited, gpus, tuple(sorted(teams)), until)

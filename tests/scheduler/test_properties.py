@@ -2,10 +2,11 @@
 
 No node over-allocated; every gang all or nothing; no team (or department) past its limit;
 non-preemptible work within the guarantee; a team under its guarantee that could get room by
-reclaiming borrowed GPUs is never left simply waiting; the same snapshot gives the same plan
-whatever the order of its pending or running jobs; applying a plan and planning again never
-preempts what was just admitted; a job that no state admits stays pending for a reason that says
-so.
+reclaiming borrowed GPUs is never left simply waiting, whatever the size of the borrower's jobs;
+a preemption is withdrawn only before its deadline and never while a job waits for it alone;
+the same snapshot gives the same plan whatever the order of its pending or running jobs;
+applying a plan and planning again never preempts what was just admitted; a job that no state
+admits stays pending for a reason that says so.
 """
 
 from __future__ import annotations
@@ -118,7 +119,12 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                     preemptible=preemptible,
                     started_at=NOW - draw(st.sampled_from([60.0, HOUR, 2 * HOUR])),
                     max_runtime=draw(st.sampled_from([None, 2 * HOUR, 3 * HOUR])),
-                    preempting_since=draw(st.sampled_from([None, None, None, NOW - 5])),
+                    preempting_since=(since := draw(st.sampled_from([None, None, None, NOW - 5]))),
+                    checkpoint_grace=draw(st.sampled_from([None, 1.0, 600.0])),
+                    # The job it is preempted for: pending (1-7), gone (99), none (a drain).
+                    preempted_for=None
+                    if since is None
+                    else draw(st.sampled_from([None, 1, 5, 99])),
                 )
             )
     pending = [
@@ -222,6 +228,15 @@ def test_every_plan_keeps_the_invariants(snapshot: Snapshot, policy: Policy) -> 
         job = running[v]
         assert job.preemptible and job.preempting_since is None
         assert job.started_at + policy.min_runtime_seconds <= NOW
+    # Withdrawn: jobs being preempted for a job, before their deadline, that no waiting job
+    # names as all it waits for.
+    for w in result.withdrawals:
+        job = running[w]
+        assert job.preempted_for is not None and job.preempting_since is not None
+        assert job.checkpoint_grace is None or job.preempting_since + job.checkpoint_grace > NOW
+    for p in result.pending:
+        if p.reason.code is ReasonCode.WAITING_FOR_PREEMPTION and len(p.reason.job_ids) == 1:
+            assert p.reason.job_ids[0] not in result.withdrawals
     # The same snapshot gives the same plan.
     assert plan(snapshot, policy) == result
 
