@@ -84,7 +84,10 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
     4. After commit: stop what must stop, relaunch admitted jobs that have no workload (a
        crash between admission and launch, or a launch cut short before its Job), stop
        workloads that belong to no live job (a finished one once it has been kept
-       GPUQUEUE_K8S_KEEP_FINISHED_SECONDS, for its logs).
+       GPUQUEUE_K8S_KEEP_FINISHED_SECONDS, for its logs). The backend reports only workloads
+       it proves this database launched (gpuqueue.cluster.proof), so an orphan is always one
+       the database recorded: a gang it has no record of (a database restored from an older
+       backup, another install) is never stopped.
     5. Release the gangs whose pods wait for their placement.
     """
     now = now or timezone.now()
