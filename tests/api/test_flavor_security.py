@@ -88,3 +88,12 @@ def test_the_admin_s_form_checks_the_same_rule(world: Any) -> None:
 def test_the_database_refuses_root_without_allow_root(world: Any) -> None:
     with pytest.raises(IntegrityError), transaction.atomic():
         Flavor.objects.filter(pk=world.h100.pk).update(run_as_user=0)
+
+
+def test_the_django_admin_shows_the_profile(world: Any, rf: Any) -> None:
+    from django.contrib import admin
+
+    request = rf.get("/")
+    request.user = world.root
+    form_class = admin.site._registry[Flavor].get_form(request, world.h100)
+    assert {"run_as_user", "run_as_group", "fs_group", "allow_root"} <= set(form_class.base_fields)

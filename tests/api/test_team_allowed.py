@@ -236,3 +236,21 @@ def test_the_cli_prints_the_refusal_and_exits_4(cli: Any, capsys: Any) -> None:
     assert code == 4
     assert "ServiceAccount default-admin of namespace team-a" in capsys.readouterr().err
     assert _written() == (0, 0)
+
+
+def test_the_django_admin_edits_the_lists_by_the_same_rule(world: Any, rf: Any) -> None:
+    from django.contrib import admin
+
+    request = rf.get("/")
+    request.user = world.root
+    form_class = admin.site._registry[Team].get_form(request, world.team_a)
+    data = {"slug": "team-a", "name": "Team A", "namespace": "team-a"}
+    lists = {"allowed_service_accounts": "[]", "allowed_claims": "[]"}
+    bad = form_class(
+        data={**data, **lists, "allowed_secrets": '["Not A Name"]'}, instance=world.team_a
+    )
+    assert not bad.is_valid() and "allowed_secrets" in bad.errors
+    good = form_class(data={**data, **lists, "allowed_secrets": '["wandb"]'}, instance=world.team_a)
+    assert good.is_valid(), good.errors
+    good.save()
+    assert Team.objects.get(pk=world.team_a.pk).allowed_secrets == ["wandb"]
