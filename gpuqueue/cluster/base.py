@@ -206,7 +206,8 @@ class ClusterBackend(abc.ABC):
 
     @abc.abstractmethod
     def observe(self) -> list[WorkloadStatus]:
-        """The status of every gpuqueue workload that exists on the cluster."""
+        """The status of every workload on the cluster that the backend proves gpuqueue made
+        (Kubernetes: gpuqueue.cluster.proof); lookalikes make none."""
 
     @abc.abstractmethod
     def read_log(self, job_id: int, attempt: int, worker: int, query: LogQuery) -> WorkerLog:
