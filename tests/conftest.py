@@ -121,3 +121,33 @@ def submit(world: Any) -> Any:
         ).job
 
     return _submit
+
+
+@pytest.fixture(autouse=True)
+def events_the_state_machine_lists(request: pytest.FixtureRequest) -> Any:
+    """After each test that used the database: every job event it wrote is one the state
+    machine lists (gpuqueue/core/states.py: the entry, a transition, or an event of a listed
+    kind within a state), whichever path wrote it (a service, the cycle's SQL, a view)."""
+    names = set(request.fixturenames)
+    marker = request.node.get_closest_marker("django_db")
+    transactional = bool(
+        {"transactional_db", "live_server", "django_db_reset_sequences"} & names
+        or (marker is not None and marker.kwargs.get("transaction"))
+    )
+    if not transactional and "db" not in names and marker is None:
+        yield
+        return
+    # Requested here, so that this check runs before the database is rolled back or flushed.
+    request.getfixturevalue("transactional_db" if transactional else "db")
+    yield
+    from gpuqueue.core.states import EVENT_KIND, is_listed_event
+    from gpuqueue.models import JobEvent
+
+    unlisted = [
+        (job_id, from_state, to_state, (details or {}).get(EVENT_KIND), reason)
+        for job_id, from_state, to_state, details, reason in JobEvent.objects.values_list(
+            "job_id", "from_state", "to_state", "details", "reason"
+        )
+        if not is_listed_event(from_state, to_state, (details or {}).get(EVENT_KIND))
+    ]
+    assert not unlisted, f"job events the state machine does not list: {unlisted[:5]}"

@@ -57,6 +57,32 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 
+# Every job enters the machine PENDING, from no state (its submission event).
+ENTRY = S.PENDING
+
+# Events a job's timeline records within a state, changing nothing: from_state and to_state are
+# that state, and details["event"] names which of the kinds listed for it this is.
+EVENT_KIND = "event"
+CHECKPOINT_ACKNOWLEDGED = "checkpoint_acknowledged"
+WITHIN_STATE_EVENTS: dict[JobState, frozenset[str]] = {
+    # The workload saved its state (details["location"]); the job stays PREEMPTING until its
+    # pods are gone and it is requeued with that location.
+    S.PREEMPTING: frozenset({CHECKPOINT_ACKNOWLEDGED}),
+}
+
+
+def is_listed_event(from_state: str, to_state: str, kind: str | None = None) -> bool:
+    """Whether an event row is one the machine lists: the entry (no state to ENTRY), a
+    transition of TRANSITIONS, or an event of `kind` within a state (WITHIN_STATE_EVENTS)."""
+    if not from_state:
+        return to_state == ENTRY
+    if from_state not in JobState.values or to_state not in JobState.values:
+        return False
+    if from_state == to_state:
+        return kind in WITHIN_STATE_EVENTS.get(JobState(from_state), frozenset())
+    return JobState(to_state) in TRANSITIONS[JobState(from_state)]
+
+
 class InvalidTransition(Exception):
     def __init__(self, job_id: int | None, from_state: str, to_state: str) -> None:
         self.job_id = job_id

@@ -7,7 +7,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from gpuqueue.core.states import JobState
+from gpuqueue.core.states import CHECKPOINT_ACKNOWLEDGED, EVENT_KIND, JobState
 from gpuqueue.models import Job, JobEvent
 from gpuqueue.services.transitions import transition
 
@@ -21,13 +21,14 @@ def acknowledge_checkpoint(job: Job, location: str, actor: str) -> bool:
             pk=job.pk, state=JobState.PREEMPTING, checkpoint_acked_at__isnull=True
         ).update(checkpoint_location=location, checkpoint_acked_at=now)
         if updated:
+            # An event within PREEMPTING, of a kind the state machine lists for it.
             JobEvent.objects.create(
                 job_id=job.pk,
                 from_state=JobState.PREEMPTING,
                 to_state=JobState.PREEMPTING,
                 reason=f"checkpoint acknowledged: {location}",
                 actor=actor,
-                details={"location": location},
+                details={EVENT_KIND: CHECKPOINT_ACKNOWLEDGED, "location": location},
             )
     if updated:
         job.checkpoint_location, job.checkpoint_acked_at = location, now
