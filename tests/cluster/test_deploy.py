@@ -193,7 +193,7 @@ def test_no_wildcards_and_no_cluster_wide_write() -> None:
             assert binding["roleRef"]["name"] == "gpuqueue-leader-election"
             continue
         assert binding["metadata"]["namespace"].startswith("team-")
-        assert binding["roleRef"]["name"] == "gpuqueue-team-workloads"
+        assert binding["roleRef"]["name"] in ("gpuqueue-team-workloads", "gpuqueue-team-logs")
 
 
 def test_only_the_processes_that_call_kubernetes_get_a_token() -> None:
@@ -203,6 +203,7 @@ def test_only_the_processes_that_call_kubernetes_get_a_token() -> None:
             "gpuqueue-worker",
             "gpuqueue-watcher",
             "gpuqueue-beat",  # its Lease
+            "gpuqueue-web",  # workers' logs, with its own ServiceAccount
         )
         assert spec.get("automountServiceAccountToken", True) is calls_api
 

@@ -515,7 +515,7 @@ def install_as_deploy(
     1. the `gpuqueue` namespace, deploy/base's ServiceAccount and its RBAC (deploy/base/rbac.yaml);
     2. the admission policy and its binding (deploy/base/admission-policy.yaml, as it is);
     3. each team namespace, labelled and granted as deploy/overlays/example does it (the labels
-       of its first namespace, the RoleBinding of its first team-rolebindings.yaml entry);
+       of its first namespace, each RoleBinding of its team-rolebindings.yaml);
     4. a token for the ServiceAccount from the TokenRequest API, in a kubeconfig with the
        admin's server and CA.
 
@@ -549,7 +549,7 @@ def install_as_deploy(
     # 3.
     overlay = DEPLOY / "overlays" / "example"
     labels = docs(overlay / "team-namespaces.yaml")[0]["metadata"].get("labels", {})
-    binding = docs(overlay / "team-rolebindings.yaml")[0]
+    bindings = {d["metadata"]["name"]: d for d in docs(overlay / "team-rolebindings.yaml")}
     for namespace in team_namespaces:
         apply(
             {
@@ -558,7 +558,8 @@ def install_as_deploy(
                 "metadata": {"name": namespace, "labels": labels},
             }
         )
-        apply({**binding, "metadata": {**binding["metadata"], "namespace": namespace}})
+        for binding in bindings.values():
+            apply({**binding, "metadata": {**binding["metadata"], "namespace": namespace}})
     # 4.
     token = (
         client.CoreV1Api(api_client)

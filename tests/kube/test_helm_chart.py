@@ -63,8 +63,8 @@ def test_the_chart_lints_and_renders_every_part() -> None:
         "gpuqueue-worker",
     ]
     assert found["Job"] == ["gpuqueue-migrate"]
-    # One per team namespace, and the leader election's in the release namespace.
-    assert len(found["RoleBinding"]) == 3 and found["Role"] == ["gpuqueue-leader-election"]
+    # Two per team namespace (gpuqueue's, the web's logs), the leader election's.
+    assert len(found["RoleBinding"]) == 5 and found["Role"] == ["gpuqueue-leader-election"]
     assert len(found["PodDisruptionBudget"]) == 4
     assert len(found["NetworkPolicy"]) == 2
     assert found["ValidatingAdmissionPolicy"] and found["ValidatingAdmissionPolicyBinding"]
@@ -126,7 +126,10 @@ def test_every_pod_is_restricted_with_a_read_only_root_filesystem() -> None:
             assert context["readOnlyRootFilesystem"] is True, name
             assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"], name
         token = spec.get("automountServiceAccountToken")
-        assert token is (name in ("gpuqueue-worker", "gpuqueue-watcher", "gpuqueue-beat")), name
+        # The web with its own account, for logs; the migration never calls Kubernetes.
+        assert token is (name != "gpuqueue-migrate"), name
+        account = spec.get("serviceAccountName", "gpuqueue")  # the hook Job: none to mount
+        assert account == ("gpuqueue-web" if name == "gpuqueue-web" else "gpuqueue"), name
 
 
 def test_the_secret_is_only_referred_to_and_metrics_need_its_token() -> None:
@@ -157,7 +160,11 @@ def test_the_charts_rbac_is_deploys_least_privilege() -> None:
     }
     assert chart == base  # release "gpuqueue": the same names, the same rules
     bindings = [o for o in render(TEAMS) if o["kind"] == "RoleBinding"]
-    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["gpuqueue", "team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == [
+        "gpuqueue",
+        *["team-a"] * 2,
+        *["team-b"] * 2,
+    ]
     (role,) = [o for o in render(TEAMS) if o["kind"] == "Role"]
     assert role["metadata"]["namespace"] == "gpuqueue"  # the Leases: the release namespace only
 
@@ -261,10 +268,11 @@ def test_the_real_api_server_accepts_every_object_and_grants_only_what_gpuqueue_
         group: str = "",
         sub: str | None = None,
         name: str | None = None,
+        who: str = user,
     ) -> bool:
         review = {
             "spec": {
-                "user": user,
+                "user": who,
                 "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"],
                 "resourceAttributes": {
                     "verb": verb,
@@ -299,6 +307,18 @@ def test_the_real_api_server_accepts_every_object_and_grants_only_what_gpuqueue_
     assert not may("update", "leases", NAMESPACE, lease, name="kube-scheduler")
     assert not may("create", "leases", "team-a", lease) and not may("create", "leases", None, lease)
     assert not may("update", "leases", "kube-system", lease, name="helmtest-watcher")
+    # The web reads workers' logs (the pod, then its log in a team namespace) and nothing else.
+    web = f"system:serviceaccount:{NAMESPACE}:helmtest-web"
+    assert may("list", "pods", who=web) and may("get", "pods", "team-a", sub="log", who=web)
+    assert not may("get", "pods", "default", sub="log", who=web)
+    assert not may("get", "pods", NAMESPACE, sub="log", who=web)
+    assert not may("create", "jobs", "team-a", "batch", who=web)
+    assert not may("get", "secrets", "team-a", who=web) and not may(
+        "patch", "pods", "team-a", who=web
+    )
+    assert not may("list", "nodes", who=web) and not may(
+        "create", "leases", NAMESPACE, lease, who=web
+    )
 
 
 def documented_install_sets() -> list[str]:

@@ -1,0 +1,63 @@
+"""The web reads workers' logs with its own ServiceAccount (deploy/base: gpuqueue-web), which
+may find the pod and read its log in a team namespace and do nothing else. kwok serves no
+container logs, so the API server answers a running pod's log with the kubelet's 404: the
+account got past RBAC (a 403 would come first)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpuqueue.core.errors import Refused
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.run import run_cycle
+from gpuqueue.models import Job
+from gpuqueue.services.logs import read_job_log
+from tests.kube.conftest import DEPLOY, Kube, apply
+
+LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
+
+
+@pytest.fixture
+def as_web(kube: Kube) -> client.ApiClient:
+    try:
+        kube.core.create_namespace({"metadata": {"name": "gpuqueue"}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    apply(kube.api, DEPLOY / "base" / "serviceaccount.yaml")
+    apply(kube.api, DEPLOY / "base" / "rbac.yaml")
+    apply(kube.api, DEPLOY / "overlays" / "example" / "team-rolebindings.yaml")
+    token = kube.core.create_namespaced_service_account_token(
+        "gpuqueue-web", "gpuqueue", {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    configuration = client.Configuration()
+    configuration.host = kube.api.configuration.host
+    configuration.ssl_ca_cert = kube.api.configuration.ssl_ca_cert
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    configuration.retries = 0
+    return client.ApiClient(configuration)
+
+
+def test_the_web_reads_a_workers_log_with_its_own_account_and_may_do_nothing_else(
+    kube: Kube, submit: Any, as_web: client.ApiClient
+) -> None:
+    job = submit(workers=2, gpus_per_worker=4, annotations=LONG)
+    run_cycle(backend=kube.backend)
+    kube.sync_until(lambda: Job.objects.get(pk=job.pk).state == JobState.RUNNING)
+    web = kube.new_backend()
+    web.core = client.CoreV1Api(as_web)
+    with pytest.raises(Refused) as refused:  # the kubelet's 404, through gpuqueue's answer
+        read_job_log(Job.objects.get(pk=job.pk), 1, backend=web)
+    assert refused.value.status in (404, 409), refused.value.message
+    assert "forbidden" not in refused.value.message.lower()
+    name = kube.pods(selector=f"gpuqueue.dev/job-id={job.pk}")[0]["metadata"]["name"]
+    with pytest.raises(ApiException) as denied:
+        client.CoreV1Api(as_web).delete_namespaced_pod(name, "team-a")
+    assert denied.value.status == 403
+    with pytest.raises(ApiException) as denied:
+        client.BatchV1Api(as_web).list_namespaced_job("team-a")
+    assert denied.value.status == 403
