@@ -188,8 +188,8 @@ def _waiting_for_preemption(
     n: dict[str, Any], jobs: list[Any], flavor: str, shape: str, workers: Any, per: Any
 ) -> str:
     """'Freeing 16 h100 GPUs from team-b's job #12, which is saving a checkpoint until
-    2026-11-28 10:42:00 UTC; then this job starts as 1 × 8.' A reason stored without the GPUs
-    given back names the jobs only."""
+    2026-11-28 10:42:00 UTC; then this job starts as 1 × 8.', or '..., whose pods are stopping'
+    once it stopped. A reason stored without the GPUs given back names the jobs only."""
     listed = ", ".join(f"#{j}" for j in jobs)
     back = n.get("gpus_back")
     if not isinstance(back, int):
@@ -202,7 +202,9 @@ def _waiting_for_preemption(
     owners = f"{_and(teams)} " if teams else ""
     sentence = f"Freeing {back} {flavor} GPUs from {owners}{'job' if one else 'jobs'} {listed}"
     until = n.get("saving_until")
-    if isinstance(until, int | float):
+    if n.get("stopping") == len(jobs):
+        sentence += f", whose {'pods are' if one else 'pods are all'} stopping"
+    elif isinstance(until, int | float):
         sentence += (
             f", which {'is saving a checkpoint' if one else 'are saving checkpoints'} until "
             f"{when(until, seconds=True)}{'' if one else ' at the latest'}"

@@ -590,7 +590,7 @@ class Cycle:
         by_id = self._running_by_id
         if by_id is None:
             by_id = self._running_by_id = {r.id: r for r in self.snapshot.running}
-        gpus = 0
+        gpus = stopping = 0
         teams = set()
         until: float | None = -math.inf
         for job_id in waited:
@@ -598,6 +598,7 @@ class Cycle:
             if victim is None:  # stopped: its pods are terminating (`Node.draining`)
                 held, team = self._draining_jobs()[job_id]
                 gpus += held
+                stopping += 1
                 if team is not None:
                     teams.add(team)
                 until = None
@@ -615,7 +616,9 @@ class Cycle:
             until = max(until, since + grace)
         if until == -math.inf:
             until = None
-        return reasons.waiting_for_preemption(job, waited, gpus, tuple(sorted(teams)), until)
+        return reasons.waiting_for_preemption(
+            job, waited, gpus, tuple(sorted(teams)), until, stopping
+        )
 
 
 class Settled:

@@ -17,8 +17,8 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 |                        | borrowed, takeable                                                  |
 | QUEUED_BEHIND_TEAM     | ahead (earlier pending jobs of the team) + the NO_CAPACITY numbers  |
 | WAITING_FOR_PREEMPTION | flavor, workers, gpus_per_worker, gpus_back, from_teams; and when   |
-|                        | every victim's checkpoint grace is known: saving_until; job_ids:    |
-|                        | the jobs being preempted                                            |
+|                        | every victim's checkpoint grace is known: saving_until; when some   |
+|                        | have stopped: stopping; job_ids: the jobs being preempted           |
 | BEHIND_RESERVATION     | flavor, expected_start; job_ids: the jobs holding the reservations  |
 | RESERVED               | flavor, expected_start (math.inf when unknown), nodes               |
 | IN_SHARE_DEBT          | flavor, fair_share, in_use, requested, debt_seconds, threshold_seconds, |
@@ -33,7 +33,8 @@ free together, and the team's other jobs start whenever they fit.
 
 WAITING_FOR_PREEMPTION: `gpus_back` the GPUs the jobs waited on hold (a victim bigger than the
 need gives back all of its GPUs), `from_teams` their teams (", "), `saving_until` the latest
-time one of them may still be saving its checkpoint.
+time one of them may still be saving its checkpoint, `stopping` how many of them have stopped
+and wait only for their pods to terminate.
 
 NO_CAPACITY of a job within its guarantee: `guarantee_in_use` what the team holds of its
 `guarantee`, `borrowed` the GPUs other teams hold beyond min(guarantee, fair share), `takeable`
@@ -187,6 +188,7 @@ def waiting_for_preemption(
     gpus_back: int,
     from_teams: tuple[str, ...],
     saving_until: float | None,
+    stopping: int = 0,
 ) -> Reason:
     numbers: dict[str, int | float | str] = {
         "flavor": job.flavor,
@@ -197,6 +199,8 @@ def waiting_for_preemption(
     }
     if saving_until is not None:
         numbers["saving_until"] = saving_until
+    if stopping:
+        numbers["stopping"] = stopping
     return Reason(ReasonCode.WAITING_FOR_PREEMPTION, numbers, tuple(sorted(job_ids)))
 
 

@@ -100,7 +100,8 @@ def test_a_preemption_whose_victim_terminates_for_60_s_takes_exactly_one_victim(
         assert b_job.pending_reason["job_ids"] == [victim.pk]
         assert preempted_jobs() == {victim.pk}
     assert describe_reason(b_job.pending_reason) == (
-        f"Freeing 8 h100 GPUs from team-a's job #{victim.pk}; then this job starts as 1 × 8."
+        f"Freeing 8 h100 GPUs from team-a's job #{victim.pk}, whose pods are stopping; then "
+        "this job starts as 1 × 8."
     )
 
     # The pods are gone: team b's job starts on the node they left.

@@ -36,7 +36,7 @@ CASES = [
         preempted={},
         reasons={1: ReasonCode.WAITING_FOR_PREEMPTION, 20: ReasonCode.NO_CAPACITY},
         waits_on={1: (20,)},
-        numbers={1: {"gpus_back": 8, "from_teams": "b"}},
+        numbers={1: {"gpus_back": 8, "from_teams": "b", "stopping": 1}},
         shares={("a", "h100"): 8},  # the returning GPUs count in the capacity shared
     ),
     Case(
