@@ -24,6 +24,7 @@ from django.test import Client
 
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.services.cluster_sync import sync_cluster
+from tests.kube.controlplane import Unavailable
 from tests.usage.prometheus_server import free_port, prometheus_binary, serve
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "base" / "grafana-dashboard.json"
@@ -104,6 +105,10 @@ def query(url: str, expr: str, at: float | None = None) -> list[tuple[dict[str, 
 def test_every_panel_shows_the_same_figures_with_two_web_replicas_as_with_one(
     settings: Any, backend: Any, submit: Any
 ) -> None:
+    try:
+        prometheus_binary()
+    except Unavailable as exc:
+        pytest.skip(f"no Prometheus here: {exc}")
     settings.GPUQUEUE_METRICS_OPEN = True
     settings.GPUQUEUE_METRICS_TOKEN = None
     sync_cluster(backend)  # the nodes: capacity
