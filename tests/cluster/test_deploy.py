@@ -219,3 +219,30 @@ def test_the_grafana_dashboard_charts_only_metrics_gpuqueue_exports(path: Path) 
     assert names
     for name in names:
         assert f'"{name}"' in exported, name
+
+
+def test_two_of_everything_spread_over_nodes_and_watcher_and_beat_elect_a_leader() -> None:
+    deployments = {d["metadata"]["name"]: d for d in of_kind("Deployment")}
+    for name, deployment in deployments.items():
+        assert deployment["spec"]["replicas"] == 2, name
+        assert "strategy" not in deployment["spec"], name  # rolls: a stopping leader releases
+        spec = deployment["spec"]["template"]["spec"]
+        (term,) = spec["affinity"]["podAntiAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname", name
+        selector = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        assert selector == deployment["spec"]["selector"]["matchLabels"], name
+    for name in ("gpuqueue-watcher", "gpuqueue-beat"):
+        (container,) = deployments[name]["spec"]["template"]["spec"]["containers"]
+        at = container["command"].index("--lease-namespace")
+        assert container["command"][at + 1 : at + 4] == ["$(POD_NAMESPACE)", "--lease-name", name]
+        namespace = {"fieldRef": {"fieldPath": "metadata.namespace"}}
+        assert {"name": "POD_NAMESPACE", "valueFrom": namespace} in container["env"], name
+    budgets = {
+        b["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]: b
+        for b in of_kind("PodDisruptionBudget")
+    }
+    assert set(budgets) == {"web", "worker", "watcher", "beat"}
+    assert all(b["spec"] == {**b["spec"], "maxUnavailable": 1} for b in budgets.values())
+    assert not any("minAvailable" in b["spec"] for b in budgets.values())
