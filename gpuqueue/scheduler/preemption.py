@@ -250,8 +250,9 @@ class VictimSearch:
         what a later search would find).
 
         Victim teams keep their fair shares; when no such victims make room and the job fits
-        within its guarantee, they keep only min(guarantee, fair share) (the module's
-        docstring): the cheaper search for the borrowers first, the guarantee always.
+        within its guarantee and its team's fair share, they keep only min(guarantee, fair
+        share) (the module's docstring): the cheaper search for the borrowers first, the
+        guarantee always.
         """
         found = self._find(job, fl, limit_ok, reclaim, priority, budget, at)
         if (
@@ -259,6 +260,7 @@ class VictimSearch:
             or not reclaim
             or job.flavor not in self._floor_below_share
             or not self.within_guarantee(job)
+            or not self.may_reclaim(job)  # an owed team may reclaim past its share: not so
         ):
             return found
         self.keep = self.guarantee_floor
@@ -358,11 +360,12 @@ class VictimSearch:
         2. node by node, the workers that would fit with every candidate there gone (`fit`
            workers fit now) are enough.
 
-        A reclaim victim is taken only while its team keeps its fair share (`_victim_ok`), and
-        nothing the search does raises a team's usage: a team gives at most what it holds
-        beyond its share at the start, in all and on any one node, and none of its jobs bigger
-        than that. (Without that cap on each node, most searches for one 8-GPU worker that
-        fail got past the condition: a team's spare GPUs spread over several nodes.)
+        A reclaim victim is taken only while its team keeps what `keep` leaves it (its fair
+        share, or in a search for a guarantee less: `_victim_ok`), and nothing the search does
+        raises a team's usage: a team gives at most what it holds beyond that at the start, in
+        all and on any one node, and none of its jobs bigger than that. (Without that cap on
+        each node, most searches for one 8-GPU worker that fail got past the condition: a
+        team's spare GPUs spread over several nodes.)
         """
         total = fl.total_free + sum(fl.incoming.values())
         mine = self.chains.get(job.team, (job.team,))
