@@ -556,18 +556,10 @@ class KubernetesBackend(ClusterBackend):
             raise ClusterError(f"{kind} {namespace}/{name} was deleted meanwhile", transient=True)
         return obj
 
-    def _get(
-        self,
-        kind: str,
-        fn: Callable[..., Any],
-        namespace: str,
-        name: str,
-        call: Caller | None = None,
-    ) -> Obj | None:
-        """One object, or None when it does not exist. `call`: another retry policy than the
-        backend's."""
+    def _get(self, kind: str, fn: Callable[..., Any], namespace: str, name: str) -> Obj | None:
+        """One object, or None when it does not exist."""
         try:
-            response = (call or self.call)(
+            response = self.call(
                 f"read {kind} {namespace}/{name}",
                 fn,
                 name,
@@ -642,19 +634,16 @@ class KubernetesBackend(ClusterBackend):
                 continue  # the pod went away meanwhile: nothing left to ask
 
     def _pods_of(self, job_id: int, attempt: int, call: Caller | None = None) -> list[Obj]:
-        """The attempt's pods that gpuqueue proves it made (their controller is the attempt's
-        Job, in the namespace recorded for it)."""
+        """The attempt's pods that gpuqueue proves it made: their controller is the attempt's
+        Job, in the namespace recorded for it. Without the watcher's copy, by the Job uid
+        recorded at launch, so that only pods are read (the web's account may read nothing
+        else); an attempt whose launch has not recorded it yet has no worker to show."""
         key = (job_id, attempt)
         if self.store.live:
             ours = self._ours(self.store.items("jobs"), self.store.items("pods"))
             return list(ours.pods.get(key, ()))
         record = self.records([job_id], self.instance).get(key)
-        if record is None:
-            return []
-        job = self._get(
-            "job", self.batch.read_namespaced_job, record.namespace, mf.workload_name(*key), call
-        )
-        if job is None:
+        if record is None or not record.job_uid:
             return []
         pods = self._list(
             f"list pods in {record.namespace}",
@@ -664,7 +653,7 @@ class KubernetesBackend(ClusterBackend):
             call=call,
             shape=projector("pods"),
         )["items"]
-        return list(sort_out([job], pods, {key: record}).pods.get(key, ()))
+        return [p for p in pods if proof.is_worker(p, key, record.namespace, record.job_uid)]
 
     def read_log(self, job_id: int, attempt: int, worker: int, query: LogQuery) -> WorkerLog:
         """The worker container's log in the pod of completion index `worker` (the newest such

@@ -137,6 +137,17 @@ def is_our_service(service: Obj, key: Key, record: Record, secret_uid: str) -> b
     )
 
 
+def is_worker(pod: Obj, key: Key, namespace: str, job_uid: str) -> bool:
+    """The pod is a worker of attempt `key` (rule 2): in the attempt's namespace, its controller
+    the Job with `job_uid`, and carrying the attempt's labels."""
+    return (
+        bool(job_uid)
+        and _meta(pod).get("namespace") == namespace
+        and attempt_of(pod) == key
+        and owned_by(pod, "Job", uid=job_uid, controller=True)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Ours:
     """The listed objects sorted out: what gpuqueue proves it made, by attempt."""

@@ -149,7 +149,7 @@ def test_a_timeout_is_retried_then_reported_as_transient_and_unhealthy(
 def test_request_checkpoint_annotates_every_pod_of_the_attempt_once(
     emulator: Any, k8s: Any, admitted: Job
 ) -> None:
-    k8s.launch(launch_spec(admitted))
+    launch_admitted([admitted.pk], k8s)  # records the Job's uid, which its pods name
     (job,) = emulator.objects(JOBS).values()
     run_job_pods(emulator.api(), job, ["h100-0", "h100-1"])
     deadline = datetime(2026, 11, 22, 10, 2, tzinfo=UTC)

@@ -28,29 +28,8 @@ def labels(attempt: int) -> dict[str, str]:
 
 
 @pytest.fixture
-def k8s(emulator: Emulator, make_backend: Callable[..., KubernetesBackend]) -> KubernetesBackend:
-    """A backend whose database recorded job 7's attempts 1 and 2, whose Jobs exist."""
-    for attempt in (1, 2):
-        client.BatchV1Api(emulator.api()).create_namespaced_job(
-            "team-a",
-            {
-                "metadata": {
-                    "name": f"gq-7-{attempt}",
-                    "namespace": "team-a",
-                    "uid": f"job-uid-{attempt}",
-                    "labels": labels(attempt),
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Secret",
-                            "name": f"gq-7-{attempt}-token",
-                            "uid": f"secret-uid-{attempt}",
-                        }
-                    ],
-                },
-                "spec": {"template": {"spec": {"containers": []}}},
-            },
-        )
+def k8s(make_backend: Callable[..., KubernetesBackend]) -> KubernetesBackend:
+    """A backend whose database recorded job 7's attempts 1 and 2 (their Jobs' uids)."""
     return make_backend(records=lambda job_ids, instance: RECORDS)
 
 
@@ -149,16 +128,17 @@ def test_an_api_in_trouble_is_one_transient_try_without_backoff(
     assert k8s.slept == []  # type: ignore[attr-defined]
 
 
-def test_reading_which_job_the_workers_belong_to_is_one_try_too(
+def test_only_pods_are_read_so_the_web_s_account_needs_nothing_else(
     emulator: Emulator, k8s: KubernetesBackend
 ) -> None:
     worker_pod(emulator, "gq-7-1-0-aaaaa", 0, "2026-01-01T00:00:00Z")
-    emulator.fail("GET", "/jobs/gq-7-1", 503, "the API server is away", times=3)
-    with pytest.raises(ClusterError) as raised:
-        k8s.read_log(7, 1, 0, LogQuery())
-    assert raised.value.transient
-    assert len(emulator.requests("GET", "/jobs/gq-7-1")) == 1
-    assert k8s.slept == []  # type: ignore[attr-defined]
+    emulator.kmock["get /api/v1/namespaces/team-a/pods/gq-7-1-0-aaaaa/log"] << b"x\n"
+    k8s.read_log(7, 1, 0, LogQuery())
+    reads = {r.url.path for r in emulator.requests("GET")}
+    assert reads == {
+        "/api/v1/namespaces/team-a/pods",
+        "/api/v1/namespaces/team-a/pods/gq-7-1-0-aaaaa/log",
+    }
 
 
 def test_a_container_not_started_is_a_permanent_error_with_the_apis_words(
