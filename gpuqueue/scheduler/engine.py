@@ -93,8 +93,10 @@ class Cycle:
         # Whether no state admits a job (never.py), from the ledger's sizes and the quotas.
         self.never = NeverAdmits(self.ledger.flavors, self.quotas, self.chains)
         capacity = {name: fl.total_free for name, fl in self.ledger.flavors.items()}
-        for node in snapshot.nodes:  # GPUs of terminating pods come back: capacity too
-            for draining in node.draining if node.schedulable else ():
+        # Nodes with GPUs of terminating pods (`Node.draining`): a few, when any.
+        draining_nodes = [n for n in snapshot.nodes if n.draining and n.schedulable]
+        for node in draining_nodes:  # those GPUs come back: capacity too
+            for draining in node.draining:
                 if draining.flavor in capacity and draining.flavor in node.capacity:
                     capacity[draining.flavor] += draining.gpus
         running = self.ledger.hold_running(snapshot.running)
@@ -157,9 +159,9 @@ class Cycle:
         # decided (`_decide`): a preemptor waits for what its preemption freed instead of
         # preempting a second victim, and no job before it in the order takes them.
         self.promised: dict[int, list[tuple[str, str, int, int]]] = {}
-        pending_ids = {job.id for job in snapshot.pending}
-        for node in snapshot.nodes:
-            for draining in node.draining if node.schedulable else ():
+        pending_ids = {job.id for job in snapshot.pending} if draining_nodes else set()
+        for node in draining_nodes:
+            for draining in node.draining:
                 if draining.for_job_id in pending_ids:
                     self.promised.setdefault(draining.for_job_id, []).append(
                         (draining.flavor, node.name, draining.gpus, draining.job_id)
