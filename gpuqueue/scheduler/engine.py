@@ -36,7 +36,6 @@ from gpuqueue.scheduler.model import (
     Preemption,
     Reason,
     ReasonCode,
-    RunningJob,
     Snapshot,
     group_chains,
     group_quotas,
@@ -152,7 +151,6 @@ class Cycle:
         self.owed: set[int] = set()  # of them, the first jobs of owed teams (ordering.py)
         # The verdicts of `_consider` by kind of job, with the state they were reached in.
         self._verdicts: dict[Kind, Verdict] = {}
-        self._running_by_id: dict[int, RunningJob] | None = None  # made on first need
         self._draining: dict[int, tuple[int, str | None]] | None = None  # `_draining_jobs`
         # GPUs of terminating pods (`Node.draining`): incoming at once, or, when they were
         # taken for a job that is pending, hidden from every other job until that job is
@@ -236,7 +234,7 @@ class Cycle:
         withdrawn: list[int] = []
         candidates = [
             job
-            for job in self.snapshot.running
+            for job in ledger.leaving_jobs.values()
             if job.preempted_for is not None and job.preempting_since is not None
         ]
         for job in sorted(candidates, key=victim_key, reverse=True):
@@ -589,9 +587,7 @@ class Cycle:
         and until when they may be saving a checkpoint (a victim of this plan from now)."""
         if not self.explain:
             return _UNEXPLAINED_PREEMPTION
-        by_id = self._running_by_id
-        if by_id is None:
-            by_id = self._running_by_id = {r.id: r for r in self.snapshot.running}
+        by_id = self.ledger.leaving_jobs
         gpus = stopping = 0
         teams = set()
         until: float | None = -math.inf

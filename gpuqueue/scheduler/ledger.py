@@ -208,8 +208,10 @@ class Ledger:
         self.nonpreemptible: dict[tuple[str, str], int] = {}
         self.user_used: dict[tuple[str, str, str], int] = {}
         self.victims: set[int] = set()
-        # Who sits on the incoming GPUs of a node (job ids), to name them in reasons.
+        # Who sits on the incoming GPUs of a node (job ids), to name them in reasons, and those
+        # jobs by id: the snapshot's jobs being preempted, then this plan's victims.
         self.incoming_jobs: dict[tuple[str, str], list[int]] = {}
+        self.leaving_jobs: dict[int, RunningJob] = {}
         self._undo: list[Undo] = []
         self._depth = 0
         # Moved by every change (and by every rollback that undoes one): an answer computed
@@ -332,6 +334,7 @@ class Ledger:
             if leaving:
                 key = (job.team, flavor)
                 leaving_by_team[key] = leaving_by_team.get(key, 0) + gpus
+                self.leaving_jobs[job.id] = job
             if flavor != last:
                 last = flavor
                 fl = flavors.get(flavor)
@@ -456,5 +459,6 @@ class Ledger:
         """Name a victim of this cycle as a job its nodes' incoming GPUs wait on (reasons);
         once its preemption is committed: this is not undone."""
         self.stamp += 1
+        self.leaving_jobs[job.id] = job
         for node, _ in job.placement:
             self.incoming_jobs.setdefault((job.flavor, node), []).append(job.id)

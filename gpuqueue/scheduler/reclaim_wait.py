@@ -105,6 +105,8 @@ class ReclaimWaits:
                 until = search.protected_until(victim)
                 if until <= search.now:
                     gives += victim.gpus
+                    if gives >= extra:
+                        break  # all it may give: no later job changes the number
                 else:
                     search.horizon.crossing(until)  # the numbers change then
             takeable += min(gives, extra)
