@@ -12,6 +12,7 @@ import select
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpuqueue.cluster.lease import Elector, FencedBackend, LeaseTiming
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
+from gpuqueue.management.commands.watch_cluster import Command as WatchCommand
 from gpuqueue.models import Job
 from gpuqueue.services.cluster_sync import sync_cluster
 from tests.kube.conftest import Kube
@@ -234,3 +237,75 @@ def test_of_two_beat_replicas_one_runs_beat_and_a_stopped_leader_hands_it_over(
             if process is not None and process.poll() is None:
                 process.terminate()
                 process.wait(timeout=30)
+
+
+class Replica:
+    """One watcher replica as `watch_cluster --lease-namespace` runs it, in a thread of this
+    process: its own elector, its own backend, its own database connection."""
+
+    def __init__(self, kube: Kube, lease: str, identity: str) -> None:
+        self.command = WatchCommand()
+        self.command.stopping = False
+        self.elector = Elector(kube.api, name=lease, namespace=NAMESPACE, identity=identity)
+        self.backend = kube.new_backend()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.command.lead(self.elector, self.backend)
+        finally:
+            connection.close()
+
+    def start(self) -> Replica:
+        self.elector.start()
+        self.thread.start()
+        return self
+
+    def kill(self) -> None:
+        """As SIGKILL leaves it: no more renewals, no release, its watcher gone."""
+        self.elector._stopping.set()  # noqa: SLF001 - a crash, not a stop
+        self.command.stopping = True
+        self.thread.join(timeout=30)
+
+    def stop(self) -> None:
+        self.command.stopping = True
+        self.thread.join(timeout=30)
+        self.elector.stop()
+
+
+def test_killing_the_leading_watcher_hands_over_within_15_s_and_loses_no_gang(
+    kube: Kube, lease_name: str, submit: Any, transactional_db: Any
+) -> None:
+    """Two watcher replicas: the leader launches and releases a gang; killed, the other leads
+    within 15 s, keeps that gang running (same pods) and launches the next one."""
+    first = Replica(kube, lease_name, "watcher-0").start()
+    wait_leading(first.elector, timeout=5)
+    second = Replica(kube, lease_name, "watcher-1").start()
+    try:
+        no_one = FencedBackend(kube.backend, lambda: False)  # the cycle admits, launches nothing
+        running = submit(workers=2, gpus_per_worker=4, annotations=LONG)
+        run_cycle(backend=no_one)
+        kube.wait(lambda: Job.objects.get(pk=running.pk).state == JobState.RUNNING, timeout=60)
+        pods = {
+            p["metadata"]["uid"] for p in kube.pods(selector=f"gpuqueue.dev/job-id={running.pk}")
+        }
+        assert not second.elector.leading()
+
+        killed = time.monotonic()
+        first.kill()
+        wait_leading(second.elector, timeout=HANDOVER_SECONDS)
+        handover = time.monotonic() - killed
+        print(f"\nwatcher handover after its leader was killed: {handover:.1f} s")
+        assert handover < HANDOVER_SECONDS
+
+        after = submit(workers=2, gpus_per_worker=4, annotations=LONG)
+        run_cycle(backend=no_one)
+        kube.wait(lambda: Job.objects.get(pk=after.pk).state == JobState.RUNNING, timeout=60)
+        assert Job.objects.get(pk=running.pk).state == JobState.RUNNING
+        still = {
+            p["metadata"]["uid"] for p in kube.pods(selector=f"gpuqueue.dev/job-id={running.pk}")
+        }
+        assert still == pods  # the same pods: nothing stopped, nothing relaunched
+    finally:
+        second.stop()
+        first.kill()
