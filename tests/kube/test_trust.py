@@ -20,6 +20,7 @@ import threading
 from typing import Any
 
 import pytest
+from django.core.management import CommandError, call_command
 from kubernetes.client.exceptions import ApiException
 
 from gpuqueue.cluster.base import Claimed, ClusterError
@@ -29,6 +30,7 @@ from gpuqueue.cluster.proof import MARKER
 from gpuqueue.cluster.records import this_install
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
+from gpuqueue.management.commands import watch_cluster
 from gpuqueue.models import Job, WorkloadRecord
 from gpuqueue.services.checkpoint import job_for_token
 from tests.kube.conftest import Kube
@@ -253,7 +255,7 @@ def test_a_squatted_gpu_less_job_is_not_adopted_nor_deleted(
 
 
 def test_a_second_install_on_the_same_namespaces_is_refused_at_start_with_a_sentence(
-    kube: Kube, submit: Any
+    kube: Kube, submit: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     running_job(kube, submit)  # this install launched in team-a: the namespace is claimed
     kube.backend.claim(["team-a", "team-b"])
@@ -269,6 +271,10 @@ def test_a_second_install_on_the_same_namespaces_is_refused_at_start_with_a_sent
     assert "namespace team-a belongs to another gpuqueue install" in str(refused.value)
     assert "'staging'" in str(refused.value) and "refuses" in str(refused.value)
     assert not synced.is_set()  # refused before anything was synced
+    # The watcher's command says the same sentence as a command error, not a traceback.
+    monkeypatch.setattr(watch_cluster, "get_backend", lambda: staging)
+    with pytest.raises(CommandError, match="namespace team-a belongs to another gpuqueue install"):
+        call_command("watch_cluster")
     # It does not see this install's Jobs either (its instance is in its selector).
     assert staging.observe() == []
     # The database knows which install it belongs to.

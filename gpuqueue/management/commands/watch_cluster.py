@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import OperationalError, close_old_connections
 
 from gpuqueue.cluster import get_backend
-from gpuqueue.cluster.base import ClusterBackend, ClusterError
+from gpuqueue.cluster.base import Claimed, ClusterBackend, ClusterError
 from gpuqueue.cluster.lease import Elector, FencedBackend
 from gpuqueue.services.cluster_sync import sync_cluster
 
@@ -50,7 +50,14 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        backend = get_backend()
+        try:
+            self.run(get_backend(), once, lease_namespace, lease_name)
+        except Claimed as exc:  # another install's namespaces: a sentence, not a traceback
+            raise CommandError(str(exc)) from exc
+
+    def run(
+        self, backend: ClusterBackend, once: bool, lease_namespace: str, lease_name: str
+    ) -> None:
         if not lease_namespace:
             self.follow(backend, backend, once=once, should_stop=lambda: self.stopping)
             return
