@@ -179,8 +179,8 @@ def make_backend(kubeconfig: Path, namespaces: list[str]) -> Any:
         def observe(self) -> Any:
             return self._timed("observe", super().observe)
 
-        def launch(self, spec: Any) -> None:
-            self._timed("launch", super().launch, spec)
+        def launch(self, spec: Any) -> Any:  # the Launched uids the cycle records
+            return self._timed("launch", super().launch, spec)
 
         def release_gangs(self) -> int:
             return int(self._timed("release gangs", super().release_gangs))
