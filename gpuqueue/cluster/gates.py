@@ -79,9 +79,13 @@ def planned_hostname(pod: Obj) -> str | None:
     return None
 
 
-def free_gpus(nodes: Iterable[Obj], pods: Iterable[Obj]) -> dict[str, dict[str, int]]:
+def free_gpus(
+    nodes: Iterable[Obj], pods: Iterable[Obj], terminating: dict[str, dict[str, int]] | None = None
+) -> dict[str, dict[str, int]]:
     """{hostname: {resource: GPUs free}}: allocatable less every unfinished pod bound there
-    (terminating ones included: they hold their GPUs until gone) or released toward it."""
+    (terminating ones included: they hold their GPUs until gone) or released toward it.
+    `terminating`, when given, is filled with the GPUs of terminating pods by hostname: room
+    that comes back by itself."""
     free: dict[str, dict[str, int]] = {}
     by_name: dict[str, str] = {}
     for node in nodes:
@@ -101,8 +105,12 @@ def free_gpus(nodes: Iterable[Obj], pods: Iterable[Obj]) -> dict[str, dict[str, 
             continue  # gated: holds nothing until released
         if hostname is None or hostname not in free:
             continue
+        stopping = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
         for resource, count in pod_gpus(pod).items():
             free[hostname][resource] = free[hostname].get(resource, 0) - count
+            if stopping and terminating is not None:
+                coming = terminating.setdefault(hostname, {})
+                coming[resource] = coming.get(resource, 0) + count
     return free
 
 
@@ -121,9 +129,12 @@ def releases(
     2. Gated pods of proven gangs, by attempt; a gang whose Job is not yet fully created waits
        quietly. A pod nothing proves is never released, whatever its labels say.
     3. Gangs in job order: one whose every planned node has room is released whole and takes
-       that room; any other is held, saying which node lacks how many GPUs.
+       that room. One that would have room once the terminating pods there are gone (a
+       victim still saving its checkpoint) waits, quietly, as a gang being created does: its
+       start has not failed. Any other is held, saying which node lacks how many GPUs.
     """
-    room = free_gpus(nodes, pods)  # 1.
+    terminating: dict[str, dict[str, int]] = {}
+    room = free_gpus(nodes, pods, terminating)  # 1.
     gated: dict[tuple[int, int], list[Obj]] = defaultdict(list)  # 2.
     existing: dict[tuple[int, int], int] = defaultdict(int)
     for key, gang in gangs.items():
@@ -158,6 +169,11 @@ def releases(
             for (hostname, resource), count in sorted(need.items())
             if room.get(hostname, {}).get(resource, 0) < count
         ]
+        if short and all(
+            free + terminating.get(hostname, {}).get(resource, 0) >= count
+            for hostname, resource, count, free in short
+        ):
+            continue  # room comes back as the terminating pods go: a wait
         if short:
             hostname, resource, count, free = short[0]
             held[key] = (

@@ -15,10 +15,31 @@ from gpuqueue.cluster.manifests import CONTAINER, attempt_of, completion_index
 Obj = Mapping[str, Any]
 PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff"})
 # Waiting reasons that no amount of waiting fixes: the job fails at once.
-PERMANENT_WAITS = frozenset(
-    {"InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
-)
+PERMANENT_WAITS = frozenset({"InvalidImageName", "CreateContainerConfigError"})
+# Waiting reasons the kubelet retries by itself and that usually pass (a runtime briefly
+# unable to create the container, a device not yet reset): a wait within CREATE_GRACE, a failed
+# start past it (requeued with backoff, and failed only after the job's own cap of those).
+TRANSIENT_WAITS = frozenset({"CreateContainerError", "RunContainerError"})
+CREATE_GRACE = timedelta(minutes=2)
 LOST_POD_REASONS = frozenset({"Evicted", "NodeLost", "Terminated", "DeadlineExceeded"})
+# Why a kubelet refuses or drops a pod that is not the workload's doing: its admission failed
+# after a device-plugin restart (UnexpectedAdmissionError), the node lacks what the scheduler
+# counted (OutOfnvidia.com/gpu, OutOfcpu, ...), its labels no longer match (NodeAffinity,
+# NodeSelector), or it shut down. Such a pod matches no podFailurePolicy rule, so the Job fails;
+# the gang is lost, not the user's failure.
+NODE_REFUSALS = frozenset(
+    {
+        "UnexpectedAdmissionError",
+        "NodeAffinity",
+        "NodeSelector",
+        "NodePorts",
+        "Shutdown",
+        "NodeShutdown",
+        "Terminated",
+        "Evicted",
+        "NodeLost",
+    }
+)
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -46,6 +67,24 @@ def _worker_state(pod: Obj) -> Mapping[str, Any]:
         if status.get("name") == CONTAINER:
             return status.get("state") or {}
     return {}
+
+
+def is_node_refusal(reason: str) -> bool:
+    return reason in NODE_REFUSALS or reason.startswith("OutOf")
+
+
+def _refused_by_node(pods: list[Obj]) -> str:
+    """The first worker its node refused or dropped (NODE_REFUSALS), as a sentence, or ""."""
+    for pod in sorted(pods, key=_rank):
+        status = pod.get("status") or {}
+        reason = str(status.get("reason") or "")
+        if status.get("phase") == "Failed" and is_node_refusal(reason):
+            node = (pod.get("spec") or {}).get("nodeName") or "its node"
+            message = str(status.get("message") or "").strip()
+            return f"worker {_rank(pod)} was refused by {node}: {reason}" + (
+                f": {message}" if message else ""
+            )
+    return ""
 
 
 def _failed_worker(pods: list[Obj]) -> tuple[int | None, str]:
@@ -85,29 +124,43 @@ def _lost(
     return ""
 
 
+FAIL = "fail"  # the user's doing: the job fails
+RETRY = "retry"  # a failed start: requeued with backoff, failed after the job's own cap
+
+
 def _waiting(
     pods: list[Obj], since: datetime | None, now: datetime, pull_timeout: timedelta
-) -> tuple[bool, str]:
-    """(fail now, sentence) for workers that are not running yet."""
+) -> tuple[str, str]:
+    """(verdict, sentence) for workers that are not running yet: the verdict is FAIL, RETRY,
+    or "" while waiting is still right. An image that cannot be pulled past the timeout and a
+    container the runtime cannot create past CREATE_GRACE are failed starts (a registry or a
+    node may be at fault, and the next try may land elsewhere); a bad image name or a
+    container configuration that names what does not exist is the job's own."""
     for pod in sorted(pods, key=_rank):
         waiting = _worker_state(pod).get("waiting") or {}
         reason = waiting.get("reason")
         if reason in PERMANENT_WAITS:
-            return True, f"worker {_rank(pod)}: {reason}: {waiting.get('message', '')}".rstrip(": ")
+            return FAIL, f"worker {_rank(pod)}: {reason}: {waiting.get('message', '')}".rstrip(": ")
+        if reason in TRANSIENT_WAITS:
+            status = pod.get("status") or {}
+            started = parse_time(status.get("startTime")) or since
+            late = started is not None and now - started >= CREATE_GRACE
+            message = f"worker {_rank(pod)}: {reason}: {waiting.get('message', '')}"
+            return (RETRY if late else ""), message.rstrip(": ")
         if reason in PULL_FAILURES:
             started = parse_time((pod.get("metadata") or {}).get("creationTimestamp")) or since
             late = started is not None and now - started >= pull_timeout
             message = (
                 f"worker {_rank(pod)}: image pull failed ({reason}): {waiting.get('message', '')}"
             )
-            return late, message.rstrip(": ")
+            return (RETRY if late else ""), message.rstrip(": ")
     for pod in sorted(pods, key=_rank):
         scheduled = _condition(pod, "PodScheduled")
         if (pod.get("status") or {}).get("phase") == "Pending" and scheduled is None:
             for condition in (pod.get("status") or {}).get("conditions") or []:
                 if condition.get("type") == "PodScheduled" and condition.get("message"):
-                    return False, f"worker {_rank(pod)} unschedulable: {condition['message']}"
-    return False, ""
+                    return "", f"worker {_rank(pod)} unschedulable: {condition['message']}"
+    return "", ""
 
 
 def _unplaceable(pods: list[Obj]) -> str:
@@ -145,14 +198,18 @@ def workload_status(
     refused by the API, planned nodes taken); `key`: the attempt the Job was proven to be
     (gpuqueue.cluster.proof), else read from its labels.
 
-    1. Finished: the Job's Complete or Failed condition (with the failing worker's exit code
+    1. Refused by its node: a worker the kubelet refused or dropped (NODE_REFUSALS) is a lost
+       gang, even once the Job failed for it: the node's fault, not the job's.
+    2. Finished: the Job's Complete or Failed condition (with the failing worker's exit code
        and reason, e.g. OOMKilled, or the Job's own reason, e.g. DeadlineExceeded).
-    2. Lost: a worker's node is gone, or not ready for longer than the grace, or the worker
+    3. Lost: a worker's node is gone, or not ready for longer than the grace, or the worker
        was disrupted or evicted.
-    3. A failed start: the caller's `start_problem`, or a released worker that cannot be bound.
-    4. Failed without the Job knowing yet: an image that cannot be pulled (after the timeout)
-       or a container that cannot be created.
-    5. Running once every worker runs; starting until then, saying what holds it back.
+    4. A failed start: the caller's `start_problem`, a released worker that cannot be bound,
+       an image that cannot be pulled (after the timeout) or a container the runtime cannot
+       create (after CREATE_GRACE).
+    5. Failed without the Job knowing yet: a worker that exited non-zero, or a container
+       configuration that cannot work (InvalidImageName, CreateContainerConfigError).
+    6. Running once every worker runs; starting until then, saying what holds it back.
     """
     key = key or attempt_of(job)
     assert key is not None, "only gpuqueue Jobs have a workload status"
@@ -162,7 +219,10 @@ def workload_status(
     created = parse_time((job.get("metadata") or {}).get("creationTimestamp")) or first_seen
     status = job.get("status") or {}
 
-    # 1. Finished
+    # 1. Refused by its node
+    if refused := _refused_by_node(pods):
+        return WorkloadStatus(job_id, attempt, Phase.LOST, now, message=refused)
+    # 2. Finished
     if done := (_condition(job, "Complete") or _condition(job, "SuccessCriteriaMet")):
         return WorkloadStatus(
             job_id,
@@ -185,20 +245,21 @@ def workload_status(
             exit_code=code,
             message=message,
         )
-    # 2. Lost
+    # 3. Lost
     if lost := _lost(pods, nodes, now, node_lost_grace):
         return WorkloadStatus(job_id, attempt, Phase.LOST, now, message=lost)
-    # 3. A failed start
-    if problem := (start_problem or _unplaceable(pods)):
-        return WorkloadStatus(job_id, attempt, Phase.LOST, now, message=problem, start_failure=True)
-    # 4. Failed before the Job controller noticed (it never does for a stuck image pull).
-    fail, message = _waiting(pods, created, now, pull_timeout)
+    # 4. A failed start
+    verdict, message = _waiting(pods, created, now, pull_timeout)
     code, exited = _failed_worker(pods)
+    problem = start_problem or _unplaceable(pods) or (message if verdict == RETRY else "")
+    if problem and not exited:
+        return WorkloadStatus(job_id, attempt, Phase.LOST, now, message=problem, start_failure=True)
+    # 5. Failed before the Job controller noticed (it never does for a stuck container).
     if exited:
         return WorkloadStatus(job_id, attempt, Phase.FAILED, now, exit_code=code, message=exited)
-    if fail:
+    if verdict == FAIL:
         return WorkloadStatus(job_id, attempt, Phase.FAILED, now, message=message)
-    # 5. Running or starting
+    # 6. Running or starting
     running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
     if len(running) >= workers:
         starts = [parse_time((p.get("status") or {}).get("startTime")) for p in running]

@@ -192,12 +192,15 @@ def _follow(job: Job, status: WorkloadStatus | None, now: datetime) -> tuple[int
     if status.phase is Phase.LOST:
         return _requeue_after_stop(job, f"gang broken: {status.message}; requeued")
     if status.phase is Phase.RUNNING and job.state == JobState.ADMITTED:
+        # A start that ran ends the run of failed starts: the cap counts consecutive ones, so
+        # a long job requeued now and then (preempted, its node lost) never nears it.
         moved = transition(
             job,
             JobState.RUNNING,
             reason="every worker is running",
             actor=ACTOR,
             started_at=status.since or now,
+            start_failures=0,
         )
         return int(moved), False
     if status.phase is Phase.STARTING and job.state == JobState.ADMITTED:

@@ -1,11 +1,13 @@
 """Jobs whose pods could not be started: requeued with exponential backoff, failed at the cap.
 
 A start failure is the cluster refusing or never running an admitted gang (a ResourceQuota
-refused its pods, the gang never became ready, its planned nodes were taken). Retrying at once
-would usually fail the same way and hold GPUs the plan gave it, so the job waits
-`GPUQUEUE_START_BACKOFF_SECONDS`, doubled after each further failure up to MAX_BACKOFF_SECONDS,
-and after `GPUQUEUE_MAX_START_ATTEMPTS` failures it ends FAILED with the cause. The count is
-per job: a later successful start does not reset it.
+refused its pods, the gang never became ready, its planned nodes were taken, its image could not
+be pulled). Retrying at once would usually fail the same way and hold GPUs the plan gave it, so
+the job waits `GPUQUEUE_START_BACKOFF_SECONDS`, doubled after each further failure up to
+MAX_BACKOFF_SECONDS, and after `GPUQUEUE_MAX_START_ATTEMPTS` failures in a row it ends FAILED
+with the cause. The count is of consecutive failures: a start that ran (every worker running)
+resets it (services/cluster_sync.py), and a preemption, a lost node or a gang held while a
+victim's pods terminate never counts.
 """
 
 from __future__ import annotations

@@ -96,6 +96,7 @@ class Case:
     ready: dict[str, bool] = field(default_factory=lambda: {"n1": True, "n2": True})
     message: str = ""
     exit_code: int | None = None
+    start_failure: bool = False
 
 
 def running(index: int, on: str = "n1", **kw: Any) -> dict[str, Any]:
@@ -103,6 +104,7 @@ def running(index: int, on: str = "n1", **kw: Any) -> dict[str, Any]:
 
 
 PULL_BACKOFF = {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}
+CREATE_ERROR = {"waiting": {"reason": "CreateContainerError", "message": "device busy"}}
 CASES = [
     Case("every worker running is a running gang", [running(0), running(1, "n2")], Phase.RUNNING),
     Case(
@@ -171,10 +173,49 @@ CASES = [
         message="worker 1 was disrupted (DeletionByTaintManager)",
     ),
     Case(
-        "an image pull failing for longer than the timeout fails the job",
+        "an image pull failing for longer than the timeout is a failed start",
         [running(0, phase="Pending", state=PULL_BACKOFF), running(1)],
-        Phase.FAILED,
+        Phase.LOST,
         message="worker 0: image pull failed (ImagePullBackOff): not found",
+        start_failure=True,
+    ),
+    Case(
+        "a container the runtime cannot create is a wait within the grace",
+        [
+            running(0, phase="Pending", state=CREATE_ERROR, startTime="2026-11-22T11:59:00Z"),
+            running(1),
+        ],
+        Phase.STARTING,
+        message="worker 0: CreateContainerError: device busy",
+    ),
+    Case(
+        "a container the runtime cannot create past the grace is a failed start",
+        [
+            running(0, phase="Pending", state=CREATE_ERROR, startTime="2026-11-22T11:57:00Z"),
+            running(1),
+        ],
+        Phase.LOST,
+        message="worker 0: CreateContainerError: device busy",
+        start_failure=True,
+    ),
+    *(
+        Case(
+            f"a worker its node refuses ({reason}) loses the gang even once the Job failed",
+            [
+                running(0),
+                running(1, "n2", phase="Failed", state={}, reason=reason, message="no device"),
+            ],
+            Phase.LOST,
+            job_conditions=[{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}],
+            message=f"worker 1 was refused by n2: {reason}: no device",
+        )
+        for reason in (
+            "UnexpectedAdmissionError",
+            "OutOfnvidia.com/gpu",
+            "OutOfcpu",
+            "NodeAffinity",
+            "Evicted",
+        )
     ),
     Case(
         "an invalid image name fails at once",
@@ -207,6 +248,7 @@ def test_the_workload_phase(case: Case) -> None:
     assert (status.job_id, status.attempt, status.phase) == (7, 1, case.want)
     assert status.message == case.message
     assert status.exit_code == case.exit_code
+    assert status.start_failure == case.start_failure
 
 
 def test_an_image_pull_within_the_timeout_is_still_starting() -> None:
