@@ -8,22 +8,18 @@ nowhere else.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
-from django.db import transaction
 from rest_framework import authentication, exceptions, permissions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gpuqueue.celery import app as celery_app
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
 from gpuqueue.services.checkpoint import acknowledge_checkpoint, job_for_token
 
-log = logging.getLogger(__name__)
 ACTOR = "workload"
 
 
@@ -76,8 +72,10 @@ class CheckpointedView(APIView):
         body.is_valid(raise_exception=True)
         location = body.validated_data["location"]
         job: Job = request.auth
+        # The watcher's next pass (every GPUQUEUE_SYNC_SECONDS) requeues the job and stops its
+        # workload. No sync runs here or in a worker: a second process following the cluster
+        # outside the watcher's lease would act on its own, older reading of it.
         if acknowledge_checkpoint(job, location, ACTOR):
-            transaction.on_commit(_nudge_sync)
             return Response({"job": job.pk, "acknowledged": True, "location": location})
         job.refresh_from_db()
         # A retried acknowledgement (the first answer got lost) is the same success.
@@ -94,13 +92,3 @@ class CheckpointedView(APIView):
             f"Job {job.pk} already acknowledged a checkpoint at {job.checkpoint_location}.",
             status.HTTP_409_CONFLICT,
         )
-
-
-def _nudge_sync() -> None:
-    """Let the cluster sync requeue the job now rather than at its next periodic pass; losing
-    the nudge (broker down) only delays that."""
-    try:
-        # By its pinned name, as the services nudge: the web layer does not import the tasks.
-        celery_app.send_task("gpuqueue.sync_cluster", expires=60)
-    except Exception as exc:
-        log.warning("could not nudge the cluster sync: %s", exc)

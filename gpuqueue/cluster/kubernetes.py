@@ -42,7 +42,7 @@ from gpuqueue.cluster.base import (
     WorkerLog,
     WorkloadStatus,
 )
-from gpuqueue.cluster.gates import Release, releases
+from gpuqueue.cluster.gates import Release, is_gated, releases
 from gpuqueue.cluster.inventory import inventory, not_ready_since
 from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound
 from gpuqueue.cluster.k8s_watch import Store, run_watcher, without_managed_fields
@@ -323,7 +323,15 @@ class KubernetesBackend(ClusterBackend):
         for key in ours.jobs:
             self._first_seen.setdefault(key, now)
         self._observed = (self._nodes_seen, pods, ours)
-        problems = {**self._refusals(ours, now), **self._held}
+        # A hold counts once, and only for a gang still behind its gate now: the hold is from
+        # the last release_gangs(), which may be older than this read (another process may have
+        # released the gang since), and a gang that started is no failed start.
+        held, self._held = self._held, {}
+        still_gated = {key for key, gang in ours.pods.items() if any(map(is_gated, gang))}
+        problems = {
+            **self._refusals(ours, now),
+            **{key: why for key, why in held.items() if key in still_gated},
+        }
         return workload_statuses(
             ours.jobs,
             ours.pods,

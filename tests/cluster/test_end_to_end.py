@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes import client
 
-from gpuqueue.api import checkpoint_views
+from gpuqueue.celery import app as celery_app
 from gpuqueue.client import workload
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.core.states import JobState
@@ -115,17 +115,16 @@ def test_preempted_job_checkpoints_and_resumes_on_kubernetes(
         secret.get("stringData", {}).get("token")
         or base64.b64decode(secret["data"]["token"]).decode()
     )
-    # The acknowledgement nudges the sync through Celery; here the test runs the sync itself,
-    # and no task is left in the shared broker for other tests' workers.
-    nudges: list[bool] = []
-    monkeypatch.setattr(checkpoint_views, "_nudge_sync", lambda: nudges.append(True))
+    # The acknowledgement sends no task: the watcher's next pass (here, the test's) requeues.
+    sent: list[Any] = []
+    monkeypatch.setattr(celery_app, "send_task", lambda *a, **k: sent.append(a))
     monkeypatch.setenv("GPUQUEUE_URL", live_server.url)
     monkeypatch.setenv("GPUQUEUE_JOB_ID", str(big.pk))
     monkeypatch.setenv("GPUQUEUE_JOB_TOKEN", token)
     assert workload.checkpoint_requested(str(annotations))
     assert workload.checkpoint_deadline(str(annotations)) is not None and deadline.endswith("Z")
     assert workload.acknowledge("s3://ckpt/big/step-900", backoff=0) is True
-    assert nudges == [True]
+    assert sent == []
 
     # 4. The sync requeues the job and deletes its Kubernetes Job, Service and Secret.
     sync_cluster(k8s)

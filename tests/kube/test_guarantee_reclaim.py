@@ -8,7 +8,6 @@ from typing import Any
 
 from django.test import Client
 
-from gpuqueue.api import checkpoint_views
 from gpuqueue.cluster.manifests import token_secret_name, workload_name
 from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
@@ -31,7 +30,6 @@ def test_a_1x8_job_of_a_team_under_its_guarantee_starts_by_reclaiming_a_borrower
     under its guarantee of 8, asks for 1 x 8. Taking either gang drops team-b to 16, below
     its share: the guarantee wins, one gang is preempted, and team-a's job starts on it."""
     settings.GPUQUEUE_MIN_RUNTIME_SECONDS = 0
-    monkeypatch.setattr(checkpoint_views, "_nudge_sync", lambda: None)  # the test syncs
     gangs = [
         submit(world.carol, team=world.team_b, workers=2, gpus_per_worker=8, annotations=LONG)
         for _ in range(2)

@@ -12,7 +12,6 @@ from typing import Any
 
 from django.test import Client
 
-from gpuqueue.api import checkpoint_views
 from gpuqueue.cluster.k8s_watch import ResourceWatch, start_watches
 from gpuqueue.cluster.manifests import token_secret_name, workload_name
 from gpuqueue.core.states import JobState
@@ -79,7 +78,6 @@ def test_a_preempted_gang_is_asked_to_checkpoint_and_resumes_even_if_its_job_com
 ) -> None:
     """team-b borrows the whole H100 pool; team-a's guaranteed job reclaims a node."""
     settings.GPUQUEUE_MIN_RUNTIME_SECONDS = 0
-    monkeypatch.setattr(checkpoint_views, "_nudge_sync", lambda: None)  # the test syncs
     # Long enough that all four run at once on a loaded machine, short enough to end in time.
     short = {"gpuqueue.dev/sim-duration-seconds": "20"}
     borrowed = [

@@ -9,7 +9,6 @@ from typing import Any
 
 from django.test import Client
 
-from gpuqueue.api import checkpoint_views
 from gpuqueue.cluster.manifests import token_secret_name
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
@@ -36,7 +35,6 @@ def test_a_preemption_whose_victim_s_pods_keep_terminating_takes_exactly_one_vic
     kube: Kube, submit: Any, world: Any, settings: Any, monkeypatch: Any
 ) -> None:
     settings.GPUQUEUE_MIN_RUNTIME_SECONDS = 0
-    monkeypatch.setattr(checkpoint_views, "_nudge_sync", lambda: None)  # the test syncs
     borrowed = [
         submit(world.carol, team=world.team_b, workers=1, gpus_per_worker=8, annotations=LONG)
         for _ in range(4)
