@@ -160,8 +160,11 @@ class WebFront:
             ]
             return chunks.append  # WSGI's legacy write(): nothing here calls it
 
+        async def relay(message: Message) -> None:
+            await send(message)  # Granian's send returns an awaitable, not a coroutine
+
         def forward(message: Message) -> None:
-            asyncio.run_coroutine_threadsafe(send(message), loop).result()
+            asyncio.run_coroutine_threadsafe(relay(message), loop).result()
 
         chunks: list[bytes] = []
         streaming = False

@@ -62,6 +62,15 @@ def healthz_seconds(service: Service) -> float:
     return time.monotonic() - started
 
 
+def test_a_response_the_application_streams_arrives_whole(service: Service) -> None:
+    """Static files come in several chunks (whitenoise), which the front relays one by one."""
+    expected = (ROOT / "static" / "vendor" / "htmx.min.js").read_bytes()
+    assert len(expected) > 8192  # more than one chunk of a file response
+    with urllib.request.urlopen(f"{service.url}/static/vendor/htmx.min.js", timeout=15) as got:
+        assert got.status == 200
+        assert got.read() == expected
+
+
 def test_healthz_answers_within_a_second_while_64_slow_clients_hold_connections(
     service: Service,
 ) -> None:
