@@ -351,6 +351,10 @@ GPUQUEUE_K8S_PIN_VISIBLE_DEVICES = env_bool("GPUQUEUE_K8S_PIN_VISIBLE_DEVICES", 
 # The PriorityClasses a job may name (none unless listed): a class preempts pods outside the
 # queue's plan, so an admin chooses which exist for gpuqueue's workloads.
 GPUQUEUE_PRIORITY_CLASSES = env_list("GPUQUEUE_PRIORITY_CLASSES", [])
+# The PriorityClass of every worker of a job that names none (deploy/ ships it: value 1000000,
+# preemptionPolicy Never), so that kube-scheduler's own preemption does not take a gang's
+# workers for other pods. Empty: workers get the cluster's default priority.
+GPUQUEUE_K8S_PRIORITY_CLASS = env_str("GPUQUEUE_K8S_PRIORITY_CLASS", "gpuqueue-workload")
 # Every API call gives up after this long (then counts as a transient error and is retried).
 GPUQUEUE_K8S_API_TIMEOUT_SECONDS = env_float("GPUQUEUE_K8S_API_TIMEOUT_SECONDS", 10.0, minimum=0.1)
 # Attempts per API call on 429, 5xx and timeouts, with exponential backoff from the base delay.

@@ -176,6 +176,10 @@ class KubernetesBackend(ClusterBackend):
                 master_port=settings.GPUQUEUE_K8S_MASTER_PORT,
                 public_url=settings.GPUQUEUE_PUBLIC_URL,
                 pin_visible_devices=settings.GPUQUEUE_K8S_PIN_VISIBLE_DEVICES,
+                priority_class=settings.GPUQUEUE_K8S_PRIORITY_CLASS,
+                node_lost_grace_seconds=settings.GPUQUEUE_NODE_LOST_GRACE_SECONDS,
+                # A day past gpuqueue's own deletion: only ever a backstop.
+                finished_ttl_seconds=int(settings.GPUQUEUE_K8S_KEEP_FINISHED_SECONDS) + 86400,
             ),
             caller=Caller(
                 attempts=settings.GPUQUEUE_K8S_API_RETRIES,

@@ -43,6 +43,15 @@ COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # (gpuqueue.cluster.gates), so the gang lands exactly as planned.
 PLACEMENT_GATE = "gpuqueue.dev/placement"
 PLACEMENT_ANNOTATION = "gpuqueue.dev/placement"
+# A gang is requeued whole, after its checkpoint, by gpuqueue (a cordoned node under it is a
+# preemption): autoscalers consolidating nodes must not evict one worker of it meanwhile.
+NO_DISRUPTION_ANNOTATIONS: Mapping[str, str] = {
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+    "karpenter.sh/do-not-disrupt": "true",
+}
+# The node lifecycle controller's taints for a node that is not ready or unreachable; a pod
+# without a toleration of its own gets one of 300 s for each.
+NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 # Variables by which the NVIDIA container stack (nvidia-container-runtime and its hook, or the
 # runtime's CDI mode) chooses the devices a container gets. Kubelet puts a device plugin's
@@ -94,6 +103,17 @@ class ClusterOptions:
     # (DEVICE_LIST_STRATEGY=envvar), where the pinned value would hide the GPUs: there an
     # allowed Secret that carries the variable can choose devices (PINNED_DEVICE_ENV).
     pin_visible_devices: bool = True
+    # The PriorityClass of every worker unless the job names one (GPUQUEUE_K8S_PRIORITY_CLASS,
+    # shipped by deploy/ with preemptionPolicy Never): high enough that kube-scheduler's own
+    # preemption takes no worker of a gang for a pod gpuqueue did not plan. "" names none.
+    priority_class: str = ""
+    # How long a worker stays on a node that is not ready or unreachable before the node
+    # lifecycle controller evicts it (GPUQUEUE_NODE_LOST_GRACE_SECONDS): the same grace that
+    # gpuqueue gives the gang, instead of Kubernetes' default 300 s. None leaves the default.
+    node_lost_grace_seconds: float | None = None
+    # Kubernetes deletes a finished Job after this long even if gpuqueue never does (a backstop
+    # behind GPUQUEUE_K8S_KEEP_FINISHED_SECONDS). None sets none.
+    finished_ttl_seconds: int | None = None
 
 
 def workload_name(job_id: int, attempt: int) -> str:
@@ -240,10 +260,7 @@ def job_manifest(
                 }
             }
         },
-        "tolerations": [
-            {"key": options.gpu_taint, "operator": "Exists"},
-            *({str(k): str(v) for k, v in t.items()} for t in spec.tolerations),
-        ],
+        "tolerations": _tolerations(spec, options),
         "containers": [_container(spec, options, name)],
         "volumes": [
             _shm_volume(spec),
@@ -269,8 +286,8 @@ def job_manifest(
     }
     if spec.service_account:
         pod_spec["serviceAccountName"] = spec.service_account
-    if spec.priority_class:
-        pod_spec["priorityClassName"] = spec.priority_class
+    if priority_class := spec.priority_class or options.priority_class:
+        pod_spec["priorityClassName"] = priority_class
     if spec.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
     job_spec: dict[str, Any] = {
@@ -303,6 +320,7 @@ def job_manifest(
                 "labels": dict(labels),
                 "annotations": {
                     **{str(k): str(v) for k, v in spec.annotations.items()},
+                    **NO_DISRUPTION_ANNOTATIONS,
                     PLACEMENT_ANNOTATION: json.dumps(slots, separators=(",", ":")),
                 },
             },
@@ -311,6 +329,8 @@ def job_manifest(
     }
     if spec.max_runtime_seconds is not None:
         job_spec["activeDeadlineSeconds"] = spec.max_runtime_seconds
+    if options.finished_ttl_seconds is not None:
+        job_spec["ttlSecondsAfterFinished"] = options.finished_ttl_seconds
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": spec.namespace,
@@ -320,6 +340,24 @@ def job_manifest(
     if owner is not None and (reference := owner_reference(owner)):
         metadata["ownerReferences"] = [reference]
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+def _tolerations(spec: LaunchSpec, options: ClusterOptions) -> list[dict[str, Any]]:
+    """The GPU taint for scheduling only (NoSchedule): a NoExecute taint on a GPU node, a
+    maintenance drain, still evicts. The not-ready and unreachable taints for the node-loss
+    grace, so that the node lifecycle controller does not evict before gpuqueue decides. Then
+    the flavor's own."""
+    tolerations: list[dict[str, Any]] = [
+        {"key": options.gpu_taint, "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    if options.node_lost_grace_seconds is not None:
+        seconds = max(int(-(-options.node_lost_grace_seconds // 1)), 0)  # rounded up
+        tolerations += [
+            {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+            for key in NODE_LOST_TAINTS
+        ]
+    tolerations += [{str(k): str(v) for k, v in t.items()} for t in spec.tolerations]
+    return tolerations
 
 
 def _pod_security_context(spec: LaunchSpec) -> dict[str, Any]:

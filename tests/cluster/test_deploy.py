@@ -31,6 +31,7 @@ MODELS = {
     "PodDisruptionBudget": client.V1PodDisruptionBudget,
     "NetworkPolicy": client.V1NetworkPolicy,
     "Job": client.V1Job,
+    "PriorityClass": client.V1PriorityClass,
 }
 
 
@@ -246,3 +247,12 @@ def test_two_of_everything_spread_over_nodes_and_watcher_and_beat_elect_a_leader
     assert set(budgets) == {"web", "worker", "watcher", "beat"}
     assert all(b["spec"] == {**b["spec"], "maxUnavailable": 1} for b in budgets.values())
     assert not any("minAvailable" in b["spec"] for b in budgets.values())
+
+
+def test_workers_get_a_priority_class_that_kube_scheduler_s_preemption_spares() -> None:
+    (priority,) = of_kind("PriorityClass")
+    assert priority["metadata"]["name"] == "gpuqueue-workload"
+    assert priority["preemptionPolicy"] == "Never" and not priority["globalDefault"]
+    assert 1000000 <= priority["value"] < 2000000000  # below system-cluster-critical
+    (config,) = [d for d in of_kind("ConfigMap") if d["metadata"]["name"] == "gpuqueue-config"]
+    assert config["data"]["GPUQUEUE_K8S_PRIORITY_CLASS"] == "gpuqueue-workload"

@@ -19,7 +19,12 @@ from gpuqueue.cluster.base import LaunchSpec
 
 GOLDEN = Path(__file__).parent / "golden"
 OPTIONS = mf.ClusterOptions(
-    gpu_taint="nvidia.com/gpu", master_port=29500, public_url="https://gpuqueue.example.com/"
+    gpu_taint="nvidia.com/gpu",
+    master_port=29500,
+    public_url="https://gpuqueue.example.com/",
+    priority_class="gpuqueue-workload",
+    node_lost_grace_seconds=600.5,
+    finished_ttl_seconds=172800,
 )
 SPEC = LaunchSpec(
     job_id=42,
@@ -95,7 +100,11 @@ def test_the_job_is_an_indexed_gang_pinned_to_the_planned_nodes() -> None:
         "operator": "In",
         "values": ["gpu-node-a", "gpu-node-b"],
     }
-    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert pod["tolerations"][0] == {
+        "key": "nvidia.com/gpu",
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    }
     # Created gated, carrying the plan: worker i runs in the i-th slot.
     assert pod["schedulingGates"] == [{"name": mf.PLACEMENT_GATE}]
     annotations = job["spec"]["template"]["metadata"]["annotations"]
@@ -197,7 +206,7 @@ def test_pods_are_restricted_by_default_and_a_service_account_brings_its_token()
         "capabilities": {"drop": ["ALL"]},
     }
     assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
-    assert "priorityClassName" not in pod
+    assert pod["priorityClassName"] == "gpuqueue-workload"  # the install's, by default
     acting = pod_of(replace(SPEC, service_account="trainer", priority_class="gpu-high"))
     assert acting["serviceAccountName"] == "trainer"
     assert acting["automountServiceAccountToken"] is True
@@ -241,3 +250,38 @@ def test_the_checkpoint_patch_carries_the_deadline_in_rfc_3339() -> None:
     assert patch == {
         "metadata": {"annotations": {mf.CHECKPOINT_ANNOTATION: "2026-11-22T10:30:05Z"}}
     }
+
+
+def test_workers_keep_their_node_through_kube_scheduler_preemption_autoscalers_and_node_loss() -> (
+    None
+):
+    """The PriorityClass keeps kube-scheduler's preemption off the workers; the annotations keep
+    autoscalers from evicting one worker of a gang; the node-loss tolerations last gpuqueue's
+    grace, not Kubernetes' 300 s; the GPU taint is tolerated for scheduling only, so a NoExecute
+    taint on a GPU node still evicts; Kubernetes deletes a Job gpuqueue forgot."""
+    spec = replace(SPEC, annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"})
+    job = mf.job_manifest(spec, OPTIONS, HOSTNAMES)
+    template = job["spec"]["template"]
+    assert template["spec"]["priorityClassName"] == "gpuqueue-workload"
+    assert template["metadata"]["annotations"][
+        "cluster-autoscaler.kubernetes.io/safe-to-evict"
+    ] == ("false")
+    assert template["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    assert template["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        *(
+            {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 601}
+            for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+        ),
+    ]
+    assert job["spec"]["ttlSecondsAfterFinished"] == 172800
+    # A job that names a PriorityClass of its own (from GPUQUEUE_PRIORITY_CLASSES) keeps it.
+    named = mf.job_manifest(replace(SPEC, priority_class="research-high"), OPTIONS, HOSTNAMES)
+    assert named["spec"]["template"]["spec"]["priorityClassName"] == "research-high"
+    # Without the options: no class, Kubernetes' default tolerations and no TTL.
+    bare = mf.job_manifest(SPEC, mf.ClusterOptions(), HOSTNAMES)
+    assert "priorityClassName" not in bare["spec"]["template"]["spec"]
+    assert "ttlSecondsAfterFinished" not in bare["spec"]
+    assert bare["spec"]["template"]["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]

@@ -512,7 +512,8 @@ def install_as_deploy(
     ServiceAccount, so that `make run` against it has the rights and meets the admission that
     gpuqueue has on a real cluster:
 
-    1. the `gpuqueue` namespace, deploy/base's ServiceAccount and its RBAC (deploy/base/rbac.yaml);
+    1. the `gpuqueue` namespace, deploy/base's ServiceAccount and its RBAC (deploy/base/rbac.yaml),
+       and the workers' PriorityClass (deploy/base/priorityclass.yaml, GPUQUEUE_K8S_PRIORITY_CLASS);
     2. the admission policy and its binding (deploy/base/admission-policy.yaml, as it is);
     3. each team namespace, labelled and granted as deploy/overlays/example does it (the labels
        of its first namespace, each RoleBinding of its team-rolebindings.yaml);
@@ -543,7 +544,7 @@ def install_as_deploy(
 
     # 1. and 2.
     apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GPUQUEUE_NAMESPACE}})
-    for name in ("serviceaccount.yaml", "rbac.yaml", "admission-policy.yaml"):
+    for name in ("serviceaccount.yaml", "rbac.yaml", "priorityclass.yaml", "admission-policy.yaml"):
         for doc in docs(DEPLOY / "base" / name):
             apply(doc)
     # 3.

@@ -69,6 +69,7 @@ def test_the_chart_lints_and_renders_every_part() -> None:
     assert len(found["NetworkPolicy"]) == 2
     assert found["ValidatingAdmissionPolicy"] and found["ValidatingAdmissionPolicyBinding"]
     assert "Secret" not in found  # never overwrites the real one
+    assert found["PriorityClass"] == ["gpuqueue-workload"]  # every worker's
     assert "ServiceMonitor" not in found
     assert "ServiceMonitor" in kinds(render(TEAMS, "metrics.serviceMonitor.enabled=true"))
 
