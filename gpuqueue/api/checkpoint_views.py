@@ -1,4 +1,6 @@
-"""`POST /api/v1/jobs/{id}/checkpointed/`: a preempted workload says where it saved its state.
+"""`POST /api/v1/jobs/{id}/checkpointed/`: a workload says where it saved its state. While the
+job is being preempted that acknowledges the checkpoint request; while it runs it registers the
+save (the newest wins), so that a requeue for any cause resumes from it.
 
 The caller is the workload itself, not a person: it authenticates with the per-job token that
 gpuqueue put in its Secret (`Authorization: Bearer gqj_…`, GPUQUEUE_JOB_TOKEN), valid for that
@@ -18,7 +20,11 @@ from rest_framework.views import APIView
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.services.checkpoint import acknowledge_checkpoint, job_for_token
+from gpuqueue.services.checkpoint import (
+    acknowledge_checkpoint,
+    job_for_token,
+    register_checkpoint,
+)
 
 ACTOR = "workload"
 
@@ -77,6 +83,10 @@ class CheckpointedView(APIView):
         # outside the watcher's lease would act on its own, older reading of it.
         if acknowledge_checkpoint(job, location, ACTOR):
             return Response({"job": job.pk, "acknowledged": True, "location": location})
+        if register_checkpoint(job, location):
+            return Response(
+                {"job": job.pk, "acknowledged": False, "registered": True, "location": location}
+            )
         job.refresh_from_db()
         # A retried acknowledgement (the first answer got lost) is the same success.
         if job.checkpoint_acked_at is not None and job.checkpoint_location == location:
@@ -84,7 +94,7 @@ class CheckpointedView(APIView):
         if job.state != JobState.PREEMPTING:
             return _error(
                 "not_preempting",
-                f"Job {job.pk} is {job.state}; no checkpoint was requested.",
+                f"Job {job.pk} is {job.state}; it neither runs nor is being preempted.",
                 status.HTTP_409_CONFLICT,
             )
         return _error(

@@ -113,9 +113,43 @@ def acknowledge(
     attempts: int = 4,
     backoff: float = 1.0,
 ) -> bool:
-    """Tell gpuqueue where the checkpoint is. True when it was recorded (also when this repeats
-    an earlier acknowledgement), False when gpuqueue asked for none (the job is not being
-    preempted). Network errors and 5xx are retried; a refused token raises AcknowledgeError."""
+    """Tell gpuqueue where the checkpoint is. True when it was recorded as the answer to a
+    checkpoint request (also when this repeats an earlier acknowledgement), False when gpuqueue
+    asked for none (the job is not being preempted; a running job's save is then registered
+    all the same, as `register` does). Network errors and 5xx are retried; a refused token
+    raises AcknowledgeError."""
+    answer = _post_checkpoint(location, url, job_id, token, timeout, attempts, backoff)
+    return answer is not None and bool(answer.get("acknowledged", True))
+
+
+def register(
+    location: str,
+    *,
+    url: str | None = None,
+    job_id: str | int | None = None,
+    token: str | None = None,
+    timeout: float = 10.0,
+    attempts: int = 4,
+    backoff: float = 1.0,
+) -> bool:
+    """Tell gpuqueue about a save made at any time while the job runs (every N steps, or on
+    SIGTERM when its node is drained): the newest one is what the next attempt resumes from,
+    whatever ends this one. While the job is being preempted this is the acknowledgement.
+    True when recorded, False when the job neither runs nor is being preempted."""
+    answer = _post_checkpoint(location, url, job_id, token, timeout, attempts, backoff)
+    return answer is not None and bool(answer.get("registered") or answer.get("acknowledged"))
+
+
+def _post_checkpoint(
+    location: str,
+    url: str | None,
+    job_id: str | int | None,
+    token: str | None,
+    timeout: float,
+    attempts: int,
+    backoff: float,
+) -> dict[str, Any] | None:
+    """POST the location; the answer's body, or None on 409 (nothing to record it for)."""
     url = (url or os.environ.get("GPUQUEUE_URL", "")).rstrip("/")
     job_id = job_id if job_id is not None else os.environ.get("GPUQUEUE_JOB_ID")
     token = token or os.environ.get("GPUQUEUE_JOB_TOKEN")
@@ -131,10 +165,11 @@ def acknowledge(
     for number in range(1, attempts + 1):
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
-                return bool(json.loads(response.read() or b"{}").get("acknowledged", True))
+                answer = json.loads(response.read() or b"{}")
+                return answer if isinstance(answer, dict) else {}
         except urllib.error.HTTPError as exc:
             if exc.code == 409:
-                return False
+                return None
             if exc.code < 500 and exc.code != 429:
                 raise AcknowledgeError(
                     f"HTTP {exc.code}: {exc.read().decode(errors='replace')}"

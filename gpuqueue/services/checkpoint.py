@@ -35,6 +35,19 @@ def acknowledge_checkpoint(job: Job, location: str, actor: str) -> bool:
     return bool(updated)
 
 
+def register_checkpoint(job: Job, location: str) -> bool:
+    """Record a save that a running job made of its own accord (periodically, or on SIGTERM
+    while its node is drained): the newest location wins, so the next attempt, whatever ends
+    this one, resumes from it. False when the job is not running (a PREEMPTING job acknowledges
+    instead). No event: a job may save every few minutes for weeks."""
+    updated = Job.objects.filter(pk=job.pk, state__in=(JobState.ADMITTED, JobState.RUNNING)).update(
+        checkpoint_location=location
+    )
+    if updated:
+        job.checkpoint_location = location
+    return bool(updated)
+
+
 def requeue(job: Job, reason: str, actor: str = "cluster", **changes: Any) -> bool:
     """Return a job that no longer holds GPUs to PENDING, keeping its submission time (and so
     its place in line) and its checkpoint location for the next attempt; `changes` are more

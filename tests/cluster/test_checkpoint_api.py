@@ -103,3 +103,27 @@ def test_healthz_reports_database_redis_and_the_cluster(
     record_cluster(True)
     response = client.get("/healthz")
     assert response.status_code == 200 and response.json()["cluster"]["status"] == "ok"
+
+
+def test_a_running_job_registers_its_saves_and_the_newest_is_the_one_it_resumes_from(
+    preempting: Job,
+) -> None:
+    """A workload that saves on its own (periodically, or on SIGTERM while its node drains)
+    registers each save; a later acknowledgement or requeue keeps the newest."""
+    Job.objects.filter(pk=preempting.pk).update(
+        state=JobState.RUNNING, checkpoint_requested_at=None, checkpoint_deadline=None
+    )
+    token = issue_job_token(preempting)
+    for step in (100, 200):
+        response = post(preempting, token, location=f"s3://ckpt/step-{step}")
+        assert response.status_code == 200, response.content
+        assert response.json() == {
+            "job": preempting.pk,
+            "acknowledged": False,
+            "registered": True,
+            "location": f"s3://ckpt/step-{step}",
+        }
+    preempting.refresh_from_db()
+    assert preempting.checkpoint_location == "s3://ckpt/step-200"
+    assert preempting.checkpoint_acked_at is None and preempting.state == JobState.RUNNING
+    assert not JobEvent.objects.filter(job=preempting, reason__startswith="checkpoint")

@@ -108,3 +108,24 @@ def test_resume_from_reads_the_checkpoint_only_on_a_resumed_attempt(
     monkeypatch.setenv("GPUQUEUE_RESUME", "1")
     monkeypatch.setenv("GPUQUEUE_ATTEMPT", "2")
     assert workload.resume_from() == "s3://ckpt/1" and workload.attempt() == 2
+
+
+def test_register_records_a_save_made_while_running_and_says_when_nothing_can(
+    endpoint: Any,
+) -> None:
+    endpoint.answers = [
+        (200, {"job": 42, "acknowledged": False, "registered": True, "location": "s3://a"}),
+        (200, {"job": 42, "acknowledged": False, "registered": True, "location": "s3://a"}),
+        (200, {"job": 42, "acknowledged": True, "location": "s3://b"}),
+        (409, {"error": {}}),
+    ]
+    assert workload.register("s3://a", backoff=0) is True
+    assert workload.acknowledge("s3://a", backoff=0) is False  # registered, not requested
+    assert workload.register("s3://b", backoff=0) is True  # while preempting: acknowledged
+    assert workload.register("s3://c", backoff=0) is False
+    assert [seen["body"]["location"] for seen in endpoint.seen] == [
+        "s3://a",
+        "s3://a",
+        "s3://b",
+        "s3://c",
+    ]
