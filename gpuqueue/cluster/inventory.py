@@ -17,6 +17,16 @@ from gpuqueue.cluster.status import parse_time
 # shares (the GPU Operator's `nvidia.com/gpu.shared` when it renames replicas).
 GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
+# Taints that say a node is being emptied: `kubectl cordon` (with spec.unschedulable), the
+# cluster-autoscaler scaling it down, Karpenter disrupting it (v1 and the older key).
+DRAIN_TAINTS = frozenset(
+    {
+        "node.kubernetes.io/unschedulable",
+        "ToBeDeletedByClusterAutoscaler",
+        "karpenter.sh/disrupted",
+        "karpenter.sh/disruption",
+    }
+)
 
 
 def is_gpu_resource(name: str) -> bool:
@@ -45,6 +55,15 @@ def is_ready(node: Mapping[str, Any]) -> bool:
         if condition.get("type") == "Ready":
             return condition.get("status") == "True"
     return False  # a node that never reported Ready is not ready
+
+
+def is_draining(node: Mapping[str, Any]) -> bool:
+    """Cordoned, or tainted by an autoscaler that is about to remove it: no new work goes
+    there, and the gangs on it are preempted with a checkpoint (services/cluster_sync.py)."""
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return True
+    return any(taint.get("key") in DRAIN_TAINTS for taint in spec.get("taints") or [])
 
 
 def not_ready_since(node: Mapping[str, Any]) -> datetime | None:
@@ -119,7 +138,7 @@ def node_info(node: Mapping[str, Any], used_externally: Mapping[str, int]) -> No
             for taint in spec.get("taints") or []
         ],
         ready=is_ready(node),
-        cordoned=bool(spec.get("unschedulable", False)),
+        cordoned=is_draining(node),
         used_externally=dict(used_externally),
     )
 

@@ -80,7 +80,10 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
     2. Read the phase of every gpuqueue workload; jobs in namespaces the backend cannot see
        now are left as they are.
     3. Move each job that holds GPUs along: running, finished, lost, checkpointed, or
-       requeued with backoff after a failed start.
+       requeued with backoff after a failed start. A running gang with a worker on a node
+       being drained (cordoned, or tainted by an autoscaler about to remove it) is preempted
+       as the cycle preempts, with a checkpoint request, and requeued whole after it; a gang
+       that never started there is requeued at once.
     4. After commit: stop what must stop, relaunch admitted jobs that have no workload (a
        crash between admission and launch, or a launch cut short before its Job), stop
        workloads that belong to no live job (a finished one once it has been kept
@@ -94,12 +97,15 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
     result = SyncResult()
     to_stop: list[tuple[int, int]] = []
     to_launch: list[int] = []
+    to_checkpoint: list[tuple[int, int, datetime]] = []
     with transaction.atomic():
         if not try_xact_lock("cluster_sync"):
             return SyncResult(ran=False)
         holding = list(Job.objects.holding().select_related("team").order_by("id"))
         live = {(job.pk, job.attempts) for job in holding}
-        sync_nodes(backend.list_nodes(live))
+        nodes = backend.list_nodes(live)
+        sync_nodes(nodes)
+        draining = {info.name for info in nodes if info.cordoned}
         statuses = {(s.job_id, s.attempt): s for s in backend.observe()}
         unseen = set(backend.unseen_namespaces())
         for job in holding:
@@ -107,6 +113,14 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
                 continue  # its workload cannot be seen now: not gone, left as it is
             key = (job.pk, job.attempts)
             status = statuses.get(key)
+            if node := _drained_node(job, status, draining):
+                moved, stop, deadline = _drain(job, node, now)
+                result.transitions += moved
+                if stop:
+                    to_stop.append(key)
+                elif deadline is not None:
+                    to_checkpoint.append((*key, deadline))
+                continue
             moved, stop = _follow_isolated(job, status, now)
             result.transitions += moved
             if stop:
@@ -126,6 +140,11 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
             log.warning("stop of job %s deferred: %s", job_id, exc)
         except Exception:  # one workload's surprise must not keep the others running
             log.exception("stop of job %s failed; retried next pass", job_id)
+    for job_id, attempt, deadline in to_checkpoint:
+        try:
+            backend.request_checkpoint(job_id, attempt, deadline)
+        except ClusterError as exc:
+            log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
     if to_launch:
         launch_admitted(to_launch, backend)
     result.relaunched = to_launch
@@ -157,6 +176,40 @@ def _follow_isolated(job: Job, status: WorkloadStatus | None, now: datetime) -> 
             current, JobState.FAILED, reason=cause, actor=ACTOR, message=cause, finished_at=now
         )
         return int(failed), True
+
+
+def _drained_node(job: Job, status: WorkloadStatus | None, draining: set[str]) -> str | None:
+    """The first node of the job's placement that is being drained, while the job runs or
+    starts there and has not finished; None otherwise."""
+    if not draining or job.state not in (JobState.ADMITTED, JobState.RUNNING):
+        return None
+    if status is not None and status.phase in (Phase.SUCCEEDED, Phase.FAILED):
+        return None  # its end is recorded as it is, drain or not
+    return next((node for node in sorted(job.placement) if node in draining), None)
+
+
+def _drain(job: Job, node: str, now: datetime) -> tuple[int, bool, datetime | None]:
+    """(transitions, stop the workload, checkpoint deadline to signal) for a job on a node
+    being drained. A gang that runs is preempted for no job (the engine never withdraws such
+    a preemption): PREEMPTING with its checkpoint grace, then requeued by `_follow` once it
+    acknowledged or at the deadline, whichever of its pods the drain evicted meanwhile. A
+    gang that never ran is requeued now: nothing to save, and no failed start of its own."""
+    if job.state == JobState.ADMITTED and job.started_at is None:
+        reason = f"planned node {node} is being drained; requeued"
+        return int(requeue(job, reason)), True, None
+    deadline = now + timedelta(seconds=job.checkpoint_grace_seconds)
+    moved = transition(
+        job,
+        JobState.PREEMPTING,
+        reason=f"node {node} is being drained; checkpoint requested:"
+        f" {job.checkpoint_grace_seconds} s to save",
+        actor=ACTOR,
+        details={"drain": node, "deadline": deadline.isoformat()},
+        checkpoint_requested_at=now,
+        checkpoint_deadline=deadline,
+        checkpoint_acked_at=None,
+    )
+    return int(moved), False, deadline if moved else None
 
 
 def _kept(status: WorkloadStatus, now: datetime, keep: timedelta) -> bool:

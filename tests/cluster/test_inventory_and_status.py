@@ -275,3 +275,25 @@ def test_a_node_not_ready_or_unreachable_counts_from_its_ready_condition_s_last_
         ]
         assert not_ready_since(lost) == datetime(2026, 11, 22, 11, 0, tzinfo=UTC)
     assert not_ready_since(node("n1", 8)) is None
+
+
+@pytest.mark.parametrize(
+    "taint",
+    [
+        "node.kubernetes.io/unschedulable",
+        "ToBeDeletedByClusterAutoscaler",
+        "karpenter.sh/disrupted",
+        "karpenter.sh/disruption",
+    ],
+)
+def test_a_node_an_autoscaler_or_a_drain_is_emptying_counts_as_cordoned(taint: str) -> None:
+    """Cordoned in the inventory: no new work, and the gangs on it are preempted."""
+    draining = node("n1", 8)
+    draining["spec"]["taints"] = [
+        *draining["spec"]["taints"],
+        {"key": taint, "effect": "NoSchedule"},
+    ]
+    (info,) = inventory([draining], [])
+    assert info.cordoned
+    (plain,) = inventory([node("n1", 8)], [])
+    assert not plain.cordoned
