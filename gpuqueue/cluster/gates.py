@@ -8,9 +8,10 @@ hostname and loses the gate in one patch (Kubernetes allows adding node selector
 and kube-scheduler binds it there, still checking that it fits. Kueue's topology-aware scheduling
 ungates the same way.
 
-A gang is released only when every pod of it exists and every planned node still has room for
-it; otherwise it is held, with a sentence saying why, for the sync to requeue it. Input is the
-API's JSON; no I/O here.
+A gang is released only when every pod of it exists and every planned node still takes it: not
+cordoned, no NoSchedule or NoExecute taint its pods do not tolerate, and room for its GPUs, CPU,
+memory and pods (what kube-scheduler would check once the gate is off); otherwise it is held,
+with a sentence saying why, for the sync to requeue it. Input is the API's JSON; no I/O here.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuqueue.cluster.inventory import FINISHED_POD_PHASES, gpu_capacity, hostname_of, pod_gpus
+from gpuqueue.cluster.inventory import (
+    FINISHED_POD_PHASES,
+    gpu_capacity,
+    hostname_of,
+    is_gpu_resource,
+    pod_gpus,
+)
 from gpuqueue.cluster.manifests import (
     COMPLETION_INDEX_ANNOTATION,
     PLACEMENT_ANNOTATION,
@@ -79,19 +86,84 @@ def planned_hostname(pod: Obj) -> str | None:
     return None
 
 
-def free_gpus(
+# What a release checks besides GPUs, in kube-scheduler's units: CPU in millicores, memory in
+# bytes, and the node's pod count. A node whose allocatable does not list one is not checked.
+CPU, MEMORY, PODS = "cpu", "memory", "pods"
+_SUFFIXES = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+}
+
+
+def quantity(value: Any, resource: str) -> int:
+    """A Kubernetes quantity as an integer: millicores for CPU, bytes for memory, a plain
+    count otherwise; 0 for what cannot be read."""
+    text = str(value).strip()
+    scale = 1000 if resource == CPU else 1
+    try:
+        if text.endswith("m"):
+            return int(float(text[:-1]) * scale / 1000)
+        for suffix, factor in _SUFFIXES.items():
+            if text.endswith(suffix):
+                return int(float(text[: -len(suffix)]) * factor * scale)
+        return int(float(text) * scale)
+    except ValueError:
+        return 0
+
+
+def pod_needs(pod: Obj) -> dict[str, int]:
+    """What a pod takes from its node: its GPUs, CPU and memory requests (a limit stands for a
+    missing request, as the API server defaults it; the larger of the containers' sum and the
+    largest init container, as kube-scheduler counts) and one pod."""
+    spec = pod.get("spec") or {}
+
+    def requests(container: Mapping[str, Any]) -> dict[str, int]:
+        resources = container.get("resources") or {}
+        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return {r: quantity(asked[r], r) for r in (CPU, MEMORY) if r in asked}
+
+    total: dict[str, int] = defaultdict(int)
+    for container in spec.get("containers") or []:
+        for resource, amount in requests(container).items():
+            total[resource] += amount
+    for container in spec.get("initContainers") or []:
+        for resource, amount in requests(container).items():
+            total[resource] = max(total[resource], amount)
+    return {**pod_gpus(pod), **{r: a for r, a in total.items() if a > 0}, PODS: 1}
+
+
+def _capacity(node: Obj) -> dict[str, int]:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    room = dict(gpu_capacity(node))
+    for resource in (CPU, MEMORY, PODS):
+        if resource in allocatable:
+            room[resource] = quantity(allocatable[resource], resource)
+    return room
+
+
+def free_room(
     nodes: Iterable[Obj], pods: Iterable[Obj], terminating: dict[str, dict[str, int]] | None = None
 ) -> dict[str, dict[str, int]]:
-    """{hostname: {resource: GPUs free}}: allocatable less every unfinished pod bound there
-    (terminating ones included: they hold their GPUs until gone) or released toward it.
-    `terminating`, when given, is filled with the GPUs of terminating pods by hostname: room
-    that comes back by itself."""
+    """{hostname: {resource: free}} for GPUs, CPU, memory and pods: allocatable less every
+    unfinished pod bound there (terminating ones included: they hold theirs until gone) or
+    released toward it. `terminating`, when given, is filled with what the terminating pods
+    hold, by hostname: room that comes back by itself."""
     free: dict[str, dict[str, int]] = {}
     by_name: dict[str, str] = {}
     for node in nodes:
         hostname = hostname_of(node)
         by_name[node["metadata"]["name"]] = hostname
-        free[hostname] = dict(gpu_capacity(node))
+        free[hostname] = _capacity(node)
     for pod in pods:
         spec = pod.get("spec") or {}
         phase = (pod.get("status") or {}).get("phase")
@@ -106,12 +178,74 @@ def free_gpus(
         if hostname is None or hostname not in free:
             continue
         stopping = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-        for resource, count in pod_gpus(pod).items():
-            free[hostname][resource] = free[hostname].get(resource, 0) - count
+        for resource, amount in pod_needs(pod).items():
+            if resource not in free[hostname] and not is_gpu_resource(resource):
+                continue  # not listed by the node: not checked
+            free[hostname][resource] = free[hostname].get(resource, 0) - amount
             if stopping and terminating is not None:
                 coming = terminating.setdefault(hostname, {})
-                coming[resource] = coming.get(resource, 0) + count
+                coming[resource] = coming.get(resource, 0) + amount
     return free
+
+
+def free_gpus(nodes: Iterable[Obj], pods: Iterable[Obj]) -> dict[str, dict[str, int]]:
+    """{hostname: {resource: GPUs free}}, as `free_room` counts them."""
+    return {
+        hostname: {r: n for r, n in room.items() if is_gpu_resource(r)}
+        for hostname, room in free_room(nodes, pods).items()
+    }
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """Kubernetes' rule: a toleration matches a taint by effect (none: every effect), key
+    (none with Exists: every key) and, with Equal (the default), value."""
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.get("effect"):
+            continue
+        key = toleration.get("key") or ""
+        if toleration.get("operator") == "Exists":
+            if not key or key == taint.get("key"):
+                return True
+        elif key == taint.get("key") and (toleration.get("value") or "") == (
+            taint.get("value") or ""
+        ):
+            return True
+    return False
+
+
+def _refusal(node: Obj | None, hostname: str, pod: Obj) -> str:
+    """Why `node` will not take `pod` whatever the room: cordoned, or a NoSchedule or
+    NoExecute taint the pod does not tolerate; "" when it takes it."""
+    if node is None:
+        return ""  # a node gone: the room check says so
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable"):
+        return f"planned node {hostname} is cordoned"
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    for taint in spec.get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            value = f"={taint['value']}" if taint.get("value") else ""
+            return (
+                f"planned node {hostname} has the taint {taint.get('key')}{value}:"
+                f"{taint.get('effect')}, which worker {pod['metadata']['name']} does not tolerate"
+            )
+    return ""
+
+
+def _gpus_first(item: tuple[tuple[str, str], int]) -> tuple[str, bool, str]:
+    (hostname, resource), _ = item
+    return hostname, not is_gpu_resource(resource), resource
+
+
+def _amount(resource: str, amount: int) -> str:
+    if resource == CPU:
+        return f"{amount}m cpu"
+    if resource == MEMORY:
+        return f"{amount // 2**20} MiB memory"
+    if resource == PODS:
+        return f"{amount} pod{'s' if amount != 1 else ''}"
+    return f"{amount} {resource}"
 
 
 def releases(
@@ -124,17 +258,21 @@ def releases(
     pods gpuqueue proved it made, by attempt (gpuqueue.cluster.proof.sort_out); `pods`: every
     pod, whoever made it, for the room.
 
-    1. Room on every node, as `free_gpus` counts it: every pod holds what it holds there, a
+    1. Room on every node, as `free_room` counts it: every pod holds what it holds there, a
        pod gpuqueue cannot prove it made too (it can never free room).
     2. Gated pods of proven gangs, by attempt; a gang whose Job is not yet fully created waits
        quietly. A pod nothing proves is never released, whatever its labels say.
-    3. Gangs in job order: one whose every planned node has room is released whole and takes
-       that room. One that would have room once the terminating pods there are gone (a
-       victim still saving its checkpoint) waits, quietly, as a gang being created does: its
-       start has not failed. Any other is held, saying which node lacks how many GPUs.
+    3. Gangs in job order: one whose every planned node takes its pods (not cordoned, every
+       NoSchedule and NoExecute taint tolerated) and has room for them (GPUs, CPU, memory,
+       pods) is released whole and takes that room. One that would have room once the
+       terminating pods there are gone (a victim still saving its checkpoint) waits, quietly,
+       as a gang being created does: its start has not failed. Any other is held, saying
+       which node refuses it or lacks how much of what.
     """
+    nodes = list(nodes)
+    by_hostname = {hostname_of(node): node for node in nodes}
     terminating: dict[str, dict[str, int]] = {}
-    room = free_gpus(nodes, pods, terminating)  # 1.
+    room = free_room(nodes, pods, terminating)  # 1.
     gated: dict[tuple[int, int], list[Obj]] = defaultdict(list)  # 2.
     existing: dict[tuple[int, int], int] = defaultdict(int)
     for key, gang in gangs.items():
@@ -159,14 +297,18 @@ def releases(
             if hostname is None:
                 held[key] = f"pod {pod['metadata']['name']} carries no planned node"
                 break
+            if refusal := _refusal(by_hostname.get(hostname), hostname, pod):
+                held[key] = refusal
+                break
             targets.append((pod, hostname))
-            for resource, count in pod_gpus(pod).items():
-                need[(hostname, resource)] += count
+            for resource, count in pod_needs(pod).items():
+                if is_gpu_resource(resource) or resource in room.get(hostname, {}):
+                    need[(hostname, resource)] += count
         if key in held:
             continue
         short = [
             (hostname, resource, count, room.get(hostname, {}).get(resource, 0))
-            for (hostname, resource), count in sorted(need.items())
+            for (hostname, resource), count in sorted(need.items(), key=_gpus_first)
             if room.get(hostname, {}).get(resource, 0) < count
         ]
         if short and all(
@@ -176,12 +318,23 @@ def releases(
             continue  # room comes back as the terminating pods go: a wait
         if short:
             hostname, resource, count, free = short[0]
-            held[key] = (
-                f"planned node {hostname} has {max(free, 0)} {resource} free"
-                f" for {count} (taken by pods that started since the plan)"
-                if hostname in room
-                else f"planned node {hostname} is gone"
-            )
+            if hostname not in room:
+                held[key] = f"planned node {hostname} is gone"
+            elif is_gpu_resource(resource):
+                held[key] = (
+                    f"planned node {hostname} has {max(free, 0)} {resource} free"
+                    f" for {count} (taken by pods that started since the plan)"
+                )
+            elif resource == PODS:
+                held[key] = (
+                    f"planned node {hostname} takes {max(free, 0)} more pods, not {count}"
+                    " (its pod limit, reached by pods that started since the plan)"
+                )
+            else:
+                held[key] = (
+                    f"planned node {hostname} has {_amount(resource, max(free, 0))} free"
+                    f" for {_amount(resource, count)} (taken by pods that started since the plan)"
+                )
             continue
         for (hostname, resource), count in need.items():
             room[hostname][resource] -= count

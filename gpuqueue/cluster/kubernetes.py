@@ -49,7 +49,7 @@ from gpuqueue.cluster.k8s_watch import Store, run_watcher, without_managed_field
 from gpuqueue.cluster.projection import projector
 from gpuqueue.cluster.proof import MARKER, Ours, Record, marker_refusal, sort_out
 from gpuqueue.cluster.records import recorded, this_install
-from gpuqueue.cluster.status import parse_time, workload_statuses
+from gpuqueue.cluster.status import is_permanent_refusal, parse_time, workload_statuses
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -353,7 +353,9 @@ class KubernetesBackend(ClusterBackend):
 
     def _refusals(self, ours: Ours, now: datetime) -> dict[Key, str]:
         """Why the API refused the pods of Jobs that still lack some after REFUSAL_CHECK: the
-        Job controller's FailedCreate events (a ResourceQuota, Pod Security, a webhook). One
+        Job controller's FailedCreate events that say the API will refuse them again
+        (status.is_permanent_refusal: a ResourceQuota, Pod Security, a policy or webhook that
+        denied them), not one that failed by chance (a conflict, a timeout). One
         LIST of those events per namespace that has such a Job, at most every REFUSAL_CHECK."""
         short: dict[str, dict[str, Key]] = defaultdict(dict)  # namespace -> {job uid: attempt}
         for key, job in ours.jobs.items():
@@ -387,8 +389,10 @@ class KubernetesBackend(ClusterBackend):
                 continue
             for event in events:
                 key = by_uid.get((event.get("involvedObject") or {}).get("uid", ""))
-                if key is not None:
-                    message = str(event.get("message") or "").removeprefix("Error creating: ")
+                message = str(event.get("message") or "").removeprefix("Error creating: ")
+                # A refusal by chance (a quota update conflict, a webhook timeout) is retried
+                # by the Job controller: only one the API will repeat is a failed start.
+                if key is not None and is_permanent_refusal(message):
                     found[key] = self._refused[key] = f"pods refused: {message}"
         return found
 

@@ -71,15 +71,19 @@ POD: Shape = {
         # A release writes the pod's node selector back with the hostname added: keep it whole.
         "nodeSelector": ALL,
         "schedulingGates": {"name": ALL},
-        "containers": {"resources": {"limits": ALL}},
-        "initContainers": {"resources": {"limits": ALL}},
+        # A release checks the taints they tolerate and the CPU and memory they request.
+        "tolerations": {"key": ALL, "operator": ALL, "value": ALL, "effect": ALL},
+        "containers": {"resources": {"limits": ALL, "requests": ALL}},
+        "initContainers": {"resources": {"limits": ALL, "requests": ALL}},
     },
     "status": {
         "phase": ALL,
         "reason": ALL,
+        "message": ALL,
         "nominatedNodeName": ALL,
         "startTime": ALL,
-        "conditions": CONDITION,
+        # Since when a released pod is unschedulable (the grace before a failed start).
+        "conditions": {**CONDITION, "lastTransitionTime": ALL},
         "containerStatuses": {
             "name": ALL,
             "state": {

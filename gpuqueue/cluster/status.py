@@ -42,6 +42,34 @@ NODE_REFUSALS = frozenset(
 )
 
 
+# A released worker kube-scheduler cannot bind is given this long before its gang counts as a
+# failed start: kube-scheduler's own preemption of a lower-priority pod there, or a CPU or memory
+# shortfall that a finishing pod ends, resolve within it.
+UNSCHEDULABLE_GRACE = timedelta(seconds=60)
+# FailedCreate messages of the Job controller that say the API will refuse the pods again
+# (a ResourceQuota exceeded, Pod Security, an admission policy or webhook that denied them, an
+# invalid pod); anything else (a quota update conflict, a webhook that timed out, a quota not
+# computed yet, the API overloaded) is transient, and the Job controller retries by itself.
+PERMANENT_REFUSALS = ("is forbidden", "denied the request", "is invalid")
+TRANSIENT_REFUSALS = (
+    "the object has been modified",
+    "status unknown for quota",
+    "context deadline exceeded",
+    "Timeout:",
+    "failed calling webhook",
+    "too many requests",
+)
+
+
+def is_permanent_refusal(message: str) -> bool:
+    """Whether a FailedCreate message says the pods will be refused again (PERMANENT_REFUSALS)
+    rather than by chance this once (TRANSIENT_REFUSALS, and anything unknown)."""
+    lowered = message.lower()
+    if any(part.lower() in lowered for part in TRANSIENT_REFUSALS):
+        return False
+    return any(part in lowered for part in PERMANENT_REFUSALS)
+
+
 def parse_time(value: Any) -> datetime | None:
     if not value:
         return None
@@ -163,9 +191,10 @@ def _waiting(
     return "", ""
 
 
-def _unplaceable(pods: list[Obj]) -> str:
-    """A released worker that kube-scheduler cannot bind to its planned node (something took
-    the room after the release): the gang would sit half-bound, so it is a failed start."""
+def _unplaceable(pods: list[Obj], now: datetime) -> str:
+    """A released worker that kube-scheduler has not been able to bind to its planned node for
+    UNSCHEDULABLE_GRACE (something took the room after the release): the gang would sit
+    half-bound, so it is a failed start. Within the grace it waits."""
     for pod in sorted(pods, key=_rank):
         spec = pod.get("spec") or {}
         if (spec.get("schedulingGates") or []) or spec.get("nodeName"):
@@ -176,6 +205,9 @@ def _unplaceable(pods: list[Obj]) -> str:
                 and condition.get("status") == "False"
                 and condition.get("reason") == "Unschedulable"
             ):
+                since = parse_time(condition.get("lastTransitionTime"))
+                if since is not None and now - since < UNSCHEDULABLE_GRACE:
+                    continue
                 detail = condition.get("message") or "unschedulable"
                 return f"worker {_rank(pod)} cannot be bound to its planned node: {detail}"
     return ""
@@ -251,7 +283,7 @@ def workload_status(
     # 4. A failed start
     verdict, message = _waiting(pods, created, now, pull_timeout)
     code, exited = _failed_worker(pods)
-    problem = start_problem or _unplaceable(pods) or (message if verdict == RETRY else "")
+    problem = start_problem or _unplaceable(pods, now) or (message if verdict == RETRY else "")
     if problem and not exited:
         return WorkloadStatus(job_id, attempt, Phase.LOST, now, message=problem, start_failure=True)
     # 5. Failed before the Job controller noticed (it never does for a stuck container).

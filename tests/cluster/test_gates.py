@@ -194,3 +194,72 @@ def test_releases_are_all_or_nothing_and_never_overfill_a_node(
     for name, free in free_gpus(nodes, others + after).items():
         before = free_gpus(nodes, others)[name].get("nvidia.com/gpu", 0)
         assert free.get("nvidia.com/gpu", 0) >= min(before, 0)
+
+
+def busy(on: str, name: str, **requests: str) -> dict[str, Any]:
+    """Someone's running pod on `on` requesting CPU or memory, no GPU."""
+    return {
+        "metadata": {"name": name},
+        "spec": {"nodeName": on, "containers": [{"resources": {"requests": requests}}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def full_node(name: str, **spec: Any) -> dict[str, Any]:
+    """A node as the API lists it: GPUs, CPU, memory and pods allocatable."""
+    n = node(name, 8)
+    n["status"]["allocatable"].update(cpu="64", memory="512Gi", pods="110")
+    n["spec"] = spec
+    return n
+
+
+def asking(pods: list[dict[str, Any]], **requests: str) -> list[dict[str, Any]]:
+    for pod in pods:
+        pod["spec"]["containers"][0]["resources"]["requests"] = dict(requests)
+    return pods
+
+
+def test_a_cordoned_planned_node_holds_the_gang() -> None:
+    job, pods = gang(1, [("a", 1)], 8)
+    out, held = releases([job], pods, [full_node("a", unschedulable=True)])
+    assert out == [] and held == {(1, 1): "planned node a is cordoned"}
+
+
+def test_a_taint_the_workers_do_not_tolerate_holds_the_gang_and_one_they_do_does_not() -> None:
+    taint = {"key": "maintenance", "value": "bios", "effect": "NoExecute"}
+    job, pods = gang(1, [("a", 1)], 8)
+    out, held = releases([job], pods, [full_node("a", taints=[taint])])
+    assert out == [] and held == {
+        (1, 1): "planned node a has the taint maintenance=bios:NoExecute, which worker"
+        " gq-1-1-0 does not tolerate"
+    }
+    pods[0]["spec"]["tolerations"] = [{"key": "maintenance", "operator": "Exists"}]
+    out, held = releases([job], pods, [full_node("a", taints=[taint])])
+    assert len(out) == 1 and held == {}
+    # A PreferNoSchedule taint never keeps a pod off.
+    soft = {"key": "busy", "effect": "PreferNoSchedule"}
+    job, pods = gang(2, [("a", 1)], 8)
+    assert len(releases([job], pods, [full_node("a", taints=[soft])])[0]) == 1
+
+
+def test_cpu_memory_and_pod_count_are_checked_as_kube_scheduler_would() -> None:
+    job, pods = gang(1, [("a", 2)], 4)
+    asking(pods, cpu="16", memory="64Gi")
+    nodes = [full_node("a")]
+    assert len(releases([job], pods, nodes)[0]) == 2
+    out, held = releases([job], [*pods, busy("a", "cpu-hog", cpu="40")], nodes)
+    assert out == [] and held == {
+        (1, 1): "planned node a has 24000m cpu free for 32000m cpu (taken by pods that"
+        " started since the plan)"
+    }
+    out, held = releases([job], [*pods, busy("a", "mem-hog", memory="400Gi")], nodes)
+    assert out == [] and held == {
+        (1, 1): "planned node a has 114688 MiB memory free for 131072 MiB memory (taken by"
+        " pods that started since the plan)"
+    }
+    crowded = [busy("a", f"p{i}", cpu="1m") for i in range(109)]
+    out, held = releases([job], [*pods, *crowded], nodes)
+    assert out == [] and held == {
+        (1, 1): "planned node a takes 1 more pods, not 2 (its pod limit, reached by pods"
+        " that started since the plan)"
+    }

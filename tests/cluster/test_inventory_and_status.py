@@ -11,7 +11,7 @@ import pytest
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster.base import Phase
 from gpuqueue.cluster.inventory import inventory, not_ready_since
-from gpuqueue.cluster.status import workload_status
+from gpuqueue.cluster.status import is_permanent_refusal, workload_status
 from tests.cluster.conftest import node
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -297,3 +297,68 @@ def test_a_node_an_autoscaler_or_a_drain_is_emptying_counts_as_cordoned(taint: s
     assert info.cordoned
     (plain,) = inventory([node("n1", 8)], [])
     assert not plain.cordoned
+
+
+@pytest.mark.parametrize(
+    ("message", "permanent"),
+    [
+        ('pods "gq-7-1-0-x" is forbidden: exceeded quota: gpus, requested: nvidia.com/gpu=8', True),
+        ('pods "gq-7-1-0-x" is forbidden: violates PodSecurity "restricted:latest": ...', True),
+        (
+            'admission webhook "policy.example.com" denied the request: no GPUs on Fridays',
+            True,
+        ),
+        ('Pod "gq-7-1-0-x" is invalid: spec.containers[0].image: Required value', True),
+        (
+            'Operation cannot be fulfilled on resourcequotas "gpus": the object has been'
+            " modified; please apply your changes to the latest version and try again",
+            False,
+        ),
+        (
+            'Internal error occurred: failed calling webhook "policy.example.com": failed to'
+            ' call webhook: Post "https://policy.svc:443/validate": context deadline exceeded',
+            False,
+        ),
+        ('pods "gq-7-1-0-x" is forbidden: status unknown for quota: gpus, resource: ...', False),
+        ("Timeout: request did not complete within requested timeout", False),
+    ],
+)
+def test_only_a_refusal_the_api_will_repeat_counts_as_a_failed_start(
+    message: str, permanent: bool
+) -> None:
+    assert is_permanent_refusal(message) is permanent
+
+
+def test_a_released_worker_kube_scheduler_cannot_bind_yet_waits_then_fails_the_start() -> None:
+    """kube-scheduler's own preemption of a lower-priority pod, or a brief CPU shortfall, is
+    over within the grace; past it the gang is a failed start."""
+    job = {
+        "metadata": {"name": "gq-7-1", "labels": OURS, "creationTimestamp": "2026-11-22T11:58:00Z"},
+        "spec": {"parallelism": 1},
+    }
+
+    def released(unschedulable_since: datetime) -> dict[str, Any]:
+        worker = running(0, phase="Pending", state={"waiting": {"reason": "ContainerCreating"}})
+        worker["spec"] = {"nodeSelector": {"kubernetes.io/hostname": "n1"}}
+        worker["status"]["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/4 nodes are available: 1 Insufficient cpu.",
+                "lastTransitionTime": unschedulable_since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        ]
+        return worker
+
+    def phase(since: datetime) -> Any:
+        return workload_status(job, [released(since)], {"n1": None}, NOW, timedelta(minutes=5))
+
+    waiting = phase(NOW - timedelta(seconds=10))
+    assert waiting.phase is Phase.STARTING and not waiting.start_failure
+    assert "Insufficient cpu" in waiting.message
+    failed = phase(NOW - timedelta(seconds=61))
+    assert failed.phase is Phase.LOST and failed.start_failure
+    assert failed.message == (
+        "worker 0 cannot be bound to its planned node: 0/4 nodes are available: 1 Insufficient cpu."
+    )

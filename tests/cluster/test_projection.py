@@ -83,15 +83,19 @@ def test_a_running_worker_keeps_what_status_gates_and_inventory_read() -> None:
         "spec": {
             "nodeName": "h100-0",
             "nodeSelector": {"kubernetes.io/hostname": "h100-0"},
-            "containers": [
-                {"resources": {"limits": pod["spec"]["containers"][0]["resources"]["limits"]}}
+            # What a release checks: the taints it tolerates, what it requests.
+            "tolerations": [
+                {k: t[k] for k in ("key", "operator", "value", "effect") if k in t}
+                for t in pod["spec"]["tolerations"]
             ],
+            "containers": [{"resources": pod["spec"]["containers"][0]["resources"]}],
         },
         "status": {
             "phase": "Running",
             "startTime": pod["status"]["startTime"],
             "conditions": [
-                {"type": c["type"], "status": c["status"]} for c in pod["status"]["conditions"]
+                {k: c[k] for k in ("type", "status", "lastTransitionTime") if k in c}
+                for c in pod["status"]["conditions"]
             ],
             # A running container's state says nothing gpuqueue reads.
             "containerStatuses": [{"name": "worker", "state": {}}],
@@ -194,6 +198,10 @@ def _pods() -> list[Obj]:
         p["spec"].pop("nodeName")
         p["spec"]["nodeSelector"] = {"pool": "a"}
         p["spec"]["schedulingGates"] = [{"name": PLACEMENT_GATE}, {"name": "other.io/gate"}]
+        # Planned on the spot node: the flavor's toleration of its taint lets it be released.
+        p["spec"]["tolerations"].append(
+            {"key": "gpuqueue.dev/spot", "operator": "Equal", "value": "true"}
+        )
         p["metadata"]["annotations"][PLACEMENT_ANNOTATION] = '[["h100-spot-0",1]]'
         p["status"] = {"phase": "Pending"}
 
@@ -208,7 +216,8 @@ def _pods() -> list[Obj]:
                     "status": "False",
                     "reason": "Unschedulable",
                     "message": "0/4 nodes are available: 1 Insufficient nvidia.com/gpu.",
-                    "lastTransitionTime": "2026-11-24T14:59:00Z",
+                    # Within the grace: still starting, which a lost time would not say.
+                    "lastTransitionTime": "2026-11-24T14:59:30Z",
                 }
             ],
         }
