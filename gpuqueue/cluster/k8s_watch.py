@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 KINDS = ("nodes", "pods", "jobs")
+# After an event, the watcher waits this long before its pass, so that a burst (a gang's pods
+# created, bound and started, a node's pods evicted) is one pass, not one per event.
+DEBOUNCE_SECONDS = 0.2
 
 
 def without_managed_fields(obj: Obj) -> Obj:
@@ -77,8 +80,10 @@ class Store:
                 self._objects[kind][object_key(obj)] = obj
 
     def items(self, kind: str) -> list[Obj]:
+        """The objects of `kind`, in no particular order (every reader sorts what it needs:
+        sorting every pod of a large cluster on each pass would cost more than the pass)."""
         with self._lock:
-            return [self._objects[kind][key] for key in sorted(self._objects[kind])]
+            return list(self._objects[kind].values())
 
 
 class ResourceWatch:
@@ -253,6 +258,7 @@ def run_watcher(
     watch_seconds: float,
     heartbeat: str = "",
     on_pass: Callable[[], None] | None = None,
+    debounce_seconds: float = DEBOUNCE_SECONDS,
 ) -> None:
     """Follow the cluster until `should_stop()`, calling `sync()` (one pass of the cluster
     sync, which reads the backend's live copy; it handles its own failures).
@@ -268,7 +274,8 @@ def run_watcher(
        stop the others).
     2. Reconcile at start: one full sync (relaunch admitted jobs without a Kubernetes Job,
        delete Jobs that belong to no live job, move every job to what the cluster says).
-    3. Then sync again as soon as anything changed, and at least every `sync_seconds` (the
+    3. Then sync again soon after anything changed (`debounce_seconds` after the first event,
+       so that a burst of events is one pass), and at least every `sync_seconds` (the
        checkpoint deadline and the gang-ready timeout pass without any event).
     4. Every `resync_seconds`: re-list everything (against missed events) and pick up the
        namespaces of new teams (claimed first: one another install owns is left out, and
@@ -321,7 +328,8 @@ def run_watcher(
                         backend, namespace, changed, watch_seconds
                     )
                     watches[f"jobs/{namespace}"].start()
-            changed.wait(sync_seconds)
+            if changed.wait(sync_seconds) and debounce_seconds > 0:
+                time.sleep(debounce_seconds)  # let the rest of a burst arrive first
     finally:
         backend.store.live = False
         for watch in watches.values():

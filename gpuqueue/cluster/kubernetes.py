@@ -127,8 +127,8 @@ class KubernetesBackend(ClusterBackend):
         self.concurrency = self.launch_concurrency = concurrency
         self.page_size = page_size
         self._not_ready: dict[str, datetime | None] | None = None
-        # The pods and what of them is ours, listed by list_nodes() for observe() in the same
-        # pass (without the watcher).
+        # The pods and what of them is ours, read by list_nodes() for observe() in the same
+        # pass.
         self._seen: tuple[list[Obj], Ours] | None = None
         self._nodes_seen: list[Obj] = []
         # The nodes, pods and what is ours the last observe() read, for release_gangs().
@@ -288,8 +288,9 @@ class KubernetesBackend(ClusterBackend):
         nodes, pods, jobs = self._current()
         self._remember_nodes(nodes)
         ours = self._ours(jobs, pods)
-        if not self.store.live:
-            self._seen = (pods, ours)  # observe() in the same pass needs them too
+        # observe() in the same pass reads the same copy: one copy of the pods and one
+        # sorting out per pass, not one per call.
+        self._seen = (pods, ours)
         return inventory(nodes, pods, live, ours.pod_keys)
 
     def _remember_nodes(self, nodes: list[Obj]) -> None:
@@ -305,7 +306,7 @@ class KubernetesBackend(ClusterBackend):
         anything else labelled as gpuqueue's is ignored, and said once. A gang whose pods the
         API refused (FailedCreate events of its Job) or that release_gangs() held back is a
         failed start."""
-        if self.store.live or self._seen is None or self._not_ready is None:
+        if self._seen is None or self._not_ready is None:
             # sync_cluster lists just before (list_nodes); otherwise read now.
             nodes, pods, jobs = self._current()
             self._remember_nodes(nodes)

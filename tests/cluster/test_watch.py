@@ -146,3 +146,32 @@ def test_the_copy_keeps_listed_and_watched_pods_projected(emulator: Any, k8s: An
     finally:
         watch.stop()
     assert k8s.list_raw_pods()["items"] == kept
+
+
+def test_a_burst_of_events_is_one_pass_not_one_per_event(emulator: Any, k8s: Any) -> None:
+    """A gang's pods created, bound and started, a node's pods evicted: dozens of events within
+    a moment. The watcher waits a little after the first and runs one pass for them all."""
+    core = client.CoreV1Api(emulator.api())
+    passes: list[float] = []
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=run_watcher,
+        args=(k8s, stop.is_set, lambda: passes.append(time.monotonic())),
+        kwargs={"sync_seconds": 60, "resync_seconds": 600, "watch_seconds": 30},
+        daemon=True,
+    )
+    watcher.start()
+    try:
+        wait_for(lambda: len(passes) == 1)  # the reconcile at start
+        wait_for(lambda: len(emulator.requests("GET", "watch=true")) >= 2)
+        started = time.monotonic()
+        for i in range(30):
+            core.create_namespaced_pod("ns", pod(f"burst-{i}"))
+        burst = time.monotonic() - started
+        wait_for(lambda: len(k8s.store.items("pods")) == 30)
+        time.sleep(0.5)  # what a pass per event would still be running
+        # One pass per debounce interval of the burst at most, not one per event.
+        assert 2 <= len(passes) <= 2 + int(burst / 0.2) < 31, (len(passes), burst)
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
