@@ -355,6 +355,10 @@ GPUQUEUE_PRIORITY_CLASSES = env_list("GPUQUEUE_PRIORITY_CLASSES", [])
 # preemptionPolicy Never), so that kube-scheduler's own preemption does not take a gang's
 # workers for other pods. Empty: workers get the cluster's default priority.
 GPUQUEUE_K8S_PRIORITY_CLASS = env_str("GPUQUEUE_K8S_PRIORITY_CLASS", "gpuqueue-workload")
+# A PodDisruptionBudget per gang (minAvailable = workers, owned by the attempt's Secret): a
+# `kubectl drain` of its node then waits until gpuqueue has checkpointed and requeued the gang
+# (a drain is a preemption) instead of evicting part of it. Needs the PDB grant in deploy/.
+GPUQUEUE_K8S_GANG_PDB = env_bool("GPUQUEUE_K8S_GANG_PDB", False)
 # Every API call gives up after this long (then counts as a transient error and is retried).
 GPUQUEUE_K8S_API_TIMEOUT_SECONDS = env_float("GPUQUEUE_K8S_API_TIMEOUT_SECONDS", 10.0, minimum=0.1)
 # Attempts per API call on 429, 5xx and timeouts, with exponential backoff from the base delay.

@@ -114,6 +114,7 @@ class KubernetesBackend(ClusterBackend):
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
         self.options = options or mf.ClusterOptions()
         self.call = caller or Caller()
         self.timeout = timeout_seconds
@@ -180,6 +181,7 @@ class KubernetesBackend(ClusterBackend):
                 node_lost_grace_seconds=settings.GPUQUEUE_NODE_LOST_GRACE_SECONDS,
                 # A day past gpuqueue's own deletion: only ever a backstop.
                 finished_ttl_seconds=int(settings.GPUQUEUE_K8S_KEEP_FINISHED_SECONDS) + 86400,
+                gang_pdb=settings.GPUQUEUE_K8S_GANG_PDB,
             ),
             caller=Caller(
                 attempts=settings.GPUQUEUE_K8S_API_RETRIES,
@@ -493,8 +495,9 @@ class KubernetesBackend(ClusterBackend):
         2. The token Secret: a new token, or the one an earlier launch of this attempt stored
            there (returned either way, for the caller to keep its hash). It owns the other
            two, so deleting it removes everything of the attempt.
-        3. The headless Service, then the Indexed Job, whose pods wait behind the placement
-           gate until the watcher releases the gang (release_gangs).
+        3. The headless Service, the gang's PodDisruptionBudget (with GPUQUEUE_K8S_GANG_PDB),
+           then the Indexed Job, whose pods wait behind the placement gate until the watcher
+           releases the gang (release_gangs).
         4. Anything under the attempt's names that is not gpuqueue's (no proof: someone made
            it to be adopted) is neither adopted nor deleted: Squatted, a failed start. What
            this launch made goes, as it does when the API refuses the Job.
@@ -534,6 +537,21 @@ class KubernetesBackend(ClusterBackend):
                     self.core.read_namespaced_service,
                     mf.service_manifest(spec, owner),
                     lambda obj: proof.is_our_service(obj, key, record, secret_uid),
+                ),
+                *(
+                    [
+                        (
+                            "poddisruptionbudget",
+                            self.policy.create_namespaced_pod_disruption_budget,
+                            self.policy.read_namespaced_pod_disruption_budget,
+                            mf.pdb_manifest(spec, owner),
+                            # Proven as the Service is: its name, the attempt's HMAC, owned by
+                            # the attempt's Secret.
+                            lambda obj: proof.is_our_service(obj, key, record, secret_uid),
+                        )
+                    ]
+                    if self.options.gang_pdb
+                    else []
                 ),
                 (
                     "job",

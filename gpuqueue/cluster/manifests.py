@@ -114,6 +114,9 @@ class ClusterOptions:
     # Kubernetes deletes a finished Job after this long even if gpuqueue never does (a backstop
     # behind GPUQUEUE_K8S_KEEP_FINISHED_SECONDS). None sets none.
     finished_ttl_seconds: int | None = None
+    # A PodDisruptionBudget per gang (GPUQUEUE_K8S_GANG_PDB): `kubectl drain` and autoscalers
+    # then wait for gpuqueue to checkpoint and requeue the gang instead of evicting part of it.
+    gang_pdb: bool = False
 
 
 def workload_name(job_id: int, attempt: int) -> str:
@@ -207,6 +210,28 @@ def service_manifest(spec: LaunchSpec, owner: Mapping[str, Any] | None = None) -
             "selector": {
                 LABEL_JOB_ID: str(spec.job_id),
                 LABEL_ATTEMPT: str(spec.attempt),
+            },
+        },
+    }
+
+
+def pdb_manifest(spec: LaunchSpec, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every worker must stay: an eviction (`kubectl drain`, an autoscaler) of any of them is
+    refused while the gang runs, so that a drained node's gang is preempted with a checkpoint
+    and requeued whole by gpuqueue (a cordoned node under a gang is a preemption), not cut in
+    half. Owned by the attempt's Secret, so it goes with the attempt."""
+    name = workload_name(spec.job_id, spec.attempt)
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(spec, name, owner),
+        "spec": {
+            "minAvailable": spec.workers,
+            "selector": {
+                "matchLabels": {
+                    LABEL_JOB_ID: str(spec.job_id),
+                    LABEL_ATTEMPT: str(spec.attempt),
+                }
             },
         },
     }

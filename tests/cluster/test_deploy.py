@@ -158,6 +158,10 @@ def test_rbac_writes_only_what_the_backend_needs_in_team_namespaces() -> None:
         ("", "secrets", "create"),
         ("", "secrets", "delete"),
         ("", "secrets", "get"),
+        # A gang's PodDisruptionBudget (GPUQUEUE_K8S_GANG_PDB): made and adopted; it goes with
+        # the attempt's Secret that owns it.
+        ("policy", "poddisruptionbudgets", "create"),
+        ("policy", "poddisruptionbudgets", "get"),
         ("", "pods", "patch"),
         ("", "pods/log", "get"),
         ("", "events", "list"),

@@ -7,9 +7,17 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import pytest
 from django.test import Client
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
-from gpuqueue.cluster.manifests import CHECKPOINT_ANNOTATION, token_secret_name, workload_name
+from gpuqueue.cluster.manifests import (
+    CHECKPOINT_ANNOTATION,
+    ClusterOptions,
+    token_secret_name,
+    workload_name,
+)
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, Node
@@ -110,3 +118,51 @@ def drained(kube: Kube, job: Job, node: str, token: str) -> None:
     }
     assert env["GPUQUEUE_RESUME"] == "1" and env["GPUQUEUE_CHECKPOINT"] == "s3://ckpt/step-250"
     kube.sync_until(lambda: state(job) == JobState.RUNNING)
+
+
+def test_with_a_gang_pdb_a_drain_waits_for_the_checkpoint_instead_of_evicting_half_a_gang(
+    kube: Kube, submit: Any, settings: Any
+) -> None:
+    settings.GPUQUEUE_MIN_RUNTIME_SECONDS = 0
+    kube.backend.options = ClusterOptions(public_url="http://gpuqueue.test", gang_pdb=True)
+    job = submit(workers=2, gpus_per_worker=8, annotations=LONG)
+    run_cycle(backend=kube.backend)
+    kube.sync_until(lambda: state(job) == JobState.RUNNING)
+    name = workload_name(job.pk, 1)
+    pdb = kube.json(
+        client.PolicyV1Api(kube.api).read_namespaced_pod_disruption_budget(
+            name, "team-a", _preload_content=False
+        )
+    )
+    assert pdb["spec"]["minAvailable"] == 2
+    assert pdb["metadata"]["ownerReferences"][0]["name"] == token_secret_name(job.pk, 1)
+    secret = kube.core.read_namespaced_secret(token_secret_name(job.pk, 1), "team-a")
+    token = base64.b64decode(secret.data["token"]).decode()
+    node = sorted(job.placement)[0]
+    (worker,) = [p for p in gang_pods(kube, job) if p["spec"]["nodeName"] == node]
+    kube.core.patch_node(node, {"spec": {"unschedulable": True}})
+    try:
+        # kubectl drain retries this eviction until it is allowed: while the gang runs, never.
+        with pytest.raises(ApiException) as refused:
+            kube.core.create_namespaced_pod_eviction(
+                worker["metadata"]["name"],
+                "team-a",
+                {"metadata": {"name": worker["metadata"]["name"], "namespace": "team-a"}},
+            )
+        assert refused.value.status == 429
+        kube.sync_until(lambda: state(job) == JobState.PREEMPTING)
+        assert len(gang_pods(kube, job)) == 2  # whole, asked to checkpoint
+        assert save(job, token, "s3://ckpt/drained")["acknowledged"] is True
+        kube.sync_until(lambda: state(job) == JobState.PENDING)
+        # Requeued whole; its PDB goes with its Secret, and the drain can finish.
+        kube.wait(lambda: not gang_pods(kube, job), timeout=60)
+        kube.wait(
+            lambda: (
+                not client.PolicyV1Api(kube.api)
+                .list_namespaced_pod_disruption_budget("team-a")
+                .items
+            ),
+            timeout=60,
+        )
+    finally:
+        kube.core.patch_node(node, {"spec": {"unschedulable": False}})

@@ -32,11 +32,11 @@ def test_gpuqueue_s_own_account_can_do_everything_gpuqueue_does(
 ) -> None:
     backend = KubernetesBackend(
         as_gpuqueue,
-        options=ClusterOptions(public_url="http://gpuqueue.test"),
+        options=ClusterOptions(public_url="http://gpuqueue.test", gang_pdb=True),
         caller=Caller(attempts=1, backoff_seconds=0),
         namespaces=lambda: ["team-a", "team-b"],
     )
-    # Inventory (nodes and pods cluster-wide), launch (Secret, Service, Job), release (patch
+    # Inventory (nodes and pods cluster-wide), launch (Secret, Service, PDB, Job), release (patch
     # pods), follow (Jobs per team namespace): the gang runs.
     kube.sync_until(lambda: True, backend=backend)
     job = submit(workers=2, gpus_per_worker=4, annotations=LONG)
