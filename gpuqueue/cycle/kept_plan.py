@@ -7,8 +7,8 @@ read no changed job since the plan's own read (its `mark`: a forecast reading in
 counts too, cycle/job_feed.py) and whose snapshot is the last one but for its time keeps the
 last plan before that time: its reasons and positions are on the rows already, so there is
 nothing to write either. A plan that admitted, preempted or withdrew a preemption is never
-kept (what it did changes the next snapshot anyway). Kept once its reasons are written; GPUQUEUE_CACHES off plans every
-time (the plain path the tests compare with).
+kept (what it did changes the next snapshot anyway). Kept once its reasons are written;
+GPUQUEUE_CACHES off plans every time (the plain path the tests compare with).
 """
 
 from __future__ import annotations
