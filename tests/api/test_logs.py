@@ -17,7 +17,7 @@ from gpuqueue.cluster.kubernetes import KubernetesBackend
 from gpuqueue.cluster.simulated import DURATION_ANNOTATION, SimulatedBackend
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.launch import launch_spec
-from gpuqueue.models import Job
+from gpuqueue.models import Job, WorkloadRecord
 from gpuqueue.services.transitions import transition
 
 
@@ -142,6 +142,8 @@ def test_an_unreachable_cluster_is_503_with_retry_after(
     api: Any, finished: Job, monkeypatch: Any
 ) -> None:
     """The Kubernetes backend against a port where nothing listens: one try, then 503."""
+    # The Job uid a Kubernetes launch records, so that the backend has pods to ask the API for.
+    assert WorkloadRecord.objects.filter(job_id=finished.pk, attempt=1).update(job_uid="u") == 1
     configuration = client.Configuration(host="http://127.0.0.1:9")
     configuration.retries = 0
     away = KubernetesBackend(
