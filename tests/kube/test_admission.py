@@ -654,10 +654,15 @@ def test_gpuqueue_s_own_pods_pass_pod_security_restricted(kube: Kube) -> None:
                 }
             }
         )
-        kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": "gpuqueue"}})
     except ApiException as exc:
         if exc.status != 409:
             raise
+    for account in ("gpuqueue", "gpuqueue-web"):  # deploy/base/serviceaccount.yaml
+        try:
+            kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
     deployments = [
         doc
         for path in sorted((DEPLOY / "base").glob("*.yaml"))
