@@ -1,9 +1,10 @@
 """On a real control plane: failures that are the node's or the cluster's, not the job's. A
 worker its kubelet refuses requeues the gang as lost; a hold another process read before the gang
-started stops nothing."""
+started stops nothing; a gang waiting for terminating pods is no failed start."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from gpuqueue.core.states import JobState
@@ -13,6 +14,7 @@ from gpuqueue.services.cluster_sync import sync_cluster
 from tests.kube.conftest import Kube
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
+HOLD = "gpuqueue.test/terminating"
 
 
 def state(job: Job) -> str:
@@ -92,3 +94,40 @@ def test_a_hold_read_by_another_process_before_the_gang_started_stops_nothing(
     assert gang_pods(kube, job) and all(
         not p["metadata"].get("deletionTimestamp") for p in gang_pods(kube, job)
     )
+
+
+def test_a_gang_whose_planned_node_is_held_only_by_terminating_pods_waits_for_them(
+    kube: Kube, submit: Any
+) -> None:
+    """A victim's pods save their checkpoint for up to its grace: the gang planned onto their
+    GPUs waits, and that is no failed start (which would count toward the job's cap)."""
+    job = submit(workers=1, gpus_per_worker=8, annotations=LONG)
+    run_cycle(backend=kube.backend)
+    job.refresh_from_db()
+    (node,) = job.placement
+    kube.wait(lambda: len(gang_pods(kube, job)) == 1)
+    # Before the gang is released, a pod on its node that is still terminating (a finalizer
+    # keeps it, as a real kubelet keeps a pod through its grace).
+    leaving = {
+        "metadata": {"name": "leaving", "namespace": "others", "finalizers": [HOLD]},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+            ],
+        },
+    }
+    kube.core.create_namespaced_pod("others", leaving)
+    kube.wait(lambda: kube.core.read_namespaced_pod("leaving", "others").spec.node_name == node)
+    kube.core.delete_namespaced_pod("leaving", "others")
+    try:
+        for _ in range(5):
+            sync_cluster(kube.backend)
+            time.sleep(0.2)
+        assert state(job) == JobState.ADMITTED and job.start_failures == 0
+        assert all(p["spec"].get("schedulingGates") for p in gang_pods(kube, job))
+    finally:
+        kube.core.patch_namespaced_pod("leaving", "others", {"metadata": {"finalizers": None}})
+    kube.sync_until(lambda: state(job) == JobState.RUNNING)
+    assert job.start_failures == 0
