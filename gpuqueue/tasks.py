@@ -1,6 +1,7 @@
 """Celery entry points: short, named, primitive arguments, retried only on transient errors.
 
-The demo's traffic has its task with the demo (gpuqueue/demo/tasks.py)."""
+The demo's traffic has its task with the demo (gpuqueue/demo/tasks.py). No task follows the
+cluster: only the watcher (the leader of its Lease) does, from its own live copy."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ from celery import shared_task
 from django.db import OperationalError
 from django.utils import timezone
 
-from gpuqueue.cluster import get_backend
 from gpuqueue.cycle.run import refresh_forecasts_when_due, run_cycle
-from gpuqueue.services.cluster_sync import sync_cluster
 from gpuqueue.services.gpu_activity import sample_gpu_activity
 from gpuqueue.services.usage_ledger import (
     close_released_attempts,
@@ -44,15 +43,6 @@ def run_admission_cycle() -> dict[str, object]:
 )
 def refresh_forecasts_task() -> int | None:
     return refresh_forecasts_when_due()
-
-
-@shared_task(
-    name="gpuqueue.sync_cluster",
-    **RETRY_ON_DATABASE_ERRORS,
-)
-def sync_cluster_task() -> dict[str, object]:
-    result = sync_cluster(get_backend())
-    return {"ran": result.ran, "transitions": result.transitions}
 
 
 @shared_task(
