@@ -364,9 +364,10 @@ GPUQUEUE_K8S_API_TIMEOUT_SECONDS = env_float("GPUQUEUE_K8S_API_TIMEOUT_SECONDS",
 # Attempts per API call on 429, 5xx and timeouts, with exponential backoff from the base delay.
 GPUQUEUE_K8S_API_RETRIES = env_int("GPUQUEUE_K8S_API_RETRIES", 3, minimum=1)
 GPUQUEUE_K8S_API_BACKOFF_SECONDS = env_float("GPUQUEUE_K8S_API_BACKOFF_SECONDS", 0.5, minimum=0)
-# A worker still pulling its image (ErrImagePull/ImagePullBackOff) after this long fails the job.
-# A node NotReady or unreachable this long has its gangs torn down (Kubernetes evicts after 300 s
-# too); meanwhile its GPUs are offered to no new work.
+# A worker still pulling its image (ErrImagePull/ImagePullBackOff) after this long is a failed
+# start. A node NotReady or unreachable this long has its gangs torn down (the workers tolerate
+# the node's not-ready and unreachable taints as long); meanwhile its GPUs are offered to no new
+# work.
 GPUQUEUE_NODE_LOST_GRACE_SECONDS = env_float("GPUQUEUE_NODE_LOST_GRACE_SECONDS", 300.0, minimum=0)
 GPUQUEUE_K8S_IMAGE_PULL_TIMEOUT_SECONDS = env_float(
     "GPUQUEUE_K8S_IMAGE_PULL_TIMEOUT_SECONDS", 300.0, minimum=0
