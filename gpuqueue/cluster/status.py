@@ -101,12 +101,31 @@ def is_node_refusal(reason: str) -> bool:
     return reason in NODE_REFUSALS or reason.startswith("OutOf")
 
 
+def _over_own_limit(pod: Obj) -> bool:
+    """Evicted by its kubelet for what the pod itself used past its own limits (ephemeral
+    storage of a container or of the pod, an emptyDir's size), not for the node's pressure:
+    requeued, it would be evicted again."""
+    status = pod.get("status") or {}
+    message = str(status.get("message") or "").lower()
+    return (
+        status.get("reason") == "Evicted" and "limit" in message and "node was low" not in message
+    )
+
+
+def _evicted_over_own_limit(pods: list[Obj]) -> str:
+    for pod in sorted(pods, key=_rank):
+        if _over_own_limit(pod):
+            message = str((pod.get("status") or {}).get("message") or "").strip()
+            return f"worker {_rank(pod)} was evicted for exceeding its own limit: {message}"
+    return ""
+
+
 def _refused_by_node(pods: list[Obj]) -> str:
     """The first worker its node refused or dropped (NODE_REFUSALS), as a sentence, or ""."""
     for pod in sorted(pods, key=_rank):
         status = pod.get("status") or {}
         reason = str(status.get("reason") or "")
-        if status.get("phase") == "Failed" and is_node_refusal(reason):
+        if status.get("phase") == "Failed" and is_node_refusal(reason) and not _over_own_limit(pod):
             node = (pod.get("spec") or {}).get("nodeName") or "its node"
             message = str(status.get("message") or "").strip()
             return f"worker {_rank(pod)} was refused by {node}: {reason}" + (
@@ -231,7 +250,9 @@ def workload_status(
     (gpuqueue.cluster.proof), else read from its labels.
 
     1. Refused by its node: a worker the kubelet refused or dropped (NODE_REFUSALS) is a lost
-       gang, even once the Job failed for it: the node's fault, not the job's.
+       gang, even once the Job failed for it: the node's fault, not the job's. One evicted for
+       exceeding its own limits (ephemeral storage) fails the job: requeued, it would be
+       evicted again.
     2. Finished: the Job's Complete or Failed condition (with the failing worker's exit code
        and reason, e.g. OOMKilled, or the Job's own reason, e.g. DeadlineExceeded).
     3. Lost: a worker's node is gone, or not ready for longer than the grace, or the worker
@@ -251,7 +272,9 @@ def workload_status(
     created = parse_time((job.get("metadata") or {}).get("creationTimestamp")) or first_seen
     status = job.get("status") or {}
 
-    # 1. Refused by its node
+    # 1. Refused by its node (evicted for its own limits: the job's failure)
+    if own := _evicted_over_own_limit(pods):
+        return WorkloadStatus(job_id, attempt, Phase.FAILED, now, message=own)
     if refused := _refused_by_node(pods):
         return WorkloadStatus(job_id, attempt, Phase.LOST, now, message=refused)
     # 2. Finished

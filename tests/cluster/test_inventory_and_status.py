@@ -198,6 +198,42 @@ CASES = [
         message="worker 0: CreateContainerError: device busy",
         start_failure=True,
     ),
+    Case(
+        "a worker evicted for exceeding its own storage limit fails the job",
+        [
+            running(0),
+            running(
+                1,
+                phase="Failed",
+                state={},
+                reason="Evicted",
+                message="Pod ephemeral local storage usage exceeds the total limit of"
+                " containers 1Gi.",
+                conditions=[
+                    {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}
+                ],
+            ),
+        ],
+        Phase.FAILED,
+        message="worker 1 was evicted for exceeding its own limit: Pod ephemeral local storage"
+        " usage exceeds the total limit of containers 1Gi.",
+    ),
+    Case(
+        "a worker evicted because its node ran low loses the gang",
+        [
+            running(0),
+            running(
+                1,
+                phase="Failed",
+                state={},
+                reason="Evicted",
+                message="The node was low on resource: memory. Threshold quantity: 100Mi.",
+            ),
+        ],
+        Phase.LOST,
+        message="worker 1 was refused by n1: Evicted: The node was low on resource: memory."
+        " Threshold quantity: 100Mi.",
+    ),
     *(
         Case(
             f"a worker its node refuses ({reason}) loses the gang even once the Job failed",
