@@ -93,6 +93,7 @@ def team_namespaces() -> list[str]:
 
 class KubernetesBackend(ClusterBackend):
     name = "kubernetes"
+    withdraws_checkpoints = True
 
     def __init__(
         self,
@@ -648,6 +649,16 @@ class KubernetesBackend(ClusterBackend):
     def request_checkpoint(self, job_id: int, attempt: int, deadline: datetime) -> None:
         """Annotate every pod of the attempt with the deadline (the workload reads it from its
         downward-API file); a pod that already carries it is left alone."""
+        self._set_checkpoint_request(job_id, attempt, deadline)
+
+    def withdraw_checkpoint(self, job_id: int, attempt: int) -> None:
+        """Take the request off every pod of the attempt: the workload's file no longer names a
+        deadline, and it goes on running. A pod without the request is left alone."""
+        self._set_checkpoint_request(job_id, attempt, None)
+
+    def _set_checkpoint_request(self, job_id: int, attempt: int, deadline: datetime | None) -> None:
+        """The checkpoint annotation of every pod of the attempt set to `deadline`, or removed
+        (None); a pod that already carries what is wanted is left alone."""
         patch = mf.checkpoint_patch(deadline)
         wanted = patch["metadata"]["annotations"][mf.CHECKPOINT_ANNOTATION]
         for pod in self._pods_of(job_id, attempt):
@@ -656,7 +667,7 @@ class KubernetesBackend(ClusterBackend):
                 continue
             try:
                 self.call(
-                    f"annotate pod {meta.get('namespace')}/{meta['name']}",
+                    f"set the checkpoint request of pod {meta.get('namespace')}/{meta['name']}",
                     self.core.patch_namespaced_pod,
                     meta["name"],
                     meta["namespace"],

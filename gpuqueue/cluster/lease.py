@@ -300,6 +300,14 @@ class FencedBackend(ClusterBackend):
         self._fence("checkpoint signal")
         self.backend.request_checkpoint(job_id, attempt, deadline)
 
+    @property
+    def withdraws_checkpoints(self) -> bool:  # type: ignore[override]
+        return self.backend.withdraws_checkpoints
+
+    def withdraw_checkpoint(self, job_id: int, attempt: int) -> None:
+        self._fence("checkpoint withdrawal")
+        self.backend.withdraw_checkpoint(job_id, attempt)
+
     def stop(self, job_id: int, attempt: int) -> None:
         self._fence("stop")
         self.backend.stop(job_id, attempt)

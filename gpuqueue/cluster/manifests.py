@@ -507,9 +507,11 @@ def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def checkpoint_patch(deadline: datetime) -> dict[str, Any]:
-    """The merge patch that asks a pod to checkpoint before `deadline`."""
-    return {"metadata": {"annotations": {CHECKPOINT_ANNOTATION: rfc3339(deadline)}}}
+def checkpoint_patch(deadline: datetime | None) -> dict[str, Any]:
+    """The merge patch that asks a pod to checkpoint before `deadline`, or (None) withdraws
+    the request: a merge patch's null deletes the annotation."""
+    value = rfc3339(deadline) if deadline is not None else None
+    return {"metadata": {"annotations": {CHECKPOINT_ANNOTATION: value}}}
 
 
 def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
