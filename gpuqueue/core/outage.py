@@ -2,8 +2,8 @@
 
 Redis holds counters, the cache epoch and the broker; every request and submission touches it,
 and each place that does fails open (a request still gets through, a submission is still stored
-and the periodic sweep admits it). During an outage each of those places used to log a full
-traceback, hundreds a minute, burying everything else. They report here instead: the first
+and the periodic sweep admits it). A traceback from each of them during an outage would be
+hundreds a minute, burying everything else, so they report here instead: the first
 failure in a minute is logged as one line that names what failed, the error and how many
 failures the previous line left out; the rest of the minute is only counted. Per process, all
 places together: an outage is one event whichever call noticed it.
