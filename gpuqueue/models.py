@@ -203,6 +203,9 @@ class Node(models.Model):
     capacity = models.JSONField(default=dict)
     # GPUs held by pods gpuqueue did not create, by resource name.
     used_externally = models.JSONField(default=dict, blank=True)
+    # GPUs that gpuqueue's own terminating pods still hold, by job id and resource name:
+    # {"7": {"nvidia.com/gpu": 8}} (not in used_externally).
+    draining = models.JSONField(default=dict, blank=True)
     labels = models.JSONField(default=dict, blank=True)
     taints = models.JSONField(default=list, blank=True)
     ready = models.BooleanField(default=True)
@@ -219,6 +222,12 @@ class Node(models.Model):
     @property
     def schedulable(self) -> bool:
         return self.ready and not self.cordoned and not self.drained
+
+    def draining_gpus(self, resource_name: str) -> int:
+        """GPUs of that resource gpuqueue's terminating pods still hold here, all jobs together."""
+        return sum(
+            int((by_name or {}).get(resource_name, 0) or 0) for by_name in self.draining.values()
+        )
 
 
 class JobHold(models.TextChoices):

@@ -24,6 +24,9 @@ class NodeInfo:
     ready: bool = True
     cordoned: bool = False
     used_externally: Mapping[str, int] = field(default_factory=dict)
+    # GPUs that gpuqueue's own proven pods still hold while they terminate (or whose attempt
+    # is no longer live), by job id and resource name; not in `used_externally`.
+    draining: Mapping[int, Mapping[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

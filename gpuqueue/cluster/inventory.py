@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -96,21 +97,32 @@ def pod_gpus(pod: Mapping[str, Any]) -> dict[str, int]:
     return {name: count for name, count in total.items() if count > 0}
 
 
-def external_gpu_use(
+@dataclass(frozen=True, slots=True)
+class GpuUse:
+    """GPUs on each node that no live gpuqueue job accounts for, sorted out by holder."""
+
+    # {node: {resource: GPUs}} held by others: every pod gpuqueue cannot prove it made.
+    external: Mapping[str, Mapping[str, int]]
+    # {node: {job id: {resource: GPUs}}} held by gpuqueue's proven pods that are terminating
+    # or whose attempt is no longer live: they come back, to the job they were taken for.
+    draining: Mapping[str, Mapping[int, Mapping[str, int]]]
+
+
+def gpu_use(
     pods: Iterable[Mapping[str, Any]],
     live: Collection[tuple[int, int]] | None = None,
     ours: Mapping[tuple[str, str], tuple[int, int]] | None = None,
-) -> dict[str, dict[str, int]]:
-    """{node: {resource: GPUs}} held by unfinished pods that no live gpuqueue job accounts for.
+) -> GpuUse:
+    """What unfinished pods bound (or nominated by preemption) to a node hold, besides the
+    workers of live jobs (the database's placement counts those).
 
-    That is every pod gpuqueue cannot prove it made (bound, or nominated to a node by
-    preemption), whatever its labels say, and gpuqueue's own pods that are terminating or
-    belong to an attempt that is no longer `live` (a requeued job's previous attempt holds its
-    GPUs until its pods are gone). `ours`: the attempt of each pod gpuqueue proved it made,
-    by (namespace, name) (gpuqueue.cluster.proof.Ours.pod_keys). With `live` None, gpuqueue's
-    pods count only while terminating.
+    A pod gpuqueue cannot prove it made is another's, whatever its labels say: a tenant must
+    not make capacity look like it is coming back. `ours`: the attempt of each pod gpuqueue
+    proved it made, by (namespace, name) (gpuqueue.cluster.proof.Ours.pod_keys). With `live`
+    None, gpuqueue's pods count only while terminating.
     """
-    used: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    external: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    draining: dict[str, dict[int, dict[str, int]]] = defaultdict(dict)
     for pod in pods:
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
         node = spec.get("nodeName") or status.get("nominatedNodeName")
@@ -118,15 +130,26 @@ def external_gpu_use(
             continue
         meta = pod.get("metadata") or {}
         key = (ours or {}).get((meta.get("namespace") or "", meta.get("name") or ""))
-        terminating = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+        terminating = bool(meta.get("deletionTimestamp"))
         if key is not None and not terminating and (live is None or key in live):
             continue  # a live job's worker: the database's placement counts it
-        for name, count in pod_gpus(pod).items():
-            used[node][name] += count
-    return {node: dict(by_name) for node, by_name in used.items()}
+        gpus = pod_gpus(pod)
+        if not gpus:
+            continue
+        held = external[node] if key is None else draining[node].setdefault(key[0], {})
+        for name, count in gpus.items():
+            held[name] = held.get(name, 0) + count
+    return GpuUse(
+        external={node: dict(by_name) for node, by_name in external.items()},
+        draining=dict(draining),
+    )
 
 
-def node_info(node: Mapping[str, Any], used_externally: Mapping[str, int]) -> NodeInfo:
+def node_info(
+    node: Mapping[str, Any],
+    used_externally: Mapping[str, int],
+    draining: Mapping[int, Mapping[str, int]] | None = None,
+) -> NodeInfo:
     metadata = node.get("metadata") or {}
     spec = node.get("spec") or {}
     return NodeInfo(
@@ -140,6 +163,7 @@ def node_info(node: Mapping[str, Any], used_externally: Mapping[str, int]) -> No
         ready=is_ready(node),
         cordoned=is_draining(node),
         used_externally=dict(used_externally),
+        draining={job: dict(gpus) for job, gpus in sorted((draining or {}).items())},
     )
 
 
@@ -150,8 +174,11 @@ def inventory(
     ours: Mapping[tuple[str, str], tuple[int, int]] | None = None,
 ) -> list[NodeInfo]:
     """Every node, GPU or not (a node without GPUs simply offers none), by name."""
-    used = external_gpu_use(pods, live, ours)
-    infos = [node_info(n, used.get(n["metadata"]["name"], {})) for n in nodes]
+    use = gpu_use(pods, live, ours)
+    infos = []
+    for node in nodes:
+        name = node["metadata"]["name"]
+        infos.append(node_info(node, use.external.get(name, {}), use.draining.get(name)))
     return sorted(infos, key=lambda info: info.name)
 
 

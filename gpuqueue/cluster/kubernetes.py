@@ -281,8 +281,9 @@ class KubernetesBackend(ClusterBackend):
 
     def _ours(self, jobs: list[Obj], pods: list[Obj]) -> Ours:
         """The Jobs and pods this install proves it made, against the database's records of
-        the attempts their labels name (labels only say which records to read)."""
-        job_ids = {key[0] for job in jobs if (key := mf.attempt_of(job)) is not None}
+        the attempts their labels name (labels only say which records to read; pods' too, for
+        the terminating pods of a Job already deleted)."""
+        job_ids = {key[0] for obj in (*jobs, *pods) if (key := mf.attempt_of(obj)) is not None}
         return sort_out(jobs, pods, self.records(job_ids, self.instance))
 
     def list_nodes(self, live: Collection[tuple[int, int]] | None = None) -> list[NodeInfo]:

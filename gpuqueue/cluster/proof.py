@@ -154,7 +154,7 @@ class Ours:
 
     jobs: Mapping[Key, Obj] = field(default_factory=dict)
     pods: Mapping[Key, Sequence[Obj]] = field(default_factory=dict)
-    # (namespace, pod name) -> attempt, for every proven pod
+    # (namespace, pod name) -> attempt, for every proven pod (also those of a deleted Job)
     pod_keys: Mapping[tuple[str, str], Key] = field(default_factory=dict)
     # Jobs labelled as gpuqueue's (and listed by this install's selector) that nothing proves,
     # each with why.
@@ -199,6 +199,14 @@ def sort_out(jobs: Iterable[Obj], pods: Iterable[Obj], records: Mapping[Key, Rec
         for key, job in ours.items()
         if _meta(job).get("uid")
     }
+    # A stopped attempt's Job is deleted at once (background propagation) while its pods
+    # terminate: they are still proven by the Job uid recorded at launch, for the inventory
+    # (their GPUs come back), though they make no status.
+    gone = {
+        (record.namespace, record.job_uid): key
+        for key, record in records.items()
+        if record.job_uid and key not in ours
+    }
     by_key: dict[Key, list[Obj]] = {key: [] for key in ours}
     pod_keys: dict[tuple[str, str], Key] = {}
     for pod in pods:
@@ -206,9 +214,12 @@ def sort_out(jobs: Iterable[Obj], pods: Iterable[Obj], records: Mapping[Key, Rec
         namespace = str(meta.get("namespace") or "")
         for ref in meta.get("ownerReferences") or []:
             if ref.get("controller") is True and ref.get("kind") == "Job":
-                key = owners.get((namespace, str(ref.get("uid") or "")))
+                owner = (namespace, str(ref.get("uid") or ""))
+                key = owners.get(owner)
                 if key is not None and attempt_of(pod) == key:
                     by_key[key].append(pod)
+                    pod_keys[(namespace, str(meta.get("name") or ""))] = key
+                elif (key := gone.get(owner)) is not None and attempt_of(pod) == key:
                     pod_keys[(namespace, str(meta.get("name") or ""))] = key
                 break
     return Ours(jobs=ours, pods=by_key, pod_keys=pod_keys, unproven=unproven)

@@ -6,8 +6,8 @@ editing it). A launched job runs in real time for the seconds in its annotation
 fails with the exit code in `gpuqueue.dev/sim-exit-code`. A checkpoint request is acknowledged
 after GPUQUEUE_SIM_CHECKPOINT_SECONDS with a location that records the progress made, and a
 resumed attempt only runs what was left. A stopped workload's pods take `termination_seconds`
-(0 unless told) to go: meanwhile its GPUs count as used by others, as a real cluster's
-terminating pods do.
+(0 unless told) to go: meanwhile its GPUs are draining for its job, as a real cluster's
+terminating pods are.
 """
 
 from __future__ import annotations
@@ -119,19 +119,19 @@ class SimulatedBackend(ClusterBackend):
             self._nodes_cache = (mtime, load_cluster_file(self.cluster_file))
         nodes = list(self._nodes_cache[1])
         if self.termination:
-            used = self._terminating_use()
+            draining = self._terminating_use()
             nodes = [
-                replace(n, used_externally=used[n.name]) if n.name in used else n for n in nodes
+                replace(n, draining=draining[n.name]) if n.name in draining else n for n in nodes
             ]
         return nodes
 
-    def _terminating_use(self) -> dict[str, dict[str, int]]:
-        """node -> resource -> GPUs that stopped workloads' pods hold until they are gone
-        (deleting those that are gone by now)."""
+    def _terminating_use(self) -> dict[str, dict[int, dict[str, int]]]:
+        """node -> job id -> resource -> GPUs that stopped workloads' pods hold until they are
+        gone (deleting those that are gone by now)."""
         from gpuqueue.models import SimulatedWorkload
 
         now = self.clock()
-        used: dict[str, dict[str, int]] = {}
+        draining: dict[str, dict[int, dict[str, int]]] = {}
         for workload in SimulatedWorkload.objects.filter(env__has_key=TERMINATING_KEY):
             if datetime.fromisoformat(workload.env[TERMINATING_KEY]) <= now:
                 workload.delete()
@@ -139,9 +139,9 @@ class SimulatedBackend(ClusterBackend):
             resource = str(workload.env.get(RESOURCE_KEY, "nvidia.com/gpu"))
             per = int(workload.env.get(GPUS_KEY, 0))
             for node, workers in workload.placement.items():
-                on_node = used.setdefault(node, {})
-                on_node[resource] = on_node.get(resource, 0) + int(workers) * per
-        return used
+                held = draining.setdefault(node, {}).setdefault(workload.job_id, {})
+                held[resource] = held.get(resource, 0) + int(workers) * per
+        return draining
 
     def launch(self, spec: LaunchSpec) -> str | None:
         outcome = self.launch_all([spec])[0]

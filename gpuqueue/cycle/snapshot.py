@@ -72,9 +72,27 @@ def load_nodes(flavors: list[Flavor] | None = None) -> tuple[m.Node, ...]:
                 capacity=capacity,
                 used_externally={k: v for k, v in external.items() if v},
                 schedulable=node.schedulable,
+                draining=stored_draining(node.draining, capacity, by_resource),
             )
         )
     return tuple(nodes)
+
+
+def stored_draining(
+    stored: Mapping[str, Mapping[str, int]],
+    capacity: Mapping[str, int],
+    by_resource: Mapping[str, str],
+) -> tuple[m.Draining, ...]:
+    """The GPUs a node row says gpuqueue's terminating pods hold ({job id: {resource: GPUs}},
+    as the inventory counted them), for each flavor the node offers; claimed by no job yet
+    (`claimed_by`)."""
+    draining = []
+    for job, by_name in sorted((stored or {}).items(), key=lambda item: int(item[0])):
+        for flavor in sorted(capacity):
+            gpus = int((by_name or {}).get(by_resource[flavor], 0) or 0)
+            if gpus > 0:
+                draining.append(m.Draining(flavor, gpus, int(job)))
+    return tuple(draining)
 
 
 def load_teams(teams: list[Team] | None = None) -> tuple[m.Team, ...]:
@@ -144,7 +162,7 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     if stored is not None:
         shown = active.shown
         stored.update((job.id, shown[job.id]) for job in pending)
-    nodes = with_draining(nodes, _awaited_victims(active.shown, active.rows), due, names)
+    nodes = claimed_by(nodes, _awaited_victims(active.shown, active.rows))
     preempting = [job.id for job in running if job.preempting_since is not None]
     if preempting:
         preempted_for = _preempted_for(preempting)
@@ -159,11 +177,6 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
         running=tuple(running),
         pending=tuple(pending),
     )
-
-
-# How long after a victim's requeue its pods may still hold its GPUs: its checkpoint grace (their
-# terminationGracePeriodSeconds) and this much more for the kubelet and the node sync.
-DRAINING_SLACK_SECONDS = 60.0
 
 
 def _preempted_for(job_ids: list[int]) -> dict[int, int]:
@@ -204,66 +217,20 @@ def _awaited_victims(shown: Mapping[int, StoredPending], rows: Mapping[int, Row]
     return awaited
 
 
-def with_draining(
-    nodes: tuple[m.Node, ...], awaited: Mapping[int, int], now: float, names: Names
-) -> tuple[m.Node, ...]:
-    """The nodes with the GPUs that awaited victims' pods still hold while they terminate
-    (`m.Node.draining`, for the job waiting on them), taken out of `used_externally`.
-
-    1. For each awaited victim that holds no GPUs, its last requeue from PREEMPTING (one
-       indexed query by job): its event keeps the placement it left.
-    2. Within its checkpoint grace plus DRAINING_SLACK_SECONDS of that requeue, its pods may
-       still be there: on each of its nodes, the GPUs that others hold there (the inventory
-       counts a requeued job's terminating pods in `used_externally`), up to what it held,
-       are draining. Past that, or once the inventory no longer counts them, they are not.
-    """
+def claimed_by(nodes: tuple[m.Node, ...], awaited: Mapping[int, int]) -> tuple[m.Node, ...]:
+    """The nodes with the GPUs of awaited victims' terminating pods claimed by the job waiting
+    on them: they come back to it, so it waits for them instead of preempting another job."""
     if not awaited:
-        return nodes
-    events = (
-        JobEvent.objects.filter(
-            job_id__in=sorted(awaited),
-            from_state=JobState.PREEMPTING,
-            to_state=JobState.PENDING,
-        )
-        .order_by("job_id", "-at", "-id")
-        .values_list(
-            "job_id",
-            "at",
-            "details",
-            "job__checkpoint_grace_seconds",
-            "job__gpus_per_worker",
-            "job__flavor_id",
-        )
-    )
-    left: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (node, flavor) -> (job, GPUs)
-    seen: set[int] = set()
-    for job_id, at, details, grace, per, flavor_id in events:
-        if job_id in seen:
-            continue  # an older requeue
-        seen.add(job_id)
-        if at.timestamp() + grace + DRAINING_SLACK_SECONDS <= now:
-            continue
-        flavor = names.flavors[flavor_id][0]
-        for node, workers in sorted(((details or {}).get("placement") or {}).items()):
-            left.setdefault((str(node), flavor), []).append((job_id, int(workers) * per))
-    if not left:
         return nodes
     result = []
     for node in nodes:
-        external = dict(node.used_externally)
-        draining = list(node.draining)
-        for flavor in sorted(external):
-            for job_id, gpus in left.get((node.name, flavor), ()):
-                take = min(gpus, external[flavor])
-                if take <= 0:
-                    continue
-                external[flavor] -= take
-                draining.append(m.Draining(flavor, take, job_id, awaited[job_id]))
-        if len(draining) == len(node.draining):
-            result.append(node)
-        else:
-            used = {flavor: gpus for flavor, gpus in external.items() if gpus}
-            result.append(replace(node, used_externally=used, draining=tuple(draining)))
+        if any(d.job_id in awaited for d in node.draining):
+            draining = tuple(
+                replace(d, for_job_id=awaited[d.job_id]) if d.job_id in awaited else d
+                for d in node.draining
+            )
+            node = replace(node, draining=draining)
+        result.append(node)
     return tuple(result)
 
 

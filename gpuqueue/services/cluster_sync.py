@@ -35,7 +35,15 @@ class SyncResult:
     released: int = 0  # workers let out of their placement gate
 
 
-NODE_FIELDS = ("capacity", "labels", "taints", "ready", "cordoned", "used_externally")
+NODE_FIELDS = (
+    "capacity",
+    "labels",
+    "taints",
+    "ready",
+    "cordoned",
+    "used_externally",
+    "draining",
+)
 
 
 def sync_nodes(nodes: list[NodeInfo]) -> None:
@@ -54,6 +62,8 @@ def sync_nodes(nodes: list[NodeInfo]) -> None:
             "ready": info.ready,
             "cordoned": info.cordoned,
             "used_externally": dict(info.used_externally),
+            # JSON object keys are strings: the job id as one.
+            "draining": {str(job): dict(gpus) for job, gpus in sorted(info.draining.items())},
         }
         node = existing.pop(info.name, None)
         if node is None:

@@ -98,8 +98,10 @@ def free_by_flavor_and_node(
         for flavor, gpus in node_capacity_by_flavor(
             node.capacity, node.labels, flavors, taints=node.taints
         ).items():
-            external = int(node.used_externally.get(by_resource[flavor], 0) or 0)
-            free[flavor][node.name] = max(gpus - external, 0)
+            resource = by_resource[flavor]
+            # Terminating pods' GPUs are not idle: they are held until the pods are gone.
+            held = int(node.used_externally.get(resource, 0) or 0) + node.draining_gpus(resource)
+            free[flavor][node.name] = max(gpus - held, 0)
     for flavor, gpus_per_worker, placement in holding:
         on_flavor = free.get(flavor)
         if on_flavor is None:

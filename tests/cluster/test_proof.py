@@ -187,3 +187,19 @@ def test_a_namespace_another_install_claimed_is_refused_and_a_launch_there_raise
     with pytest.raises(Claimed, match="belongs to another gpuqueue install"):
         second.claim(["team-a"], strict=True)
     assert first.claim(["team-a"], strict=True) == {}  # the owner keeps it
+
+
+def test_a_terminating_pod_whose_job_is_deleted_is_proven_by_its_recorded_uid() -> None:
+    # A stop deletes the Job at once (background propagation); its pod terminates for a while.
+    real, worker = job(), pod()
+    made_by_gpuqueue(real, [worker])
+    worker["metadata"]["deletionTimestamp"] = "2026-11-28T09:00:00Z"
+    records = records_of(real)
+    # Another namespace's pod naming the recorded uid, and one without the attempt's labels.
+    elsewhere, unlabelled = pod("team-b", "elsewhere"), pod(name="unlabelled")
+    for forged in (elsewhere, unlabelled):
+        forged["metadata"]["ownerReferences"] = copy.deepcopy(worker["metadata"]["ownerReferences"])
+    unlabelled["metadata"]["labels"] = {}
+    ours = sort_out([], [worker, elsewhere, unlabelled], records)
+    assert ours.pod_keys == {("team-a", "gq-7-1-0-x"): (7, 1)}
+    assert ours.jobs == {} and ours.pods == {}  # no Job: no status

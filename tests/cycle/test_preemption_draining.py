@@ -88,7 +88,9 @@ def test_a_preemption_whose_victim_terminates_for_60_s_takes_exactly_one_victim(
     sync_cluster(slow_pods, now=clock())
     victim.refresh_from_db()
     assert victim.state == JobState.PENDING
-    assert Node.objects.get(name=node).used_externally == {"nvidia.com/gpu": 8}
+    stored = Node.objects.get(name=node)
+    assert stored.draining == {str(victim.pk): {"nvidia.com/gpu": 8}}
+    assert stored.used_externally == {}
 
     # For as long as they do, team b's job waits for those GPUs and nothing else is taken.
     for seconds in (1, 20, 40, 59):

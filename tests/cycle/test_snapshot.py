@@ -15,7 +15,7 @@ from gpuqueue.core.states import JobState
 from gpuqueue.cycle import job_feed
 from gpuqueue.cycle import snapshot as snapshot_module
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
-from gpuqueue.models import Job
+from gpuqueue.models import Job, Node
 from gpuqueue.scheduler import model as m
 
 REASON = {"code": "no_fit", "numbers": {"needed": 8, "free": 6}, "job_ids": []}
@@ -116,6 +116,30 @@ def test_jobs_reach_the_engine_with_their_times_placements_and_stored_reasons(
     )
     assert stored == {waiting.pk: (REASON, 2, 5), plain.pk: (None, None, None)}
     assert load_snapshot(now) == snapshot  # the same without asking for stored values
+
+
+def test_terminating_pods_gpus_reach_the_engine_as_counted_claimed_by_the_job_waiting_on_them(
+    world: Any, submit: Any
+) -> None:
+    now = timezone.now()
+    victim, preemptor = submit(), submit(user=world.carol, team=world.team_b, gpus_per_worker=8)
+    waiting = {"code": "waiting_for_preemption", "numbers": {}, "job_ids": [victim.pk]}
+    Job.objects.filter(pk=preemptor.pk).update(pending_reason=waiting)
+    # The victim is requeued; its pods (8 GPUs) and a finished job's (2) still terminate.
+    Node.objects.create(
+        name="h100-0",
+        capacity={"nvidia.com/gpu": 16},
+        labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        used_externally={"nvidia.com/gpu": 1},
+        draining={"999": {"nvidia.com/gpu": 2}, str(victim.pk): {"nvidia.com/gpu": 8}},
+    )
+
+    (node,) = load_snapshot(now).nodes
+    assert node.used_externally == {"h100": 1}
+    assert set(node.draining) == {
+        m.Draining("h100", 8, victim.pk, for_job_id=preemptor.pk),
+        m.Draining("h100", 2, 999, for_job_id=None),  # waited on by none: first to claim
+    }
 
 
 # --- Active jobs kept between loads and brought up to date (gpuqueue.cycle.job_feed) ---

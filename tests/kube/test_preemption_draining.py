@@ -64,7 +64,10 @@ def test_a_preemption_whose_victim_s_pods_keep_terminating_takes_exactly_one_vic
     )
     assert response.status_code == 200, response.content
     kube.sync_until(lambda: state(victim) == JobState.PENDING)
-    kube.sync_until(lambda: Node.objects.get(name=node).used_externally.get("nvidia.com/gpu") == 8)
+    kube.sync_until(
+        lambda: Node.objects.get(name=node).draining == {str(victim.pk): {"nvidia.com/gpu": 8}}
+    )
+    assert Node.objects.get(name=node).used_externally == {}
 
     try:
         # However many passes run meanwhile, team-a's job waits for that node and nothing
