@@ -136,7 +136,12 @@ def gpu_use(
         gpus = pod_gpus(pod)
         if not gpus:
             continue
-        held = external[node] if key is None else draining[node].setdefault(key[0], {})
+        # A live job's terminating worker (its replacement may already hold GPUs beside it)
+        # is held, not coming back: only a stopped attempt's GPUs return to the queue.
+        if key is None or (live is not None and key in live):
+            held = external[node]
+        else:
+            held = draining[node].setdefault(key[0], {})
         for name, count in gpus.items():
             held[name] = held.get(name, 0) + count
     return GpuUse(

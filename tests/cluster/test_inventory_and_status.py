@@ -88,15 +88,16 @@ def test_gpus_held_by_pods_gpuqueue_did_not_create_are_counted_as_used() -> None
 
 
 def test_proven_pods_of_a_stopped_attempt_are_draining_for_their_job_not_used_by_others() -> None:
-    # Attempt 2 is live but its pod is terminating; attempt 1 is no longer live.
+    # Attempt 1 is no longer live: its pod's GPUs come back to the queue. Attempt 2 is live and
+    # one of its pods is terminating: held beside its replacement, not coming back.
     terminating = pod("h100-0", 4, labels={**OURS, mf.LABEL_ATTEMPT: "2"})
     terminating["metadata"]["deletionTimestamp"] = "2026-11-22T11:59:00Z"
     earlier = pod("h100-0", 2, labels=OURS, index=1)
     pods = [terminating, earlier, pod("h100-0", 1, index=2)]
     ours = {("ns", "p-h100-0-0"): (7, 2), ("ns", "p-h100-0-1"): (7, 1)}
     (info,) = inventory([node("h100-0", 8)], pods, {(7, 2)}, ours)
-    assert info.draining == {7: {"nvidia.com/gpu": 6}}
-    assert info.used_externally == {"nvidia.com/gpu": 1}
+    assert info.draining == {7: {"nvidia.com/gpu": 2}}
+    assert info.used_externally == {"nvidia.com/gpu": 5}
 
 
 def test_a_terminating_lookalike_gpuqueue_cannot_prove_it_made_is_used_by_others() -> None:
