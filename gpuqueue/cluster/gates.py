@@ -188,14 +188,6 @@ def free_room(
     return free
 
 
-def free_gpus(nodes: Iterable[Obj], pods: Iterable[Obj]) -> dict[str, dict[str, int]]:
-    """{hostname: {resource: GPUs free}}, as `free_room` counts them."""
-    return {
-        hostname: {r: n for r, n in room.items() if is_gpu_resource(r)}
-        for hostname, room in free_room(nodes, pods).items()
-    }
-
-
 def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
     """Kubernetes' rule: a toleration matches a taint by effect (none: every effect), key
     (none with Exists: every key) and, with Equal (the default), value."""

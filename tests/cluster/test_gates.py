@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuqueue.cluster import manifests as mf
-from gpuqueue.cluster.gates import Release, free_gpus, planned_hostname
+from gpuqueue.cluster.gates import Release, free_room, planned_hostname
 from gpuqueue.cluster.gates import releases as releases_of
+from gpuqueue.cluster.inventory import is_gpu_resource
 from tests.cluster.conftest import made_by_gpuqueue, proven
 
 
@@ -20,6 +21,14 @@ def node(name: str, gpus: int) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
         "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}},
+    }
+
+
+def free_gpus(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """{hostname: {resource: GPUs free}}, as `free_room` counts them."""
+    return {
+        hostname: {r: n for r, n in room.items() if is_gpu_resource(r)}
+        for hostname, room in free_room(nodes, pods).items()
     }
 
 
