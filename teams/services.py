@@ -163,9 +163,6 @@ def update_team(actor: Any, team: Team, **changes: Any) -> Team:
     return team
 
 
-# --- Memberships --------------------------------------------------------------------------------
-
-
 def allowed_state(team: Team) -> dict[str, list[str]]:
     return {field: list(getattr(team, field)) for field in ALLOWED_FIELDS}
 
@@ -200,6 +197,9 @@ def set_allowed(actor: Any, team: Team, **lists: list[str]) -> Team:
             after=allowed_state(team),
         )
     return team
+
+
+# --- Memberships --------------------------------------------------------------------------------
 
 
 def membership_state(membership: Membership) -> dict[str, Any]:
