@@ -5,6 +5,7 @@ account got past RBAC (a 403 would come first)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -16,29 +17,20 @@ from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
 from gpuqueue.services.logs import read_job_log
-from tests.kube.conftest import DEPLOY, Kube, apply
+from tests.kube.conftest import Kube
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
 
 
 @pytest.fixture
-def as_web(kube: Kube) -> client.ApiClient:
-    try:
-        kube.core.create_namespace({"metadata": {"name": "gpuqueue"}})
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-    apply(kube.api, DEPLOY / "base" / "serviceaccount.yaml")
-    apply(kube.api, DEPLOY / "base" / "rbac.yaml")
-    apply(kube.api, DEPLOY / "overlays" / "example" / "team-rolebindings.yaml")
+def as_web(kube: Kube, as_gpuqueue: client.ApiClient) -> client.ApiClient:
+    """A client holding a token of the web's ServiceAccount, bound as deploy/ binds it (the
+    objects as_gpuqueue applies)."""
     token = kube.core.create_namespaced_service_account_token(
         "gpuqueue-web", "gpuqueue", {"spec": {"expirationSeconds": 3600}}
     ).status.token
-    configuration = client.Configuration()
-    configuration.host = kube.api.configuration.host
-    configuration.ssl_ca_cert = kube.api.configuration.ssl_ca_cert
+    configuration = copy.deepcopy(as_gpuqueue.configuration)
     configuration.api_key = {"authorization": f"Bearer {token}"}
-    configuration.retries = 0
     return client.ApiClient(configuration)
 
 
