@@ -140,9 +140,8 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
     if code == "waiting_for_reclaim":
         teams = str(n.get("borrowers") or "other teams").split(", ")
         many = len(teams) > 1
-        borrowers = f"{', '.join(teams[:-1])} and {teams[-1]}" if many else teams[0]
         return (
-            f"Waiting for {shape} within the team's guarantee: {borrowers} "
+            f"Waiting for {shape} within the team's guarantee: {_and(teams)} "
             f"{'borrow' if many else 'borrows'} {n.get('borrowed')} {flavor} GPUs, and "
             f"{'their' if many else 'its'} jobs may not be preempted before they have run "
             f"{_duration(n.get('min_runtime_seconds'))}; reclaim can start at "
