@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from gpuqueue.core import caches
 from gpuqueue.core.client_address import client_address
+from gpuqueue.ops.web_front import wsgi_environ
 
 
 def _address() -> str:
@@ -141,3 +142,25 @@ def test_tries_during_the_lockout_do_not_renew_it(lockout: int, settings: Any) -
         attempt_time=locked_at - settings.AXES_COOLOFF_TIME - timedelta(seconds=1)
     )
     assert _sign_in(attacker, "root", "root-pass-1") == 302
+
+
+def test_a_header_spelled_with_underscores_does_not_pass_for_x_forwarded_for() -> None:
+    # The web front builds the environ: a proxy that strips X-Forwarded-For by its dashed name
+    # would let X_Forwarded_For through, and both would be HTTP_X_FORWARDED_FOR.
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/api/v1/me/",
+        "raw_path": b"/api/v1/me/",
+        "query_string": b"",
+        "http_version": "1.1",
+        "client": ("10.0.0.5", 40000),
+        "headers": [
+            (b"x_forwarded_for", b"6.6.6.6"),
+            (b"x-forwarded-for", b"198.51.100.7"),
+            (b"x-forwarded-for", b"10.1.1.1"),
+        ],
+    }
+    environ = wsgi_environ(scope, b"")
+    assert environ["HTTP_X_FORWARDED_FOR"] == "198.51.100.7,10.1.1.1"
+    assert environ["REMOTE_ADDR"] == "10.0.0.5"
