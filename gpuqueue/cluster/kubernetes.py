@@ -319,7 +319,7 @@ class KubernetesBackend(ClusterBackend):
             (pods, ours), self._seen = self._seen, None
         for job, why in ours.unproven:
             meta = job.get("metadata") or {}
-            if (uid := str(meta.get("uid") or "")) not in self._unproven_told:
+            if (uid := _uid(job)) not in self._unproven_told:
                 self._unproven_told.add(uid)
                 log.warning(
                     "Job %s/%s is labelled as gpuqueue's but is not this install's: %s; it is"
@@ -527,7 +527,7 @@ class KubernetesBackend(ClusterBackend):
             if not proof.is_our_secret(owner, key, record):  # 4.
                 raise Squatted(_squatted("Secret", spec.namespace, name)) from None
             token = _token_in(owner) or token
-        secret_uid = str((owner.get("metadata") or {}).get("uid") or "")
+        secret_uid = _uid(owner)
         # 3.
         name = mf.workload_name(*key)
         made: dict[str, str] = {}
@@ -572,7 +572,7 @@ class KubernetesBackend(ClusterBackend):
                     log.info(
                         "%s %s/%s exists and carries its proof: adopted", kind, spec.namespace, name
                     )
-                made[kind] = str((obj.get("metadata") or {}).get("uid") or "")
+                made[kind] = _uid(obj)
         except ClusterError as exc:
             if not exc.transient:
                 self._delete(
@@ -759,9 +759,7 @@ class KubernetesBackend(ClusterBackend):
         if secret is not None and not proof.is_our_secret(secret, key, record):
             log.warning("secret %s/%s is not gpuqueue's: left alone", namespace, secret_name)
             secret = None
-        secret_uid = record.secret_uid or str(
-            ((secret or {}).get("metadata") or {}).get("uid") or ""
-        )
+        secret_uid = record.secret_uid or (_uid(secret) if secret is not None else "")
         job = self._get("job", self.batch.read_namespaced_job, namespace, name)
         if job is not None and proof.is_our_job(job, key, record, secret_uid):
             self._delete("job", self.batch.delete_namespaced_job, namespace, name, _uid(job))
