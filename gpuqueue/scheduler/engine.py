@@ -288,7 +288,7 @@ class Cycle:
         of a busy cycle wait, and the same few kinds repeat down each team's queue. A job
         that waits for capacity still gets its own reason (its place behind its team's jobs).
         """
-        if not self.memo or (self.promised and job.id in self.promised):
+        if not self.memo or job.id in self.promised:
             return self._decide(job)
         state = self._state()
         hit = self._verdicts.get(job.kind)
