@@ -116,6 +116,17 @@ NOT_ALLOWED = (
 )
 
 
+# Each field that names objects of the team's namespace: the team's allow-list for it, what
+# it names, and the list's name in messages.
+ALLOW_LISTS = (
+    ("service_account", "allowed_service_accounts", "ServiceAccount", "service accounts"),
+    ("env_from_secrets", "allowed_secrets", "Secret", "secrets"),
+    ("image_pull_secrets", "allowed_secrets", "Secret", "secrets"),
+    ("volumes", "allowed_claims", "PersistentVolumeClaim", "claims"),
+)
+NAMESPACE_FIELDS = tuple(field for field, *_ in ALLOW_LISTS)
+
+
 def _allowed_text(patterns: Sequence[str]) -> str:
     return "it lists none" if not patterns else "it lists " + ", ".join(patterns)
 
@@ -125,14 +136,8 @@ def namespace_errors(team: Team, job: Mapping[str, Any]) -> FieldErrors:
     allowed (teams.models.Team.unlisted). gpuqueue's ServiceAccount makes the pods, so this is
     where a member is kept from using what the namespace holds for others: whether the objects
     exist is the cluster's to say when the pods start."""
-    lists = (
-        ("service_account", "allowed_service_accounts", "ServiceAccount", "service accounts"),
-        ("env_from_secrets", "allowed_secrets", "Secret", "secrets"),
-        ("image_pull_secrets", "allowed_secrets", "Secret", "secrets"),
-        ("volumes", "allowed_claims", "PersistentVolumeClaim", "claims"),
-    )
     errors: FieldErrors = {}
-    for field, column, kind, what in lists:
+    for field, column, kind, what in ALLOW_LISTS:
         value = job.get(field)
         if field == "service_account":
             names = [value] if value else []
@@ -154,10 +159,6 @@ def namespace_errors(team: Team, job: Mapping[str, Any]) -> FieldErrors:
                 )
             ]
     return errors
-
-
-# The fields that name objects of the team's namespace.
-NAMESPACE_FIELDS = ("service_account", "env_from_secrets", "image_pull_secrets", "volumes")
 
 
 def uses_namespace_objects(job: Mapping[str, Any]) -> bool:
