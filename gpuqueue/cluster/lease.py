@@ -43,6 +43,7 @@ from kubernetes.client.exceptions import ApiException
 from gpuqueue.cluster.base import (
     ClusterBackend,
     ClusterError,
+    Launched,
     LaunchSpec,
     LogQuery,
     NodeInfo,
@@ -285,11 +286,11 @@ class FencedBackend(ClusterBackend):
     def list_nodes(self, live: Collection[tuple[int, int]] | None = None) -> list[NodeInfo]:
         return self.backend.list_nodes(live)
 
-    def launch(self, spec: LaunchSpec) -> str | None:
+    def launch(self, spec: LaunchSpec) -> str | Launched | None:
         self._fence("launch")
         return self.backend.launch(spec)
 
-    def launch_all(self, specs: Sequence[LaunchSpec]) -> list[str | None | Exception]:
+    def launch_all(self, specs: Sequence[LaunchSpec]) -> list[str | Launched | None | Exception]:
         try:
             self._fence("launch")
         except ClusterError as exc:
