@@ -111,8 +111,8 @@ def count_bad_token(counters: BadTokenCounters | None, now: float) -> float | No
         return None
     try:
         _, counts = _run_count_script([counters.address, counters.prefix])
-    except Exception:  # noqa: BLE001 - fail open
-        log.warning("could not count a failed token", exc_info=True)
+    except Exception as error:  # noqa: BLE001 - fail open
+        redis_failed(log, "counting a failed token (not throttled)", error)
         return None
     over = [
         c.retry_after(now)

@@ -4,10 +4,12 @@ traceback each: the nudge that asks for a cycle is lost, and the periodic sweep 
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from rest_framework.test import APIClient
 
 from gpuqueue.core import outage
 from gpuqueue.core import redis as api_redis
@@ -76,3 +78,19 @@ def test_a_failure_that_is_not_an_outage_keeps_its_traceback(
         for _ in range(2):
             outage_log.failed(log, "nudging the admission cycle", TypeError("a bug"))
     assert [r.exc_info is not None for r in caplog.records] == [True, True]
+
+
+@pytest.mark.django_db
+def test_failed_tokens_during_an_outage_are_logged_once_without_a_traceback(
+    redis_down: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer gq_{secrets.token_hex(4)}_wrong")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(5):
+            assert client.get("/api/v1/me/").status_code == 401
+
+    ours = [r for r in caplog.records if r.name.startswith("gpuqueue")]
+    warnings = [r for r in ours if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in warnings if r.exc_info] == []
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
