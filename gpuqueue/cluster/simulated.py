@@ -200,11 +200,13 @@ class SimulatedBackend(ClusterBackend):
             ready_at=ready_at,
             ends_at=ready_at + timedelta(seconds=remaining),
             exit_code=exit_code,
+            # The job's own variables first: a user's variable named like one of the keys kept
+            # here (env names may be lower case) must not change what the simulation believes.
             env={
+                **{name: value for name, value in spec.env.items() if name != TERMINATING_KEY},
                 "prior_progress": duration - remaining,
                 GPUS_KEY: spec.gpus_per_worker,
                 RESOURCE_KEY: spec.resource_name,
-                **dict(spec.env),
             },
         )
 
