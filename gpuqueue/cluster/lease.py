@@ -166,7 +166,7 @@ class Elector:
                 log.warning("lease %s/%s: %s", self.namespace, self.name, _describe(exc))
                 won = False
             if won:
-                if self._renewed_at is None or not self.leading():
+                if not self.leading():
                     log.info("lease %s/%s: %s leads", self.namespace, self.name, self.identity)
                 self._renewed_at = sent
             return won
