@@ -33,7 +33,7 @@ from gpuqueue.services.cluster_sync import sync_cluster
 from tests.kube.conftest import Kube
 
 NAMESPACE = "gpuqueue"
-# What the issue asks of a handover after the leader dies.
+# The longest acceptable handover after the leader dies (lease + retry is 12 s).
 HANDOVER_SECONDS = 15.0
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
 
