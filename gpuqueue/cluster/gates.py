@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,12 +152,17 @@ def _capacity(node: Obj) -> dict[str, int]:
 
 
 def free_room(
-    nodes: Iterable[Obj], pods: Iterable[Obj], terminating: dict[str, dict[str, int]] | None = None
+    nodes: Iterable[Obj],
+    pods: Iterable[Obj],
+    terminating: dict[str, dict[str, int]] | None = None,
+    released: Collection[tuple[str, str]] | None = None,
 ) -> dict[str, dict[str, int]]:
     """{hostname: {resource: free}} for GPUs, CPU, memory and pods: allocatable less every
     unfinished pod bound there (terminating ones included: they hold theirs until gone) or
-    released toward it. `terminating`, when given, is filled with what the terminating pods
-    hold, by hostname: room that comes back by itself."""
+    released toward it. `released`, when given: the (namespace, name) of the pods that count
+    while released and not bound yet (gpuqueue's proven ones): anyone can make a pod that
+    names a node and never binds, and it holds nothing. `terminating`, when given, is filled
+    with what the terminating pods hold, by hostname: room that comes back by itself."""
     free: dict[str, dict[str, int]] = {}
     by_name: dict[str, str] = {}
     for node in nodes:
@@ -172,6 +177,9 @@ def free_room(
         if spec.get("nodeName"):
             hostname = by_name.get(spec["nodeName"])
         elif not is_gated(pod):  # released toward its planned node, not bound yet
+            meta = pod.get("metadata") or {}
+            if released is not None and (meta.get("namespace"), meta.get("name")) not in released:
+                continue
             hostname = (spec.get("nodeSelector") or {}).get(HOSTNAME)
         else:
             continue  # gated: holds nothing until released
@@ -250,8 +258,9 @@ def releases(
     pods gpuqueue proved it made, by attempt (gpuqueue.cluster.proof.sort_out); `pods`: every
     pod, whoever made it, for the room.
 
-    1. Room on every node, as `free_room` counts it: every pod holds what it holds there, a
-       pod gpuqueue cannot prove it made too (it can never free room).
+    1. Room on every node, as `free_room` counts it: every pod bound there holds what it
+       holds, a pod gpuqueue cannot prove it made too (it can never free room); a pod not
+       bound yet holds room only when it is one of the proven gangs' released workers.
     2. Gated pods of proven gangs, by attempt; a gang whose Job is not yet fully created waits
        quietly. A pod nothing proves is never released, whatever its labels say.
     3. Gangs in job order: one whose every planned node takes its pods (not cordoned, every
@@ -264,7 +273,12 @@ def releases(
     nodes = list(nodes)
     by_hostname = {hostname_of(node): node for node in nodes}
     terminating: dict[str, dict[str, int]] = {}
-    room = free_room(nodes, pods, terminating)  # 1.
+    proven = {
+        (pod["metadata"].get("namespace"), pod["metadata"].get("name"))
+        for gang in gangs.values()
+        for pod in gang
+    }
+    room = free_room(nodes, pods, terminating, proven)  # 1.
     gated: dict[tuple[int, int], list[Obj]] = defaultdict(list)  # 2.
     existing: dict[tuple[int, int], int] = defaultdict(int)
     for key, gang in gangs.items():

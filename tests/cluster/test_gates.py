@@ -117,6 +117,22 @@ def test_a_gang_whose_planned_node_was_taken_meanwhile_is_held_with_the_numbers(
     }
 
 
+def test_a_pod_of_someone_else_naming_the_node_but_never_bound_holds_no_room() -> None:
+    """Anyone can make a pod with the node's hostname in its node selector that never binds
+    (another selector no node has): it holds nothing there, so no gang is held for it."""
+    job, pods = gang(1, [("a", 1)], 8)
+    pending = {
+        "metadata": {"name": "pending", "namespace": "elsewhere"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "a", "no-such": "label"},
+            "containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+    out, held = releases([job], [*pods, pending], [node("a", 8)])
+    assert held == {} and [r.hostname for r in out] == ["a"]
+
+
 def test_a_terminating_pod_still_holds_its_gpus_and_the_gang_waits_for_them() -> None:
     """A victim saving its checkpoint holds its GPUs until its pods are gone; the gang planned
     there waits for them, and that is no failed start."""
