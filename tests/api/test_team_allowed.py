@@ -4,6 +4,7 @@ every way in, with a message naming it, and nothing is written."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -254,3 +255,33 @@ def test_the_django_admin_edits_the_lists_by_the_same_rule(world: Any, rf: Any) 
     assert good.is_valid(), good.errors
     good.save()
     assert Team.objects.get(pk=world.team_a.pk).allowed_secrets == ["wandb"]
+
+
+def test_a_pattern_of_many_stars_against_a_long_name_answers_at_once() -> None:
+    # A team admin writes the pattern and a member the name: the match must not backtrack.
+    team = Team(allowed_secrets=["*" + "a*" * 120 + "b"])
+    started = time.monotonic()
+    assert team.unlisted("allowed_secrets", ["a" * 253]) == ["a" * 253]
+    assert team.unlisted("allowed_secrets", ["a" * 120 + "b"]) == []
+    assert time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize(
+    ("pattern", "name", "listed"),
+    [
+        ("wandb", "wandb", True),
+        ("wandb", "wandb-x", False),
+        ("ghcr-*", "ghcr-", True),
+        ("ghcr-*", "ghcr-pull", True),
+        ("*-pull", "ghcr-pull", True),
+        ("a*b*a", "aba", True),
+        ("a*b*a", "ab", False),
+        ("a*a", "a", False),
+        ("data-*.x*", "data-1.x", True),
+        ("*", "anything", True),
+    ],
+)
+def test_a_star_stands_for_any_run_of_characters(pattern: str, name: str, listed: bool) -> None:
+    assert Team(allowed_claims=[pattern]).unlisted("allowed_claims", [name]) == (
+        [] if listed else [name]
+    )
