@@ -15,7 +15,8 @@ from rest_framework import exceptions, parsers, status
 MAX_DEPTH = 16  # a job body is two levels deep (env, labels, annotations, command)
 # JSON's \ud800 escapes decode to lone surrogates, which no UTF-8 text holds: PostgreSQL's
 # driver cannot encode one and neither can the response that would quote it back. Query strings
-# and forms cannot carry one (Django decodes them with replacement characters).
+# and forms cannot carry one: Django decodes them as UTF-8 with replacement characters, and a
+# request naming another charset is refused before that (gpuqueue/ops/request_guard.py).
 LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 SURROGATE_MESSAGE = (
     "Lone surrogate characters (\\ud800-\\udfff escapes without their pair) are not allowed: "

@@ -5,16 +5,28 @@
 - A body sent chunked, without Content-Length: the WSGI server hands Django no length, and
   Django reads such a body as empty, so a submission would be silently lost; 411 says why.
 - A body over GPUQUEUE_API_MAX_BODY_BYTES under /api/: 413 before anything reads it.
+- A Content-Type charset other than UTF-8 (or its subset ASCII): Django decodes the query
+  string and form fields with it, and a codec such as unicode_escape turns `\ud800` into a lone
+  surrogate that no database text can hold (a 500); 415 says which charsets are read.
 """
 
 from __future__ import annotations
 
+import codecs
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+READ_CHARSETS = frozenset({"utf-8", "ascii"})  # codecs' canonical names
+
+
+def _charset_read(charset: str) -> bool:
+    try:
+        return codecs.lookup(charset).name in READ_CHARSETS
+    except LookupError:
+        return False
 
 
 def refusal(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
@@ -35,6 +47,11 @@ class RequestGuardMiddleware:
         return refused if refused is not None else self.get_response(request)
 
     def check(self, request: HttpRequest) -> HttpResponse | None:
+        charset = request.content_params.get("charset")
+        if charset is not None and not _charset_read(charset):
+            return refusal(
+                request, 415, "unsupported_charset", "Send text as UTF-8 (charset=utf-8)."
+            )
         query = request.GET
         if "\x00" in request.path or any(
             "\x00" in key or any("\x00" in value for value in query.getlist(key)) for key in query

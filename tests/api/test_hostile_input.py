@@ -207,3 +207,22 @@ def test_a_cursor_whose_text_key_holds_a_lone_surrogate_is_not_found(
     client.raise_request_exception = False
     response = client.get("/api/v1/jobs/", {"ordering": ordering, "cursor": cursor})
     assert response.status_code == 404
+
+
+@pytest.mark.parametrize("charset", ["unicode_escape", "utf-16", "no-such-codec"])
+def test_a_charset_other_than_utf_8_is_refused_before_anything_is_decoded_with_it(
+    api: Any, charset: str
+) -> None:
+    # unicode_escape would decode the query's `\ud800` to a lone surrogate, which reached the
+    # database through the filter.
+    client = api("alice")
+    client.raise_request_exception = False
+    response = client.generic(
+        "GET", "/api/v1/jobs/?team=%5Cud800", content_type=f"text/plain; charset={charset}"
+    )
+    assert response.status_code == 415
+    assert response.json()["error"]["code"] == "unsupported_charset"
+    utf8 = client.generic(
+        "GET", "/api/v1/jobs/?team=team-a", content_type="text/plain; charset=UTF-8"
+    )
+    assert utf8.status_code == 200
