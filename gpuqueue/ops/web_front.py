@@ -10,8 +10,9 @@ So Granian runs this ASGI application instead (`--interface asginl`), and it:
 1. receives a request's body on the event loop, where a waiting connection costs a coroutine,
    not a thread: at most GPUQUEUE_WEB_BODY_SECONDS for the whole body (408 past it), at most
    GPUQUEUE_WEB_MAX_BODY_BYTES (413, before reading when the announced length says so), and at
-   most GPUQUEUE_WEB_MAX_RECEIVING bodies at once per worker (503 with Retry-After beyond,
-   at once), so that memory stays bounded too;
+   most GPUQUEUE_WEB_MAX_RECEIVING bodies at once per worker, from their first byte until
+   their answer is sent (503 with Retry-After beyond, at once), so that the bodies in memory
+   stay bounded too, queued for a thread or not;
 2. then runs Django's WSGI application (gpuqueue/wsgi.py, unchanged) in a pool of
    GPUQUEUE_WEB_THREADS threads per worker, with the body in memory;
 3. sends the response back: whole when the application returned it whole, chunk by chunk when
@@ -76,48 +77,52 @@ class WebFront:
         length = _content_length(headers)
         chunked = any(name == b"transfer-encoding" for name, _ in headers)
         body = b""
-        if (length or 0) > 0 or chunked or (length is None and scope["method"] in BODY_METHODS):
-            if length is not None and length > self.max_body_bytes:
-                await _refuse(send, scope, 413, "too_large", self._too_large(length))
-                return
-            if self.receiving >= self.max_receiving:
-                await _refuse(
-                    send,
-                    scope,
-                    503,
-                    "busy",
-                    "The server is receiving too many request bodies at once; try again in a "
-                    "few seconds.",
-                    retry_after=True,
-                )
-                return
-            self.receiving += 1
-            try:
-                async with asyncio.timeout(self.body_seconds):
-                    body = await self._body(receive)
-            except TimeoutError:
-                await _refuse(
-                    send,
-                    scope,
-                    408,
-                    "body_timeout",
-                    f"The request body did not arrive within {self.body_seconds:g} seconds.",
-                )
-                return
-            except _TooLarge:
-                await _refuse(send, scope, 413, "too_large", self._too_large(None))
-                return
-            except _Gone:
-                return
-            finally:
+        holding = False  # a slot of max_receiving, kept until the answer is sent
+        try:
+            if (length or 0) > 0 or chunked or (length is None and scope["method"] in BODY_METHODS):
+                if length is not None and length > self.max_body_bytes:
+                    await _refuse(send, scope, 413, "too_large", self._too_large(length))
+                    return
+                if self.receiving >= self.max_receiving:
+                    await _refuse(
+                        send,
+                        scope,
+                        503,
+                        "busy",
+                        "The server is receiving too many request bodies at once; try again in "
+                        "a few seconds.",
+                        retry_after=True,
+                    )
+                    return
+                self.receiving += 1
+                holding = True
+                try:
+                    async with asyncio.timeout(self.body_seconds):
+                        body = await self._body(receive)
+                except TimeoutError:
+                    await _refuse(
+                        send,
+                        scope,
+                        408,
+                        "body_timeout",
+                        f"The request body did not arrive within {self.body_seconds:g} seconds.",
+                    )
+                    return
+                except _TooLarge:
+                    await _refuse(send, scope, 413, "too_large", self._too_large(None))
+                    return
+                except _Gone:
+                    return
+            loop = asyncio.get_running_loop()
+            environ = wsgi_environ(scope, body)
+            whole = await loop.run_in_executor(self.pool, self._run, environ, loop, send)
+            if whole is not None:
+                start, content = whole
+                await send(start)
+                await send({"type": "http.response.body", "body": content})
+        finally:
+            if holding:
                 self.receiving -= 1
-        loop = asyncio.get_running_loop()
-        environ = wsgi_environ(scope, body)
-        whole = await loop.run_in_executor(self.pool, self._run, environ, loop, send)
-        if whole is not None:
-            start, content = whole
-            await send(start)
-            await send({"type": "http.response.body", "body": content})
 
     async def _body(self, receive: Receive) -> bytes:
         parts = bytearray()
