@@ -657,7 +657,8 @@ def test_gpuqueue_s_own_pods_pass_pod_security_restricted(kube: Kube) -> None:
     except ApiException as exc:
         if exc.status != 409:
             raise
-    for account in ("gpuqueue", "gpuqueue-web"):  # deploy/base/serviceaccount.yaml
+    accounts = yaml.safe_load_all((DEPLOY / "base" / "serviceaccount.yaml").read_text())
+    for account in (doc["metadata"]["name"] for doc in accounts if doc):
         try:
             kube.core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
         except ApiException as exc:

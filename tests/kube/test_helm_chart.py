@@ -127,10 +127,12 @@ def test_every_pod_is_restricted_with_a_read_only_root_filesystem() -> None:
             assert context["readOnlyRootFilesystem"] is True, name
             assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"], name
         token = spec.get("automountServiceAccountToken")
-        # The web with its own account, for logs; the migration never calls Kubernetes.
+        # The web (logs) and beat (its Lease) with accounts of their own; the migration never
+        # calls Kubernetes.
         assert token is (name != "gpuqueue-migrate"), name
         account = spec.get("serviceAccountName", "gpuqueue")  # the hook Job: none to mount
-        assert account == ("gpuqueue-web" if name == "gpuqueue-web" else "gpuqueue"), name
+        own = name in ("gpuqueue-web", "gpuqueue-beat")
+        assert account == (name if own else "gpuqueue"), name
 
 
 def test_the_secret_is_only_referred_to_and_metrics_need_its_token() -> None:
@@ -320,6 +322,11 @@ def test_the_real_api_server_accepts_every_object_and_grants_only_what_gpuqueue_
     assert not may("list", "nodes", who=web) and not may(
         "create", "leases", NAMESPACE, lease, who=web
     )
+    # Beat holds its Lease and may do nothing else: its token is not gpuqueue's.
+    beat = f"system:serviceaccount:{NAMESPACE}:helmtest-beat"
+    assert may("update", "leases", NAMESPACE, lease, name="helmtest-beat", who=beat)
+    assert not may("create", "jobs", "team-a", "batch", who=beat)
+    assert not may("list", "pods", who=beat) and not may("get", "secrets", "team-a", who=beat)
 
 
 def documented_install_sets() -> list[str]:
