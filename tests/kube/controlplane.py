@@ -54,6 +54,9 @@ GO_PACKAGES = {
         for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
     },
 }
+# kubectl of the same release, from a module of its own (scripts/kubectl): built only when the
+# test of the documented install asks for it.
+KUBECTL_MODULE = ROOT / "scripts" / "kubectl"
 ADMIN_TOKEN = "gpuqueue-test-admin"  # noqa: S105 - a loopback-only test cluster's token
 FAKE_NODE = {"kwok.x-k8s.io/node": "fake"}
 DEFAULT_NODES = ROOT / "gpuqueue" / "cluster" / "default_cluster.yaml"
@@ -114,25 +117,9 @@ def build(log: Any = sys.stderr) -> Path:
         print(f"building the control plane ({', '.join(missing)}) into {target}", file=log)
         staging = Path(tempfile.mkdtemp(prefix="build-", dir=target))
         try:
-            ldflags = (
-                "-s -w"
-                f" -X k8s.io/component-base/version.gitVersion={KUBE_VERSION}"
-                f" -X k8s.io/component-base/version.gitMajor=1"
-                f" -X k8s.io/component-base/version.gitMinor={KUBE_VERSION.split('.')[1]}"
-            )
-            # A build cache of its own, removed with the staging folder: 3.4 GB that nothing
-            # reuses once the binaries are cached.
-            go_cache = {"GOCACHE": str(staging / "go-build")}
             built = [name for name in missing if name in GO_PACKAGES]
             if built:  # one build: the packages share most of their dependencies
-                packages = [GO_PACKAGES[name][0] for name in built]
-                _go(
-                    [go, "build", "-trimpath", "-ldflags", ldflags, "-o", f"{staging}/", *packages],
-                    cwd=MODULE,
-                    env=go_cache,
-                )
-                for name in built:
-                    (staging / GO_PACKAGES[name][1]).rename(staging / name)
+                _go_build(go, {name: GO_PACKAGES[name] for name in built}, staging)
             if "kwok" in missing:
                 _go_install(go, f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}", staging)
             for name in missing:
@@ -141,6 +128,56 @@ def build(log: Any = sys.stderr) -> Path:
             shutil.rmtree(staging, ignore_errors=True)
         print(f"built in {time.monotonic() - started:.0f} s", file=log)
     return target
+
+
+def kubectl_binary() -> Path:
+    """~/.cache/gpuqueue/kubectl-<release>-<pins>/kubectl, built from scripts/kubectl (the
+    control plane's release and replacements) when first asked for, behind a lock."""
+    pins = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        pins.update((KUBECTL_MODULE / name).read_bytes())
+    target = cache_dir().parent / f"kubectl-{KUBE_VERSION}-{pins.hexdigest()[:12]}"
+    binary = target / "kubectl"
+    if binary.is_file():
+        return binary
+    go = go_binary()
+    if go is None:
+        raise Unavailable("Go is not installed (needed once to build kubectl)")
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.is_file():
+            staging = Path(tempfile.mkdtemp(prefix="build-", dir=target))
+            try:
+                kubectl = {"kubectl": ("k8s.io/kubernetes/cmd/kubectl", "kubectl")}
+                _go_build(go, kubectl, staging, module=KUBECTL_MODULE)
+                (staging / "kubectl").rename(binary)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    return binary
+
+
+def _go_build(
+    go: str, packages: Mapping[str, tuple[str, str]], staging: Path, module: Path = MODULE
+) -> None:
+    """One `go build` in `module` of packages (name -> package, the file `go build` names),
+    each into staging/<name>, stamped with KUBE_VERSION as the release's own build stamps it."""
+    ldflags = (
+        "-s -w"
+        f" -X k8s.io/component-base/version.gitVersion={KUBE_VERSION}"
+        f" -X k8s.io/component-base/version.gitMajor=1"
+        f" -X k8s.io/component-base/version.gitMinor={KUBE_VERSION.split('.')[1]}"
+    )
+    # A build cache of its own, removed with the staging folder: 3.4 GB that nothing reuses
+    # once the binaries are cached.
+    _go(
+        [go, "build", "-trimpath", "-ldflags", ldflags, "-o", f"{staging}/"]
+        + [package for package, _ in packages.values()],
+        cwd=module,
+        env={"GOCACHE": str(staging / "go-build")},
+    )
+    for name, (_, built) in packages.items():
+        (staging / built).rename(staging / name)
 
 
 def install_binary(package: str, name: str, target: Path) -> Path:
