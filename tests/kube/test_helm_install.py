@@ -18,6 +18,7 @@ ingress: they are not run here.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -59,6 +60,7 @@ pytestmark = pytest.mark.slow
 DOCS = ROOT / "docs" / "kubernetes.md"
 SECTION = "## From `helm install` to the first job"
 MIGRATION = "app.kubernetes.io/name=gpuqueue,app.kubernetes.io/component=migrate"
+WEB = "app.kubernetes.io/name=gpuqueue,app.kubernetes.io/component=web"
 EXIT_CODE = "gpuqueue.dev/sim-exit-code"  # what kwok ends the migration's pod with
 NODES = [fake_node(f"node-{i}", {}) for i in range(3)]  # plain nodes: gpuqueue's own pods
 
@@ -174,6 +176,64 @@ def run_in_place_of_the_kubelet(cluster: Cluster, pod: Any, home: Path) -> int:
     return done.returncode
 
 
+def play_the_migration_hook(
+    kube: Cluster, install: subprocess.Popen[bytes], started: float, home: Path
+) -> int:
+    """While `helm install` runs: the hook's pod's command run here, its exit code reported for
+    kwok to end the pod with. How many times it ran."""
+    migrated = 0
+    while install.poll() is None:
+        assert time.monotonic() - started < 300, "helm install did not return in 300 s"
+        try:
+            pods = kube.core.list_namespaced_pod("gpuqueue", label_selector=MIGRATION).items
+        except ApiException:  # the namespace is not there yet
+            pods = []
+        for pod in pods:
+            if pod.status.phase == "Running" and EXIT_CODE not in (pod.metadata.annotations or {}):
+                # A pre-install hook: nothing of the release exists while it runs.
+                assert not kube.apps.list_namespaced_deployment("gpuqueue").items
+                code = run_in_place_of_the_kubelet(kube, pod, home)
+                kube.core.patch_namespaced_pod(
+                    pod.metadata.name,
+                    "gpuqueue",
+                    {"metadata": {"annotations": {EXIT_CODE: str(code)}}},
+                )
+                migrated += 1
+        time.sleep(0.3)
+    return migrated
+
+
+@contextlib.contextmanager
+def the_web_as_installed(kube: Cluster, container: Any, home: Path) -> Iterator[str]:
+    """The web container's command (granian) with its environment as installed, listening on
+    a free local port instead of the pod's; yields its URL once it answers."""
+    command = list(container.command)
+    assert command[0] == "granian"
+    command[0] = str(Path(sys.executable).with_name("granian"))
+    port = free_port()
+    command[command.index("--host") + 1] = "127.0.0.1"
+    command[command.index("--port") + 1] = str(port)
+    env = process_environment(kube.environment("gpuqueue", container), home)
+    log_path = home / "web.log"
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while True:
+            assert server.poll() is None, log_path.read_text()[-3000:]
+            try:
+                get(url + "/healthz", {})
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the web did not answer in 90 s"
+                time.sleep(0.5)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
 def get(url: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
     request = urllib.request.Request(url, headers=dict(headers))
     try:
@@ -181,6 +241,48 @@ def get(url: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
+
+
+def test_kwok_ends_a_migration_pod_only_with_the_exit_code_reported(cluster: ControlPlane) -> None:
+    """kwok runs no command: a migration's pod must not pass for done after a delay, as an
+    ordinary Job's pod does, but end with the exit code of the command run in its place.
+    (Before the install: its admission policy refuses gpuqueue's annotations here.)"""
+    kube = Cluster(cluster)
+    namespace = "kwok-stages"
+    kube.core.create_namespace({"metadata": {"name": namespace}})
+    wait_until(lambda: bool(kube.core.list_namespaced_service_account(namespace).items))
+    batch = client.BatchV1Api(kube.api)
+    labels = {"app.kubernetes.io/name": "gpuqueue", "app.kubernetes.io/component": "migrate"}
+    for name, pod_labels in (("migrate", labels), ("ordinary", {"app": "ordinary"})):
+        template = {
+            "metadata": {
+                "labels": pod_labels,
+                "annotations": {"gpuqueue.dev/sim-duration-seconds": "1"},
+            },
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "x", "command": ["true"]}],
+            },
+        }
+        batch.create_namespaced_job(
+            namespace,
+            {"metadata": {"name": name}, "spec": {"backoffLimit": 0, "template": template}},
+        )
+
+    def pod(job: str) -> Any:
+        found = kube.core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
+        return found[0] if found else client.V1Pod(status=client.V1PodStatus())
+
+    wait_until(lambda: pod("migrate").status.phase == "Running")
+    wait_until(lambda: pod("ordinary").status.phase == "Succeeded")  # after its 1 s
+    time.sleep(2)
+    assert pod("migrate").status.phase == "Running"  # nobody ran it: not done
+    kube.core.patch_namespaced_pod(
+        pod("migrate").metadata.name, namespace, {"metadata": {"annotations": {EXIT_CODE: "3"}}}
+    )
+    wait_until(lambda: pod("migrate").status.phase == "Failed")
+    (status,) = pod("migrate").status.container_statuses
+    assert status.state.terminated.exit_code == 3
 
 
 def test_the_documented_install_works_as_written(
@@ -215,37 +317,23 @@ def test_the_documented_install_works_as_written(
         "KUBECONFIG": str(cluster.kubeconfig),
     }
     started = time.monotonic()
-    install = subprocess.Popen(
-        ["bash", "-euo", "pipefail", "-c", commands],
-        cwd=ROOT,
-        env=shell_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    # The hook's pod: its command run here, its exit code reported for kwok to end it with.
-    migrated = 0
-    while install.poll() is None:
-        assert time.monotonic() - started < 300, "helm install did not return in 300 s"
-        try:
-            pods = kube.core.list_namespaced_pod("gpuqueue", label_selector=MIGRATION).items
-        except ApiException:
-            pods = []
-        for pod in pods:
-            if pod.status.phase == "Running" and EXIT_CODE not in (pod.metadata.annotations or {}):
-                # A pre-install hook: nothing of the release exists while it runs.
-                assert not kube.apps.list_namespaced_deployment("gpuqueue").items
-                code = run_in_place_of_the_kubelet(kube, pod, tmp_path)
-                kube.core.patch_namespaced_pod(
-                    pod.metadata.name,
-                    "gpuqueue",
-                    {"metadata": {"annotations": {EXIT_CODE: str(code)}}},
-                )
-                migrated += 1
-        time.sleep(0.3)
-    output = install.stdout.read() if install.stdout else ""
-    assert install.returncode == 0, output
-    assert migrated == 1, output  # once, by the hook
+    transcript = tmp_path / "install.log"
+    with transcript.open("wb") as out:
+        install = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", commands],
+            cwd=ROOT,
+            env=shell_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        migrated = play_the_migration_hook(kube, install, started, tmp_path)
+    finally:
+        if install.poll() is None:
+            install.kill()
+            install.wait()
+    assert install.returncode == 0, transcript.read_text()
+    assert migrated == 1, transcript.read_text()  # once, by the hook
     print(f"\nthe documented install returned in {time.monotonic() - started:.1f} s")
 
     # --wait returned: every Deployment available with its replicas, two of each by default.
@@ -277,49 +365,24 @@ def test_the_documented_install_works_as_written(
 
     # The real web, with the installed configuration and Secret: the kubelet's readiness probe
     # and Prometheus's scrape of a pod by its IP, as the chart configures them.
-    command = list(container.command)
-    assert command[0] == "granian"
-    command[0] = str(Path(sys.executable).with_name("granian"))
-    local = free_port()
-    command[command.index("--host") + 1] = "127.0.0.1"
-    command[command.index("--port") + 1] = str(local)
-    env = process_environment(kube.environment("gpuqueue", container), tmp_path)
-    log = (tmp_path / "web.log").open("wb")
-    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        probe = container.readiness_probe.http_get
-        assert probe.port == container_port.name
+    probe = container.readiness_probe.http_get
+    assert probe.port == container_port.name
+    pods = kube.core.list_namespaced_pod("gpuqueue", label_selector=WEB).items
+    pod_ip = pods[0].status.pod_ip
+    credentials = endpoint["authorization"]["credentials"]
+    secret = kube.core.read_namespaced_secret(credentials["name"], "gpuqueue")
+    token = base64.b64decode(secret.data[credentials["key"]]).decode()
+    with the_web_as_installed(kube, container, tmp_path) as local:
         headers = {h.name: h.value for h in probe.http_headers or []}
-        url = f"http://127.0.0.1:{local}{probe.path}"
-        deadline = time.monotonic() + 90
-        while True:
-            assert server.poll() is None, (tmp_path / "web.log").read_text()[-3000:]
-            try:
-                status, body = get(url, headers)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the web did not answer in 90 s"
-                time.sleep(0.5)
+        status, body = get(f"{local}{probe.path}", headers)
         assert status == 200, body[:500]  # Ready: the database and Redis answer
         assert json.loads(body)["status"] in ("ok", "degraded")
-        pods = kube.core.list_namespaced_pod(
-            "gpuqueue", label_selector="app.kubernetes.io/component=web"
-        ).items
-        pod_ip = pods[0].status.pod_ip
-        assert pod_ip
-        credentials = endpoint["authorization"]["credentials"]
-        secret = kube.core.read_namespaced_secret(credentials["name"], "gpuqueue")
-        token = base64.b64decode(secret.data[credentials["key"]]).decode()
-        scrape = f"http://127.0.0.1:{local}{endpoint['path']}"
+        scrape = f"{local}{endpoint['path']}"
         as_prometheus = {"Host": f"{pod_ip}:{container_port.container_port}"}
         status, body = get(scrape, {**as_prometheus, "Authorization": f"Bearer {token}"})
         assert status == 200, body[:500]
         assert b"gpuqueue_pending_jobs" in body
         assert get(scrape, as_prometheus)[0] == 401  # the Secret's token, nothing less
-    finally:
-        server.terminate()
-        server.wait(30)
-        log.close()
 
     # A drain: each web pod evicted in turn (policy/v1), one at a time, none refused.
     policy = client.PolicyV1Api(kube.api)
@@ -345,9 +408,7 @@ def test_the_documented_install_works_as_written(
         wait_until(lambda: kube.available("gpuqueue")["gpuqueue-web"] == (2, 2))
     serving = {
         p.metadata.name
-        for p in kube.core.list_namespaced_pod(
-            "gpuqueue", label_selector="app.kubernetes.io/component=web"
-        ).items
+        for p in kube.core.list_namespaced_pod("gpuqueue", label_selector=WEB).items
         if p.metadata.deletion_timestamp is None
     }
     assert len(serving) == 2 and not serving & set(original)  # both replaced, one at a time
