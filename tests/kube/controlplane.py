@@ -10,7 +10,10 @@ kwok plays every node annotated `kwok.x-k8s.io/node=fake` by the stages in
 scripts/controlplane/kwok.yaml: a pod runs as soon as it is bound, finishes after the seconds of
 its `gpuqueue.dev/sim-duration-seconds` annotation with the exit code of
 `gpuqueue.dev/sim-exit-code` (the simulated backend's annotations), and a deleted pod lingers up
-to its grace period, as a real one does.
+to its grace period, as a real one does; a pod of gpuqueue's own migration ends only once the
+exit code of its command, run in its place, is reported in `gpuqueue.dev/sim-exit-code`.
+kubectl of the same release is built when a test first asks for it (kubectl_binary, from
+scripts/kubectl).
 """
 
 from __future__ import annotations
