@@ -11,7 +11,7 @@ real embedded PostgreSQL and Redis. Prints numbers; not a test.
    database): "0-9999%50", timed from the request to the answer; then the next cycles' times.
 3. The same with an uncapped array, whose 10,000 tasks the engine sees as pending jobs.
 
-The target: the request answers in at most 2 s (issue 20); the cycle after a capped array
+The target: the request answers in at most 2 s; the cycle after a capped array
 stays at its usual time, since the hold phase offers the engine only 50 of its tasks.
 """
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from cycle_scale import build_world, simulated_services  # noqa: E402
 from kube_scale import calibration  # noqa: E402
 
-TARGET_SECONDS = 2.0  # issue 20: one request submitting 10,000 tasks
+TARGET_SECONDS = 2.0  # one request submitting 10,000 tasks
 
 
 def cycle_seconds(backend: Any, cycles: int, phases: dict[str, float] | None = None) -> list[float]:

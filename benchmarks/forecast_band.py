@@ -1,5 +1,5 @@
 """Benchmark: the estimated start with its band (`gpuqueue.scheduler.band.forecast_band`) at
-500 nodes and 5,000 pending jobs, the issue's target being at most 2 s of CPU.
+500 nodes and 5,000 pending jobs, the target being at most 2 s of CPU.
 
     .venv/bin/python benchmarks/forecast_band.py [--nodes 500] [--pending 5000] [--repeat 3]
 

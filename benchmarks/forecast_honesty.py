@@ -1,4 +1,4 @@
-"""Benchmark: how honest the estimated start is, measured in Philly replays (issue 23). Prints
+"""Benchmark: how honest the estimated start is, measured in Philly replays. Prints
 numbers; not a test.
 
     .venv/bin/python benchmarks/forecast_honesty.py [--loads 0.5,0.8,1.0,1.2] [--days 14]

@@ -1,5 +1,5 @@
 """Benchmark: the Philly replay with fields of the engine's Policy changed, to measure what each
-rule costs in mean delay and buys in fairness (docs/benchmarks.md, "What the fairness costs").
+rule costs in mean delay and buys in fairness (docs/benchmarks.md, "What each rule costs").
 Prints one line of numbers; not a test.
 
     .venv/bin/python benchmarks/policy_variants.py --load 0.8 reclaim=false max_reservations=0

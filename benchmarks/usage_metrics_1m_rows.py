@@ -9,7 +9,7 @@ PostgreSQL. Prints numbers; not a test.
 2. The scrape as it was (a sum over the whole ledger) against `usage_metrics()` (the triggers'
    totals), the median of --scrapes each, and the minute's fold of the totals' parts.
 
-The target: a scrape's cost does not grow with the ledger (kept forever, issue 20): the new
+The target: a scrape's cost does not grow with the ledger (kept forever): the new
 scrape stays in single milliseconds whatever --rows is.
 """
 

@@ -8,8 +8,7 @@ Replays the whole Philly trace, then prints the jobs that waited longest before 
 started (team, shape, submission, wait, runtime) and, for the worst of them, who ran instead:
 the jobs of its team submitted after it that started before it (count, GPU-hours, shapes),
 those submitted before it, the GPUs its team held on average while it waited, and the team's
-running jobs at a few moments of the wait (docs/benchmarks.md, "The worst waits, measured
-again").
+running jobs at a few moments of the wait (docs/benchmarks.md, "The worst waits").
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from django.shortcuts import render
 
 # htmx stops a polling element when the answer has this status (and still swaps it in).
 HTMX_STOP_POLLING = 286
-# A form that fails validation re-renders with this status (STYLE.md, htmx); base.html tells
-# htmx to swap 422 answers in, as it does 2xx.
+# A form that fails validation re-renders with this status (docs/architecture.md, "House
+# rules"); base.html tells htmx to swap 422 answers in, as it does 2xx.
 INVALID = 422
 
 

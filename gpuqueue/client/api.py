@@ -134,7 +134,7 @@ class Client:
 
     def submit(self, job: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
         """Submit once: a retry after a timeout carries the same key, so at most one job exists
-        (SCENARIOS.md 7). Returns the job (the first one, if the key was used before)."""
+        (docs/architecture.md, scenario 7). Returns the job (the first, if the key was used)."""
         key = idempotency_key or str(uuid.uuid4())
         _, body = self.request(
             "POST", "/api/v1/jobs/", job, headers={"Idempotency-Key": key}, retry=True

@@ -1,4 +1,4 @@
-"""The job state machine of DESIGN.md, in one place."""
+"""The job state machine (docs/architecture.md, "The job life cycle"), in one place."""
 
 from __future__ import annotations
 

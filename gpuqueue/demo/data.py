@@ -1,5 +1,6 @@
-"""Demo data for the embedded mode (SCENARIOS.md, 12): teams, people, flavors, quotas, and a
-trickle of jobs shaped like the Philly trace (mostly single GPUs, a few large gangs)."""
+"""Demo data for the embedded mode (docs/architecture.md, scenario 12): teams, people,
+flavors, quotas, and a trickle of jobs shaped like the Philly trace (mostly single GPUs, a few
+large gangs)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-# Job arrays and dependencies (issue 20, parts 1 and 2); written by hand.
+# Job arrays and dependencies; written by hand.
 
 import django.db.models.deletion
 from django.conf import settings

@@ -1,4 +1,4 @@
-# Runtime prediction from history (issue 23): the history itself is the finished jobs'
+# Runtime prediction from history: the history itself is the finished jobs'
 # rows (services/runtime_history.py); this stores the last forecast on each job
 # (the estimated start's band and the runtime prediction it used).
 

@@ -45,8 +45,8 @@ def forecast(
        time from now) of the next event, so that a cluster with thousands of distinct end
        times is replayed in a bounded number of cycles; a start is then late by at most that
        window, never early. (`precision` 0.1 rather than 0.05: estimates as honest
-       against the starts on the whole, a third less CPU; docs/benchmarks.md, "A coarser step
-       for the forecast".)
+       against the starts on the whole, a third less CPU; docs/benchmarks.md, "What the
+       estimates and predictions cost".)
     4. Stop when every job that can ever start has a start, nothing is left to happen, or
        after `max_steps` cycles.
     """

@@ -196,7 +196,7 @@ class Policy:
     # hands thousands of times in a Philly replay. 4 h rather than a checkpoint period (30
     # min): most borrowed jobs end by then on their own, and a gang that waits for them
     # costs less than the work lost and requeued (docs/benchmarks.md: at 80 % load the mean
-    # delay 46.4 -> 39.5 h, Jain 0.917 -> 0.938).
+    # delay 46.4 -> 39.5 h, Jain 0.917 -> 0.940).
     reclaim_min_runtime_seconds: float = 4 * 3600.0
     # Time-based fair share (usage.py). Used only when the snapshot also carries
     # `share_balance` (the live cycle and the trace replay give it when this is on; without

@@ -38,7 +38,7 @@ JobKey = tuple[int, int, float, int]
 # to a GPU under contention, and behind older starving gangs it finds every reservation taken
 # and waits for hours for a turn of about a slice (usage.py). A team with a guarantee keeps
 # the order of submission (putting its big gangs first too drained more nodes at 120 % load:
-# docs/benchmarks.md, "An owed team's turn").
+# docs/benchmarks.md, "What each rule costs").
 # Neither rule makes a job starving below the highest priority pending in its queue: rule 3
 # holds before any wait. Otherwise a job preempted for a higher-priority job of its team (it
 # keeps its old submission time) would start again, as a starving job, on the GPUs it had just

@@ -9,8 +9,8 @@ flavor carries a balance in GPU-seconds:
 
     balance' = -balance / tau + (entitled - held)        tau = half_life / ln 2
 
-`entitled` is the team's max-min fair share of the flavor at that moment, as DESIGN.md defines
-it (guarantee first, then the idle rest by weight, capped by limit and by what it asks), kept as
+`entitled` is the team's max-min fair share of the flavor at that moment (docs/architecture.md:
+guarantee first, then the idle rest by weight, capped by limit and by what it asks), kept as
 a fraction of a GPU; `held` is what it holds. Positive: the team received less than its share over
 the last half-lives (it is owed); negative: more (it is in debt). A team that holds and asks
 nothing is entitled to nothing and holds nothing, so its balance only decays toward 0.

@@ -1,5 +1,5 @@
 """Idle GPUs found: each running job's GPU utilization, every minute, and a flag on a job whose
-GPUs stayed below its flavor's threshold for its flavor's minutes (SCENARIOS.md, "Just in case").
+GPUs stayed below its flavor's threshold for its minutes (docs/architecture.md, scenario 3).
 
 1. Read utilization per running job: from Prometheus (the DCGM exporter's metrics) when
    GPUQUEUE_PROMETHEUS_URL is set, else, in the simulated cluster, from each job's

@@ -80,7 +80,7 @@ MAX_ENV_VALUE_CHARS = 8192
 MAX_ENV_TOTAL_CHARS = 32 * 1024
 MAX_LABELS = 64
 MAX_ANNOTATIONS_TOTAL_CHARS = 32 * 1024
-# Names gpuqueue sets itself in every worker (DESIGN.md: workers find each other by these).
+# Names gpuqueue sets itself in every worker: workers find each other by these.
 RESERVED_ENV = frozenset({"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"})
 RESERVED_ENV_PREFIX = "GPUQUEUE_"
 

@@ -1,4 +1,5 @@
-"""Quotas (SCENARIOS.md 9), memberships, tokens, nodes, the audit trail, metrics, throttling."""
+"""Quotas (docs/architecture.md, scenario 9), memberships, tokens, nodes, the audit trail,
+metrics, throttling."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""SCENARIOS.md 7 under real concurrency: retries of one submission racing from threads, each
-with its own database connection, create exactly one job."""
+"""Scenario 7 (docs/architecture.md) under real concurrency: retries of one submission racing
+from threads, each with its own database connection, create exactly one job."""
 
 from __future__ import annotations
 

@@ -177,7 +177,7 @@ NOT_OK = {JobState.FAILED.value, JobState.CANCELLED.value}
 
 
 def _by_the_issue(pairs: list[tuple[str, str]]) -> str:
-    """The rules as issue 20 words them, written apart from the code under test: after_ok all
+    """The rules as docs/api.md words them, written apart from the code under test: after_ok all
     succeeded, after_any all ended, after_not_ok any failed (or was cancelled); impossible once
     an after_ok job failed, or every after_not_ok job succeeded."""
     by_kind = {kind: [s for k, s in pairs if k == kind] for kind in dependencies.KINDS}

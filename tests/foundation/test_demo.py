@@ -1,5 +1,5 @@
-"""The embedded mode's demo world (SCENARIOS.md, 12): seeded once, and a trickle of jobs that
-the default simulated cluster can actually run."""
+"""The embedded mode's demo world (docs/architecture.md, scenario 12): seeded once, and a
+trickle of jobs that the default simulated cluster can actually run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pending reasons read as one sentence with their numbers (SCENARIOS.md, 1 and 8)."""
+"""Pending reasons read as one sentence with numbers (docs/architecture.md, scenarios 1, 8)."""
 # ruff: noqa: E501 - a table of reasons reads best one case per line
 
 from __future__ import annotations

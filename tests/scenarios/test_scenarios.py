@@ -1,5 +1,5 @@
-"""SCENARIOS.md end to end: the real cycle, the cluster sync and the simulated cluster on real
-PostgreSQL. Each test is named after the situation it reproduces."""
+"""The scenarios of docs/architecture.md end to end: the real cycle, the cluster sync and the
+simulated cluster on real PostgreSQL. Each test is named after the situation it reproduces."""
 
 from __future__ import annotations
 

@@ -163,9 +163,10 @@ def cycle_by_cycle_start(snapshot: Snapshot, policy: Policy, job_id: int, step: 
 
 def test_ends_within_a_tenth_of_the_time_ahead_are_taken_in_one_step() -> None:
     """The forecast takes everything within max(60 s, precision x the time from now) of the
-    next event in one step (the default precision 0.1: benchmarks.md, "A coarser step"), so a
-    start may be late by that much and never early. Node n1 frees at 10 h, n2 at 10 h 54 min:
-    one step at the default, the job starting at 10 h 54; two at 0.05, starting at 10 h."""
+    next event in one step (the default precision 0.1: benchmarks.md, "What the estimates and
+    predictions cost"), so a start may be late by that much and never early. Node n1 frees at
+    10 h, n2 at 10 h 54 min: one step at the default, the job starting at 10 h 54; two at 0.05,
+    starting at 10 h."""
     snapshot = Snapshot(
         NOW,
         nodes(2, h100=8),

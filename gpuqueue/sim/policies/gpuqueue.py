@@ -79,7 +79,7 @@ class GpuqueueEngine(SchedulingPolicy):
         # is read when it is queued, a running job's when it starts and when it outlives it.
         # The live cycle reads a pending job's again about every minute; doing that here made
         # the 120 % replay 27 % slower for decisions within its noise (docs/benchmarks.md,
-        # "Predictions read when asked").
+        # "The replay's wall time").
         self.runtime_estimates = runtime_estimates
         self.runtimes = None if runtime_estimates else (runtimes or ReplayRuntimes())
         self._runs: dict[int, JobRun] = {}  # running jobs, for `ReplayRuntimes.overdue`
