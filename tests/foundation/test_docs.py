@@ -35,7 +35,8 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 # `docs/benchmarks.md, "Section"`, `docs/api.md ("Section")`, `benchmarks.md, "Section`: a
 # doc's name, then a quoted section name (line breaks and comment markers already joined).
-SECTION_CITATION = re.compile(r"\b([a-z]+)\.md(?:,|:)?\s*\(?\"([^\"()]{3,100})\"")
+# Something must stand between the name and the quote: `"kubernetes.md"` closes a string.
+SECTION_CITATION = re.compile(r"\b([a-z]+)\.md(?:[,:]\s*|\s+)\(?\"([^\"()]{3,100})\"")
 
 
 def scanned_files() -> list[Path]:
@@ -148,7 +149,7 @@ def test_every_cited_section_of_a_doc_exists() -> None:
         for name, section in SECTION_CITATION.findall(text):
             if name not in docs:
                 continue
-            wanted = " ".join(section.split()).lower()
+            wanted = plain(" ".join(section.split()))
             if not any(plain(h).startswith(wanted) for h in headings(docs[name])):
                 missing.append(f'{path.relative_to(ROOT)}: {name}.md, "{section}"')
     assert missing == []
