@@ -102,7 +102,7 @@ class Active:
 
 # Everything is read whole again after this long, a bound on anything written behind the
 # feed's back (by hand: reasons or positions, a trigger turned off).
-FULL_READ_SECONDS = 600.0
+FULL_READ_SECONDS = caches.CYCLE_MAX_AGE_SECONDS
 _kept: caches.Kept[str, Active] = caches.Kept(max_entries=None, max_age_seconds=FULL_READ_SECONDS)
 _KEY = "active jobs"
 _VERSION = 1  # one value, kept under a fixed version: its freshness is the feed's own
