@@ -3,7 +3,7 @@
 # keep itself changed value: a WHEN clause over those columns. What pages alone read (the
 # estimated start, the forecast, the message) never marks a row, and neither do the reasons
 # and positions, which the feed reads but the cycle writes and remembers itself
-# (`remember_shown`). job_feed.FEED_COLUMNS lists the same columns, and a test compares it
+# (`remember_shown`). job_feed.WATCHED lists the same columns, and a test compares it
 # with the trigger as installed.
 #
 # WHEN over the values rather than UPDATE OF the columns: UPDATE OF fires for a column named

@@ -60,7 +60,7 @@ class Horizon:
         now = self._now
         answer = now + seconds <= at
         if answer:
-            # True up to `at - seconds` included: the plan is planned again from then (from
+            # True up to `at - seconds` included: the plan is made again from then on (from
             # the next representable time when that is now).
             self._crossing(max(at - seconds, math.nextafter(now, math.inf)))
         return answer
