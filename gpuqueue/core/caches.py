@@ -18,11 +18,12 @@ most an age. What the version is depends on who reads and how often the rows cha
 | memos (scheduler: engine, ledger, starvation) | one plan's ledger | one plan | make bench |
 | SQL text (`functools.cache`) | always | the process | - |
 
-"serves": the benchmark number each one earns its place on (docs/benchmarks.md): the CPU
-per submission of benchmarks/api_load.py (tokens and node sizes: a fifth each), a steady cycle
-of benchmarks/cycle_scale.py (0.07 s against 0.44 s planning and reading again at 43,000
-pending), `make bench` at `large` (`--no-memo`: 0.72 s against 0.25 s). 60 s is
-MAX_AGE_SECONDS, 600 s CYCLE_MAX_AGE_SECONDS.
+"serves": the number each one earns its place on. Measured together (`sum(range(10**6))`
+about 10 ms): a steady cycle of benchmarks/cycle_scale.py at 43,000 pending takes 0.09-0.11 s,
+2.8-3.0 s with GPUQUEUE_CACHES off (the feed, the world, the last plan and the predictions'
+caches); `make bench` at `large` 0.36 s of CPU, 0.63 s with `--no-memo`. The web's caches
+save about a fifth of the CPU per submission each (benchmarks/api_load.py, as their modules
+say). 60 s is MAX_AGE_SECONDS, 600 s CYCLE_MAX_AGE_SECONDS.
 
 Why four rules and not one:
 
