@@ -21,8 +21,8 @@ most an age. What the version is depends on who reads and how often the rows cha
 "serves": the number each one earns its place on. Measured together (`sum(range(10**6))`
 about 10 ms): a steady cycle of benchmarks/cycle_scale.py at 43,000 pending takes 0.09-0.11 s,
 2.8-3.0 s with GPUQUEUE_CACHES off (the feed, the world, the last plan and the predictions'
-caches); benchmarks/api_load.py 5.3-5.9 ms of CPU per submission, 10.5-11.2 ms with the
-web's caches off (tokens and node sizes, about a fifth each, as their modules say); `make
+caches); benchmarks/api_load.py 5.3-5.9 ms of CPU per submission, 10.5-11.2 ms with
+GPUQUEUE_CACHES off (tokens and node sizes, about a fifth each, as their modules say); `make
 bench` at `large` 0.36 s of CPU, 0.63 s with `--no-memo`. 60 s is MAX_AGE_SECONDS, 600 s
 CYCLE_MAX_AGE_SECONDS.
 
