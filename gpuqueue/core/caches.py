@@ -1,29 +1,61 @@
-"""Values a process keeps between reads, and the one rule that makes them stale.
+"""Values a process keeps between reads: every cache of the service, its freshness rule, and
+the machinery of the web's rule (`Kept`, the epoch).
 
 A kept value is used only while the version it was read under is still current, and for at
-most MAX_AGE_SECONDS. Every write to the rows a value derives from changes that version:
+most an age. What the version is depends on who reads and how often the rows change:
 
-- Values the API reads on every request from rows that change seldom (API tokens with their
-  users: `teams.token_cache`; the team and flavor a submission names:
-  `gpuqueue.services.submit`; the largest node of each flavor: `gpuqueue.services.inventory`)
-  are read under the cache epoch, a random value in Redis that every save or delete of such a
-  row replaces, at once and again when the write commits (each app names its models with
-  `derives_from`). A request reads the epoch once, in its first Redis round trip (the rate
-  count: `note_epoch`), so a change takes effect at the next request in every process.
-  Outside a request, and without Redis, nothing is kept.
-- The active jobs, which change with every submission, are kept by the admission cycle and
-  brought up to date from a change feed (`gpuqueue.cycle.job_feed`); nodes, flavors, quotas
-  and teams under their tables' versions (`gpuqueue.cycle.table_versions`); the last plan
-  while only the clock moved (`gpuqueue.cycle.kept_plan`).
+| cache: what it keeps (module) | fresh while | at most | serves |
+| --- | --- | --- | --- |
+| API tokens, users (teams/token_cache) | the epoch | 60 s | api_load |
+| a submission's team, flavor (services/submit) | the epoch | 60 s | api_load |
+| largest node per flavor (services/inventory) | the epoch | 60 s | api_load |
+| active job rows (cycle/job_feed) | the change feed | 600 s | cycle_scale, steady |
+| nodes, flavors, quotas, teams (cycle/table_versions) | table counters | 600 s | the same |
+| the last plan (cycle/kept_plan) | feed's mark, engine's clock | 600 s | the same: "kept" |
+| runtime history (services/runtime_history) | its age | 60 s | predictions |
+| a job's facts, fixed (services/runtime_history) | its age | a day | predictions |
+| how far bands missed (services/band_samples) | its age | 600 s | forecasts |
+| memos (scheduler: engine, ledger, starvation) | one plan's ledger | one plan | make bench |
+| SQL text (`functools.cache`) | always | the process | - |
 
-MAX_AGE_SECONDS bounds what no version sees: a bulk write (the cluster sync writes nodes with
-`bulk_update`, so a new node size counts within a minute), SQL behind gpuqueue's back, an
-epoch Redis lost. A missing epoch is replaced by
-a fresh random value, never by one seen before, so an emptied Redis cannot make a stale value
-current. Misses are not kept.
+"serves": the number each one earns its place on. Measured together (`sum(range(10**6))`
+about 10 ms): a steady cycle of benchmarks/cycle_scale.py at 43,000 pending takes 0.09-0.11 s,
+2.8-3.0 s with GPUQUEUE_CACHES off (the feed, the world, the last plan and the predictions'
+caches); benchmarks/api_load.py 5.3-5.9 ms of CPU per submission, 10.5-11.2 ms with
+GPUQUEUE_CACHES off (tokens and node sizes, about a fifth each, as their modules say); `make
+bench` at `large` 0.36 s of CPU, 0.63 s with `--no-memo`. 60 s is MAX_AGE_SECONDS, 600 s
+CYCLE_MAX_AGE_SECONDS.
 
-GPUQUEUE_CACHES off keeps nothing: every value is read every time (the plain path that the
-tests compare the caches with).
+Why four rules and not one:
+
+- **The epoch** (the web). Values the API reads on every request from rows that change
+  seldom are read under the cache epoch, a random value in Redis that every save or delete of
+  such a row replaces, at once and again when the write commits (each app names its models
+  with `derives_from`). A request reads the epoch once, in its first Redis round trip (the
+  rate count's script returns it: `note_epoch`), so a change takes effect at the next request
+  in every process, and a kept token costs no round trip of its own. Outside a request, and
+  without Redis, nothing is kept. Jobs cannot go under it: every submission would renew it.
+- **Triggers in PostgreSQL** (the admission cycle). The cycle runs in one process at a time
+  and must see every change of the rows it reads, job by job: a trigger marks each job row
+  whose watched columns changed (job_feed.WATCHED) and moves a counter per table for nodes,
+  flavors, quotas and teams. Nothing has to be renewed by hand, and a write that is none of
+  the cycle's business (a forecast, a reason the cycle remembers itself) marks nothing.
+- **The engine's clock** (the last plan). The same snapshot at a later time gives the same
+  plan until the first time one of the plan's comparisons with the clock flips; the engine's
+  clock notes that time as it answers (scheduler/horizon.py).
+- **Age alone** (predictions and forecasts). Estimates that may lag a minute or more behind
+  the jobs that finished, read from thousands of rows: the age is the rule.
+
+Each age bounds what no version sees: a bulk write (the cluster sync writes nodes with
+`bulk_update`, so a new node size counts within MAX_AGE_SECONDS), SQL behind gpuqueue's back,
+an epoch Redis lost, a reason written by hand. A missing epoch is replaced by a fresh random
+value, never by one seen before, so an emptied Redis cannot make a stale value current.
+Misses are not kept.
+
+GPUQUEUE_CACHES off keeps nothing (the engine's memos aside: `Cycle(memo=False)`): every value
+is read every time, the plain path that the tests compare the caches with. Redis also holds
+records that are not caches (the cluster's health, the forecast's last timing): each is the
+only copy of what it says.
 """
 
 from __future__ import annotations
@@ -47,7 +79,8 @@ from gpuqueue.core.outage import redis_failed
 log = logging.getLogger(__name__)
 
 EPOCH_KEY = "gpuqueue:cache-epoch"
-MAX_AGE_SECONDS = 60.0
+MAX_AGE_SECONDS = 60.0  # the web's caches
+CYCLE_MAX_AGE_SECONDS = 600.0  # the cycle's: everything is read whole again after this long
 MAX_ENTRIES = 10_000  # per cache; past this it starts over
 
 K = TypeVar("K", bound=Hashable)

@@ -3,13 +3,16 @@ brought up to date from what changed since: the change feed of migration 0016.
 
 With 43,000 jobs waiting and nothing changed, reading every row (even only every row's
 version) was most of a steady cycle. Each job row carries `changed_xact`, the 64-bit id of the
-transaction that last changed it, set by a trigger; writes of what only people read (reasons,
-positions, forecasts) run inside `display_only_writes` and leave it alone. A read records its
-statement's snapshot (`pg_current_snapshot()`) and its own transaction's id; the next read
-asks only for rows whose `changed_xact` that snapshot did not see as committed, or that its
-own transaction wrote (after the read, too: the admissions). A deleted row leaves no trace, so
-each read also counts the active jobs in the same statement: a count that differs from what
-is kept means a full read.
+transaction that last changed a column the feed reads, set by a trigger (migration 0021) that
+watches `WATCHED`: writes of what only people read (forecasts, estimated starts) and of what
+the cycle keeps itself (`SHOWN`: reasons and positions) leave it alone, whoever makes them. A
+read records its statement's snapshot (`pg_current_snapshot()`) and its own transaction's id;
+the next read asks only for rows whose `changed_xact` that snapshot did not see as committed,
+or that its own transaction wrote (after the read, too: the admissions). A deleted row leaves
+no trace, so each read also counts the active jobs in the same statement: a count that
+differs from what is kept means a full read. A write of `SHOWN` columns alone by anyone but
+the cycle (the hold phase's reason on a job it holds back, which the cycle does not plan; an
+edit by hand) reaches the kept read at the next whole read.
 
 A read is kept once its transaction commits (one that rolls back leaves the last committed
 read, from which the next read starts again), for at most ten minutes; GPUQUEUE_CACHES off
@@ -22,8 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -65,6 +67,12 @@ _COLUMNS = (
 )
 TIMES = {"submitted_at", "admitted_at", "checkpoint_requested_at", "not_before"}
 AS_TEXT = {"placement", "pending_reason"}
+# What the cycle writes on pending rows and remembers itself (`remember_shown`): a write of
+# these alone does not mark a row.
+SHOWN = ("pending_reason", "queue_position", "cluster_position")
+# The columns whose change marks a row for the feed: the trigger's WHEN clause lists the
+# same (tests/cycle/test_snapshot.py compares them with the trigger as installed).
+WATCHED = tuple(c for c in _COLUMNS if c != "id" and c not in SHOWN)
 STATE, NOT_BEFORE, HOLD, REASON, GRACE = (
     _COLUMNS.index(c)
     for c in ("state", "not_before", "hold", "pending_reason", "checkpoint_grace_seconds")
@@ -93,8 +101,8 @@ class Active:
 
 
 # Everything is read whole again after this long, a bound on anything written behind the
-# feed's back (by hand, with the display-only setting on).
-FULL_READ_SECONDS = 600.0
+# feed's back (by hand: reasons or positions, a trigger turned off).
+FULL_READ_SECONDS = caches.CYCLE_MAX_AGE_SECONDS
 _kept: caches.Kept[str, Active] = caches.Kept(max_entries=None, max_age_seconds=FULL_READ_SECONDS)
 _KEY = "active jobs"
 _VERSION = 1  # one value, kept under a fixed version: its freshness is the feed's own
@@ -182,8 +190,8 @@ def current_read() -> Active | None:
 
 def remember_shown(written: list[tuple[int, Any, int | None, int | None]]) -> None:
     """The cycle wrote these (id, reason, team position, cluster position) on pending rows,
-    as display-only writes: once that commits, the kept read shows them (the next cycle
-    compares its plan with them without reading the rows)."""
+    which the trigger leaves unmarked (`SHOWN`): once that commits, the kept read shows them
+    (the next cycle compares its plan with them without reading the rows)."""
 
     def remember() -> None:
         active = _kept.get(_KEY, _VERSION)
@@ -195,18 +203,6 @@ def remember_shown(written: list[tuple[int, Any, int | None, int | None]]) -> No
                 shown[job_id] = tuple(values)  # type: ignore[assignment]
 
     transaction.on_commit(remember)
-
-
-@contextmanager
-def display_only_writes() -> Iterator[None]:
-    """Writes inside change only what people read (reasons, positions, forecasts): the
-    feed's trigger leaves their rows' `changed_xact` alone. Needs a transaction."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL gpuqueue.display_only = 'on'")
-        try:
-            yield
-        finally:
-            cursor.execute("SET LOCAL gpuqueue.display_only = 'off'")
 
 
 def _snapshot_xmin(snapshot: str) -> int:

@@ -31,7 +31,9 @@ class _Last:
     plan: m.Plan
 
 
-_kept: caches.Kept[str, _Last] = caches.Kept(max_entries=None, max_age_seconds=600.0)
+_kept: caches.Kept[str, _Last] = caches.Kept(
+    max_entries=None, max_age_seconds=caches.CYCLE_MAX_AGE_SECONDS
+)
 _KEY = "last plan"
 
 

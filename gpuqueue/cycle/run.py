@@ -45,7 +45,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError
 from gpuqueue.core.locks import try_xact_lock
 from gpuqueue.core.reason_text import when
 from gpuqueue.core.states import JobState
-from gpuqueue.cycle.job_feed import current_read, display_only_writes, remember_shown
+from gpuqueue.cycle.job_feed import current_read, remember_shown
 from gpuqueue.cycle.kept_plan import keep_plan, kept_plan
 from gpuqueue.cycle.launch import launch_admitted
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
@@ -291,8 +291,7 @@ def _persist_pending(plan: m.Plan, stored: dict[int, StoredPending]) -> None:
         )
         if values != stored.get(decision.job_id):
             changed.append((decision.job_id, *values))
-    with display_only_writes():  # the feed need not read these rows again: it is told
-        update_pending_rows(changed)
+    update_pending_rows(changed)  # columns the feed is told of, not marked (job_feed.SHOWN)
     remember_shown(changed)
 
 
@@ -330,7 +329,8 @@ def refresh_forecasts(now: datetime | None = None) -> int:
         start = starts.get(job_id)
         known = start is not None and math.isfinite(start)
         estimates[job_id] = datetime.fromtimestamp(start, tz=UTC) if known else None
-    with display_only_writes():  # nothing the cycle reads: the change feed ignores them
+    # Nothing the cycle reads: the change feed's trigger leaves these rows unmarked.
+    with transaction.atomic():
         store_forecasts(snapshot, bands, predictions, {job_id: data for job_id, _, data in rows})
         update_estimated_starts(
             [(job_id, start) for job_id, start in estimates.items() if start != stored[job_id]]

@@ -19,7 +19,9 @@ from gpuqueue.core import caches
 
 T = TypeVar("T")
 
-_kept: caches.Kept[str, Any] = caches.Kept(max_entries=None, max_age_seconds=600.0)
+_kept: caches.Kept[str, Any] = caches.Kept(
+    max_entries=None, max_age_seconds=caches.CYCLE_MAX_AGE_SECONDS
+)
 
 
 def table_versions() -> tuple[tuple[str, int], ...]:

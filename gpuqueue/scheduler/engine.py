@@ -80,8 +80,7 @@ class Cycle:
         self.policy = policy
         self.memo = memo
         self.explain = explain
-        self.now = snapshot.now
-        self.horizon = Horizon(snapshot.now)
+        self.horizon = Horizon(snapshot.now)  # the clock: the only reader of `snapshot.now`
         self.chains = group_chains(snapshot.teams)
         self.quotas = group_quotas(snapshot.teams)
         # Time-based fair share needs the history (usage.py) and the policy's consent.
@@ -219,7 +218,7 @@ class Cycle:
             reservations=tuple(self.reserver.reservations),
             withdrawals=withdrawals,
             fair_shares=dict(sorted(self.fair_share.items())),
-            stable_until=self.horizon.until if settled is None else -math.inf,
+            stable_until=self.horizon.stable_until if settled is None else -math.inf,
             balance_checks=self.horizon.balance_checks,
         )
 
@@ -239,11 +238,9 @@ class Cycle:
         ]
         for job in sorted(candidates, key=victim_key, reverse=True):
             assert job.preempting_since is not None
-            if job.checkpoint_grace is not None:
-                deadline = job.preempting_since + job.checkpoint_grace
-                self.horizon.crossing(deadline)
-                if deadline <= self.now:
-                    continue  # being stopped: its work is saved or lost already
+            grace = job.checkpoint_grace
+            if grace is not None and self.horizon.passed(job.preempting_since + grace):
+                continue  # being stopped: its work is saved or lost already
             fl = ledger.flavors.get(job.flavor)
             if fl is None or not job.placement:
                 continue
@@ -485,8 +482,9 @@ class Cycle:
         wait = seconds_to_recover(
             debt, threshold, self.policy.share_half_life_seconds, max(share - in_use, 0)
         )
-        self.horizon.varies()  # the debt's value, and when it recovers counted from now
-        return reasons.in_share_debt(job, share, in_use, debt, threshold, self.now + wait)
+        # The debt's value, and when it recovers counted from now.
+        recovers = self.horizon.read() + wait
+        return reasons.in_share_debt(job, share, in_use, debt, threshold, recovers)
 
     def _admit(
         self, job: PendingJob, placement: Placement, use_held: dict[str, int] | None = None
@@ -609,8 +607,7 @@ class Cycle:
                 continue
             since = victim.preempting_since
             if since is None:  # a victim of this plan: asked from now
-                since = self.now
-                self.horizon.varies()
+                since = self.horizon.read()
             until = max(until, since + grace)
         if until == -math.inf:
             until = None
@@ -643,7 +640,7 @@ class Settled:
         # how many jobs still to be considered have one that short.
         self._window: dict[str, float] = {}
         for (flavor, _), owner in cycle.reserver.node_owner.items():
-            wait = owner.expected_start - cycle.now
+            wait = cycle.horizon.until(owner.expected_start)
             self._window[flavor] = max(wait, self._window.get(flavor, wait))
         self._backfill: dict[str, int] = {}  # a flavor with no such job is left out
         if self._window:  # with no reservation, no job backfills

@@ -159,8 +159,8 @@ class Order:
         self.starving: list[PendingJob] = []
         # Jobs starving by the balance rule (rule 1): they may reclaim beyond their share.
         self.owed: set[int] = set()
-        now = snapshot.now
-        horizon = horizon or Horizon(now)
+        horizon = horizon or Horizon(snapshot.now)
+        starved = horizon.passed  # whether the clock has reached a time
         guarantees = guarantees or {}
         first: set[int] = set()  # owed jobs of teams with no guarantee of the flavor: first
         if queues is None:
@@ -183,9 +183,7 @@ class Order:
             # (no job fits the room) or nothing has waited long enough. Their jobs are only
             # grouped by user and sorted, which the queue's facts have done already.
             fits_room = holds_nothing or facts.smallest <= room
-            if fits_room:  # only then is the oldest job's wait compared with the threshold
-                horizon.crossing(facts.oldest + starving_after)
-            if not fits_room or (not holds_nothing and now - facts.oldest < starving_after):
+            if not fits_room or (not holds_nothing and not starved(facts.oldest + starving_after)):
                 users.update(facts.by_user())
                 queue.sorted = True
                 continue
@@ -193,9 +191,8 @@ class Order:
                 never = NeverAdmits.of(snapshot)
             top = _top_priority(facts.jobs, never)
             for job in facts.jobs:
-                horizon.crossing(job.submitted_at + starving_after)
                 at_top = job.priority == top
-                waited = at_top and now - job.submitted_at >= starving_after
+                waited = at_top and starved(job.submitted_at + starving_after)
                 if waited and job.gpus <= room and not never(job):
                     starving.append(job)
                     continue

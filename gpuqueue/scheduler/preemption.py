@@ -20,7 +20,6 @@ tried on free plus incoming GPUs, and the whole attempt is rolled back if it doe
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Mapping
 from itertools import chain, islice
 
@@ -106,7 +105,6 @@ class VictimSearch:
         self.chains = chains
         self.policy = policy
         self.horizon = horizon
-        self.now = horizon.now
         self.guarantees = guarantees or {}
         self.balance = balance  # Snapshot.share_balance
         # What a victim team keeps, per (group, flavor): its fair share, or in a search for a
@@ -192,10 +190,8 @@ class VictimSearch:
                 self._candidates(job, True, False), self.policy.max_victim_candidates
             )
             if victim.id not in self.ledger.victims
-            and (until := self.protected_until(victim)) > self.now
+            and not self.horizon.passed(until := self.protected_until(victim))
         }
-        for until in ends:
-            self.horizon.crossing(until)
         return sorted(ends)
 
     def _candidates(
@@ -299,29 +295,21 @@ class VictimSearch:
         # Hysteresis: a team that reclaims beyond its guarantee (for its fair share, which moves
         # with every team's demand) takes only work that ran Policy.reclaim_min_runtime_seconds,
         # so that borrowed GPUs do not change hands each time the shares move.
-        settled = self.now - self.policy.reclaim_min_runtime_seconds
         beyond_guarantee = reclaim and not self.within_guarantee(job)
-        judged_at = self.now if at is None else at
-        now = self.now
         settle = self.policy.reclaim_min_runtime_seconds
-        flips = math.inf  # the first time after now that one of the filters below flips
+        passed = self.horizon.passed
         candidates = []
         for victim, kind in islice(
             self._candidates(job, reclaim, priority), self.policy.max_victim_candidates
         ):
+            if victim.id in ledger.victims:
+                continue
             until = self.protected_until(victim)
-            settling = kind == RECLAIM and beyond_guarantee
-            if at is None and now < until < flips:
-                flips = until
-            if settling and now < victim.started_at + settle < flips:
-                flips = victim.started_at + settle
-            if (
-                victim.id not in ledger.victims
-                and judged_at >= until
-                and not (settling and victim.started_at > settled)
-            ):
-                candidates.append((victim, kind))
-        self.horizon.crossing(flips)
+            if not (passed(until) if at is None else at >= until):
+                continue
+            if kind == RECLAIM and beyond_guarantee and not passed(victim.started_at + settle):
+                continue
+            candidates.append((victim, kind))
         if not candidates:
             return None
         g = job.gpus_per_worker

@@ -65,10 +65,8 @@ class ReclaimWaits:
                 lo = mid
             else:
                 hi, victims = mid, found
-        now = self.search.now
-        for victim in victims:
-            self.search.horizon.crossing(self.search.protected_until(victim))
-        protected = [v for v in victims if self.search.protected_until(v) > now]
+        search = self.search
+        protected = [v for v in victims if not search.horizon.passed(search.protected_until(v))]
         if not protected:
             return None  # room without waiting: the search failed for another cause
         teams = tuple(sorted({v.team for v in victims}))
@@ -102,13 +100,11 @@ class ReclaimWaits:
             for victim in search.index.of(team, flavor):
                 if victim.id in ledger.victims or victim.gpus > extra:
                     continue
-                until = search.protected_until(victim)
-                if until <= search.now:
+                # (One still protected changes the numbers when it leaves: a crossing.)
+                if search.horizon.passed(search.protected_until(victim)):
                     gives += victim.gpus
                     if gives >= extra:
                         break  # all it may give: no later job changes the number
-                else:
-                    search.horizon.crossing(until)  # the numbers change then
             takeable += min(gives, extra)
         guarantee = search.guarantees.get((job.team, flavor), 0)
         return reasons.GuaranteeBlocked(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from gpuqueue.scheduler import reasons
-from gpuqueue.scheduler.horizon import Horizon
+from gpuqueue.scheduler.horizon import AT_ONCE, Horizon
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Node,
@@ -65,7 +65,6 @@ class Reserver:
         self.ledger = ledger
         self.policy = policy
         self.horizon = horizon
-        self.now = horizon.now
         self._nodes = nodes
         self._running = running
         # flavor -> release events (`release_events`).
@@ -93,7 +92,7 @@ class Reserver:
             return events
         name = fl.name
         victims = self.ledger.victims
-        now = self.now
+        passed = self.horizon.passed
         events = []
         free = fl.free
         for job in self._running:
@@ -102,14 +101,10 @@ class Reserver:
             end = release_time(job)
             if end is None:
                 continue
-            # max(end, now): an overdue job is expected to end now, whenever that is; a
-            # reservation that starts then varies with the clock (`reserve`). One still due
-            # moves with the clock from its end on.
-            if end >= now:
-                at = end
-                self.horizon.crossing(end)
-            else:
-                at = now
+            # An overdue job is expected to end now, whenever that is (AT_ONCE): a reservation
+            # that starts then varies with the clock (`reserve`). One still due moves with the
+            # clock from its end on (a crossing).
+            at = AT_ONCE if passed(end) else end
             g = job.gpus_per_worker
             for node, workers in job.placement:
                 if node in free:
@@ -141,11 +136,11 @@ class Reserver:
         fit = 0
         for v in avail.values():
             fit += v // g
-        start = self.now
+        start = AT_ONCE
         events = self.release_events(fl)
         if fl.incoming:
-            self.horizon.varies()  # GPUs back a grace period from now
-            back = self.now + self.policy.preemption_grace_seconds
+            grace = self.policy.preemption_grace_seconds
+            back = self.horizon.read() + grace if grace > 0 else AT_ONCE  # a grace from now
             coming = [(back, n, gpus, -1) for n, gpus in fl.incoming.items() if n in avail]
             events = sorted(events + coming)
         if fit < job.workers:
@@ -170,8 +165,8 @@ class Reserver:
             start = math.inf
         if placement is None:
             return None
-        if start == self.now:
-            self.horizon.varies()  # it could start now, whenever now is
+        if start == AT_ONCE:
+            start = self.horizon.read()  # it could start now, whenever now is
         for node, workers in placement:
             ledger.hold(job.flavor, node, workers * g)
         reservation = Reservation(job.id, placement, start)
@@ -196,9 +191,7 @@ class Reserver:
             self.node_owner[(flavor, node)].job_id for node in self.ledger.flavors[flavor].held
         }
         holders = [r for r in self.reservations if r.job_id in owners]
-        if not holders:
-            self.horizon.varies()
-        start = min((r.expected_start for r in holders), default=self.now)
+        start = min(r.expected_start for r in holders) if holders else self.horizon.read()
         why = reasons.behind_reservation(job, start, tuple(r.job_id for r in holders))
         if self.memo:
             self._behind[flavor] = (current, why)
@@ -209,10 +202,10 @@ class Reserver:
         if job.max_runtime is None or not self.reservations:
             return {}
         flavor = job.flavor
-        ends = self.now + job.max_runtime
+        runtime = job.max_runtime
         current = self._current(flavor)
         if self.memo:
-            hit = self._rooms.get((flavor, ends))
+            hit = self._rooms.get((flavor, runtime))
             if hit is not None and hit[0] == current:
                 return hit[1]
         room: dict[str, int] = {}
@@ -220,11 +213,10 @@ class Reserver:
             owner = self.node_owner.get((flavor, node))
             if owner is None:
                 continue
-            # `ends <= expected_start` flips when the clock passes their difference (a kept
-            # answer below was reached with the same comparisons: same ends, same holders).
-            self.horizon.crossing(owner.expected_start - job.max_runtime)
-            if ends <= owner.expected_start:
+            # (A kept answer above was reached with the same comparisons: same runtime, same
+            # holders.)
+            if self.horizon.within(runtime, owner.expected_start):
                 room[node] = gpus
         if self.memo:
-            self._rooms[(flavor, ends)] = (current, room)
+            self._rooms[(flavor, runtime)] = (current, room)
         return room

@@ -11,6 +11,7 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle import job_feed
 from gpuqueue.cycle.run import refresh_forecasts, run_cycle
 from gpuqueue.models import Job
 from gpuqueue.services.cluster_sync import sync_cluster
@@ -66,7 +67,9 @@ def test_a_plan_is_kept_while_only_the_clock_moves_and_until_its_horizon(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_any_change_to_a_job_plans_again(world: Any, backend: Any, submit: Any) -> None:
+def test_any_change_to_a_job_plans_again(
+    world: Any, backend: Any, submit: Any, monkeypatch: Any
+) -> None:
     sync_cluster(backend)
     now = timezone.now()
     submit(workers=4, gpus_per_worker=8)
@@ -77,13 +80,17 @@ def test_any_change_to_a_job_plans_again(world: Any, backend: Any, submit: Any) 
     Job.objects.filter(pk=waiting.pk).update(priority=3)  # the job's row changed
     assert not run_cycle(now, backend).kept_plan
     assert run_cycle(now, backend).kept_plan
-    # A reason written behind the cycle's back, read first by a forecast: the cycle still
-    # sees that a job changed since its plan, plans and writes its reason back.
+    # A reason written behind the cycle's back (by hand), read first by a forecast: reasons
+    # are the cycle's to write and none of what the change feed watches (job_feed.SHOWN), so
+    # the plan is kept; the feed's next whole read finds it, and the cycle writes its own back.
     shown = Job.objects.values_list("pending_reason", flat=True).get(pk=waiting.pk)
     Job.objects.filter(pk=waiting.pk).update(pending_reason={"code": "by_hand"})
     refresh_forecasts(now)
+    assert run_cycle(now, backend).kept_plan
+    monkeypatch.setattr(job_feed, "FULL_READ_SECONDS", 0.0)  # the whole read is due
     assert not run_cycle(now, backend).kept_plan
     assert Job.objects.values_list("pending_reason", flat=True).get(pk=waiting.pk) == shown
+    monkeypatch.undo()
     submit(gpus_per_worker=8)  # a new job
     assert not run_cycle(now, backend).kept_plan
     with override_settings(GPUQUEUE_CACHES=False):

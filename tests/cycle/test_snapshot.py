@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +18,7 @@ from gpuqueue.cycle import snapshot as snapshot_module
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
 from gpuqueue.models import Job, Node
 from gpuqueue.scheduler import model as m
+from gpuqueue.services.pending import update_pending_rows
 
 REASON = {"code": "no_fit", "numbers": {"needed": 8, "free": 6}, "job_ids": []}
 
@@ -313,19 +315,62 @@ def _changed_xact(job: Job) -> int | None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_trigger_marks_changes_but_not_display_only_writes_or_rewrites(
-    world: Any, submit: Any
-) -> None:
+def test_the_trigger_marks_changes_of_what_the_cycle_reads_only(world: Any, submit: Any) -> None:
+    """Reasons, positions and forecasts change on tens of thousands of rows at a time, and
+    the cycle reads none of them back (it remembers the reasons and positions it wrote): such
+    writes leave a row unmarked, whoever makes them; a change of anything else it reads marks
+    the row."""
     job = submit()
     inserted = _changed_xact(job)
     assert inserted is not None
     Job.objects.filter(pk=job.pk).update(priority=job.priority)  # written as it was
     assert _changed_xact(job) == inserted
-    with job_feed.display_only_writes():
-        Job.objects.filter(pk=job.pk).update(pending_reason=REASON, estimated_start=None)
+    Job.objects.filter(pk=job.pk).update(
+        pending_reason=REASON,
+        queue_position=3,
+        cluster_position=7,
+        estimated_start=timezone.now(),
+        forecast={"early": None},
+        message="shown on the page",
+    )
     assert _changed_xact(job) == inserted
-    Job.objects.filter(pk=job.pk).update(priority=3)  # after the display-only block: marked
-    assert _changed_xact(job) > inserted  # type: ignore[operator]
+    job.refresh_from_db()
+    job.save()  # every column written, none changed
+    assert _changed_xact(job) == inserted
+    marks = [inserted]
+    for change in (
+        {"priority": 3},
+        {"hold": "deps", "pending_reason": None},
+        {"not_before": timezone.now()},
+        {"state": JobState.CANCELLED},
+    ):
+        Job.objects.filter(pk=job.pk).update(**change)
+        marks.append(_changed_xact(job))
+        assert marks[-1] > marks[-2], change  # type: ignore[operator]
+
+
+@pytest.mark.django_db
+def test_the_trigger_watches_the_columns_the_feed_reads(world: Any) -> None:
+    """The trigger as installed (its WHEN clause) watches every column the feed reads but
+    the ones the cycle keeps itself (`job_feed.WATCHED`): a column added to the feed without
+    the trigger watching it would never be read again after it changed."""
+    import re
+
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_triggerdef(oid) FROM pg_trigger "
+            "WHERE tgrelid = 'gpuqueue_job'::regclass AND tgname = 'job_changed'"
+        )
+        (definition,) = cursor.fetchone()
+    # ((old.hold)::text IS DISTINCT FROM (new.hold)::text) OR ...
+    pairs = re.findall(r"old\.(\w+)\W*(?:\w+\W*)? IS DISTINCT FROM \W*new\.(\w+)", definition)
+    assert len(pairs) == definition.count("IS DISTINCT FROM")
+    assert all(old == new for old, new in pairs)
+    watched = {Job._meta.get_field(name).column for name in job_feed.WATCHED}
+    assert {old for old, _ in pairs} == watched
+    assert not watched & {Job._meta.get_field(name).column for name in job_feed.SHOWN}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -354,7 +399,10 @@ def test_loads_through_kept_rows_equal_fresh_loads(world: Any, submit: Any, step
         elif action == "cancel" and target:
             Job.objects.filter(pk=target.pk).update(state=JobState.CANCELLED)
         elif action == "reason" and target:
-            Job.objects.filter(pk=target.pk).update(pending_reason=REASON, cluster_position=n)
+            # As the cycle writes them (cycle/run.py): rows the trigger leaves unmarked.
+            with transaction.atomic():
+                update_pending_rows([(target.pk, REASON, None, n)])
+                job_feed.remember_shown([(target.pk, REASON, None, n)])
         elif action == "rename":
             Team.objects.filter(pk=world.team_b.pk).update(slug=f"team-b-{n}")
         _load_both(now)

@@ -195,3 +195,73 @@ def test_the_horizon_is_the_last_time_a_job_can_backfill_before_a_reservation() 
     assert planned.stable_until == NOW + 0.5 * HOUR
     after = plan(replace(snap, now=planned.stable_until + 1), policy)
     assert not after.admissions
+
+
+def test_the_horizon_is_a_checkpoint_deadline() -> None:
+    """A job preempted for a job that started elsewhere is withdrawn while it may still be
+    saving its checkpoint: the plan holds until the deadline, and after it the job is left
+    to stop."""
+    victim = running(
+        20,
+        "b",
+        {"n1": 1},
+        gpus=8,
+        started=NOW - 5 * HOUR,
+        preempting_since=NOW - 30,
+        checkpoint_grace=600,
+        preempted_for=1,
+    )
+    snap = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8), node("n2", h100=8)),
+        teams=(team("a", guarantee=8), team("b")),
+        running=(victim, running(1, "a", {"n2": 1}, gpus=8, started=NOW - 10)),
+        pending=(),
+    )
+    planned = plan(snap, Policy())
+    assert planned.withdrawals == (20,)
+    assert planned.stable_until == NOW - 30 + 600
+    assert plan(replace(snap, now=planned.stable_until), Policy()).withdrawals == ()
+
+
+def test_the_horizon_is_the_end_of_a_borrowers_settling_time() -> None:
+    """Reclaim beyond a guarantee takes only borrowed work that ran
+    Policy.reclaim_min_runtime_seconds: the plan holds until the borrower has, and preempts
+    it then."""
+    snap = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8), node("n2", h100=8)),
+        teams=(team("a", guarantee=0), team("b", guarantee=0)),
+        running=(
+            running(100, "b", {"n1": 1}, gpus=8, started=NOW - HOUR),
+            running(101, "b", {"n2": 1}, gpus=8, started=NOW - 0.5 * HOUR),
+        ),
+        pending=(pending(1, "a", gpus=8),),
+    )
+    policy = Policy(starvation_seconds=100 * HOUR, reclaim_min_runtime_seconds=2 * HOUR)
+    planned = plan(snap, policy)
+    assert not planned.preemptions
+    assert planned.stable_until == NOW - HOUR + 2 * HOUR
+    later = plan(replace(snap, now=planned.stable_until), policy)
+    assert [p.job_id for p in later.preemptions] == [100]
+
+
+def test_the_horizon_is_the_end_a_reservation_waits_for() -> None:
+    """A starving gang's reservation starts when the running job should end: until then its
+    start is that end; once the job is overdue, the start is "now" and moves with the
+    clock."""
+    ends = running(100, "b", {"n1": 1}, gpus=8, started=NOW - HOUR, max_runtime=2 * HOUR)
+    snap = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=0, limit=8), team("b", guarantee=8, limit=8)),
+        running=(ends,),
+        pending=(pending(1, "a", gpus=8, submitted=NOW - 2 * HOUR),),
+    )
+    policy = Policy(starvation_seconds=HOUR, reclaim=False, preemption=False)
+    planned = plan(snap, policy)
+    assert planned.reservations[0].expected_start == NOW + HOUR
+    assert planned.stable_until == NOW + HOUR
+    later = plan(replace(snap, now=NOW + HOUR + 60), policy)
+    assert later.reservations[0].expected_start == NOW + HOUR + 60
+    assert later.stable_until == NOW + HOUR + 60
