@@ -5,7 +5,8 @@ most MAX_AGE_SECONDS. Every write to the rows a value derives from changes that 
 
 - Values the API reads on every request from rows that change seldom (API tokens with their
   users: `teams.token_cache`; the team and flavor a submission names:
-  `gpuqueue.services.submit`; the largest node of each flavor: `gpuqueue.services.inventory`)
+  `gpuqueue.services.jobs.submit`; the largest node of each flavor:
+  `gpuqueue.services.cluster.inventory`)
   are read under the cache epoch, a random value in Redis that every save or delete of such a
   row replaces, at once and again when the write commits (each app names its models with
   `derives_from`). A request reads the epoch once, in its first Redis round trip (the rate

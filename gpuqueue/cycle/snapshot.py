@@ -130,7 +130,7 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     """Nodes, teams with quotas, and active jobs: the nodes and teams as last read while their
     tables are unchanged (cycle/table_versions.py), the jobs from the change feed
     (cycle/job_feed.py). Pending jobs backing off after failed starts (`not_before` after
-    `now`) or held back by the hold phase (gpuqueue/services/holds.py: dependencies, an
+    `now`) or held back by the hold phase (gpuqueue/services/jobs/holds.py: dependencies, an
     array's %K) are left out. With `stored`, also fills it with what each pending job shows
     now, so that the cycle writes only what changed without reading the queue again."""
     nodes, snapshot_teams, names = kept_while_tables_unchanged("snapshot world", _load_world)
@@ -236,8 +236,8 @@ def claimed_by(nodes: tuple[m.Node, ...], awaited: Mapping[int, int]) -> tuple[m
 
 def _idle_reclaim_first(names: Names) -> set[int]:
     """Jobs holding GPUs whose current attempt is flagged idle, on a flavor whose policy
-    reclaims idle borrowers first (gpuqueue/services/gpu_activity.py; the engine's preemption
-    rule 1b): asked each cycle, as activity is not part of the job's row."""
+    reclaims idle borrowers first (gpuqueue/services/accounting/gpu_activity.py; the engine's
+    preemption rule 1b): asked each cycle, as activity is not part of the job's row."""
     flavors = [pk for pk, (_, policy) in names.flavors.items() if policy == "reclaim_first"]
     if not flavors:
         return set()

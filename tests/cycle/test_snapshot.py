@@ -205,8 +205,8 @@ def test_what_the_cycle_writes_is_read_again_but_its_reasons_are_not(
 ) -> None:
     """The cycle's admissions (written after its read, in its own transaction) are read by
     the next load; the reasons and positions it writes are display-only and remembered."""
+    from gpuqueue.cycle.cluster_sync import sync_cluster
     from gpuqueue.cycle.run import run_cycle
-    from gpuqueue.services.cluster_sync import sync_cluster
 
     sync_cluster(backend)
     jobs = [submit(workers=4, gpus_per_worker=8) for _ in range(3)]  # one fills the 32 H100s

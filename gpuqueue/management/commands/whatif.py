@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from gpuqueue.cycle.snapshot import load_teams, node_capacity_by_flavor
 from gpuqueue.models import Job, Node
-from gpuqueue.services.whatif import (
+from gpuqueue.services.forecasts.whatif import (
     QuotaSpecError,
     apply_changes,
     cluster_of,

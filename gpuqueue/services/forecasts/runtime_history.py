@@ -26,7 +26,7 @@ from gpuqueue.models import Job
 from gpuqueue.scheduler.band import Estimate, with_runtimes
 from gpuqueue.scheduler.model import PendingJob, RunningJob, Snapshot
 from gpuqueue.scheduler.prediction import MEDIAN, JobFacts, Prediction, RuntimeHistory
-from gpuqueue.services.pending import update_still_pending
+from gpuqueue.services.jobs.pending import update_still_pending
 
 HISTORY_JOBS = 5000
 HISTORY_SECONDS = 60.0

@@ -21,11 +21,11 @@ from django.utils import timezone
 from gpuqueue.core.reason_text import ARRAY_LIMIT
 from gpuqueue.core.states import FINAL, HOLDING, JobState
 from gpuqueue.models import Flavor, Job, JobArray, JobDependency, JobEvent, JobHold
-from gpuqueue.services import submission_sql as sql
-from gpuqueue.services.array_spec import ArraySpec
-from gpuqueue.services.cancel import may_cancel_owned, stop_on_cluster
-from gpuqueue.services.dependencies import Dependencies, initial_reason
-from gpuqueue.services.submit import (
+from gpuqueue.services.jobs import submission_sql as sql
+from gpuqueue.services.jobs.array_spec import ArraySpec
+from gpuqueue.services.jobs.cancel import may_cancel_owned, stop_on_cluster
+from gpuqueue.services.jobs.dependencies import Dependencies, initial_reason
+from gpuqueue.services.jobs.submit import (
     SubmissionRefused,
     job_columns,
     nudge_cycle,

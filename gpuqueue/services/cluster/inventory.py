@@ -14,8 +14,8 @@ from django.db.models import Count, F, Q, Sum
 from gpuqueue.core import caches
 from gpuqueue.core.states import HOLDING, JobState
 from gpuqueue.models import Flavor, Job, Node, Quota
-from gpuqueue.services.fair_shares import stored_fair_shares
-from gpuqueue.services.share_balance import balance_hours
+from gpuqueue.services.quotas.fair_shares import stored_fair_shares
+from gpuqueue.services.quotas.share_balance import balance_hours
 
 
 def flavor_nodes(flavor: Flavor) -> list[Node]:

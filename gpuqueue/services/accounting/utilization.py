@@ -123,7 +123,7 @@ def sample_utilization(now: datetime | None = None) -> int:
        (the module docstring), kept on the flavor's cluster row, for idle iron.
     4. Write all rows in one transaction and drop samples older than RETENTION.
     """
-    from gpuqueue.services.inventory import usage_now
+    from gpuqueue.services.cluster.inventory import usage_now
 
     at = (now or timezone.now()).replace(second=0, microsecond=0)
     if UtilizationSample.objects.filter(at=at).exists():
