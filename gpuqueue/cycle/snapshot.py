@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -23,6 +23,7 @@ from gpuqueue.cycle.job_feed import (
 from gpuqueue.cycle.table_versions import kept_while_tables_unchanged
 from gpuqueue.models import Flavor, Job, JobActivity, JobEvent, Node, Quota
 from gpuqueue.scheduler import model as m
+from gpuqueue.services.cluster.inventory import node_capacity_by_flavor
 from teams.models import Team
 
 
@@ -36,24 +37,6 @@ def policy_from_settings() -> m.Policy:
         reclaim_min_runtime_seconds=settings.GPUQUEUE_RECLAIM_MIN_RUNTIME_SECONDS,
         time_based_share=settings.GPUQUEUE_TIME_BASED_SHARE,
     )
-
-
-def node_capacity_by_flavor(
-    node_capacity: dict[str, int],
-    labels: dict[str, str],
-    flavors: list[Flavor],
-    *,
-    taints: Iterable[Mapping[str, str]],
-) -> dict[str, int]:
-    """A node offers a flavor when it carries the flavor's labels, has its resource and every
-    taint that would keep pods off it is tolerated by the flavor's pods (`Flavor.tolerates`)."""
-    node_taints = list(taints)  # read once for every flavor
-    offered = {}
-    for flavor in flavors:
-        count = int(node_capacity.get(flavor.resource_name, 0))
-        if count > 0 and flavor.matches(labels) and flavor.tolerates(node_taints):
-            offered[flavor.name] = count
-    return offered
 
 
 def load_nodes(flavors: list[Flavor] | None = None) -> tuple[m.Node, ...]:
