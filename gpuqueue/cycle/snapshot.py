@@ -11,15 +11,7 @@ from django.conf import settings
 from django.db import connection
 
 from gpuqueue.core.states import HOLDING, JobState
-from gpuqueue.cycle.job_feed import (
-    GRACE,
-    HOLD,
-    NOT_BEFORE,
-    STATE,
-    Row,
-    StoredPending,
-    read_active,
-)
+from gpuqueue.cycle.job_feed import Row, StoredPending, read_active
 from gpuqueue.cycle.table_versions import kept_while_tables_unchanged
 from gpuqueue.models import Flavor, Job, JobActivity, JobEvent, Node, Quota
 from gpuqueue.scheduler import model as m
@@ -130,8 +122,8 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     for job_id in sorted(active.rows):
         row = active.rows[job_id]
         job = objects.get(job_id)
-        if row[STATE] == JobState.PENDING:
-            if row[HOLD] or (row[NOT_BEFORE] is not None and row[NOT_BEFORE] > due):
+        if row.state == JobState.PENDING:
+            if row.hold or (row.not_before is not None and row.not_before > due):
                 continue
             if job is None:
                 job = objects[job_id] = _pending(row, names)
@@ -193,7 +185,7 @@ def _awaited_victims(shown: Mapping[int, StoredPending], rows: Mapping[int, Row]
             continue
         for victim in reason.get("job_ids") or ():
             row = rows.get(victim)
-            if row is not None and row[STATE] != JobState.PENDING:
+            if row is not None and row.state != JobState.PENDING:
                 continue  # still holds its GPUs: the engine sees it running
             if victim not in awaited or job_id < awaited[victim]:
                 awaited[victim] = job_id
@@ -234,77 +226,44 @@ def _idle_reclaim_first(names: Names) -> set[int]:
             "AND a.attempt = j.attempts AND a.idle)",
             [sorted(HOLDING), flavors],
         )
-        return {row[0] for row in cursor.fetchall()}
+        return {job_id for (job_id,) in cursor.fetchall()}
 
 
 def _running(row: Row, names: Names, min_runtime: float) -> m.RunningJob:
-    (
-        job_id,
-        state,
-        team_id,
-        user_id,
-        flavor_id,
-        _workers,
-        gpus_per_worker,
-        placement,
-        priority,
-        preemptible,
-        submitted_at,
-        admitted_at,
-        max_runtime,
-        expected_runtime,
-        checkpoint_requested_at,
-        *_,
-    ) = row
-    placement = json.loads(placement) if placement else {}
-    started = admitted_at if admitted_at is not None else submitted_at
+    placement = json.loads(row.placement) if row.placement else {}
+    started = row.admitted_at if row.admitted_at is not None else row.submitted_at
     return m.RunningJob(
-        id=job_id,
-        team=names.teams[team_id],
-        user=str(user_id),
-        flavor=names.flavors[flavor_id][0],
-        gpus_per_worker=gpus_per_worker,
+        id=row.id,
+        team=names.teams[row.team_id],
+        user=str(row.user_id),
+        flavor=names.flavors[row.flavor_id][0],
+        gpus_per_worker=row.gpus_per_worker,
         placement=tuple(sorted((str(k), int(v)) for k, v in placement.items())),
-        priority=priority,
-        preemptible=preemptible,
+        priority=row.priority,
+        preemptible=row.preemptible,
         started_at=started,
-        max_runtime=max_runtime,
-        expected_runtime=expected_runtime,
+        max_runtime=row.max_runtime_seconds,
+        expected_runtime=row.expected_runtime_seconds,
         min_runtime_until=started + min_runtime,
-        preempting_since=checkpoint_requested_at if state == JobState.PREEMPTING else None,
-        checkpoint_grace=row[GRACE],
+        preempting_since=(
+            row.checkpoint_requested_at if row.state == JobState.PREEMPTING else None
+        ),
+        checkpoint_grace=row.checkpoint_grace_seconds,
         idle_reclaim_first=False,
     )
 
 
 def _pending(row: Row, names: Names) -> m.PendingJob:
-    (
-        job_id,
-        _state,
-        team_id,
-        user_id,
-        flavor_id,
-        workers,
-        gpus_per_worker,
-        _placement,
-        priority,
-        preemptible,
-        submitted_at,
-        _admitted_at,
-        max_runtime,
-        expected_runtime,
-        *_,
-    ) = row
     return m.PendingJob(
-        id=job_id,
-        team=names.teams[team_id],
-        user=str(user_id),
-        flavor=names.flavors[flavor_id][0],
-        workers=workers,
-        gpus_per_worker=gpus_per_worker,
-        priority=priority,
-        preemptible=preemptible,
-        submitted_at=submitted_at,
-        max_runtime=max_runtime,
-        expected_runtime=expected_runtime,
+        id=row.id,
+        team=names.teams[row.team_id],
+        user=str(row.user_id),
+        flavor=names.flavors[row.flavor_id][0],
+        workers=row.workers,
+        gpus_per_worker=row.gpus_per_worker,
+        priority=row.priority,
+        preemptible=row.preemptible,
+        submitted_at=row.submitted_at,
+        max_runtime=row.max_runtime_seconds,
+        expected_runtime=row.expected_runtime_seconds,
     )

@@ -6,12 +6,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test.utils import override_settings
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuqueue.core.states import JobState
+from gpuqueue.core.states import ACTIVE, JobState
 from gpuqueue.cycle import job_feed
 from gpuqueue.cycle import snapshot as snapshot_module
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
@@ -412,3 +413,14 @@ def test_the_admins_policy_settings_reach_the_engine() -> None:
     assert (policy.starvation_seconds, policy.min_runtime_seconds) == (1800.0, 30.0)
     assert policy.reclaim is False
     assert policy.reclaim_min_runtime_seconds == 7200.0
+
+
+@pytest.mark.django_db
+def test_the_feed_reads_its_rows_by_name_and_refuses_a_statement_of_other_columns() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(job_feed._read_sql(changes=False), [sorted(ACTIVE), sorted(ACTIVE)])
+        assert tuple(c.name for c in cursor.description) == job_feed.Row._fields
+    with connection.cursor() as cursor:
+        cursor.cursor.row_factory = job_feed._row_maker
+        with pytest.raises(RuntimeError, match="selects \\('snapshot', 'own', 'id'\\)"):
+            cursor.execute("SELECT 's' AS snapshot, 1 AS own, 2 AS id")

@@ -108,7 +108,7 @@ def submit_array(
         raise SubmissionRefused(
             f"you are not a member of team {team.slug}", field="team", status=403
         )
-    array.pk = row[0]
+    (array.pk,) = row
     return SubmittedArray(array, created=True)
 
 
@@ -368,4 +368,4 @@ def cancel_tasks(
                 transaction.on_commit(
                     lambda job_id=job_id, attempt=attempt: stop_on_cluster(job_id, attempt)
                 )
-    return [row[0] for row in moved]
+    return [job_id for job_id, _, _ in moved]

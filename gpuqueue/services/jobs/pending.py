@@ -66,4 +66,4 @@ def update_still_pending(
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, JobState.PENDING.value])
-        return [row[0] for row in cursor.fetchall()]
+        return [job_id for (job_id,) in cursor.fetchall()]
