@@ -36,8 +36,8 @@ TARGET_SECONDS = 2.0  # one request submitting 10,000 tasks
 
 def cycle_seconds(backend: Any, cycles: int, phases: dict[str, float] | None = None) -> list[float]:
     """Each cycle's time; `phases` gets the last one's time per phase."""
+    from gpuqueue.cycle.cluster_sync import sync_cluster
     from gpuqueue.cycle.run import run_cycle
-    from gpuqueue.services.cluster_sync import sync_cluster
 
     times = []
     for _ in range(cycles):

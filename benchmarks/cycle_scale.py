@@ -105,8 +105,8 @@ def build_world(flavors: list[tuple[str, int, int]], teams: int, pending: int, s
 
     from gpuqueue.cluster.simulated import SimulatedBackend
     from gpuqueue.core.states import JobState
+    from gpuqueue.cycle.cluster_sync import sync_cluster
     from gpuqueue.models import Flavor, Job, Quota
-    from gpuqueue.services.cluster_sync import sync_cluster
     from teams.models import Membership, Role, Team
 
     user = get_user_model().objects.create_user("bench", "bench@example.com", "x")
@@ -173,9 +173,9 @@ def run(
 ) -> int:
     from gpuqueue.cluster.simulated import SimulatedBackend
     from gpuqueue.core.states import JobState
+    from gpuqueue.cycle.cluster_sync import sync_cluster
     from gpuqueue.cycle.run import run_cycle
     from gpuqueue.models import Job
-    from gpuqueue.services.cluster_sync import sync_cluster
 
     started = time.perf_counter()
     build_world(flavors, teams, pending, args.seed)

@@ -261,8 +261,8 @@ def take_inventory(backend: Any, nodes: int) -> None:
     """Sync until every node is in the inventory, ready and untainted (the node lifecycle
     controller takes its `not-ready` taint off a new node a moment after kwok reports it
     Ready), as the watcher's first passes would before any job is submitted."""
+    from gpuqueue.cycle.cluster_sync import sync_cluster
     from gpuqueue.models import Node
-    from gpuqueue.services.cluster_sync import sync_cluster
 
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -290,10 +290,10 @@ def run_phase(
 ) -> dict[str, Any]:
     """Submit `count` jobs, cycle and sync until every pod is bound; returns the figures."""
     from gpuqueue.core.states import JobState
+    from gpuqueue.cycle.cluster_sync import sync_cluster
     from gpuqueue.cycle.run import run_cycle
     from gpuqueue.models import Job
-    from gpuqueue.services.cluster_sync import sync_cluster
-    from gpuqueue.services.submit import submit_job
+    from gpuqueue.services.jobs.submit import submit_job
 
     pods_wanted = count * workers
     before_server = apiserver_requests(admin)

@@ -1,6 +1,6 @@
 """Benchmark: what predicting runtimes costs the admission cycle
-(`gpuqueue.services.runtime_history.with_predicted_runtimes`), per cycle, at the live cycle's
-scale. Prints numbers; not a test.
+(`gpuqueue.services.forecasts.runtime_history.with_predicted_runtimes`), per cycle, at the live
+cycle's scale. Prints numbers; not a test.
 
     .venv/bin/python benchmarks/predicted_runtimes.py [--pending 43000] [--running 4000]
 
@@ -36,7 +36,7 @@ django.setup()
 from gpuqueue.scheduler.band import with_runtimes  # noqa: E402
 from gpuqueue.scheduler.model import PendingJob, RunningJob, Snapshot  # noqa: E402
 from gpuqueue.scheduler.prediction import MEDIAN, JobFacts, RuntimeHistory  # noqa: E402
-from gpuqueue.services import runtime_history as rh  # noqa: E402
+from gpuqueue.services.forecasts import runtime_history as rh  # noqa: E402
 
 
 def calibration() -> float:

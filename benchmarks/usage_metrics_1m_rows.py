@@ -108,7 +108,7 @@ def median_seconds(call: Any, times: int) -> float:
 def run(args: argparse.Namespace, flavors: list[tuple[str, int, int]]) -> int:
     from gpuqueue.models import UsageTotal
     from gpuqueue.ops.usage_metrics import usage_metrics
-    from gpuqueue.services.usage_ledger import fold_usage_totals
+    from gpuqueue.services.accounting.usage_ledger import fold_usage_totals
 
     build_world(flavors, 10, 0, seed=1)
     print(

@@ -1,7 +1,7 @@
 """The submit form's array and dependency fields: text read into the values the API takes
 (`array`, `after_ok`, `after_any`, `after_not_ok`, `keep_if_unmet`), then checked by the same
-services as the API (gpuqueue.services.array_spec, gpuqueue.services.dependencies), so that
-the form refuses exactly what the API refuses, with the same messages at the same fields."""
+services as the API (gpuqueue.services.jobs.array_spec, gpuqueue.services.jobs.dependencies), so
+that the form refuses exactly what the API refuses, with the same messages at the same fields."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from gpuqueue.services import array_spec, dependencies
-from gpuqueue.services.arrays import submit_array
-from gpuqueue.services.dependencies import Dependencies, submit_job_after
-from gpuqueue.services.validation import FieldErrors
+from gpuqueue.services.jobs import array_spec, dependencies
+from gpuqueue.services.jobs.arrays import submit_array
+from gpuqueue.services.jobs.dependencies import Dependencies, submit_job_after
+from gpuqueue.services.jobs.validation import FieldErrors
 
 # The fields this module adds to the submit form; none of them is a job field of job_spec.
 DEPENDENCY_FIELDS = (*dependencies.KINDS, "keep_if_unmet")

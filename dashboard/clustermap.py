@@ -8,8 +8,8 @@ from typing import Any
 
 from dashboard.geometry import Cell, node_cells, team_colours
 from gpuqueue.core.states import HOLDING
-from gpuqueue.cycle.snapshot import node_capacity_by_flavor
 from gpuqueue.models import Flavor, Job, Node
+from gpuqueue.services.cluster.inventory import node_capacity_by_flavor
 from teams.models import Team
 
 

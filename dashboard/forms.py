@@ -1,5 +1,5 @@
 """HTML forms that read text into values and leave the rules to the services the API calls
-too (gpuqueue.services.job_spec, gpuqueue.services.quotas), so that a job or quota the
+too (gpuqueue.services.jobs.job_spec, gpuqueue.services.quotas.quotas), so that a job or quota the
 dashboard accepts is exactly one the API accepts, refused with the same messages at the same
 fields. The fields' own refusals (text that is no number) use the API's words for the same."""
 
@@ -17,9 +17,9 @@ from dashboard import array_and_dependency_fields as links
 from gpuqueue.client.volumes import parse_volume
 from gpuqueue.core.errors import Forbidden, Refused
 from gpuqueue.models import Flavor, Quota
-from gpuqueue.services import job_spec
-from gpuqueue.services import validation as rules
-from gpuqueue.services.quotas import check_quota, set_quota
+from gpuqueue.services.jobs import job_spec
+from gpuqueue.services.jobs import validation as rules
+from gpuqueue.services.quotas.quotas import check_quota, set_quota
 from teams.models import Role, Team
 from teams.services import set_allowed
 
@@ -82,7 +82,7 @@ def _text(value: Any) -> str:
 # alone. The request body as a whole is bounded by DATA_UPLOAD_MAX_MEMORY_SIZE (settings).
 LINE_MAX_CHARS = 1000  # one-line fields: a name, an image, a number, a list of names
 # Multi-line fields: twice the largest total the rules accept (32 KiB of environment, of
-# annotations; gpuqueue.services.validation), room for keys and line breaks.
+# annotations; gpuqueue.services.jobs.validation), room for keys and line breaks.
 TEXT_MAX_CHARS = 64 * 1024
 # The command: the words' largest total, and quotes and a space for each word. shlex's cost
 # grows with the square of a word's length (a 64 KiB word takes a quarter of a second).

@@ -1,5 +1,6 @@
 """Utilization history: allocated against capacity per flavor and team over a window, drawn
-from the minute samples, and the idle-iron figure (defined in gpuqueue/services/utilization.py)."""
+from the minute samples, and the idle-iron figure (defined in
+gpuqueue/services/accounting/utilization.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.utils import timezone
 
 from dashboard.geometry import Chart, stacked_chart, team_colours
 from gpuqueue.models import Flavor, UtilizationSample
-from gpuqueue.services.utilization import SAMPLE_MINUTES
+from gpuqueue.services.accounting.utilization import SAMPLE_MINUTES
 from teams.models import Team
 
 # window name -> (length, bucket): about 60–170 points per chart whatever the window.

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dashboard.geometry import QuotaBar, bar_scale, quota_bar, team_colours
-from gpuqueue.services.inventory import usage_now
+from gpuqueue.services.cluster.inventory import usage_now
 from teams.models import Team
 
 

@@ -14,5 +14,6 @@ class GpuqueueConfig(AppConfig):
         from gpuqueue.models import Flavor, Node
 
         # Kept between requests (gpuqueue.core.caches): flavors by name
-        # (gpuqueue.services.submit) and the largest node of each (gpuqueue.services.inventory).
+        # (gpuqueue.services.jobs.submit) and the largest node of each
+        # (gpuqueue.services.cluster.inventory).
         caches.derives_from(Flavor, Node)

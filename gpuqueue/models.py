@@ -55,7 +55,7 @@ class Flavor(models.Model):
         null=True, blank=True, help_text="the most memory a worker may ask for, in MiB"
     )
     description = models.CharField(max_length=200, blank=True)
-    # Idle GPUs (gpuqueue/services/gpu_activity.py): null takes GPUQUEUE_IDLE_* settings.
+    # Idle GPUs (gpuqueue/services/accounting/gpu_activity.py): null takes GPUQUEUE_IDLE_* settings.
     idle_threshold_percent = models.FloatField(
         null=True, blank=True, help_text="a job below this GPU utilization is idle; empty: default"
     )
@@ -275,7 +275,7 @@ class Job(models.Model):
     max_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
     expected_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
-    # The workload spec, per worker (gpuqueue/services/job_spec.py fills in the defaults at
+    # The workload spec, per worker (gpuqueue/services/jobs/job_spec.py fills in the defaults at
     # submission; null on jobs older than these fields: the flavor's per-GPU values).
     cpu_millicores = models.PositiveIntegerField(null=True, blank=True, help_text="request")
     cpu_limit_millicores = models.PositiveIntegerField(
@@ -295,7 +295,7 @@ class Job(models.Model):
     env_from_secrets = models.JSONField(default=list, blank=True)
     priority_class = models.CharField(max_length=253, blank=True)
     service_account = models.CharField(max_length=253, blank=True)
-    # A task of an array (gpuqueue/services/arrays.py): its array and index; null otherwise.
+    # A task of an array (gpuqueue/services/jobs/arrays.py): its array and index; null otherwise.
     array = models.ForeignKey(
         "JobArray",
         null=True,
@@ -307,7 +307,7 @@ class Job(models.Model):
     array_index = models.PositiveIntegerField(null=True, blank=True)
     # Why a PENDING job is kept out of the admission cycle's snapshot ("": it is not): waiting
     # for jobs it depends on, or for a slot under its array's %K. Only the cycle's hold phase
-    # (gpuqueue/services/holds.py) clears it.
+    # (gpuqueue/services/jobs/holds.py) clears it.
     hold = models.CharField(max_length=16, choices=JobHold.choices, blank=True, default="")
     # A dependency that can no longer be met leaves the job pending instead of cancelling it.
     keep_if_unmet = models.BooleanField(default=False)
@@ -324,12 +324,12 @@ class Job(models.Model):
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     cluster_position = models.PositiveIntegerField(null=True, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
-    # The last forecast (services/runtime_history.py): {"early", "late": the estimated start's
-    # band, ISO times or null; "why_none": why there is no estimate, or null; "runtime": the
+    # The last forecast (services/forecasts/runtime_history.py): {"early", "late": the estimated
+    # start's band, ISO times or null; "why_none": why there is no estimate, or null; "runtime": the
     # runtime prediction it used, or null}. Written while PENDING.
     forecast = models.JSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0, help_text="launches so far")
-    # Launches whose pods never all started (services/start_failures.py): each requeues the
+    # Launches whose pods never all started (services/jobs/start_failures.py): each requeues the
     # job with a growing wait, and the last one allowed fails it.
     start_failures = models.PositiveIntegerField(default=0, help_text="launches that never started")
     # A PENDING job is not considered for admission before this time (backing off).
@@ -454,7 +454,7 @@ class DependencyKind(models.TextChoices):
 
 
 class JobDependency(models.Model):
-    """`job` waits for `upstream` (gpuqueue/services/dependencies.py)."""
+    """`job` waits for `upstream` (gpuqueue/services/jobs/dependencies.py)."""
 
     # The unique (job, upstream, kind) index serves lookups by job.
     job = models.ForeignKey(
@@ -503,8 +503,8 @@ class JobEvent(models.Model):
 
 class ForecastSample(models.Model):
     """One kept forecast of a pending job: its band before the stretch learnt from such
-    samples (gpuqueue/scheduler/band_misses.py; gpuqueue/services/band_samples.py). A share of
-    the pending jobs once an hour, the last week's."""
+    samples (gpuqueue/scheduler/band_misses.py; gpuqueue/services/forecasts/band_samples.py). A
+    share of the pending jobs once an hour, the last week's."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
     # The unique (hour, job) index also answers "is this hour sampled yet?" each forecast.
@@ -525,7 +525,7 @@ class ForecastSample(models.Model):
 class FairShare(models.Model):
     """The GPUs the last admission cycle's plan entitled a team (or department) to on a flavor:
     its guarantee plus its weighted part of idle GPUs, capped by its limit. Written only by the
-    cycle (gpuqueue/services/fair_shares.py), so that the pages and /metrics show the numbers
+    cycle (gpuqueue/services/quotas/fair_shares.py), so that the pages and /metrics show the numbers
     it admitted by instead of computing their own."""
 
     # The unique (team, flavor) index serves lookups by team: no index of its own.
@@ -547,9 +547,9 @@ class FairShare(models.Model):
 class UtilizationSample(models.Model):
     """GPUs allocated against capacity, per flavor (team NULL = whole cluster), every minute.
 
-    The cluster's rows also keep that minute's idle iron (gpuqueue/services/utilization.py):
-    "would have fitted" needs a node-by-node fit at the moment of sampling, which cannot be
-    rebuilt later from totals.
+    The cluster's rows also keep that minute's idle iron
+    (gpuqueue/services/accounting/utilization.py): "would have fitted" needs a node-by-node fit
+    at the moment of sampling, which cannot be rebuilt later from totals.
     """
 
     at = models.DateTimeField()
@@ -611,9 +611,9 @@ class UsageOutcome(models.TextChoices):
 
 
 class UsageRecord(models.Model):
-    """The GPU-hours ledger (gpuqueue/services/usage_ledger.py): the GPU-seconds one attempt of
-    a job held within one clock hour, from its admission to the transition that released its
-    GPUs. Kept forever: `job_id` is a plain integer, so rows outlive the job's."""
+    """The GPU-hours ledger (gpuqueue/services/accounting/usage_ledger.py): the GPU-seconds one
+    attempt of a job held within one clock hour, from its admission to the transition that
+    released its GPUs. Kept forever: `job_id` is a plain integer, so rows outlive the job's."""
 
     job_id = models.BigIntegerField()
     attempt = models.PositiveIntegerField()
@@ -626,8 +626,8 @@ class UsageRecord(models.Model):
     gpus = models.PositiveIntegerField()
     gpu_seconds = models.FloatField(help_text="GPUs × seconds held within the hour")
     outcome = models.CharField(max_length=16, choices=UsageOutcome.choices, blank=True)
-    # Where per-job GPU utilization is known (gpuqueue/services/gpu_activity.py): GPU-seconds
-    # of work done (held × utilization) and GPU-seconds held below the idle threshold.
+    # Where per-job GPU utilization is known (gpuqueue/services/accounting/gpu_activity.py):
+    # GPU-seconds of work done (held × utilization) and GPU-seconds held below the idle threshold.
     used_gpu_seconds = models.FloatField(null=True, blank=True)
     idle_gpu_seconds = models.FloatField(default=0.0)
 
@@ -644,7 +644,8 @@ class UsageRecord(models.Model):
             models.Index(fields=["hour", "team"], name="usage_hour_team"),
             models.Index(fields=["team", "hour"], name="usage_team_hour"),
             models.Index(fields=["user", "hour"], name="usage_user_hour"),
-            # The minute's sweep of attempts still open (services/usage_ledger.py): few rows.
+            # The minute's sweep of attempts still open (services/accounting/usage_ledger.py):
+            # few rows.
             models.Index(fields=["job_id"], condition=Q(outcome=""), name="usage_open"),
         ]
 
@@ -658,7 +659,7 @@ class UsageTotal(models.Model):
 
     Written only by PostgreSQL triggers on UsageRecord (migration 0010), which append each
     row change's difference, so no writer can forget it and inserts never wait on a shared row;
-    `fold_usage_totals` (services/usage_ledger.py) merges the parts every minute."""
+    `fold_usage_totals` (services/accounting/usage_ledger.py) merges the parts every minute."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)
     flavor = models.ForeignKey(Flavor, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -668,8 +669,9 @@ class UsageTotal(models.Model):
 
 
 class JobActivity(models.Model):
-    """The latest GPU utilization read for a job holding GPUs (gpuqueue/services/gpu_activity.py)
-    and since when it has stayed below its flavor's idle threshold."""
+    """The latest GPU utilization read for a job holding GPUs
+    (gpuqueue/services/accounting/gpu_activity.py) and since when it has stayed below its
+    flavor's idle threshold."""
 
     job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="+")
     attempt = models.PositiveIntegerField()

@@ -255,7 +255,7 @@ GPUQUEUE_RECLAIM_MIN_RUNTIME_SECONDS = env_float(
     "GPUQUEUE_RECLAIM_MIN_RUNTIME_SECONDS", 4 * 3600.0, minimum=0
 )
 # Time-based fair share: each team's balance of GPU-time received against its fair share, kept
-# by the admission cycle (gpuqueue/services/share_balance.py, docs/dashboard.md).
+# by the admission cycle (gpuqueue/services/quotas/share_balance.py, docs/dashboard.md).
 GPUQUEUE_TIME_BASED_SHARE = env_bool("GPUQUEUE_TIME_BASED_SHARE", True)
 GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS = env_int(
     "GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS", 120, minimum=0
@@ -274,10 +274,10 @@ GPUQUEUE_GANG_READY_TIMEOUT_SECONDS = env_float(
 )
 # A job whose pods could not be started (refused by a ResourceQuota, gang never ready, planned
 # nodes taken) is requeued to wait this long, doubled after each such failure up to an hour,
-# and fails after this many (gpuqueue/services/start_failures.py).
+# and fails after this many (gpuqueue/services/jobs/start_failures.py).
 GPUQUEUE_MAX_START_ATTEMPTS = env_int("GPUQUEUE_MAX_START_ATTEMPTS", 5, minimum=1)
 GPUQUEUE_START_BACKOFF_SECONDS = env_float("GPUQUEUE_START_BACKOFF_SECONDS", 30.0, minimum=0)
-# Idle GPUs (gpuqueue/services/gpu_activity.py): a running job whose GPUs stay below the
+# Idle GPUs (gpuqueue/services/accounting/gpu_activity.py): a running job whose GPUs stay below the
 # threshold for the minutes given is flagged; a flavor may set its own values in the admin.
 # Utilization comes from the DCGM exporter through Prometheus in Kubernetes mode, from the
 # gpuqueue.dev/sim-gpu-utilization annotation in the simulated cluster.
@@ -314,14 +314,15 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 10.0,
         "options": {"expires": 10.0},
     },
-    # The dashboard's utilization history and idle iron (gpuqueue/services/utilization.py).
+    # The dashboard's utilization history and idle iron
+    # (gpuqueue/services/accounting/utilization.py).
     "utilization-sample": {
         "task": "gpuqueue.sample_utilization",
         "schedule": 60.0,
         "options": {"expires": 60.0},
     },
-    # The GPU-hours ledger's running attempts and idle GPUs (services/usage_ledger.py,
-    # services/gpu_activity.py).
+    # The GPU-hours ledger's running attempts and idle GPUs (services/accounting/usage_ledger.py,
+    # services/accounting/gpu_activity.py).
     "usage-ledger": {
         "task": "gpuqueue.record_usage",
         "schedule": GPUQUEUE_USAGE_SECONDS,

@@ -10,8 +10,8 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from gpuqueue.cycle.run import refresh_forecasts_when_due, run_cycle
-from gpuqueue.services.gpu_activity import sample_gpu_activity
-from gpuqueue.services.usage_ledger import (
+from gpuqueue.services.accounting.gpu_activity import sample_gpu_activity
+from gpuqueue.services.accounting.usage_ledger import (
     close_released_attempts,
     fold_usage_totals,
     record_open_attempts,
@@ -50,8 +50,9 @@ def refresh_forecasts_task() -> int | None:
     **RETRY_ON_DATABASE_ERRORS,
 )
 def sample_utilization_task() -> int:
-    """Every minute: GPUs allocated against capacity, and idle iron (services/utilization.py)."""
-    from gpuqueue.services.utilization import sample_utilization
+    """Every minute: GPUs allocated against capacity, and idle iron
+    (services/accounting/utilization.py)."""
+    from gpuqueue.services.accounting.utilization import sample_utilization
 
     return sample_utilization()
 
@@ -62,8 +63,9 @@ def sample_utilization_task() -> int:
 )
 def record_usage_task() -> int:
     """Every minute: the ledger rows of attempts still holding GPUs, and of attempts released
-    without `transition` (services/usage_ledger.py), then each running job's GPU utilization
-    and idle flag (services/gpu_activity.py), then the ledger's totals for /metrics folded."""
+    without `transition` (services/accounting/usage_ledger.py), then each running job's GPU
+    utilization and idle flag (services/accounting/gpu_activity.py), then the ledger's totals for
+    /metrics folded."""
     now = timezone.now()
     rows = record_open_attempts(now)
     close_released_attempts()

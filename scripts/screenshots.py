@@ -34,7 +34,7 @@ MAX_BYTES = 300_000
 SAMPLES = (
     "from datetime import timedelta\n"
     "from django.utils import timezone\n"
-    "from gpuqueue.services.utilization import sample_utilization\n"
+    "from gpuqueue.services.accounting.utilization import sample_utilization\n"
     "now = timezone.now()\n"
     "[sample_utilization(now - timedelta(minutes=m)) for m in range(60, 0, -1)]"
 )

@@ -12,5 +12,5 @@ class TeamsConfig(AppConfig):
         from teams.models import ApiToken, Membership, Team
 
         # Kept between requests (gpuqueue.core.caches): tokens with their users
-        # (teams.token_cache) and the teams a user may submit to (gpuqueue.services.submit).
+        # (teams.token_cache) and the teams a user may submit to (gpuqueue.services.jobs.submit).
         caches.derives_from(ApiToken, get_user_model(), Team, Membership)

@@ -100,7 +100,7 @@ def world(db: Any) -> Any:
 @pytest.fixture
 def submit(world: Any) -> Any:
     """submit(user, team=..., workers=..., ...) -> Job, through the real submission service."""
-    from gpuqueue.services.submit import submit_job
+    from gpuqueue.services.jobs.submit import submit_job
 
     def _submit(
         user: Any = None,

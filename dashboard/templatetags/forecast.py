@@ -1,7 +1,7 @@
 """The job page's runtime prediction and estimated start band (templates/dashboard/partials/
 _job_forecast.html): what the API gives as `start_band` and `runtime_prediction`
-(gpuqueue/services/runtime_history.py reads both from the last forecast), worded as the CLI
-words them (gpuqueue/client/forecast_text.py)."""
+(gpuqueue/services/forecasts/runtime_history.py reads both from the last forecast), worded as the
+CLI words them (gpuqueue/client/forecast_text.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from gpuqueue.client import forecast_text
 from gpuqueue.models import Job
-from gpuqueue.services.runtime_history import runtime_prediction_of, start_band_of
+from gpuqueue.services.forecasts.runtime_history import runtime_prediction_of, start_band_of
 
 register = template.Library()
 

@@ -12,8 +12,8 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard.views.common import htmx_redirect, page_or_partial
 from gpuqueue.core.states import FINAL, JobState, states_named
 from gpuqueue.models import Job, JobArray
-from gpuqueue.services.array_spec import ArraySpecError, parse_indices
-from gpuqueue.services.arrays import (
+from gpuqueue.services.jobs.array_spec import ArraySpecError, parse_indices
+from gpuqueue.services.jobs.arrays import (
     ArrayCancelRefused,
     cancel_tasks,
     may_cancel_array,

@@ -12,7 +12,7 @@ from dashboard.overview import queue_overview
 from dashboard.views.common import page_or_partial
 from gpuqueue.core.states import HOLDING
 from gpuqueue.models import Job
-from gpuqueue.services.usage_report import idle_hours_by_team
+from gpuqueue.services.accounting.usage_report import idle_hours_by_team
 
 
 @login_required

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET
 from dashboard.views.common import page_or_partial
 from gpuqueue.core.states import FINAL
 from gpuqueue.models import Job
-from gpuqueue.services.dependencies import links
+from gpuqueue.services.jobs.dependencies import links
 
 PARTIAL = "dashboard/partials/_job_dependencies.html"
 

@@ -18,10 +18,10 @@ from gpuqueue.core.errors import Refused, Unavailable
 from gpuqueue.core.job_order import DEFAULT
 from gpuqueue.core.states import InvalidTransition
 from gpuqueue.models import Flavor, Job
-from gpuqueue.services.cancel import CancelRefused, cancel_job, may_cancel
-from gpuqueue.services.gpu_activity import finding_for, idle_job_ids
-from gpuqueue.services.logs import read_job_log
-from gpuqueue.services.submit import SubmissionRefused
+from gpuqueue.services.accounting.gpu_activity import finding_for, idle_job_ids
+from gpuqueue.services.cluster.logs import read_job_log
+from gpuqueue.services.jobs.cancel import CancelRefused, cancel_job, may_cancel
+from gpuqueue.services.jobs.submit import SubmissionRefused
 from teams.models import Team
 
 

@@ -1,6 +1,6 @@
 """Team administration: quotas (site admins), members and roles (team admins), API tokens.
 
-Every write goes through the services the API uses (gpuqueue.services.quotas,
+Every write goes through the services the API uses (gpuqueue.services.quotas.quotas,
 teams.services), so the rules and the audit trail are the same whichever door is used.
 """
 

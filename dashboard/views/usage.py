@@ -1,6 +1,7 @@
 """GPU-hours from the ledger: per team and user, per flavor, per day, week or month, against
-guarantee and fair share, top users, CSV export (the API's report, services/usage_report.py).
-Site admins see every team, team admins their teams, others their own usage."""
+guarantee and fair share, top users, CSV export (the API's report,
+services/accounting/usage_report.py). Site admins see every team, team admins their teams, others
+their own usage."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.views.decorators.http import require_GET
 
 from dashboard.views.common import INVALID, page_or_partial
 from gpuqueue.models import Flavor
-from gpuqueue.services.usage_report import (
+from gpuqueue.services.accounting.usage_report import (
     PERIODS,
     UsageFilterForm,
     csv_lines,

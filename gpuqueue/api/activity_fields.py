@@ -1,5 +1,5 @@
 """A job's GPU activity in its representation: utilization and, once flagged, why it is idle
-in words (services/gpu_activity.py)."""
+in words (services/accounting/gpu_activity.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.services.gpu_activity import IdleFinding, findings_for
+from gpuqueue.services.accounting.gpu_activity import IdleFinding, findings_for
 
 CONTEXT_KEY = "gpu_activity_findings"
 

@@ -19,8 +19,8 @@ from gpuqueue.api.serializers import JobSubmitSerializer
 from gpuqueue.api.viewsets import IDEMPOTENCY_KEY, submit_once
 from gpuqueue.core.states import states_named, unknown_state_message
 from gpuqueue.models import Job, JobArray
-from gpuqueue.services import array_spec
-from gpuqueue.services.arrays import (
+from gpuqueue.services.jobs import array_spec
+from gpuqueue.services.jobs.arrays import (
     ArrayCancelRefused,
     cancel_tasks,
     counts_by_array,
@@ -28,7 +28,7 @@ from gpuqueue.services.arrays import (
     previous_array,
     submit_array,
 )
-from gpuqueue.services.dependencies import Dependencies
+from gpuqueue.services.jobs.dependencies import Dependencies
 
 ARRAY_HELP = (
     'The tasks\' indices as Slurm writes them ("0-999%50": 1,000 tasks, at most 50 holding GPUs '

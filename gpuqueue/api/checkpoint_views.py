@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.services.checkpoint import (
+from gpuqueue.services.jobs.checkpoint import (
     acknowledge_checkpoint,
     job_for_token,
     register_checkpoint,

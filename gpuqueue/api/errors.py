@@ -14,8 +14,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from gpuqueue.core.errors import Refused, Unavailable
 from gpuqueue.core.states import InvalidTransition
-from gpuqueue.services.cancel import CancelRefused
-from gpuqueue.services.submit import SubmissionRefused
+from gpuqueue.services.jobs.cancel import CancelRefused
+from gpuqueue.services.jobs.submit import SubmissionRefused
 
 # DRF's codes for the statuses that carry no domain meaning, spelled the same everywhere.
 _CODES = {

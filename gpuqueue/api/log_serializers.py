@@ -8,7 +8,7 @@ from typing import Any
 from rest_framework import serializers
 
 from gpuqueue.api.fields import reject_unknown_fields
-from gpuqueue.services.logs import DEFAULT_TAIL, MAX_TAIL, worker_errors
+from gpuqueue.services.cluster.logs import DEFAULT_TAIL, MAX_TAIL, worker_errors
 
 
 class LogQuerySerializer(serializers.Serializer):

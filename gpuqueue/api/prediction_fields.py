@@ -1,5 +1,5 @@
 """A job's runtime prediction and the band of its estimated start, as the API shows them
-(gpuqueue/services/runtime_history.py computes both)."""
+(gpuqueue/services/forecasts/runtime_history.py computes both)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from gpuqueue.models import Job
-from gpuqueue.services.runtime_history import runtime_prediction_of, start_band_of
+from gpuqueue.services.forecasts.runtime_history import runtime_prediction_of, start_band_of
 
 
 @extend_schema_field(serializers.JSONField(allow_null=True))

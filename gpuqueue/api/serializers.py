@@ -24,17 +24,17 @@ from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
 from gpuqueue.core.taints import toleration_errors
 from gpuqueue.models import MAX_ID, Flavor, Job, JobEvent, Node, Quota, UtilizationSample
-from gpuqueue.services import dependencies, job_spec, pod_spec
-from gpuqueue.services import validation as v
-from gpuqueue.services.flavors import save_flavor
-from gpuqueue.services.quotas import (
+from gpuqueue.services.jobs import dependencies, job_spec, pod_spec
+from gpuqueue.services.jobs import validation as v
+from gpuqueue.services.jobs.submit import JOB_FIELDS
+from gpuqueue.services.quotas.flavors import save_flavor
+from gpuqueue.services.quotas.quotas import (
     DEFAULT_WEIGHT,
     QUOTA_BOUNDS,
     quota_errors,
     quota_field_errors,
     set_quota,
 )
-from gpuqueue.services.submit import JOB_FIELDS
 from teams.models import Team
 
 
@@ -127,7 +127,7 @@ def _job_ids(help_text: str) -> serializers.ListField:
 
 class JobSubmitSerializer(serializers.Serializer):
     """A submission. Its fields read the types; the rules, every one that Kubernetes or the
-    engine would refuse later, are gpuqueue.services.job_spec's, which the dashboard's form
+    engine would refuse later, are gpuqueue.services.jobs.job_spec's, which the dashboard's form
     calls too. A bad request changes nothing and says which field is wrong."""
 
     team = LookupField(
@@ -337,7 +337,7 @@ class DependencyLinkSerializer(serializers.Serializer):
 
 
 class JobDetailSerializer(JobSerializer):
-    """For the schema: one job as GET /jobs/{id}/ answers (gpuqueue/services/dependencies.py
+    """For the schema: one job as GET /jobs/{id}/ answers (gpuqueue/services/jobs/dependencies.py
     `links`)."""
 
     depends_on = DependencyLinkSerializer(many=True, read_only=True)
@@ -439,7 +439,7 @@ class FlavorSerializer(serializers.ModelSerializer):
 
 
 class QuotaSerializer(serializers.ModelSerializer):
-    """A team's quota for a flavor. The rules are gpuqueue.services.quotas', which the
+    """A team's quota for a flavor. The rules are gpuqueue.services.quotas.quotas', which the
     dashboard's form calls too; writes go through its set_quota, whose verdict on
     oversubscription comes back in the write's response."""
 

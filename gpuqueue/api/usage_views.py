@@ -1,5 +1,5 @@
 """`GET /api/v1/usage/`: the GPU-hours ledger's report, as JSON or CSV (`?format=csv` or
-`Accept: text/csv`), with the dashboard's filters (services/usage_report.py)."""
+`Accept: text/csv`), with the dashboard's filters (services/accounting/usage_report.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gpuqueue.services.usage_report import UsageFilterForm, UsageReport, csv_lines, usage_report
+from gpuqueue.services.accounting.usage_report import (
+    UsageFilterForm,
+    UsageReport,
+    csv_lines,
+    usage_report,
+)
 
 
 class CsvRenderer(renderers.BaseRenderer):

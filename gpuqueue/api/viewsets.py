@@ -33,14 +33,14 @@ from gpuqueue.api.serializers import (
     UtilizationSampleSerializer,
 )
 from gpuqueue.models import Flavor, Job, Node, Quota, UtilizationSample
-from gpuqueue.services.cancel import cancel_job
-from gpuqueue.services.dependencies import links, submit_job_after
-from gpuqueue.services.flavors import delete_flavor
-from gpuqueue.services.inventory import usage_now
-from gpuqueue.services.logs import read_job_log
-from gpuqueue.services.nodes import set_drained
-from gpuqueue.services.quotas import delete_quota
-from gpuqueue.services.submit import TeamRequired, previous_submission
+from gpuqueue.services.cluster.inventory import usage_now
+from gpuqueue.services.cluster.logs import read_job_log
+from gpuqueue.services.cluster.nodes import set_drained
+from gpuqueue.services.jobs.cancel import cancel_job
+from gpuqueue.services.jobs.dependencies import links, submit_job_after
+from gpuqueue.services.jobs.submit import TeamRequired, previous_submission
+from gpuqueue.services.quotas.flavors import delete_flavor
+from gpuqueue.services.quotas.quotas import delete_quota
 from teams.api.permissions import SiteAdminWrites
 from teams.models import Membership
 

@@ -60,7 +60,7 @@ def is_ready(node: Mapping[str, Any]) -> bool:
 
 def is_draining(node: Mapping[str, Any]) -> bool:
     """Cordoned, or tainted by an autoscaler that is about to remove it: no new work goes
-    there, and the gangs on it are preempted with a checkpoint (services/cluster_sync.py)."""
+    there, and the gangs on it are preempted with a checkpoint (cycle/cluster_sync.py)."""
     spec = node.get("spec") or {}
     if spec.get("unschedulable"):
         return True

@@ -62,7 +62,7 @@ NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreacha
 # monitoring, IMEX_CHANNELS cross-node memory channels, and the feature switches add device
 # nodes (GPUDirect Storage, InfiniBand, NVSwitch, GDRCopy) that only the device plugin may turn
 # on. Only the device plugin or DRA driver selects devices, never the job: these are refused in a
-# job's environment (gpuqueue.services.validation).
+# job's environment (gpuqueue.services.jobs.validation).
 # CUDA_VISIBLE_DEVICES is not among them: the CUDA runtime reads it inside the process, over
 # the devices the container already has, so it can only narrow or reorder them.
 # NVIDIA_DRIVER_CAPABILITIES and NVIDIA_REQUIRE_* choose driver libraries and checks, no device.

@@ -7,14 +7,14 @@ most an age. What the version is depends on who reads and how often the rows cha
 | cache: what it keeps (module) | fresh while | at most | serves |
 | --- | --- | --- | --- |
 | API tokens, users (teams/token_cache) | the epoch | 60 s | api_load |
-| a submission's team, flavor (services/submit) | the epoch | 60 s | api_load |
-| largest node per flavor (services/inventory) | the epoch | 60 s | api_load |
+| a submission's team, flavor (services/jobs/submit) | the epoch | 60 s | api_load |
+| largest node per flavor (services/cluster/inventory) | the epoch | 60 s | api_load |
 | active job rows (cycle/job_feed) | the change feed | 600 s | cycle_scale, steady |
 | nodes, flavors, quotas, teams (cycle/table_versions) | table counters | 600 s | the same |
 | the last plan (cycle/kept_plan) | feed's mark, engine's clock | 600 s | the same: "kept" |
-| runtime history (services/runtime_history) | its age | 60 s | predictions |
-| a job's facts, fixed (services/runtime_history) | its age | a day | predictions |
-| how far bands missed (services/band_samples) | its age | 600 s | forecasts |
+| runtime history (services/forecasts/runtime_history) | its age | 60 s | predictions |
+| a job's facts, fixed (services/forecasts/runtime_history) | its age | a day | predictions |
+| how far bands missed (services/forecasts/band_samples) | its age | 600 s | forecasts |
 | memos (scheduler: engine, ledger, starvation) | one plan's ledger | one plan | make bench |
 | SQL text (`functools.cache`) | always | the process | - |
 

@@ -8,7 +8,7 @@ never gives, because a job with it is not in the cycle's snapshot:
 | ----------- | ------------------------------------------------------------------------------ |
 | backing_off | until (epoch seconds), wait_seconds, start_failures, max_start_attempts, cause |
 
-(written by gpuqueue/services/start_failures.py when a job's pods could not be started; the
+(written by gpuqueue/services/jobs/start_failures.py when a job's pods could not be started; the
 first cycle after `until` replaces it with the engine's reason).
 """
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from typing import Any
+from functools import cache, partial
+from typing import Any, NamedTuple
 
 from django.db import connection, transaction
 
@@ -36,35 +36,44 @@ from gpuqueue.core import caches
 from gpuqueue.core.states import ACTIVE, JobState
 from gpuqueue.models import Job
 
-# A job row as read: see `_COLUMNS` for the order.
-Row = tuple[Any, ...]
 # What the cycle last wrote on a pending job: (pending_reason, queue_position, cluster_position).
 StoredPending = tuple[Any, int | None, int | None]
 
-_COLUMNS = (
-    "id",
-    "state",
-    "team_id",
-    "user_id",
-    "flavor_id",
-    "workers",
-    "gpus_per_worker",
-    "placement",  # as text
-    "priority",
-    "preemptible",
-    "submitted_at",  # times as epoch seconds
-    "admitted_at",
-    "max_runtime_seconds",
-    "expected_runtime_seconds",
-    "checkpoint_requested_at",
-    "not_before",
-    "hold",
-    "attempts",
-    "pending_reason",  # as text
-    "queue_position",
-    "cluster_position",
-    "checkpoint_grace_seconds",
-)
+
+class Row(NamedTuple):
+    """One row of the feed's statement: the statement's own columns (its snapshot, its
+    transaction's id, the count of active jobs: the same on every row), then one job's
+    columns, all None on the one row of a read that found no job. Times are epoch seconds,
+    `placement` and `pending_reason` text. Built by psycopg as it reads (`_row_maker`)."""
+
+    snapshot: str
+    own: int
+    active: int
+    id: int
+    state: str
+    team_id: int
+    user_id: int
+    flavor_id: int
+    workers: int
+    gpus_per_worker: int
+    placement: str | None
+    priority: int
+    preemptible: bool
+    submitted_at: float
+    admitted_at: float | None
+    max_runtime_seconds: int | None
+    expected_runtime_seconds: int | None
+    checkpoint_requested_at: float | None
+    not_before: float | None
+    hold: str
+    attempts: int
+    pending_reason: str | None
+    queue_position: int | None
+    cluster_position: int | None
+    checkpoint_grace_seconds: int
+
+
+_COLUMNS = Row._fields[Row._fields.index("id") :]  # the job's, selected in this order
 TIMES = {"submitted_at", "admitted_at", "checkpoint_requested_at", "not_before"}
 AS_TEXT = {"placement", "pending_reason"}
 # What the cycle writes on pending rows and remembers itself (`remember_shown`): a write of
@@ -73,10 +82,17 @@ SHOWN = ("pending_reason", "queue_position", "cluster_position")
 # The columns whose change marks a row for the feed: the trigger's WHEN clause lists the
 # same (tests/cycle/test_snapshot.py compares them with the trigger as installed).
 WATCHED = tuple(c for c in _COLUMNS if c != "id" and c not in SHOWN)
-STATE, NOT_BEFORE, HOLD, REASON, GRACE = (
-    _COLUMNS.index(c)
-    for c in ("state", "not_before", "hold", "pending_reason", "checkpoint_grace_seconds")
-)
+
+
+def _row_maker(cursor: Any) -> Callable[[Sequence[Any]], Row]:
+    """psycopg's row factory for the feed's statement, asked once per statement: its columns
+    must be `Row`'s, by name and in order. Each row is then made a `Row` straight from the
+    tuple psycopg read (`tuple.__new__` through `partial`: no Python frame per row, and a
+    full read is up to 100,000 rows)."""
+    names = tuple(column.name for column in cursor.description or ())
+    if names != Row._fields:
+        raise RuntimeError(f"the feed's statement selects {names}, not {Row._fields}")
+    return partial(tuple.__new__, Row)
 
 
 @dataclass
@@ -118,6 +134,7 @@ def read_active() -> Active:
     if last is not None and now - last.full_at > FULL_READ_SECONDS:
         last = None
     with connection.cursor() as cursor:
+        cursor.cursor.row_factory = _row_maker
         if last is None:
             cursor.execute(_read_sql(changes=False), [sorted(ACTIVE), sorted(ACTIVE)])
         else:
@@ -130,11 +147,11 @@ def read_active() -> Active:
                     last.snapshot,
                 ],
             )
-        rows = cursor.fetchall()
-    snapshot, own, count = rows[0][:3]
-    changed = [row[3:] for row in rows if row[3] is not None]
+        rows: list[Row] = cursor.fetchall()
+    snapshot, own, count = rows[0].snapshot, rows[0].own, rows[0].active
+    changed = [row for row in rows if row.id is not None]
     if last is None:
-        active = Active({row[0]: row for row in changed}, snapshot, int(own), full_at=now)
+        active = Active({row.id: row for row in changed}, snapshot, int(own), full_at=now)
         _decode_shown(active, active.rows.values())
     else:
         active = Active(
@@ -148,13 +165,13 @@ def read_active() -> Active:
             full_at=last.full_at,
         )
         for row in changed:
-            active.shown.pop(row[0], None)
-            active.objects.pop(row[0], None)
-            if row[STATE] in ACTIVE:
-                active.rows[row[0]] = row
+            active.shown.pop(row.id, None)
+            active.objects.pop(row.id, None)
+            if row.state in ACTIVE:
+                active.rows[row.id] = row
             else:
-                active.rows.pop(row[0], None)
-        _decode_shown(active, (row for row in changed if row[STATE] in ACTIVE))
+                active.rows.pop(row.id, None)
+        _decode_shown(active, (row for row in changed if row.state in ACTIVE))
         if len(active.rows) != count:  # a row deleted: start over
             _kept.clear()
             return read_active()
@@ -175,12 +192,12 @@ def _decode_shown(active: Active, rows: Iterable[Row]) -> None:
     """What each pending row shows, with a reason's JSON decoded once however many share it."""
     decoded: dict[str | None, Any] = {None: None}
     for row in rows:
-        if row[STATE] != JobState.PENDING:
+        if row.state != JobState.PENDING:
             continue
-        reason = row[REASON]
+        reason = row.pending_reason
         if reason not in decoded:
             decoded[reason] = json.loads(reason)
-        active.shown[row[0]] = (decoded[reason], row[REASON + 1], row[REASON + 2])
+        active.shown[row.id] = (decoded[reason], row.queue_position, row.cluster_position)
 
 
 def current_read() -> Active | None:
@@ -221,8 +238,10 @@ def _read_sql(changes: bool) -> str:
     def column(name: str) -> str:
         sql = f"j.{quote(Job._meta.get_field(name).column)}"
         if name in TIMES:
-            return f"EXTRACT(EPOCH FROM {sql})::float8"
-        return f"{sql}::text" if name in AS_TEXT else sql
+            sql = f"EXTRACT(EPOCH FROM {sql})::float8"
+        elif name in AS_TEXT:
+            sql = f"{sql}::text"
+        return f"{sql} AS {quote(name)}"
 
     columns = ", ".join(column(name) for name in _COLUMNS)
     if changes:

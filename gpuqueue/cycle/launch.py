@@ -15,9 +15,9 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError, Launched, Launch
 from gpuqueue.cluster.records import proof_of
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, WorkloadRecord
-from gpuqueue.services import pod_spec
-from gpuqueue.services.start_failures import requeue_after_start_failure
-from gpuqueue.services.transitions import transition
+from gpuqueue.services.jobs import pod_spec
+from gpuqueue.services.jobs.start_failures import requeue_after_start_failure
+from gpuqueue.services.jobs.transitions import transition
 from teams.services import hash_secret
 
 log = logging.getLogger(__name__)

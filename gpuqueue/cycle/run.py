@@ -2,12 +2,12 @@
 
 1. Lock: a PostgreSQL advisory lock held for the cycle's transaction; if another cycle holds
    it, this one does nothing (the other is doing the same work).
-2. Snapshot: first the hold phase (services/holds.py: jobs waiting for dependencies or for
+2. Snapshot: first the hold phase (services/jobs/holds.py: jobs waiting for dependencies or for
    a slot of their array's %K are released or held, set-based), then flavors, nodes, teams
    with quotas (kept while their tables are unchanged: cycle/table_versions.py) and active
    jobs not held (the last read brought up to date by the change feed: cycle/job_feed.py);
    with time-based fair share (GPUQUEUE_TIME_BASED_SHARE), each team's stored balance
-   advanced to now with what the snapshot shows (services/share_balance.py).
+   advanced to now with what the snapshot shows (services/quotas/share_balance.py).
 3. Plan: the pure engine decides admissions, preemptions and pending reasons; or, when only
    the clock moved and the last plan holds until later, that plan (cycle/kept_plan.py).
    (Estimated starts come from `refresh_forecasts`, a task of its own: the forecast replays
@@ -54,19 +54,19 @@ from gpuqueue.scheduler import model as m
 from gpuqueue.scheduler.band import forecast_band
 from gpuqueue.scheduler.band_misses import widen
 from gpuqueue.scheduler.runtime import paused_gc
-from gpuqueue.services.admissions import Admitted, admit_all
-from gpuqueue.services.band_samples import band_stretch, keep_samples
-from gpuqueue.services.fair_shares import store_fair_shares
-from gpuqueue.services.holds import update_holds
-from gpuqueue.services.pending import update_estimated_starts, update_pending_rows
-from gpuqueue.services.runtime_history import (
+from gpuqueue.services.forecasts.band_samples import band_stretch, keep_samples
+from gpuqueue.services.forecasts.runtime_history import (
     predictions_for,
     runtime_history,
     store_forecasts,
     with_predicted_runtimes,
 )
-from gpuqueue.services.share_balance import advance_balances, load_balances, store_balances
-from gpuqueue.services.transitions import transition
+from gpuqueue.services.jobs.admissions import Admitted, admit_all
+from gpuqueue.services.jobs.holds import update_holds
+from gpuqueue.services.jobs.pending import update_estimated_starts, update_pending_rows
+from gpuqueue.services.jobs.transitions import transition
+from gpuqueue.services.quotas.fair_shares import store_fair_shares
+from gpuqueue.services.quotas.share_balance import advance_balances, load_balances, store_balances
 
 log = logging.getLogger(__name__)
 ACTOR = "cycle"
@@ -172,7 +172,7 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
 
 
 def _persist_admissions(plan: m.Plan, now: datetime) -> list[int]:
-    """In bulk (gpuqueue.services.admissions); a job moved since the snapshot (cancelled) is
+    """In bulk (gpuqueue.services.jobs.admissions); a job moved since the snapshot (cancelled) is
     skipped."""
     return admit_all(
         [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -11,18 +11,11 @@ from django.conf import settings
 from django.db import connection
 
 from gpuqueue.core.states import HOLDING, JobState
-from gpuqueue.cycle.job_feed import (
-    GRACE,
-    HOLD,
-    NOT_BEFORE,
-    STATE,
-    Row,
-    StoredPending,
-    read_active,
-)
+from gpuqueue.cycle.job_feed import Row, StoredPending, read_active
 from gpuqueue.cycle.table_versions import kept_while_tables_unchanged
 from gpuqueue.models import Flavor, Job, JobActivity, JobEvent, Node, Quota
 from gpuqueue.scheduler import model as m
+from gpuqueue.services.cluster.inventory import node_capacity_by_flavor
 from teams.models import Team
 
 
@@ -36,24 +29,6 @@ def policy_from_settings() -> m.Policy:
         reclaim_min_runtime_seconds=settings.GPUQUEUE_RECLAIM_MIN_RUNTIME_SECONDS,
         time_based_share=settings.GPUQUEUE_TIME_BASED_SHARE,
     )
-
-
-def node_capacity_by_flavor(
-    node_capacity: dict[str, int],
-    labels: dict[str, str],
-    flavors: list[Flavor],
-    *,
-    taints: Iterable[Mapping[str, str]],
-) -> dict[str, int]:
-    """A node offers a flavor when it carries the flavor's labels, has its resource and every
-    taint that would keep pods off it is tolerated by the flavor's pods (`Flavor.tolerates`)."""
-    node_taints = list(taints)  # read once for every flavor
-    offered = {}
-    for flavor in flavors:
-        count = int(node_capacity.get(flavor.resource_name, 0))
-        if count > 0 and flavor.matches(labels) and flavor.tolerates(node_taints):
-            offered[flavor.name] = count
-    return offered
 
 
 def load_nodes(flavors: list[Flavor] | None = None) -> tuple[m.Node, ...]:
@@ -130,7 +105,7 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     """Nodes, teams with quotas, and active jobs: the nodes and teams as last read while their
     tables are unchanged (cycle/table_versions.py), the jobs from the change feed
     (cycle/job_feed.py). Pending jobs backing off after failed starts (`not_before` after
-    `now`) or held back by the hold phase (gpuqueue/services/holds.py: dependencies, an
+    `now`) or held back by the hold phase (gpuqueue/services/jobs/holds.py: dependencies, an
     array's %K) are left out. With `stored`, also fills it with what each pending job shows
     now, so that the cycle writes only what changed without reading the queue again."""
     nodes, snapshot_teams, names = kept_while_tables_unchanged("snapshot world", _load_world)
@@ -147,8 +122,8 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     for job_id in sorted(active.rows):
         row = active.rows[job_id]
         job = objects.get(job_id)
-        if row[STATE] == JobState.PENDING:
-            if row[HOLD] or (row[NOT_BEFORE] is not None and row[NOT_BEFORE] > due):
+        if row.state == JobState.PENDING:
+            if row.hold or (row.not_before is not None and row.not_before > due):
                 continue
             if job is None:
                 job = objects[job_id] = _pending(row, names)
@@ -210,7 +185,7 @@ def _awaited_victims(shown: Mapping[int, StoredPending], rows: Mapping[int, Row]
             continue
         for victim in reason.get("job_ids") or ():
             row = rows.get(victim)
-            if row is not None and row[STATE] != JobState.PENDING:
+            if row is not None and row.state != JobState.PENDING:
                 continue  # still holds its GPUs: the engine sees it running
             if victim not in awaited or job_id < awaited[victim]:
                 awaited[victim] = job_id
@@ -236,8 +211,8 @@ def claimed_by(nodes: tuple[m.Node, ...], awaited: Mapping[int, int]) -> tuple[m
 
 def _idle_reclaim_first(names: Names) -> set[int]:
     """Jobs holding GPUs whose current attempt is flagged idle, on a flavor whose policy
-    reclaims idle borrowers first (gpuqueue/services/gpu_activity.py; the engine's preemption
-    rule 1b): asked each cycle, as activity is not part of the job's row."""
+    reclaims idle borrowers first (gpuqueue/services/accounting/gpu_activity.py; the engine's
+    preemption rule 1b): asked each cycle, as activity is not part of the job's row."""
     flavors = [pk for pk, (_, policy) in names.flavors.items() if policy == "reclaim_first"]
     if not flavors:
         return set()
@@ -251,77 +226,44 @@ def _idle_reclaim_first(names: Names) -> set[int]:
             "AND a.attempt = j.attempts AND a.idle)",
             [sorted(HOLDING), flavors],
         )
-        return {row[0] for row in cursor.fetchall()}
+        return {job_id for (job_id,) in cursor.fetchall()}
 
 
 def _running(row: Row, names: Names, min_runtime: float) -> m.RunningJob:
-    (
-        job_id,
-        state,
-        team_id,
-        user_id,
-        flavor_id,
-        _workers,
-        gpus_per_worker,
-        placement,
-        priority,
-        preemptible,
-        submitted_at,
-        admitted_at,
-        max_runtime,
-        expected_runtime,
-        checkpoint_requested_at,
-        *_,
-    ) = row
-    placement = json.loads(placement) if placement else {}
-    started = admitted_at if admitted_at is not None else submitted_at
+    placement = json.loads(row.placement) if row.placement else {}
+    started = row.admitted_at if row.admitted_at is not None else row.submitted_at
     return m.RunningJob(
-        id=job_id,
-        team=names.teams[team_id],
-        user=str(user_id),
-        flavor=names.flavors[flavor_id][0],
-        gpus_per_worker=gpus_per_worker,
+        id=row.id,
+        team=names.teams[row.team_id],
+        user=str(row.user_id),
+        flavor=names.flavors[row.flavor_id][0],
+        gpus_per_worker=row.gpus_per_worker,
         placement=tuple(sorted((str(k), int(v)) for k, v in placement.items())),
-        priority=priority,
-        preemptible=preemptible,
+        priority=row.priority,
+        preemptible=row.preemptible,
         started_at=started,
-        max_runtime=max_runtime,
-        expected_runtime=expected_runtime,
+        max_runtime=row.max_runtime_seconds,
+        expected_runtime=row.expected_runtime_seconds,
         min_runtime_until=started + min_runtime,
-        preempting_since=checkpoint_requested_at if state == JobState.PREEMPTING else None,
-        checkpoint_grace=row[GRACE],
+        preempting_since=(
+            row.checkpoint_requested_at if row.state == JobState.PREEMPTING else None
+        ),
+        checkpoint_grace=row.checkpoint_grace_seconds,
         idle_reclaim_first=False,
     )
 
 
 def _pending(row: Row, names: Names) -> m.PendingJob:
-    (
-        job_id,
-        _state,
-        team_id,
-        user_id,
-        flavor_id,
-        workers,
-        gpus_per_worker,
-        _placement,
-        priority,
-        preemptible,
-        submitted_at,
-        _admitted_at,
-        max_runtime,
-        expected_runtime,
-        *_,
-    ) = row
     return m.PendingJob(
-        id=job_id,
-        team=names.teams[team_id],
-        user=str(user_id),
-        flavor=names.flavors[flavor_id][0],
-        workers=workers,
-        gpus_per_worker=gpus_per_worker,
-        priority=priority,
-        preemptible=preemptible,
-        submitted_at=submitted_at,
-        max_runtime=max_runtime,
-        expected_runtime=expected_runtime,
+        id=row.id,
+        team=names.teams[row.team_id],
+        user=str(row.user_id),
+        flavor=names.flavors[row.flavor_id][0],
+        workers=row.workers,
+        gpus_per_worker=row.gpus_per_worker,
+        priority=row.priority,
+        preemptible=row.preemptible,
+        submitted_at=row.submitted_at,
+        max_runtime=row.max_runtime_seconds,
+        expected_runtime=row.expected_runtime_seconds,
     )

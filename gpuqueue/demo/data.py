@@ -13,7 +13,7 @@ from gpuqueue.core.gpu_idle import PROFILE_ANNOTATION
 from gpuqueue.core.states import JobState
 from gpuqueue.demo.accounts import DEMO_USERS, ROOT
 from gpuqueue.models import Flavor, Job, Quota
-from gpuqueue.services.submit import submit_job
+from gpuqueue.services.jobs.submit import submit_job
 from teams.models import Membership, Team
 
 # name, resource, node selector, description, CPU millicores and memory MiB per GPU

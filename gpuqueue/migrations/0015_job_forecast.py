@@ -1,5 +1,5 @@
 # Runtime prediction from history: the history itself is the finished jobs'
-# rows (services/runtime_history.py); this stores the last forecast on each job
+# rows (services/forecasts/runtime_history.py); this stores the last forecast on each job
 # (the estimated start's band and the runtime prediction it used).
 
 from django.db import migrations, models

@@ -103,7 +103,7 @@ class QueueCollector:
         from gpuqueue.core.states import FINAL, HOLDING, JobState
         from gpuqueue.models import Job, JobEvent
         from gpuqueue.ops.usage_metrics import usage_metrics
-        from gpuqueue.services.inventory import usage_now
+        from gpuqueue.services.cluster.inventory import usage_now
 
         usage = usage_now()
         pending_jobs = GaugeMetricFamily(

@@ -19,8 +19,9 @@ stretched or shrunk by how far such bands missed the starts of the last week
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from gpuqueue.scheduler.forecast import forecast
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot
@@ -74,7 +75,7 @@ def spread(
     (90th percentile / median), each percentile read at its calibrated level in `levels`
     (`RuntimeHistory.calibrated`). (1, 1) for a flavor with no prediction."""
     low, high = levels
-    ratios: dict[str, list[tuple[float, float, int]]] = {}
+    ratios: dict[str, list[_Ratios]] = {}
     for job in _jobs(snapshot):
         prediction = predictions.get(job.id)
         if prediction is None or job.expected_runtime is not None:
@@ -83,11 +84,28 @@ def spread(
         if median <= 0:
             continue
         ratios.setdefault(job.flavor, []).append(
-            (prediction.quantile(low) / median, prediction.quantile(high) / median, job.gpus)
+            _Ratios(prediction.quantile(low) / median, prediction.quantile(high) / median, job.gpus)
         )
     return {
-        flavor: (_weighted_median(r, 0), _weighted_median(r, 1)) for flavor, r in ratios.items()
+        flavor: (_weighted_median(r, _low), _weighted_median(r, _high))
+        for flavor, r in ratios.items()
     }
+
+
+class _Ratios(NamedTuple):
+    """One job's percentiles over its median, weighted by its GPUs."""
+
+    low: float
+    high: float
+    gpus: int
+
+
+def _low(ratios: _Ratios) -> float:
+    return ratios.low
+
+
+def _high(ratios: _Ratios) -> float:
+    return ratios.high
 
 
 def _jobs(snapshot: Snapshot) -> Iterator[RunningJob | PendingJob]:
@@ -95,14 +113,14 @@ def _jobs(snapshot: Snapshot) -> Iterator[RunningJob | PendingJob]:
     yield from snapshot.pending
 
 
-def _weighted_median(rows: list[tuple[float, float, int]], i: int) -> float:
-    ordered = sorted(rows, key=lambda r: r[i])
-    half = sum(r[2] for r in ordered) / 2
+def _weighted_median(rows: list[_Ratios], ratio: Callable[[_Ratios], float]) -> float:
+    ordered = sorted(rows, key=ratio)
+    half = sum(r.gpus for r in ordered) / 2
     seen = 0
     for row in ordered:
-        seen += row[2]
+        seen += row.gpus
         if seen >= half:
-            return row[i]
+            return ratio(row)
     return 1.0
 
 

@@ -16,7 +16,7 @@ under FLOOR count as FLOOR: starts fall on the admission cycle's grid.
 
 Who learns from what: a sample of the forecasts (`chosen`: a share of the pending jobs each
 hour, the same jobs in the replay and the service) is kept with its band before the stretch;
-the service keeps them in PostgreSQL (services/band_samples.py), the replay in memory
+the service keeps them in PostgreSQL (services/forecasts/band_samples.py), the replay in memory
 (sim/honesty.py). Only outcomes known by the time of the forecast count.
 """
 

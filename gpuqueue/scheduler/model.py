@@ -95,7 +95,7 @@ class RunningJob:
     # The job its preemption was for, while it is being preempted for one (`Plan.withdrawals`).
     preempted_for: int | None = None
     # Its GPUs were flagged idle and its flavor's policy reclaims idle borrowers first
-    # (gpuqueue/services/gpu_activity.py): among reclaim victims it goes first.
+    # (gpuqueue/services/accounting/gpu_activity.py): among reclaim victims it goes first.
     idle_reclaim_first: bool = False
     # Derived from the placement once, not on every read: a plan reads them for every running
     # job several times (the ledger, demand, victim searches).

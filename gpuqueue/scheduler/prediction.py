@@ -21,7 +21,8 @@ gives the level at which a share q of them fell: the forecast reads its band's e
 rest.
 
 The same class serves the replay (fed as jobs finish, so only the past counts) and the service
-(fed from finished jobs in PostgreSQL, services/runtime_history.py). Standard library only.
+(fed from finished jobs in PostgreSQL, services/forecasts/runtime_history.py). Standard library
+only.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ nothing is entitled to nothing and holds nothing, so its balance only decays tow
 The engine reads the balances from `Snapshot.share_balance` (engine.py, ordering.py,
 preemption.py: `Policy.share_slice_seconds`); `ShareBalance` keeps them for a caller that sees
 the cluster cycle after cycle: the trace replay in memory, the live cycle from the balances and
-the time it stored in PostgreSQL (gpuqueue/services/share_balance.py). Standard library only,
+the time it stored in PostgreSQL (gpuqueue/services/quotas/share_balance.py). Standard library only,
 like the engine.
 """
 

@@ -3,9 +3,9 @@
 The replay feeds `RuntimeHistory` (gpuqueue/scheduler/prediction.py) as jobs finish, the way the
 service feeds it from finished jobs in PostgreSQL, so a prediction only ever sees the past. A
 prediction is what the history says at the moment it is asked, as in the service, which reads
-its history again about once a cycle (services/runtime_history.py): a job that waited for days
-starts, and is forecast, with what the jobs finished meanwhile say. (The gpuqueue policy reads
-a pending job's runtime once, when it is queued: see GpuqueueEngine.) A running job that
+its history again about once a cycle (services/forecasts/runtime_history.py): a job that waited
+for days starts, and is forecast, with what the jobs finished meanwhile say. (The gpuqueue policy
+reads a pending job's runtime once, when it is queued: see GpuqueueEngine.) A running job that
 outlives its prediction gets a new one, given how long it has run (`Prediction.remaining`):
 `overdue` finds those in a heap of predicted ends.
 """

@@ -162,7 +162,7 @@ def test_metrics_expose_queue_fair_share_counters_and_latency(
 ) -> None:
     settings.GPUQUEUE_METRICS_OPEN = True
     from gpuqueue.cycle.run import run_cycle
-    from gpuqueue.services.cancel import cancel_job
+    from gpuqueue.services.jobs.cancel import cancel_job
 
     run_cycle()  # stores the fair shares that /metrics shows
     job = submit()

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuqueue.services.array_spec import ArraySpecError, compact, parse, parse_indices
+from gpuqueue.services.jobs.array_spec import ArraySpecError, compact, parse, parse_indices
 
 ranges = st.tuples(st.integers(0, 5_000), st.integers(0, 400), st.integers(1, 9)).map(
     lambda r: f"{r[0]}-{r[0] + r[1]}:{r[2]}" if r[1] else str(r[0])

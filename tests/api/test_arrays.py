@@ -98,7 +98,7 @@ def test_another_teams_array_is_404_and_absent_from_the_list(api: Any, job_body:
 def test_an_array_without_a_team_goes_to_the_only_team_or_is_refused_at_team(
     api: Any, job_body: Any, world: Any
 ) -> None:
-    from gpuqueue.services.submit import TEAM_REQUIRED
+    from gpuqueue.services.jobs.submit import TEAM_REQUIRED
     from teams.models import Membership, Role
 
     body = {key: value for key, value in _array(job_body, "0-2").items() if key != "team"}

@@ -10,7 +10,7 @@ from django.db import transaction
 from gpuqueue.client.cli import describe
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Flavor, Job
-from gpuqueue.services.start_failures import requeue_after_start_failure
+from gpuqueue.services.jobs.start_failures import requeue_after_start_failure
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -1,6 +1,6 @@
-"""The band's stretch in the service (gpuqueue/services/band_samples.py): forecasts kept in
-PostgreSQL once an hour, what became of their jobs read from the jobs' timelines, and the band
-stored on a pending job stretched by what earlier bands missed by."""
+"""The band's stretch in the service (gpuqueue/services/forecasts/band_samples.py): forecasts
+kept in PostgreSQL once an hour, what became of their jobs read from the jobs' timelines, and the
+band stored on a pending job stretched by what earlier bands missed by."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import refresh_forecasts
 from gpuqueue.models import ForecastSample, Job, JobEvent
 from gpuqueue.scheduler.band_misses import chosen
-from gpuqueue.services.band_samples import band_samples
+from gpuqueue.services.forecasts.band_samples import band_samples
 from tests.api.test_runtime_prediction import waiting_behind_the_h100s
 
 HOUR = timedelta(hours=1)

@@ -14,8 +14,8 @@ from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, JobDependency, JobHold
-from gpuqueue.services import dependencies
-from gpuqueue.services.dependencies import Dependencies, submit_job_after
+from gpuqueue.services.jobs import dependencies
+from gpuqueue.services.jobs.dependencies import Dependencies, submit_job_after
 
 
 def _end(job: Job, state: str) -> None:
@@ -97,7 +97,7 @@ def test_contradicting_kinds_on_one_job_are_refused(api: Any, job_body: Any, sub
 def test_the_cycle_releases_on_success_and_cancels_when_unmet(
     world: Any, submit: Any, backend: Any
 ) -> None:
-    from gpuqueue.services.cluster_sync import sync_cluster
+    from gpuqueue.cycle.cluster_sync import sync_cluster
 
     sync_cluster(backend)
     upstream = submit(name="prep", workers=4, gpus_per_worker=8)

@@ -38,8 +38,8 @@ def test_a_checkpoint_acknowledgement_is_recorded_as_its_listed_kind(
 
     from gpuqueue.core.states import EVENT_KIND, JobState
     from gpuqueue.models import JobEvent
-    from gpuqueue.services.checkpoint import acknowledge_checkpoint
-    from gpuqueue.services.transitions import transition
+    from gpuqueue.services.jobs.checkpoint import acknowledge_checkpoint
+    from gpuqueue.services.jobs.transitions import transition
 
     job = submit(world.alice)
     now = timezone.now()

@@ -10,7 +10,7 @@ import pytest
 from gpuqueue.client.forecast_text import band_text, runtime_text
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.services.runtime_history import runtime_prediction_of, start_band_of
+from gpuqueue.services.forecasts.runtime_history import runtime_prediction_of, start_band_of
 
 NOW = datetime(2026, 11, 24, 13, 10, tzinfo=UTC)
 EARLY = NOW + timedelta(hours=1, minutes=10)

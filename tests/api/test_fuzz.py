@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dashboard.forms import SubmitForm
 from gpuqueue.models import Job, JobEvent, Quota
-from gpuqueue.services import job_spec
+from gpuqueue.services.jobs import job_spec
 
 EXAMPLES = 60
 FUZZ = settings(

@@ -18,7 +18,7 @@ from gpuqueue.cluster.simulated import DURATION_ANNOTATION, SimulatedBackend
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.launch import launch_spec
 from gpuqueue.models import Job, WorkloadRecord
-from gpuqueue.services.transitions import transition
+from gpuqueue.services.jobs.transitions import transition
 
 
 def start_job(job: Any, cluster_file: Path, *, ran_for: float = 30, node: str = "h100-0") -> Job:
@@ -149,7 +149,7 @@ def test_an_unreachable_cluster_is_503_with_retry_after(
     away = KubernetesBackend(
         client.ApiClient(configuration), caller=Caller(attempts=3), timeout_seconds=2
     )
-    monkeypatch.setattr("gpuqueue.services.logs.get_backend", lambda: away)
+    monkeypatch.setattr("gpuqueue.services.cluster.logs.get_backend", lambda: away)
     response = logs(api, finished.pk)
     assert response.status_code == 503
     assert response["Retry-After"] == "5"

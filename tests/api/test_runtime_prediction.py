@@ -9,9 +9,9 @@ from typing import Any
 from django.utils import timezone
 
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import refresh_forecasts, run_cycle
 from gpuqueue.models import Job
-from gpuqueue.services.cluster_sync import sync_cluster
 
 SIM_DURATION = "gpuqueue.dev/sim-duration-seconds"
 RUNTIMES = (1800, 2400, 3000, 3600, 4200)  # median 3000 s
@@ -122,7 +122,7 @@ def test_predictions_kept_from_cycle_to_cycle_equal_predictions_made_afresh(
     from gpuqueue.cycle.snapshot import load_snapshot
     from gpuqueue.scheduler.band import with_runtimes
     from gpuqueue.scheduler.prediction import MEDIAN, RuntimeHistory
-    from gpuqueue.services import runtime_history as rh
+    from gpuqueue.services.forecasts import runtime_history as rh
 
     sync_cluster(backend)
     now = timezone.now()

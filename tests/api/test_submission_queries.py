@@ -19,7 +19,7 @@ def test_an_api_submission_makes_one_query_and_one_commit(
     submission and are kept while the cache epoch in Redis is unchanged
     (gpuqueue.core.caches). Without `team`, the same statement finds the submitter's only
     team: no lookup of the team beforehand. (A regression guard: each ORM query here cost
-    0.3 to 0.9 ms of CPU; see gpuqueue/services/submission_sql.py.)"""
+    0.3 to 0.9 ms of CPU; see gpuqueue/services/jobs/submission_sql.py.)"""
     if not with_team:
         job_body = {key: value for key, value in job_body.items() if key != "team"}
     client = api("alice")

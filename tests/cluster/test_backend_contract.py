@@ -16,7 +16,7 @@ from gpuqueue.cluster.base import ClusterError, Phase
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.launch import launch_admitted, launch_spec
 from gpuqueue.models import Job, WorkloadRecord
-from gpuqueue.services.checkpoint import job_for_token
+from gpuqueue.services.jobs.checkpoint import job_for_token
 from tests.cluster.conftest import JOBS, PODS, SECRETS, SERVICES, add_nodes, node, run_job_pods
 
 

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from gpuqueue.core.cluster_health import record_cluster
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, JobEvent
-from gpuqueue.services.checkpoint import issue_job_token
+from gpuqueue.services.jobs.checkpoint import issue_job_token
 from teams.services import create_token
 
 

@@ -16,9 +16,9 @@ from gpuqueue.celery import app as celery_app
 from gpuqueue.client import workload
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, JobEvent, SimulatedWorkload
-from gpuqueue.services.cluster_sync import sync_cluster
 from tests.cluster.conftest import JOBS, PODS, SECRETS, add_nodes, node, run_job_pods
 
 SIM_DURATION = "gpuqueue.dev/sim-duration-seconds"

@@ -8,8 +8,8 @@ from typing import Any
 
 from gpuqueue.cluster.base import Phase
 from gpuqueue.cluster.simulated import SimulatedBackend
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
-from gpuqueue.services.cluster_sync import sync_cluster
 
 
 def test_a_job_s_variables_named_like_the_simulation_s_own_keys_change_nothing(

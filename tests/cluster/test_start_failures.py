@@ -8,11 +8,11 @@ from typing import Any
 
 from gpuqueue.cluster.base import Phase, WorkloadStatus
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import _follow, sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
-from gpuqueue.services.checkpoint import requeue
-from gpuqueue.services.cluster_sync import _follow, sync_cluster
-from gpuqueue.services.start_failures import requeue_after_start_failure
+from gpuqueue.services.jobs.checkpoint import requeue
+from gpuqueue.services.jobs.start_failures import requeue_after_start_failure
 
 
 def test_a_start_that_ran_resets_the_count_of_failed_starts(

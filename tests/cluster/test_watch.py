@@ -15,9 +15,9 @@ from kubernetes import client
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster.k8s_watch import ResourceWatch, run_watcher
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.launch import launch_spec
 from gpuqueue.models import Job
-from gpuqueue.services.cluster_sync import sync_cluster
 from tests.cluster.conftest import JOBS, PODS, add_nodes, node
 
 

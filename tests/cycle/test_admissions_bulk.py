@@ -8,9 +8,9 @@ from django.utils import timezone
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, JobEvent, UsageOutcome, UsageRecord
-from gpuqueue.services import usage_ledger
-from gpuqueue.services.admissions import Admitted, admit_all
-from gpuqueue.services.transitions import transition
+from gpuqueue.services.accounting import usage_ledger
+from gpuqueue.services.jobs.admissions import Admitted, admit_all
+from gpuqueue.services.jobs.transitions import transition
 
 
 def test_admitted_in_bulk_as_one_by_one_would_be(world: Any, submit: Any) -> None:

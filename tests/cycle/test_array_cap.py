@@ -8,12 +8,12 @@ from typing import Any
 from django.utils import timezone
 
 from gpuqueue.core.states import HOLDING, JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
-from gpuqueue.services.array_spec import parse
-from gpuqueue.services.arrays import submit_array
-from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.services.dependencies import Dependencies
+from gpuqueue.services.jobs.array_spec import parse
+from gpuqueue.services.jobs.arrays import submit_array
+from gpuqueue.services.jobs.dependencies import Dependencies
 
 
 def _one_gpu_sweep(world: Any, spec: str) -> Any:

@@ -9,10 +9,10 @@ import pytest
 
 from gpuqueue.celery import app
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
 from gpuqueue.ops.embedded import free_port
-from gpuqueue.services.cluster_sync import sync_cluster
 
 
 def use_broker(url: str) -> None:

@@ -13,8 +13,8 @@ import pytest
 from django.db import connection
 
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.models import Job
-from gpuqueue.services.cluster_sync import sync_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,10 +12,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, JobEvent, Node, SimulatedWorkload
-from gpuqueue.services.cancel import CancelRefused, cancel_job
-from gpuqueue.services.cluster_sync import sync_cluster
+from gpuqueue.services.jobs.cancel import CancelRefused, cancel_job
 
 SIM_DURATION = "gpuqueue.dev/sim-duration-seconds"
 

@@ -7,12 +7,12 @@ from typing import Any
 
 from django.utils import timezone
 
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.cycle.snapshot import load_snapshot
 from gpuqueue.models import FairShare, Quota
 from gpuqueue.scheduler.fairshare import fair_shares
-from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.services.fair_shares import stored_fair_shares
+from gpuqueue.services.quotas.fair_shares import stored_fair_shares
 
 
 def test_the_cycle_stores_every_fair_share_it_planned_with(

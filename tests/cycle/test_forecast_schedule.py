@@ -12,8 +12,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import FORECAST_TIMING_KEY, forecast_due, refresh_forecasts, run_cycle
-from gpuqueue.services.cluster_sync import sync_cluster
 from gpuqueue.tasks import refresh_forecasts_task
 
 

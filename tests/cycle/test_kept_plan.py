@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle import job_feed
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import refresh_forecasts, run_cycle
 from gpuqueue.models import Job
-from gpuqueue.services.cluster_sync import sync_cluster
 
 SHOWN = ("id", "state", "pending_reason", "queue_position", "cluster_position")
 

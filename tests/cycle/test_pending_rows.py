@@ -6,7 +6,7 @@ from typing import Any
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.services.pending import update_pending_rows
+from gpuqueue.services.jobs.pending import update_pending_rows
 
 REASON = {"code": "no_fit", "numbers": {"needed": 8, "free": 6, "eta": None}, "job_ids": [7]}
 

@@ -14,9 +14,9 @@ from django.utils import timezone
 from gpuqueue.cluster.simulated import SimulatedBackend
 from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, JobEvent, Node
-from gpuqueue.services.cluster_sync import sync_cluster
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "36000"}
 TERMINATION_SECONDS = 60

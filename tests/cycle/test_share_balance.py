@@ -12,11 +12,11 @@ from django.utils import timezone
 
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle import run as cycle
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, Node, Quota, ShareBalance
 from gpuqueue.scheduler.model import Policy
-from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.services.share_balance import max_credit_seconds
+from gpuqueue.services.quotas.share_balance import max_credit_seconds
 
 RATE = math.log(2) / Policy().share_half_life_seconds  # 1 / the balance's time constant
 HOUR = 3600.0

@@ -7,18 +7,19 @@ from typing import Any
 
 import pytest
 from django.db import transaction
+from django.db import connection
 from django.test.utils import override_settings
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuqueue.core.states import JobState
+from gpuqueue.core.states import ACTIVE, JobState
 from gpuqueue.cycle import job_feed
 from gpuqueue.cycle import snapshot as snapshot_module
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
 from gpuqueue.models import Job, Node
 from gpuqueue.scheduler import model as m
-from gpuqueue.services.pending import update_pending_rows
+from gpuqueue.services.jobs.pending import update_pending_rows
 
 REASON = {"code": "no_fit", "numbers": {"needed": 8, "free": 6}, "job_ids": []}
 
@@ -207,8 +208,8 @@ def test_what_the_cycle_writes_is_read_again_but_its_reasons_are_not(
 ) -> None:
     """The cycle's admissions (written after its read, in its own transaction) are read by
     the next load; the reasons and positions it writes are display-only and remembered."""
+    from gpuqueue.cycle.cluster_sync import sync_cluster
     from gpuqueue.cycle.run import run_cycle
-    from gpuqueue.services.cluster_sync import sync_cluster
 
     sync_cluster(backend)
     jobs = [submit(workers=4, gpus_per_worker=8) for _ in range(3)]  # one fills the 32 H100s
@@ -460,3 +461,14 @@ def test_the_admins_policy_settings_reach_the_engine() -> None:
     assert (policy.starvation_seconds, policy.min_runtime_seconds) == (1800.0, 30.0)
     assert policy.reclaim is False
     assert policy.reclaim_min_runtime_seconds == 7200.0
+
+
+@pytest.mark.django_db
+def test_the_feed_reads_its_rows_by_name_and_refuses_a_statement_of_other_columns() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(job_feed._read_sql(changes=False), [sorted(ACTIVE), sorted(ACTIVE)])
+        assert tuple(c.name for c in cursor.description) == job_feed.Row._fields
+    with connection.cursor() as cursor:
+        cursor.cursor.row_factory = job_feed._row_maker
+        with pytest.raises(RuntimeError, match="selects \\('snapshot', 'own', 'id'\\)"):
+            cursor.execute("SELECT 's' AS snapshot, 1 AS own, 2 AS id")

@@ -2,7 +2,7 @@
 
 The admission cycle keeps active jobs between cycles (cycle/job_feed.py: the change feed),
 nodes, flavors, quotas and teams while their tables are unchanged (cycle/table_versions.py),
-and the runtime predicted for each job (services/runtime_history.py,
+and the runtime predicted for each job (services/forecasts/runtime_history.py,
 `with_predicted_runtimes`), and re-reads only rows that changed. A Hypothesis state machine
 applies random sequences of what a live service sees (submissions of every shape,
 dependencies and capped arrays, cancellations, admissions, starts, ends, failed starts,
@@ -43,17 +43,17 @@ from gpuqueue.cycle.run import refresh_forecasts, run_cycle
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot
 from gpuqueue.models import Flavor, Job, JobActivity, JobArray, Node, Quota
 from gpuqueue.scheduler import model as m
-from gpuqueue.services import runtime_history as rh
-from gpuqueue.services.admissions import Admitted, admit_all
-from gpuqueue.services.array_spec import parse
-from gpuqueue.services.arrays import submit_array
-from gpuqueue.services.cancel import cancel_job
-from gpuqueue.services.dependencies import Dependencies, submit_job_after
-from gpuqueue.services.holds import update_holds
-from gpuqueue.services.nodes import set_drained
-from gpuqueue.services.quotas import set_quota
-from gpuqueue.services.start_failures import requeue_after_start_failure
-from gpuqueue.services.transitions import transition
+from gpuqueue.services.cluster.nodes import set_drained
+from gpuqueue.services.forecasts import runtime_history as rh
+from gpuqueue.services.jobs.admissions import Admitted, admit_all
+from gpuqueue.services.jobs.array_spec import parse
+from gpuqueue.services.jobs.arrays import submit_array
+from gpuqueue.services.jobs.cancel import cancel_job
+from gpuqueue.services.jobs.dependencies import Dependencies, submit_job_after
+from gpuqueue.services.jobs.holds import update_holds
+from gpuqueue.services.jobs.start_failures import requeue_after_start_failure
+from gpuqueue.services.jobs.transitions import transition
+from gpuqueue.services.quotas.quotas import set_quota
 
 PRODUCT = "nvidia.com/gpu.product"
 LABELS = {"h100": {PRODUCT: "NVIDIA-H100-80GB-HBM3"}, "l4": {PRODUCT: "NVIDIA-L4"}}

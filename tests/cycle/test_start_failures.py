@@ -1,5 +1,5 @@
 """Jobs whose pods could not be started back off, then fail at the cap
-(gpuqueue/services/start_failures.py), and the admission cycle leaves them alone meanwhile."""
+(gpuqueue/services/jobs/start_failures.py), and the admission cycle leaves them alone meanwhile."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from django.utils import timezone
 
 from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.cycle.snapshot import load_snapshot
 from gpuqueue.models import Job, JobEvent
-from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.services.start_failures import requeue_after_start_failure, start_backoff_seconds
+from gpuqueue.services.jobs.start_failures import requeue_after_start_failure, start_backoff_seconds
 
 CAUSE = "pods refused: exceeded quota: gpu-quota, requested: nvidia.com/gpu=8"
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle import cluster_sync
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
-from gpuqueue.services import cluster_sync
-from gpuqueue.services.cluster_sync import sync_cluster
 
 
 def test_a_job_whose_sync_step_raises_fails_alone_and_the_pass_goes_on(

@@ -11,8 +11,8 @@ from gpuqueue.core.errors import Refused
 from gpuqueue.cycle.launch import launch_spec
 from gpuqueue.cycle.snapshot import load_nodes
 from gpuqueue.models import Flavor, Node
-from gpuqueue.services.flavors import save_flavor
-from gpuqueue.services.inventory import flavor_nodes
+from gpuqueue.services.cluster.inventory import flavor_nodes
+from gpuqueue.services.quotas.flavors import save_flavor
 
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 DEDICATED = {"key": "dedicated", "value": "research", "effect": "NoSchedule"}

@@ -41,7 +41,7 @@ def jobs(world: Any, nodes: Any, submit: Any) -> Any:
 
     from gpuqueue.core.states import JobState
     from gpuqueue.models import Job
-    from gpuqueue.services.transitions import transition
+    from gpuqueue.services.jobs.transitions import transition
 
     class Jobs:
         pass
@@ -107,7 +107,7 @@ def samples(jobs: Any) -> None:
     """An hour of utilization samples, one a minute, as the periodic task writes them."""
     from django.utils import timezone
 
-    from gpuqueue.services.utilization import sample_utilization
+    from gpuqueue.services.accounting.utilization import sample_utilization
 
     now = timezone.now()
     for minute in range(60, 0, -5):

@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.services.array_spec import parse
-from gpuqueue.services.arrays import submit_array
-from gpuqueue.services.dependencies import Dependencies, submit_job_after
+from gpuqueue.services.jobs.array_spec import parse
+from gpuqueue.services.jobs.arrays import submit_array
+from gpuqueue.services.jobs.dependencies import Dependencies, submit_job_after
 
 
 @pytest.fixture

@@ -184,7 +184,7 @@ def write_samples(service: Any, minutes: int) -> None:
             "-c",
             "from datetime import timedelta\n"
             "from django.utils import timezone\n"
-            "from gpuqueue.services.utilization import sample_utilization\n"
+            "from gpuqueue.services.accounting.utilization import sample_utilization\n"
             "now = timezone.now()\n"
             f"[sample_utilization(now - timedelta(minutes=m)) for m in range({minutes}, -1, -1)]",
         ],

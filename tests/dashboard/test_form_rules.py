@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from dashboard.forms import QuotaForm, SubmitForm
 from gpuqueue.models import Job, Quota
-from gpuqueue.services.submit import JOB_FIELDS
+from gpuqueue.services.jobs.submit import JOB_FIELDS
 
 pytestmark = pytest.mark.django_db
 

@@ -52,9 +52,9 @@ def _membership_id(world: Any) -> int:
 
 
 def _array_path(world: Any) -> str:
-    from gpuqueue.services.array_spec import parse
-    from gpuqueue.services.arrays import submit_array
-    from gpuqueue.services.dependencies import Dependencies
+    from gpuqueue.services.jobs.array_spec import parse
+    from gpuqueue.services.jobs.arrays import submit_array
+    from gpuqueue.services.jobs.dependencies import Dependencies
 
     fields = {"name": "sweep", "image": "ghcr.io/acme/train:1"}
     made = submit_array(world.alice, world.team_a, world.h100, fields, parse("0-1"), Dependencies())

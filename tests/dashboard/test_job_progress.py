@@ -15,8 +15,8 @@ from django.utils import timezone
 from dashboard.attempts import attempts_of, clock_of
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, JobEvent
-from gpuqueue.services.checkpoint import requeue
-from gpuqueue.services.transitions import transition
+from gpuqueue.services.jobs.checkpoint import requeue
+from gpuqueue.services.jobs.transitions import transition
 
 T0 = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 

@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from dashboard.geometry import bar_scale, node_cells, quota_bar, stacked_chart, step_path
-from gpuqueue.services.utilization import PendingShape, gang_fits, idle_gpu_hours, waiting_fit_gpus
+from gpuqueue.services.accounting.utilization import (
+    PendingShape,
+    gang_fits,
+    idle_gpu_hours,
+    waiting_fit_gpus,
+)
 
 
 def test_a_bar_splits_allocation_at_the_guarantee_and_adds_pending() -> None:
@@ -95,7 +100,7 @@ def test_idle_iron_is_the_smaller_of_free_and_waiting_per_minute() -> None:
 @pytest.mark.django_db
 def test_sampling_writes_cluster_and_team_rows_once_a_minute(jobs: Any, world: Any) -> None:
     from gpuqueue.models import Job, UtilizationSample
-    from gpuqueue.services.utilization import sample_utilization
+    from gpuqueue.services.accounting.utilization import sample_utilization
 
     # A pending 1 × 2 job of team-b held by its limit while h100-1 has 6 GPUs free.
     Job.objects.filter(pk=jobs.b_running.pk).update(state="RUNNING")

@@ -79,7 +79,7 @@ def test_concurrent_retries_with_one_key_create_exactly_one_job(world: Any) -> N
 
     from django.db import connection
 
-    from gpuqueue.services.submit import submit_job
+    from gpuqueue.services.jobs.submit import submit_job
 
     barrier = threading.Barrier(6)
     ids: list[int] = []

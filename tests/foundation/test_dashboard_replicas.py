@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
-from gpuqueue.services.cluster_sync import sync_cluster
 from tests.kube.controlplane import Unavailable
 from tests.usage.prometheus_server import free_port, prometheus_binary, serve
 

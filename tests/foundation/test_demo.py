@@ -12,10 +12,10 @@ from django.conf import settings as django_settings
 
 from gpuqueue.cluster.simulated import SimulatedBackend
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.demo.data import MAX_PENDING, seed_demo, submit_demo_traffic
 from gpuqueue.models import Job
-from gpuqueue.services.cluster_sync import sync_cluster
 from teams.models import Membership
 
 

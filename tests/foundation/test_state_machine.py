@@ -8,7 +8,7 @@ import pytest
 
 from gpuqueue.core.states import FINAL, TRANSITIONS, InvalidTransition, JobState, check_transition
 from gpuqueue.models import JobEvent
-from gpuqueue.services.transitions import transition
+from gpuqueue.services.jobs.transitions import transition
 
 ALL_PAIRS = [(a, b) for a in JobState for b in JobState]
 

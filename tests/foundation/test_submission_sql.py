@@ -1,4 +1,4 @@
-"""The submission's one statement (gpuqueue/services/submission_sql.py) writes and reads as the
+"""The submission's one statement (gpuqueue/services/jobs/submission_sql.py) writes and reads as the
 ORM would."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from django.db import transaction
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, JobEvent
-from gpuqueue.services.submit import (
+from gpuqueue.services.jobs.submit import (
     SubmissionRefused,
     TeamRequired,
     flavor_for_submission,
@@ -105,7 +105,7 @@ def test_without_a_team_a_change_of_teams_between_the_statements_takes_the_team_
     world: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The insert saw two teams; by the lookup that explains it, one was left."""
-    from gpuqueue.services import submit
+    from gpuqueue.services.jobs import submit
     from teams.models import Membership, Role
 
     Membership.objects.create(user=world.carol, team=world.team_a, role=Role.MEMBER)
@@ -159,7 +159,7 @@ def test_flavor_for_submission_reads_the_whole_row(world: Any) -> None:
 
 
 def test_the_statement_was_checked_against_the_pinned_django() -> None:
-    """gpuqueue/services/submission_sql.py builds the submission's statement from the models'
+    """gpuqueue/services/jobs/submission_sql.py builds the submission's statement from the models'
     `_meta` and converts values through the fields' own methods; a new Django may change
     them. This fails when the installed Django is not the version pinned in pyproject.toml:
     run the tests above against the new version, then move the pin."""

@@ -11,11 +11,11 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.models import Job, Quota
 from gpuqueue.scheduler.model import Quota as EngineQuota
 from gpuqueue.scheduler.model import Team
-from gpuqueue.services.cluster_sync import sync_cluster
-from gpuqueue.services.whatif import (
+from gpuqueue.services.forecasts.whatif import (
     QuotaSpecError,
     apply_changes,
     parse_quota_change,

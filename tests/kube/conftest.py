@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from gpuqueue.cluster.k8s_calls import Caller
 from gpuqueue.cluster.kubernetes import KubernetesBackend
 from gpuqueue.cluster.manifests import SELECTOR, ClusterOptions
-from gpuqueue.services.cluster_sync import sync_cluster
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from tests.kube.controlplane import (
     ControlPlane,
     Unavailable,

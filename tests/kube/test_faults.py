@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
-from gpuqueue.services.cluster_sync import sync_cluster
 from tests.kube.conftest import Kube
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}

@@ -26,10 +26,10 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuqueue.cluster.lease import Elector, FencedBackend, LeaseTiming
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.management.commands.watch_cluster import Command as WatchCommand
 from gpuqueue.models import Job
-from gpuqueue.services.cluster_sync import sync_cluster
 from tests.kube.conftest import Kube
 
 NAMESPACE = "gpuqueue"

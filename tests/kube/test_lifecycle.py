@@ -15,10 +15,10 @@ from django.test import Client
 from gpuqueue.cluster.k8s_watch import ResourceWatch, start_watches
 from gpuqueue.cluster.manifests import token_secret_name, workload_name
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
-from gpuqueue.services.checkpoint import job_for_token
-from gpuqueue.services.cluster_sync import sync_cluster
+from gpuqueue.services.jobs.checkpoint import job_for_token
 from tests.kube.conftest import Kube
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}

@@ -9,7 +9,7 @@ from typing import Any
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
-from gpuqueue.services.cancel import cancel_job
+from gpuqueue.services.jobs.cancel import cancel_job
 from tests.kube.conftest import Kube
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}

@@ -19,9 +19,9 @@ from gpuqueue.cluster.k8s_watch import run_watcher
 from gpuqueue.cluster.kubernetes import KubernetesBackend
 from gpuqueue.cluster.manifests import CHECKPOINT_ANNOTATION, ClusterOptions
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
-from gpuqueue.services.cluster_sync import sync_cluster
 from tests.kube.conftest import Kube
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}

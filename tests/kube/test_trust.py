@@ -32,7 +32,7 @@ from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.management.commands import watch_cluster
 from gpuqueue.models import Job, WorkloadRecord
-from gpuqueue.services.checkpoint import job_for_token
+from gpuqueue.services.jobs.checkpoint import job_for_token
 from tests.kube.conftest import Kube
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}

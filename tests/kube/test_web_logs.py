@@ -16,7 +16,7 @@ from gpuqueue.core.errors import Refused
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
-from gpuqueue.services.logs import read_job_log
+from gpuqueue.services.cluster.logs import read_job_log
 from tests.kube.conftest import Kube
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}

@@ -1,9 +1,9 @@
-"""Free GPUs per node for the idle-iron figure (gpuqueue.services.utilization)."""
+"""Free GPUs per node for the idle-iron figure (gpuqueue.services.accounting.utilization)."""
 
 from __future__ import annotations
 
 from gpuqueue.models import Flavor, Node
-from gpuqueue.services.utilization import free_by_flavor_and_node
+from gpuqueue.services.accounting.utilization import free_by_flavor_and_node
 
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 

@@ -1,5 +1,5 @@
 """Idle GPUs found: the rule, the simulated profile, the flag in the API and /metrics, and the
-used and idle GPU-seconds in the ledger (services/gpu_activity.py)."""
+used and idle GPU-seconds in the ledger (services/accounting/gpu_activity.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from gpuqueue.core.gpu_idle import (
 )
 from gpuqueue.core.states import JobState
 from gpuqueue.models import JobActivity, UsageRecord
-from gpuqueue.services.admissions import Admitted, admit_all
-from gpuqueue.services.gpu_activity import sample_gpu_activity
-from gpuqueue.services.transitions import transition
-from gpuqueue.services.usage_ledger import record_open_attempts
+from gpuqueue.services.accounting.gpu_activity import sample_gpu_activity
+from gpuqueue.services.accounting.usage_ledger import record_open_attempts
+from gpuqueue.services.jobs.admissions import Admitted, admit_all
+from gpuqueue.services.jobs.transitions import transition
 
 T0 = datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
 RULE = IdleRule(threshold_percent=5, minutes=30)

@@ -1,5 +1,5 @@
 """The GPU-hours ledger: its totals are each job's run intervals, whatever happens to the jobs
-and to the service (services/usage_ledger.py)."""
+and to the service (services/accounting/usage_ledger.py)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ from gpuqueue.core.states import FINAL, HOLDING, JobState
 from gpuqueue.core.usage_hours import split_by_hour
 from gpuqueue.models import Job, JobEvent, UsageRecord
 from gpuqueue.ops.usage_metrics import usage_metrics
-from gpuqueue.services.admissions import Admitted, admit_all
-from gpuqueue.services.cancel import cancel_job
-from gpuqueue.services.checkpoint import requeue
-from gpuqueue.services.transitions import transition
-from gpuqueue.services.usage_ledger import (
+from gpuqueue.services.accounting.usage_ledger import (
     close_released_attempts,
     fold_usage_totals,
     record_open_attempts,
 )
+from gpuqueue.services.jobs.admissions import Admitted, admit_all
+from gpuqueue.services.jobs.cancel import cancel_job
+from gpuqueue.services.jobs.checkpoint import requeue
+from gpuqueue.services.jobs.transitions import transition
 
 T0 = datetime(2026, 3, 1, 9, 40, tzinfo=UTC)
 

@@ -15,9 +15,9 @@ from django.utils import timezone
 from gpuqueue.cluster.prometheus import PrometheusError, job_utilization, query
 from gpuqueue.core.states import JobState
 from gpuqueue.models import JobActivity
-from gpuqueue.services.admissions import Admitted, admit_all
-from gpuqueue.services.gpu_activity import sample_gpu_activity
-from gpuqueue.services.transitions import transition
+from gpuqueue.services.accounting.gpu_activity import sample_gpu_activity
+from gpuqueue.services.jobs.admissions import Admitted, admit_all
+from gpuqueue.services.jobs.transitions import transition
 from tests.kube.controlplane import Unavailable
 from tests.usage.prometheus_server import dcgm_exposition, prometheus, serve
 

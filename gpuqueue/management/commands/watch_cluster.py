@@ -20,7 +20,7 @@ from django.db import OperationalError, close_old_connections
 from gpuqueue.cluster import get_backend
 from gpuqueue.cluster.base import Claimed, ClusterBackend, ClusterError
 from gpuqueue.cluster.lease import Elector, FencedBackend
-from gpuqueue.services.cluster_sync import sync_cluster
+from gpuqueue.cycle.cluster_sync import sync_cluster
 
 
 class Command(BaseCommand):

@@ -9,9 +9,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import F
 from django.utils import timezone
 
-from gpuqueue.cycle.snapshot import load_teams, node_capacity_by_flavor
+from gpuqueue.cycle.snapshot import load_teams
 from gpuqueue.models import Job, Node
-from gpuqueue.services.whatif import (
+from gpuqueue.services.cluster.inventory import node_capacity_by_flavor
+from gpuqueue.services.forecasts.whatif import (
     QuotaSpecError,
     apply_changes,
     cluster_of,

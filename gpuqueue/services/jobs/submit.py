@@ -17,8 +17,8 @@ from gpuqueue.core.outage import redis_failed
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Flavor, Job, JobEvent
 from gpuqueue.scheduler.model import whole_workers
-from gpuqueue.services import submission_sql
-from gpuqueue.services.inventory import flavor_size_cached
+from gpuqueue.services.cluster.inventory import flavor_size_cached
+from gpuqueue.services.jobs import submission_sql
 from teams.models import Team
 
 log = logging.getLogger(__name__)

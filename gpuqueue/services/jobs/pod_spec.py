@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 
 from gpuqueue.models import Flavor
-from gpuqueue.services.validation import DNS1123_SUBDOMAIN, FieldErrors
+from gpuqueue.services.jobs.validation import DNS1123_SUBDOMAIN, FieldErrors
 from teams.models import Team
 
 # A worker larger than any machine is a typo, not a request: 1,024 CPUs, 16 TiB.

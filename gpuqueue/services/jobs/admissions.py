@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from gpuqueue.core.states import JobState, check_transition
 from gpuqueue.models import JobEvent
-from gpuqueue.services.column_arrays import array_param, array_sql
-from gpuqueue.services.pending import SHOWN_WHILE_PENDING, update_still_pending
-from gpuqueue.services.usage_ledger import record_admissions
+from gpuqueue.services.accounting.usage_ledger import record_admissions
+from gpuqueue.services.jobs.column_arrays import array_param, array_sql
+from gpuqueue.services.jobs.pending import SHOWN_WHILE_PENDING, update_still_pending
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from django.db import connection, transaction
 from gpuqueue.core.reason_text import DEPENDENCIES, DEPENDENCY_UNMET
 from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.models import DependencyKind, Flavor, Job, JobDependency, JobEvent, JobHold
-from gpuqueue.services.submit import Submitted, submit_job
-from gpuqueue.services.validation import FieldErrors
+from gpuqueue.services.jobs.submit import Submitted, submit_job
+from gpuqueue.services.jobs.validation import FieldErrors
 from teams.models import Team
 
 KINDS = tuple(DependencyKind.values)  # the submission's field names, in this order

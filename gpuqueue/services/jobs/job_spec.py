@@ -27,9 +27,9 @@ from typing import Any
 from django.conf import settings
 
 from gpuqueue.models import Flavor
-from gpuqueue.services import pod_spec
-from gpuqueue.services import validation as rules
-from gpuqueue.services.submit import (
+from gpuqueue.services.jobs import pod_spec
+from gpuqueue.services.jobs import validation as rules
+from gpuqueue.services.jobs.submit import (
     JOB_FIELDS,
     TEAM_REQUIRED,
     SubmissionRefused,
@@ -38,7 +38,7 @@ from gpuqueue.services.submit import (
     submittable_team,
     teams_for_submission,
 )
-from gpuqueue.services.validation import Checked, FieldErrors
+from gpuqueue.services.jobs.validation import Checked, FieldErrors
 from teams.models import Team
 
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
@@ -189,9 +189,9 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
        Without a team, a submitter who does not have exactly one is told that first, as the
        insert would.
     4. CPU, memory and /dev/shm per worker: the flavor's defaults for what was left out, and
-       the flavor's maxima (gpuqueue.services.pod_spec.resources).
+       the flavor's maxima (gpuqueue.services.jobs.pod_spec.resources).
     5. The ServiceAccount, Secrets and claims it names are on its team's allow-lists
-       (gpuqueue.services.pod_spec.namespace_errors), whatever else is wrong with it.
+       (gpuqueue.services.jobs.pod_spec.namespace_errors), whatever else is wrong with it.
     """
     job = dict(values)
     if job.get("team") is None:

@@ -1,8 +1,8 @@
 """The admission cycle's hold phase: which PENDING jobs the engine is offered at all.
 
-1. Dependencies (gpuqueue/services/dependencies.py): release the jobs whose conditions now
+1. Dependencies (gpuqueue/services/jobs/dependencies.py): release the jobs whose conditions now
    hold, cancel those whose conditions can no longer hold, say why the others wait.
-2. Array caps (gpuqueue/services/arrays.py): of each capped array's PENDING tasks, offer only
+2. Array caps (gpuqueue/services/jobs/arrays.py): of each capped array's PENDING tasks, offer only
    as many as it has free slots.
 
 Both are set-based statements that write only rows whose hold or reason changes, so a cycle
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuqueue.services import arrays, dependencies
+from gpuqueue.services.jobs import arrays, dependencies
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,8 +32,8 @@ from django.utils import timezone
 
 from gpuqueue.core.reason_text import BACKING_OFF
 from gpuqueue.core.states import HOLDING, JobState
-from gpuqueue.cycle.snapshot import node_capacity_by_flavor
 from gpuqueue.models import Flavor, Job, Node, UtilizationSample
+from gpuqueue.services.cluster.inventory import node_capacity_by_flavor, usage_now
 from teams.models import Team
 
 SAMPLE_MINUTES = 1
@@ -123,8 +123,6 @@ def sample_utilization(now: datetime | None = None) -> int:
        (the module docstring), kept on the flavor's cluster row, for idle iron.
     4. Write all rows in one transaction and drop samples older than RETENTION.
     """
-    from gpuqueue.services.inventory import usage_now
-
     at = (now or timezone.now()).replace(second=0, microsecond=0)
     if UtilizationSample.objects.filter(at=at).exists():
         return 0

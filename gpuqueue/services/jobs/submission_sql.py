@@ -11,6 +11,7 @@ back through the ORM, and fails when the pinned Django moves, so that this is ch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -46,7 +47,8 @@ def insert(job: Job, event: JobEvent, *, site_admin: bool) -> tuple[int, Team | 
         row = cursor.fetchone()
     if row is None:
         return None
-    return row[0], _team(row[1:]) if implicit_team else None
+    job_id, *team_columns = row
+    return job_id, _team(team_columns) if implicit_team else None
 
 
 def stored_values(obj: models.Model, skip: str = "") -> list[Any]:
@@ -59,7 +61,7 @@ def stored_values(obj: models.Model, skip: str = "") -> list[Any]:
     ]
 
 
-def _team(values: tuple[Any, ...]) -> Team:
+def _team(values: Sequence[Any]) -> Team:
     """A Team from its columns as `_team_columns` selects them, as the ORM would build it."""
     conn = connections[DEFAULT_DB_ALIAS]
     fields = Team._meta.concrete_fields

@@ -12,7 +12,7 @@ from django.db import connection
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.services.column_arrays import array_param, array_sql
+from gpuqueue.services.jobs.column_arrays import array_param, array_sql
 
 # What a job shows only while it is PENDING: cleared when it is admitted.
 SHOWN_WHILE_PENDING = ("pending_reason", "queue_position", "cluster_position", "estimated_start")
@@ -39,7 +39,7 @@ def update_still_pending(
     """UPDATE job SET columns FROM unnest(one array per column) WHERE state = PENDING: one
     statement with one parameter per column, however many rows (a VALUES list of a parameter
     per cell cost more to build and parse than the update itself at tens of thousands; each
-    column is bound as services/column_arrays.py binds it). Each row is (id, *values);
+    column is bound as services/jobs/column_arrays.py binds it). Each row is (id, *values);
     `cleared` columns are set to NULL and `counted` ones incremented.
     Returns the ids written: a job that moved on since the cycle's snapshot is left alone."""
     if not rows:
@@ -66,4 +66,4 @@ def update_still_pending(
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, JobState.PENDING.value])
-        return [row[0] for row in cursor.fetchall()]
+        return [job_id for (job_id,) in cursor.fetchall()]

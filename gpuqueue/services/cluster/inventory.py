@@ -6,7 +6,7 @@ Capacity always comes from Node rows (the cluster watcher keeps them), never fro
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from django.db.models import Count, F, Q, Sum
@@ -14,13 +14,31 @@ from django.db.models import Count, F, Q, Sum
 from gpuqueue.core import caches
 from gpuqueue.core.states import HOLDING, JobState
 from gpuqueue.models import Flavor, Job, Node, Quota
-from gpuqueue.services.fair_shares import stored_fair_shares
-from gpuqueue.services.share_balance import balance_hours
+from gpuqueue.services.quotas.fair_shares import stored_fair_shares
+from gpuqueue.services.quotas.share_balance import balance_hours
+
+
+def node_capacity_by_flavor(
+    node_capacity: dict[str, int],
+    labels: dict[str, str],
+    flavors: list[Flavor],
+    *,
+    taints: Iterable[Mapping[str, str]],
+) -> dict[str, int]:
+    """A node offers a flavor when it carries the flavor's labels, has its resource and every
+    taint that would keep pods off it is tolerated by the flavor's pods (`Flavor.tolerates`)."""
+    node_taints = list(taints)  # read once for every flavor
+    offered = {}
+    for flavor in flavors:
+        count = int(node_capacity.get(flavor.resource_name, 0))
+        if count > 0 and flavor.matches(labels) and flavor.tolerates(node_taints):
+            offered[flavor.name] = count
+    return offered
 
 
 def flavor_nodes(flavor: Flavor) -> list[Node]:
     """Known nodes that offer `flavor`: they carry its labels, have its resource and have no
-    taint its pods do not tolerate (as `gpuqueue.cycle.snapshot.node_capacity_by_flavor`)."""
+    taint its pods do not tolerate (as `node_capacity_by_flavor`)."""
     nodes = Node.objects.filter(capacity__has_key=flavor.resource_name)
     if flavor.node_selector:
         nodes = nodes.filter(labels__contains=flavor.node_selector)

@@ -26,7 +26,7 @@ from gpuqueue.models import Job
 from gpuqueue.scheduler.band import Estimate, with_runtimes
 from gpuqueue.scheduler.model import PendingJob, RunningJob, Snapshot
 from gpuqueue.scheduler.prediction import MEDIAN, JobFacts, Prediction, RuntimeHistory
-from gpuqueue.services.pending import update_still_pending
+from gpuqueue.services.jobs.pending import update_still_pending
 
 HISTORY_JOBS = 5000
 HISTORY_SECONDS = 60.0
@@ -65,7 +65,8 @@ def runtime_history() -> RuntimeHistory:
     )
     history = RuntimeHistory()
     history.record_all(  # oldest first: each key keeps its most recent runtimes
-        (_facts_from(row[:7]), (row[8] - row[7]).total_seconds()) for row in reversed(list(rows))
+        (_facts_from(facts), (finished - started).total_seconds())
+        for *facts, started, finished in reversed(list(rows))
     )
     _history.put("history", _ALWAYS, history)
     return history
@@ -77,7 +78,7 @@ def _facts_by_id(ids: list[int]) -> dict[int, JobFacts]:
     out = {i: facts for i, facts in known.items() if facts is not None}
     if missing:
         rows = Job.objects.filter(id__any=missing).values_list("id", *_FACT_FIELDS, "image")
-        read = {row[0]: _facts_from(row[1:]) for row in rows}
+        read = {job_id: _facts_from(facts) for job_id, *facts in rows}
         _facts.put_many({i: (_ALWAYS, facts) for i, facts in read.items()})
         out.update(read)
     return out

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from gpuqueue.core.states import HOLDING, InvalidTransition, JobState
 from gpuqueue.models import Job
-from gpuqueue.services.transitions import transition
+from gpuqueue.services.jobs.transitions import transition
 from teams.models import Membership, Role
 
 

@@ -6,7 +6,7 @@ be pulled). Retrying at once would usually fail the same way and hold GPUs the p
 the job waits `GPUQUEUE_START_BACKOFF_SECONDS`, doubled after each further failure up to
 MAX_BACKOFF_SECONDS, and after `GPUQUEUE_MAX_START_ATTEMPTS` failures in a row it ends FAILED
 with the cause. The count is of consecutive failures: a start that ran (every worker running)
-resets it (services/cluster_sync.py), and a preemption, a lost node or a gang held while a
+resets it (cycle/cluster_sync.py), and a preemption, a lost node or a gang held while a
 victim's pods terminate never counts.
 """
 
@@ -20,8 +20,8 @@ from django.db import transaction
 from gpuqueue.core.reason_text import BACKING_OFF
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
-from gpuqueue.services.checkpoint import requeue
-from gpuqueue.services.transitions import transition
+from gpuqueue.services.jobs.checkpoint import requeue
+from gpuqueue.services.jobs.transitions import transition
 
 MAX_BACKOFF_SECONDS = 3600.0
 

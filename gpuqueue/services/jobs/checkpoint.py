@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from gpuqueue.core.states import CHECKPOINT_ACKNOWLEDGED, EVENT_KIND, JobState
 from gpuqueue.models import Job, JobEvent
-from gpuqueue.services.transitions import transition
+from gpuqueue.services.jobs.transitions import transition
 
 
 def acknowledge_checkpoint(job: Job, location: str, actor: str) -> bool:

@@ -21,11 +21,11 @@ from django.utils import timezone
 from gpuqueue.core.reason_text import ARRAY_LIMIT
 from gpuqueue.core.states import FINAL, HOLDING, JobState
 from gpuqueue.models import Flavor, Job, JobArray, JobDependency, JobEvent, JobHold
-from gpuqueue.services import submission_sql as sql
-from gpuqueue.services.array_spec import ArraySpec
-from gpuqueue.services.cancel import may_cancel_owned, stop_on_cluster
-from gpuqueue.services.dependencies import Dependencies, initial_reason
-from gpuqueue.services.submit import (
+from gpuqueue.services.jobs import submission_sql as sql
+from gpuqueue.services.jobs.array_spec import ArraySpec
+from gpuqueue.services.jobs.cancel import may_cancel_owned, stop_on_cluster
+from gpuqueue.services.jobs.dependencies import Dependencies, initial_reason
+from gpuqueue.services.jobs.submit import (
     SubmissionRefused,
     job_columns,
     nudge_cycle,
@@ -108,7 +108,7 @@ def submit_array(
         raise SubmissionRefused(
             f"you are not a member of team {team.slug}", field="team", status=403
         )
-    array.pk = row[0]
+    (array.pk,) = row
     return SubmittedArray(array, created=True)
 
 
@@ -368,4 +368,4 @@ def cancel_tasks(
                 transaction.on_commit(
                     lambda job_id=job_id, attempt=attempt: stop_on_cluster(job_id, attempt)
                 )
-    return [row[0] for row in moved]
+    return [job_id for job_id, _, _ in moved]

@@ -18,9 +18,9 @@ from gpuqueue.core.locks import try_xact_lock
 from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.cycle.launch import launch_admitted
 from gpuqueue.models import Job, Node
-from gpuqueue.services.checkpoint import acknowledge_checkpoint, requeue
-from gpuqueue.services.start_failures import requeue_after_start_failure
-from gpuqueue.services.transitions import transition
+from gpuqueue.services.jobs.checkpoint import acknowledge_checkpoint, requeue
+from gpuqueue.services.jobs.start_failures import requeue_after_start_failure
+from gpuqueue.services.jobs.transitions import transition
 
 log = logging.getLogger(__name__)
 ACTOR = "cluster"

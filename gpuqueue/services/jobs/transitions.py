@@ -8,7 +8,7 @@ from django.db import transaction
 
 from gpuqueue.core.states import JobState, check_transition
 from gpuqueue.models import Job, JobEvent
-from gpuqueue.services.usage_ledger import lock_attempt, record_release, releases
+from gpuqueue.services.accounting.usage_ledger import lock_attempt, record_release, releases
 
 
 def transition(
@@ -31,7 +31,7 @@ def transition(
     # moves many jobs in one transaction (the cycle) should not pay a savepoint for each.
     with transaction.atomic(savepoint=False):
         # A move that releases GPUs closes the attempt in the GPU-hours ledger, in this
-        # transaction (services/usage_ledger.py).
+        # transaction (services/accounting/usage_ledger.py).
         attempt = lock_attempt(job.pk, job.state) if releases(job.state, to) else None
         updated = Job.objects.filter(pk=job.pk, state=job.state).update(state=to, **changes)
         if not updated:

@@ -11,8 +11,8 @@ from django.db.models import Sum
 
 from gpuqueue.core.errors import Forbidden, Refused
 from gpuqueue.models import Flavor, Quota
-from gpuqueue.services.inventory import flavor_capacity, held_non_preemptible
-from gpuqueue.services.validation import FieldErrors, bound_errors
+from gpuqueue.services.cluster.inventory import flavor_capacity, held_non_preemptible
+from gpuqueue.services.jobs.validation import FieldErrors, bound_errors
 from teams.models import AuditEntry, Team
 
 QUOTA_MAX = 1_000_000
