@@ -6,8 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
