@@ -8,7 +8,8 @@ is no, so that a gang is placed whole or not at all and a failed victim search l
 Per flavor the ledger keeps, for each schedulable node:
 - `free`: GPUs nobody holds and no reservation holds, indexed by count in `buckets` so that
   placement finds "the fullest node with at least k free" without scanning every node;
-- `incoming`: GPUs of jobs being preempted that nobody has claimed yet (capacity on its way back);
+- `incoming`: GPUs of jobs being preempted that nobody has claimed yet (capacity on its way back;
+  those promised to a pending job join once that job is decided, `come_back`);
 - `held`: GPUs a reservation keeps for a starving job (only backfill may use them).
 
 Per group (a team, or a department) and flavor it keeps `used` (GPUs held or promised),
