@@ -19,6 +19,7 @@ from gpuqueue.api.fields import (
     StrictIntegerField,
     reject_unknown_fields,
 )
+from gpuqueue.api.node_draining import DrainingField, NodeListSerializer
 from gpuqueue.api.prediction_fields import RuntimePredictionField, StartBandField
 from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
@@ -547,6 +548,10 @@ class QuotaSerializer(serializers.ModelSerializer):
 class NodeSerializer(serializers.ModelSerializer):
     capacity = serializers.DictField(child=serializers.IntegerField(), read_only=True)
     used_externally = serializers.DictField(child=serializers.IntegerField(), read_only=True)
+    draining = DrainingField(
+        help_text="GPUs that gpuqueue's terminating pods still hold here, by job and resource; "
+        "jobs you may not read appear as one count per resource, naming no job"
+    )
     labels = serializers.DictField(child=serializers.CharField(), read_only=True)
     taints = serializers.ListField(child=serializers.DictField(), read_only=True)
     schedulable = serializers.BooleanField(read_only=True)
@@ -558,6 +563,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "name",
             "capacity",
             "used_externally",
+            "draining",
             "labels",
             "taints",
             "ready",
@@ -567,6 +573,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = fields
+        list_serializer_class = NodeListSerializer
 
 
 # --- Utilization --------------------------------------------------------------------------------

@@ -215,13 +215,15 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def drain(self, request: Request, name: str | None = None) -> Response:
         """Close the node to new work; running gangs finish."""
-        return Response(NodeSerializer(set_drained(request.user, self.get_object(), True)).data)
+        node = set_drained(request.user, self.get_object(), True)
+        return Response(NodeSerializer(node, context=self.get_serializer_context()).data)
 
     @extend_schema(request=None, responses=NodeSerializer)
     @action(detail=True, methods=["post"])
     def undrain(self, request: Request, name: str | None = None) -> Response:
         """Open the node to new work again."""
-        return Response(NodeSerializer(set_drained(request.user, self.get_object(), False)).data)
+        node = set_drained(request.user, self.get_object(), False)
+        return Response(NodeSerializer(node, context=self.get_serializer_context()).data)
 
 
 class UtilizationView(APIView):

@@ -97,7 +97,15 @@ class Cycle:
             for draining in node.draining:
                 if draining.flavor in capacity and draining.flavor in node.capacity:
                     capacity[draining.flavor] += draining.gpus
-        running = self.ledger.hold_running(snapshot.running)
+        # Jobs being preempted for a job that is pending: a few, when any.
+        preempted = [
+            job
+            for job in snapshot.running
+            if job.preempted_for is not None and job.preempting_since is not None
+        ]
+        pending_ids = {job.id for job in snapshot.pending} if draining_nodes or preempted else set()
+        preempted = [job for job in preempted if job.preempted_for in pending_ids]
+        running = self.ledger.hold_running(snapshot.running, {job.id for job in preempted})
         # (team, flavor) -> the team and its department with their quotas (None: no quota).
         self.groups = {
             (team, flavor): [(group, self.quotas.get((group, flavor))) for group in chain]
@@ -151,12 +159,19 @@ class Cycle:
         # The verdicts of `_consider` by kind of job, with the state they were reached in.
         self._verdicts: dict[Kind, Verdict] = {}
         self._draining: dict[int, tuple[int, str | None]] | None = None  # `_draining_jobs`
-        # GPUs of terminating pods (`Node.draining`): incoming at once, or, when they were
-        # taken for a job that is pending, hidden from every other job until that job is
-        # decided (`_decide`): a preemptor waits for what its preemption freed instead of
-        # preempting a second victim, and no job before it in the order takes them.
+        # GPUs of jobs being preempted (while they save a checkpoint) and of terminating pods
+        # (`Node.draining`, once requeued): incoming at once, or, when they were taken for a
+        # job that is pending, promised to it: hidden from every other job until that job is
+        # decided (`_decide`). A preemptor waits for what its preemption frees instead of
+        # preempting a second victim, and no job before it in the order takes them; a job
+        # before it may still preempt others by the usual rules (a job being preempted is no
+        # candidate again, and a preemptor holds nothing to preempt).
         self.promised: dict[int, list[tuple[str, str, int, int]]] = {}
-        pending_ids = {job.id for job in snapshot.pending} if draining_nodes else set()
+        for job in preempted:
+            assert job.preempted_for is not None
+            promise = self.promised.setdefault(job.preempted_for, [])
+            for node_name, workers in job.placement:
+                promise.append((job.flavor, node_name, workers * job.gpus_per_worker, job.id))
         for node in draining_nodes:
             for draining in node.draining:
                 if draining.for_job_id in pending_ids:
@@ -658,7 +673,7 @@ class Settled:
         1. Take from its end the jobs whose kind has a verdict at the cycle's state
            (`Cycle._consider`): deciding them would change nothing, and this plan records
            nothing for a job left pending. Most jobs of a busy cycle are such jobs; a job that
-           may backfill stays, to be counted below.
+           may backfill stays, to be counted below, and so does a job GPUs are promised to.
         2. Stop when the run is used up, or when nothing is left to decide (`done`), the next
            job being the run's last.
         """
@@ -666,10 +681,13 @@ class Settled:
         verdicts = cycle._verdicts
         # A preemption moves the ledger's stamp too; taking jobs off the run moves nothing.
         state = cycle._state()
+        promised = cycle.promised
         hit = verdicts.get(run[-1].kind)
         while hit is not None and hit[0] == state:
             if self._backfill and self._may_backfill(run[-1]):
                 break
+            if promised and run[-1].id in promised:
+                break  # deciding it hands what was promised to it on (`Cycle._decide`)
             run.pop()
             if not run:
                 return True

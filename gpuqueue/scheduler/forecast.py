@@ -87,7 +87,9 @@ def forecast(
             _move(asked, held, job)
         for preemption in result.preemptions:
             victim = running[preemption.job_id]
-            running[victim.id] = replace(victim, preempting_since=now)
+            running[victim.id] = replace(
+                victim, preempting_since=now, preempted_for=preemption.for_job_id
+            )
         if not awaited:
             break
         events = _events(now, running.values(), pending.values(), policy, min_step)

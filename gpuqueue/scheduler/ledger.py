@@ -8,7 +8,8 @@ is no, so that a gang is placed whole or not at all and a failed victim search l
 Per flavor the ledger keeps, for each schedulable node:
 - `free`: GPUs nobody holds and no reservation holds, indexed by count in `buckets` so that
   placement finds "the fullest node with at least k free" without scanning every node;
-- `incoming`: GPUs of jobs being preempted that nobody has claimed yet (capacity on its way back);
+- `incoming`: GPUs of jobs being preempted that nobody has claimed yet (capacity on its way back;
+  those promised to a pending job join once that job is decided, `come_back`);
 - `held`: GPUs a reservation keeps for a starving job (only backfill may use them).
 
 Per group (a team, or a department) and flavor it keeps `used` (GPUs held or promised),
@@ -21,7 +22,7 @@ computed at is current, and no caller has to say when it is not.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from operator import attrgetter
 
 from gpuqueue.scheduler.model import Node, Placement, RunningJob, whole_workers
@@ -301,11 +302,15 @@ class Ledger:
         if self._depth:
             self._undo.append(lambda: self.user_used.__setitem__(key, old))
 
-    def hold_running(self, jobs: Iterable[RunningJob]) -> dict[tuple[str, str], int]:
+    def hold_running(
+        self, jobs: Iterable[RunningJob], promised: Container[int] = ()
+    ) -> dict[tuple[str, str], int]:
         """Count the running jobs of the snapshot (setup only, never rolled back).
 
         Returns the GPUs each team's own running jobs hold, per flavor (the running part of
-        its demand, see `fairshare.demand_by_team`).
+        its demand, see `fairshare.demand_by_team`). The GPUs of jobs being preempted become
+        incoming, except those of the jobs in `promised`: they are kept for the job each was
+        preempted for, and become incoming when that job is decided (`come_back`).
 
         Totals per team, per user and per node are summed first (hundreds of running jobs, a
         few teams), then counted at every level of the team's chain and each node moved between
@@ -349,7 +354,7 @@ class Ledger:
                     continue  # an unschedulable node: its GPUs never come back to the pool
                 node_gpus = workers * g
                 on_nodes[node] = on_nodes.get(node, 0) + node_gpus  # held until really gone
-                if leaving:
+                if leaving and job.id not in promised:
                     fl.set_incoming(node, fl.incoming.get(node, 0) + node_gpus)
                     self.incoming_jobs.setdefault((flavor, node), []).append(job.id)
         # Per user, then per team: a few users per team.
@@ -447,8 +452,9 @@ class Ledger:
             self._set_held(fl, node, fl.held.get(node, 0) + gpus)
 
     def come_back(self, flavor: str, node: str, gpus: int, job_id: int) -> None:
-        """GPUs of a node that job `job_id`'s terminating pods hold (`Node.draining`) become
-        incoming: a job may claim them and wait, as for a victim's (named after that job)."""
+        """GPUs of a node that job `job_id` holds while it is being preempted, or that its
+        terminating pods hold (`Node.draining`), become incoming: a job may claim them and
+        wait, as for a victim's (named after that job)."""
         fl = self.flavors.get(flavor)
         if fl is None or node not in fl.free or gpus <= 0:
             return

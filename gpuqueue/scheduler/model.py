@@ -92,7 +92,9 @@ class RunningJob:
     # Seconds it has to save a checkpoint once preempted (its deadline: preempting_since plus
     # this); None when not known. Only reasons read it.
     checkpoint_grace: float | None = None
-    # The job its preemption was for, while it is being preempted for one (`Plan.withdrawals`).
+    # The job its preemption was for, while it is being preempted for one: its GPUs are
+    # promised to that job while it is pending (engine.Cycle.promised), and the preemption is
+    # withdrawn when no job claims them (`Plan.withdrawals`).
     preempted_for: int | None = None
     # Its GPUs were flagged idle and its flavor's policy reclaims idle borrowers first
     # (gpuqueue/services/accounting/gpu_activity.py): among reclaim victims it goes first.

@@ -14,7 +14,7 @@ from gpuqueue.scheduler import engine
 from gpuqueue.scheduler.bench import large
 from gpuqueue.scheduler.engine import plan
 from gpuqueue.scheduler.model import PendingJob, Plan, Policy, Snapshot
-from tests.scheduler.test_properties import SETTINGS, policies, snapshots
+from tests.scheduler.test_properties import SETTINGS, policies, promises, snapshots
 
 # The module (the package exports its function under the same name).
 forecast = importlib.import_module("gpuqueue.scheduler.forecast")
@@ -32,6 +32,16 @@ def test_a_plan_that_explains_nothing_decides_as_the_full_plan(
     terse = plan(snapshot, policy, explain=False)
     assert decisions(terse) == decisions(plan(snapshot, policy))
     assert terse.pending == ()
+
+
+@SETTINGS
+@given(promises(), policies())
+def test_a_plan_that_explains_nothing_hands_promised_gpus_on_as_the_full_plan(
+    snapshot: Snapshot, policy: Policy
+) -> None:
+    # A preemptor is decided even where jobs of its kind were already: what was promised to
+    # it comes back to the jobs after it at that point of the order, in both plans.
+    assert decisions(plan(snapshot, policy, explain=False)) == decisions(plan(snapshot, policy))
 
 
 def full_plan(snapshot: Snapshot, policy: Policy, *, explain: bool = True) -> Plan:

@@ -20,7 +20,7 @@ from gpuqueue.scheduler.bench import FLAVORS, large, reclaim
 from gpuqueue.scheduler.engine import Cycle
 from gpuqueue.scheduler.model import Policy, Snapshot
 from tests.scheduler.builders import HOUR
-from tests.scheduler.test_properties import SETTINGS, policies, snapshots
+from tests.scheduler.test_properties import SETTINGS, policies, promises, snapshots
 
 
 def _plain(snapshot: Snapshot, policy: Policy) -> None:
@@ -48,6 +48,14 @@ def budgets(draw: st.DrawFn) -> Policy:
 @SETTINGS
 @given(snapshots(), budgets())
 def test_a_plan_is_the_same_with_every_memo_off(snapshot: Snapshot, policy: Policy) -> None:
+    _plain(snapshot, policy)
+
+
+@SETTINGS
+@given(promises(), budgets())
+def test_a_plan_with_gpus_promised_is_the_same_with_every_memo_off(
+    snapshot: Snapshot, policy: Policy
+) -> None:
     _plain(snapshot, policy)
 
 

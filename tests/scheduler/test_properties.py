@@ -4,6 +4,7 @@ No node over-allocated; every gang all or nothing; no team (or department) past 
 non-preemptible work within the guarantee; a team under its guarantee that could get room by
 reclaiming borrowed GPUs is never left simply waiting, whatever the size of the borrower's jobs;
 a preemption is withdrawn only before its deadline and never while a job waits for it alone;
+the GPUs of a job being preempted for a pending job are claimed by no job decided before it;
 the same snapshot gives the same plan whatever the order of its pending or running jobs;
 applying a plan and planning again never preempts what was just admitted; a job that no state
 admits stays pending for a reason that says so.
@@ -237,8 +238,86 @@ def test_every_plan_keeps_the_invariants(snapshot: Snapshot, policy: Policy) -> 
     for p in result.pending:
         if p.reason.code is ReasonCode.WAITING_FOR_PREEMPTION and len(p.reason.job_ids) == 1:
             assert p.reason.job_ids[0] not in result.withdrawals
+    _assert_promises_kept(snapshot, result)
     # The same snapshot gives the same plan.
     assert plan(snapshot, policy) == result
+
+
+def _assert_promises_kept(snapshot: Snapshot, result: Plan) -> None:
+    """Promised GPUs are never planned for another job: the GPUs of a job being preempted for
+    a pending job are claimed by no job decided before that job (the positions count the jobs
+    left pending in the order they were decided)."""
+    promised = {r.id: r.preempted_for for r in snapshot.running if r.preempting_since is not None}
+    decided = {p.job_id: p.cluster_position for p in result.pending}
+    for p in result.pending:
+        if p.reason.code is not ReasonCode.WAITING_FOR_PREEMPTION:
+            continue
+        for victim in p.reason.job_ids:
+            preemptor = promised.get(victim)
+            if preemptor in decided and preemptor != p.job_id:
+                assert decided[preemptor] < p.cluster_position, (victim, preemptor, p)
+
+
+@st.composite
+def promises(draw: st.DrawFn) -> Snapshot:
+    """Full 8-GPU nodes whose jobs are often being preempted for one of the pending jobs (or
+    for a job gone, or for none), and pending jobs of three teams that come before or after
+    those in the order (older, of higher priority, of a team further below its share)."""
+    nodes = tuple(Node(f"n{i}", {FLAVOR: 8}) for i in range(draw(st.integers(1, 3))))
+    team_ids = ["a", "b", "c"]
+    teams = tuple(
+        Team(t, {FLAVOR: Quota(draw(st.sampled_from([0, 4, 8])), 8 * len(nodes))}) for t in team_ids
+    )
+    count = draw(st.integers(1, 5))
+    running = []
+    job_id = itertools.count(100)
+    for n in nodes:
+        left = 8
+        while left:
+            g = draw(st.sampled_from([g for g in (2, 4, 8) if g <= left]))
+            left -= g
+            leaving = draw(st.booleans())
+            running.append(
+                RunningJob(
+                    id=next(job_id),
+                    team=draw(st.sampled_from(team_ids)),
+                    user="u",
+                    flavor=FLAVOR,
+                    gpus_per_worker=g,
+                    placement=((n.name, 1),),
+                    priority=draw(st.integers(0, 2)),
+                    preemptible=True,
+                    started_at=NOW - draw(st.sampled_from([600.0, 5 * HOUR])),
+                    preempting_since=NOW - draw(st.sampled_from([5.0, 700.0])) if leaving else None,
+                    checkpoint_grace=600.0,
+                    preempted_for=draw(st.sampled_from([*range(1, count + 1), 99, None]))
+                    if leaving
+                    else None,
+                )
+            )
+    pending = tuple(
+        PendingJob(
+            id=i,
+            team=draw(st.sampled_from(team_ids)),
+            user="u",
+            flavor=FLAVOR,
+            workers=draw(st.integers(1, 2)),
+            gpus_per_worker=draw(st.sampled_from([2, 4, 8])),
+            priority=draw(st.integers(0, 2)),
+            preemptible=True,
+            submitted_at=NOW - draw(st.sampled_from([10.0, 1000.0, 2 * HOUR])),
+        )
+        for i in range(1, count + 1)
+    )
+    return Snapshot(NOW, nodes, teams, tuple(running), pending)
+
+
+@SETTINGS
+@given(promises(), policies())
+def test_the_gpus_of_a_job_being_preempted_are_claimed_by_no_job_before_its_preemptor(
+    snapshot: Snapshot, policy: Policy
+) -> None:
+    _assert_promises_kept(snapshot, plan(snapshot, policy))
 
 
 @pytest.mark.parametrize("jobs", ["pending", "running"])

@@ -87,3 +87,37 @@ def test_gpuqueue_reclaims_borrowed_gpus_for_a_team_under_its_guarantee() -> Non
     assert result.summary["preemptions"] == 8
     assert result.summary["gpu_hours_lost"] == pytest.approx(8 * 1060 / 3600)
     assert result.anomalies == {}
+
+
+def test_the_replay_tells_the_engine_whom_each_victim_was_preempted_for() -> None:
+    """As the live cycle does (from the preemption's event): the jobs of team a being preempted
+    for team b's job are promised to it in the next plans, while they save their checkpoint."""
+    pytest.importorskip("gpuqueue.scheduler")
+    from gpuqueue.scheduler import plan
+    from gpuqueue.scheduler.model import Plan, Policy, Snapshot
+    from gpuqueue.sim.policies import make_policy
+    from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
+
+    # Job 9 arrives while they save: a plan runs then.
+    jobs = [job(i, 0, 10_000, team="a") for i in range(8)] + [
+        job(8, 1000, 500, gpus=8, team="b"),
+        job(9, 1030, 500, team="b"),
+    ]
+    teams = (team("a", guarantee=0, limit=8), team("b", guarantee=8, limit=8))
+    leaving: list[set[tuple[int, int | None]]] = []
+
+    def spy(snapshot: Snapshot, policy: Policy, *, explain: bool = True) -> Plan:
+        leaving.append(
+            {(r.id, r.preempted_for) for r in snapshot.running if r.preempting_since is not None}
+        )
+        return plan(snapshot, policy, explain=explain)
+
+    def engine(ledger: object) -> GpuqueueEngine:
+        policy = make_policy("gpuqueue", ledger, ONE_NODE, teams)  # type: ignore[arg-type]
+        assert isinstance(policy, GpuqueueEngine)
+        policy._plan = spy
+        return policy
+
+    result = simulate(jobs, ONE_NODE, teams, engine, EXACT)
+    assert starts(result)[8] == 1060
+    assert {(i, 8) for i in range(8)} in leaving

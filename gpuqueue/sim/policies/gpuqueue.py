@@ -121,6 +121,7 @@ class GpuqueueEngine(SchedulingPolicy):
             if self.engine_policy.time_based_share
             else None
         )
+        self._preempted_for: dict[int, int] = {}  # this cycle's victims -> their preemptors
         self.plan_seconds = 0.0
         self.plan_max_seconds = 0.0
         self.plans = 0
@@ -209,7 +210,13 @@ class GpuqueueEngine(SchedulingPolicy):
 
     def preempting(self, run: JobRun, now: float) -> None:
         job_id = run.job.id
-        self.running[job_id] = replace(self.running[job_id], preempting_since=now)
+        # As the live cycle reads it from the preemption's event: the job it was preempted
+        # for, to which its GPUs are promised (engine.Cycle.promised).
+        self.running[job_id] = replace(
+            self.running[job_id],
+            preempting_since=now,
+            preempted_for=self._preempted_for.pop(job_id, None),
+        )
 
     def stopped(self, run: JobRun, now: float) -> None:
         job = run.job
@@ -329,6 +336,7 @@ class GpuqueueEngine(SchedulingPolicy):
         self.plan_max_seconds = max(self.plan_max_seconds, spent)
         self.plans += 1
         self.fair_share = dict(plan.fair_shares)
+        self._preempted_for = {p.job_id: p.for_job_id for p in plan.preemptions}
         self.dirty = False
         return Decision(
             placements=[(a.job_id, a.placement) for a in plan.admissions],
