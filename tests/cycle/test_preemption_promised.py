@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from gpuqueue.cluster.simulated import SimulatedBackend
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, JobEvent, Quota
-from gpuqueue.services.cluster_sync import sync_cluster
 from teams.models import Team
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "36000"}
