@@ -162,6 +162,11 @@ def test_the_charts_rbac_is_deploys_least_privilege() -> None:
         if o["kind"] in ("ClusterRole", "Role")
     }
     assert chart == base  # release "gpuqueue": the same names, the same rules
+    # Bound cluster-wide: only gpuqueue's own reads of nodes and pods; the web's, per namespace.
+    cluster_wide = [o for o in render(TEAMS) if o["kind"] == "ClusterRoleBinding"]
+    assert [
+        (b["roleRef"]["name"], [who["name"] for who in b["subjects"]]) for b in cluster_wide
+    ] == [("gpuqueue-cluster-reader", ["gpuqueue"])]
     bindings = [o for o in render(TEAMS) if o["kind"] == "RoleBinding"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == [
         "gpuqueue",
@@ -310,9 +315,14 @@ def test_the_real_api_server_accepts_every_object_and_grants_only_what_gpuqueue_
     assert not may("update", "leases", NAMESPACE, lease, name="kube-scheduler")
     assert not may("create", "leases", "team-a", lease) and not may("create", "leases", None, lease)
     assert not may("update", "leases", "kube-system", lease, name="helmtest-watcher")
-    # The web reads workers' logs (the pod, then its log in a team namespace) and nothing else.
+    # The web reads workers' logs (the pod, then its log) in team namespaces and nothing else.
     web = f"system:serviceaccount:{NAMESPACE}:helmtest-web"
-    assert may("list", "pods", who=web) and may("get", "pods", "team-a", sub="log", who=web)
+    for team in ("team-a", "team-b"):
+        assert may("list", "pods", team, who=web) and may("get", "pods", team, sub="log", who=web)
+    assert not may("list", "pods", who=web)  # not cluster-wide
+    assert not may("list", "pods", "default", who=web) and not may(
+        "list", "pods", NAMESPACE, who=web
+    )
     assert not may("get", "pods", "default", sub="log", who=web)
     assert not may("get", "pods", NAMESPACE, sub="log", who=web)
     assert not may("create", "jobs", "team-a", "batch", who=web)

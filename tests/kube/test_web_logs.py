@@ -1,7 +1,7 @@
 """The web reads workers' logs with its own ServiceAccount (deploy/base: gpuqueue-web), which
-may find the pod and read its log in a team namespace and do nothing else. kwok serves no
-container logs, so the API server answers a running pod's log with the kubelet's 404: the
-account got past RBAC (a 403 would come first)."""
+may find the pod and read its log in a team namespace and do nothing else, nor list pods in any
+other namespace. kwok serves no container logs, so the API server answers a running pod's log
+with the kubelet's 404: the account got past RBAC (a 403 would come first)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,17 @@ def test_the_web_reads_a_workers_log_with_its_own_account_and_may_do_nothing_els
     assert refused.value.status in (404, 409), refused.value.message
     assert "forbidden" not in refused.value.message.lower()
     name = kube.pods(selector=f"gpuqueue.dev/job-id={job.pk}")[0]["metadata"]["name"]
+    # Pods are listed in team namespaces only: not cluster-wide, not in another namespace.
+    pods = client.CoreV1Api(as_web).list_namespaced_pod("team-a").items
+    assert name in [p.metadata.name for p in pods]
+    for elsewhere in (
+        lambda: client.CoreV1Api(as_web).list_pod_for_all_namespaces(),
+        lambda: client.CoreV1Api(as_web).list_namespaced_pod("gpuqueue"),
+        lambda: client.CoreV1Api(as_web).list_namespaced_pod("kube-system"),
+    ):
+        with pytest.raises(ApiException) as denied:
+            elsewhere()
+        assert denied.value.status == 403
     with pytest.raises(ApiException) as denied:
         client.CoreV1Api(as_web).delete_namespaced_pod(name, "team-a")
     assert denied.value.status == 403
