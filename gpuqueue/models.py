@@ -343,6 +343,10 @@ class Job(models.Model):
     checkpoint_location = models.CharField(max_length=1024, blank=True)
     checkpoint_acked_at = models.DateTimeField(null=True, blank=True)
     checkpoint_token_hash = models.CharField(max_length=64, blank=True)
+    # While PREEMPTING: the job the cycle preempted this one for (null: for no job, as a node
+    # drain does), whose promise of these GPUs the next cycles keep. An id, not a foreign key:
+    # the engine compares ids only, and deleting a job should not have to update others.
+    preempted_for = models.BigIntegerField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 

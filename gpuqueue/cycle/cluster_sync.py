@@ -218,6 +218,7 @@ def _drain(job: Job, node: str, now: datetime) -> tuple[int, bool, datetime | No
         checkpoint_requested_at=now,
         checkpoint_deadline=deadline,
         checkpoint_acked_at=None,
+        preempted_for=None,
     )
     return int(moved), False, deadline if moved else None
 

@@ -1,18 +1,18 @@
 """The active jobs (pending, admitted, running, preempting) as the cycle last read them,
 brought up to date from what changed since: the change feed of migration 0016.
 
-With 43,000 jobs waiting and nothing changed, reading every row (even only every row's
-version) was most of a steady cycle. Each job row carries `changed_xact`, the 64-bit id of the
-transaction that last changed a column the feed reads, set by a trigger (migration 0021) that
-watches `WATCHED`: writes of what only people read (forecasts, estimated starts) and of what
-the cycle keeps itself (`SHOWN`: reasons and positions) leave it alone, whoever makes them. A
-read records its statement's snapshot (`pg_current_snapshot()`) and its own transaction's id;
-the next read asks only for rows whose `changed_xact` that snapshot did not see as committed,
-or that its own transaction wrote (after the read, too: the admissions). A deleted row leaves
-no trace, so each read also counts the active jobs in the same statement: a count that
-differs from what is kept means a full read. A write of `SHOWN` columns alone by anyone but
-the cycle (the hold phase's reason on a job it holds back, which the cycle does not plan; an
-edit by hand) reaches the kept read at the next whole read.
+With 43,000 jobs waiting and nothing changed, reading every row (even only every row's version)
+was most of a steady cycle. Each job row carries `changed_xact`, the 64-bit id of the
+transaction that last changed a column the feed reads, set by a trigger (migrations 0021 and
+0023) that watches `WATCHED`: writes of what only people read (forecasts, estimated starts) and
+of what the cycle keeps itself (`SHOWN`: reasons and positions) leave it alone, whoever makes
+them. A read records its statement's snapshot (`pg_current_snapshot()`) and its own
+transaction's id; the next read asks only for rows whose `changed_xact` that snapshot did not
+see as committed, or that its own transaction wrote (after the read, too: the admissions). A
+deleted row leaves no trace, so each read also counts the active jobs in the same statement: a
+count that differs from what is kept means a full read. A write of `SHOWN` columns alone by
+anyone but the cycle (the hold phase's reason on a job it holds back, which the cycle does not
+plan; an edit by hand) reaches the kept read at the next whole read.
 
 A read is kept once its transaction commits (one that rolls back leaves the last committed
 read, from which the next read starts again), for at most ten minutes; GPUQUEUE_CACHES off
@@ -71,6 +71,7 @@ class Row(NamedTuple):
     queue_position: int | None
     cluster_position: int | None
     checkpoint_grace_seconds: int
+    preempted_for: int | None
 
 
 _COLUMNS = Row._fields[Row._fields.index("id") :]  # the job's, selected in this order

@@ -209,6 +209,7 @@ def _persist_preemptions(plan: m.Plan, now: datetime) -> list[tuple[int, int, da
             checkpoint_requested_at=now,
             checkpoint_deadline=deadline,
             checkpoint_acked_at=None,
+            preempted_for=preemption.for_job_id,
         )
         if moved:
             preempted.append((job.pk, job.attempts, deadline))

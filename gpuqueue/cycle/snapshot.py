@@ -13,7 +13,7 @@ from django.db import connection
 from gpuqueue.core.states import HOLDING, JobState
 from gpuqueue.cycle.job_feed import Row, StoredPending, read_active
 from gpuqueue.cycle.table_versions import kept_while_tables_unchanged
-from gpuqueue.models import Flavor, Job, JobActivity, JobEvent, Node, Quota
+from gpuqueue.models import Flavor, Job, JobActivity, Node, Quota
 from gpuqueue.scheduler import model as m
 from gpuqueue.services.cluster.inventory import node_capacity_by_flavor
 from teams.models import Team
@@ -138,13 +138,6 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
         shown = active.shown
         stored.update((job.id, shown[job.id]) for job in pending)
     nodes = claimed_by(nodes, _awaited_victims(active.shown, active.rows))
-    preempting = [job.id for job in running if job.preempting_since is not None]
-    if preempting:
-        preempted_for = _preempted_for(preempting)
-        running = [
-            replace(job, preempted_for=preempted_for[job.id]) if job.id in preempted_for else job
-            for job in running
-        ]
     return m.Snapshot(
         now=now.timestamp(),
         nodes=nodes,
@@ -152,28 +145,6 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
         running=tuple(running),
         pending=tuple(pending),
     )
-
-
-def _preempted_for(job_ids: list[int]) -> dict[int, int]:
-    """Jobs being preempted -> the job the cycle preempted each for (the details of its last
-    move into PREEMPTING; one indexed query by job). A job put into PREEMPTING for no job has
-    none."""
-    found: dict[int, int] = {}
-    events = (
-        JobEvent.objects.filter(job_id__in=job_ids, to_state=JobState.PREEMPTING)
-        .exclude(from_state=JobState.PREEMPTING)
-        .order_by("job_id", "-at", "-id")
-        .values_list("job_id", "details")
-    )
-    seen: set[int] = set()
-    for job_id, details in events:
-        if job_id in seen:
-            continue
-        seen.add(job_id)
-        for_job = (details or {}).get("for_job")
-        if isinstance(for_job, int):
-            found[job_id] = for_job
-    return found
 
 
 def _awaited_victims(shown: Mapping[int, StoredPending], rows: Mapping[int, Row]) -> dict[int, int]:
@@ -248,6 +219,7 @@ def _running(row: Row, names: Names, min_runtime: float) -> m.RunningJob:
         preempting_since=(
             row.checkpoint_requested_at if row.state == JobState.PREEMPTING else None
         ),
+        preempted_for=row.preempted_for if row.state == JobState.PREEMPTING else None,
         checkpoint_grace=row.checkpoint_grace_seconds,
         idle_reclaim_first=False,
     )

@@ -27,6 +27,8 @@ def transition(
     caller saw, so two racing cycles cannot both admit, requeue or finish one job).
     """
     check_transition(job.pk, job.state, to)
+    if job.state == JobState.PREEMPTING and to != JobState.PREEMPTING:
+        changes.setdefault("preempted_for", None)  # preempted for no one any more
     # No savepoint: the update and its event only need to commit together, and a caller that
     # moves many jobs in one transaction (the cycle) should not pay a savepoint for each.
     with transaction.atomic(savepoint=False):
