@@ -1,6 +1,10 @@
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from teams.models import ApiToken, AuditEntry, Membership, Team
+from teams.services import allowed_state, audit_allowed
 
 
 class MembershipInline(admin.TabularInline):
@@ -14,6 +18,16 @@ class TeamAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "namespace", "parent"]
     search_fields = ["slug", "name"]
     inlines = [MembershipInline]
+
+    def save_model(self, request: HttpRequest, obj: Team, form: Any, change: bool) -> None:
+        """Allow-lists edited here are audited as the API's are (`team.allowed`), in the
+        admin's transaction; the row is locked first, so that `before` is what this save
+        replaces."""
+        before = None
+        if change:
+            before = allowed_state(Team.objects.select_for_update().get(pk=obj.pk))
+        super().save_model(request, obj, form, change)
+        audit_allowed(request.user, obj, before)
 
 
 @admin.register(Membership)

@@ -167,6 +167,31 @@ def allowed_state(team: Team) -> dict[str, list[str]]:
     return {field: list(getattr(team, field)) for field in ALLOWED_FIELDS}
 
 
+def audit_allowed(actor: Any, team: Team, before: dict[str, list[str]] | None) -> None:
+    """Record a change of the team's allow-lists from `before` (None: a new team, which
+    allowed nothing) to what `team` holds now, in the caller's transaction; nothing when they
+    are the same. For writes that do not go through `set_allowed`: the Django admin's team
+    form."""
+    before = before or {field: [] for field in ALLOWED_FIELDS}
+    after = allowed_state(team)
+    if after != before:
+        _allowed_entry(actor, team, before, after)
+
+
+def _allowed_entry(
+    actor: Any, team: Team, before: dict[str, list[str]], after: dict[str, list[str]]
+) -> None:
+    AuditEntry.objects.create(
+        actor=actor,
+        action="team.allowed",
+        object_type="team",
+        object_repr=team.slug,
+        team=team,
+        before=before,
+        after=after,
+    )
+
+
 def set_allowed(actor: Any, team: Team, **lists: list[str]) -> Team:
     """Change what the team's jobs may use in its namespace (team admins and site admins).
     Submissions are checked against the new lists, and so are queued jobs when they launch
@@ -187,15 +212,7 @@ def set_allowed(actor: Any, team: Team, **lists: list[str]) -> Team:
         for field in changed:
             setattr(team, field, list(lists[field]))
         team.save(update_fields=changed)
-        AuditEntry.objects.create(
-            actor=actor,
-            action="team.allowed",
-            object_type="team",
-            object_repr=team.slug,
-            team=team,
-            before=before,
-            after=allowed_state(team),
-        )
+        _allowed_entry(actor, team, before, allowed_state(team))
     return team
 
 

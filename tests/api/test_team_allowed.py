@@ -4,6 +4,7 @@ every way in, with a message naming it, and nothing is written."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -285,3 +286,68 @@ def test_a_star_stands_for_any_run_of_characters(pattern: str, name: str, listed
     assert Team(allowed_claims=[pattern]).unlisted("allowed_claims", [name]) == (
         [] if listed else [name]
     )
+
+
+# --- The Django admin ----------------------------------------------------------------------------
+
+
+def _admin_form(team: Team, **lists: str) -> dict[str, str]:
+    """The team's admin change form as a browser posts it: every field, the memberships
+    inline untouched."""
+    fields = {
+        "slug": team.slug,
+        "name": team.name,
+        "namespace": team.namespace,
+        "parent": "",
+        "allowed_service_accounts": json.dumps(team.allowed_service_accounts),
+        "allowed_secrets": json.dumps(team.allowed_secrets),
+        "allowed_claims": json.dumps(team.allowed_claims),
+        "memberships-TOTAL_FORMS": "0",
+        "memberships-INITIAL_FORMS": "0",
+        "memberships-MIN_NUM_FORMS": "0",
+        "memberships-MAX_NUM_FORMS": "1000",
+    }
+    return {**fields, **{f"allowed_{k}": v for k, v in lists.items()}}
+
+
+def test_a_site_admin_s_edit_in_the_django_admin_is_audited_as_the_apis(
+    client: Any, world: Any
+) -> None:
+    _allow(world.team_a, service_accounts=["trainer"])
+    team = Team.objects.get(pk=world.team_a.pk)
+    client.force_login(world.root)
+    url = f"/admin/teams/team/{team.pk}/change/"
+    renamed = client.post(url, _admin_form(team, name="Team A, renamed"))
+    assert renamed.status_code == 302, renamed.content[:2000]
+    assert not AuditEntry.objects.filter(action="team.allowed")  # the lists did not change
+
+    saved = client.post(url, _admin_form(team, secrets='["wandb"]', claims='["imagenet"]'))
+    assert saved.status_code == 302, saved.content[:2000]
+    entry = AuditEntry.objects.get(action="team.allowed")
+    assert (entry.actor, entry.team, entry.object_repr) == (world.root, team, "team-a")
+    assert entry.before == {
+        "allowed_service_accounts": ["trainer"],
+        "allowed_secrets": [],
+        "allowed_claims": [],
+    }
+    assert entry.after == {
+        "allowed_service_accounts": ["trainer"],
+        "allowed_secrets": ["wandb"],
+        "allowed_claims": ["imagenet"],
+    }
+    # It is in the audit trail the API serves, as an API edit would be.
+    trail = client.get("/api/v1/audit/", {"team": "team-a", "action": "team.allowed"})
+    assert [row["id"] for row in trail.json()["results"]] == [entry.pk]
+
+
+def test_a_team_made_in_the_django_admin_with_lists_is_audited(client: Any, world: Any) -> None:
+    client.force_login(world.root)
+    form = {
+        **_admin_form(Team(slug="team-c", name="Team C", namespace="team-c")),
+        "allowed_service_accounts": '["trainer"]',
+    }
+    assert client.post("/admin/teams/team/add/", form).status_code == 302
+    entry = AuditEntry.objects.get(action="team.allowed")
+    assert entry.team == Team.objects.get(slug="team-c")
+    assert entry.before["allowed_service_accounts"] == []
+    assert entry.after["allowed_service_accounts"] == ["trainer"]
