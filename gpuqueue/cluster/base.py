@@ -122,6 +122,14 @@ class Claimed(ClusterError):
         super().__init__(message, transient=False)
 
 
+class NoCredentials(ClusterError):
+    """This process has nothing to reach the cluster with: no kubeconfig configured, and not
+    in a pod with its ServiceAccount token mounted. The install's doing; no retry helps."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, transient=False)
+
+
 @dataclass(frozen=True, slots=True)
 class Launched:
     """What a launch made: the token the workload acknowledges its checkpoint with, and the

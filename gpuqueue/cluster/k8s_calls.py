@@ -7,7 +7,8 @@
 4. 429, 5xx, 401 (credentials being rotated), timeouts and connection errors: retried with
    exponential backoff; once the attempts are spent, a transient ClusterError (the job stays
    where it is and the next pass retries).
-Every outcome is reported to `on_health` so that /healthz shows an unreachable API.
+Every outcome is reported to `on_health` so that /healthz shows an unreachable API. Before any
+call, no credentials to make it with (`load_configuration`) is `NoCredentials`.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import urllib3
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 
-from gpuqueue.cluster.base import ClusterError
+from gpuqueue.cluster.base import ClusterError, NoCredentials
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -38,6 +41,22 @@ class NotFound(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+def load_configuration(
+    configuration: client.Configuration, kubeconfig: str | None, context: str | None = None
+) -> None:
+    """Fill `configuration` from `kubeconfig`, else from the pod's ServiceAccount; raises
+    NoCredentials when there is neither, with the client's sentence saying what is missing."""
+    try:
+        if kubeconfig:
+            config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
+        else:
+            config.load_incluster_config(client_configuration=configuration)
+    except ConfigException as exc:
+        raise NoCredentials(str(exc)) from exc
 
 
 def api_message(exc: ApiException) -> str:

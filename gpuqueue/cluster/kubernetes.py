@@ -44,7 +44,7 @@ from gpuqueue.cluster.base import (
 )
 from gpuqueue.cluster.gates import Release, is_gated, releases
 from gpuqueue.cluster.inventory import inventory, not_ready_since
-from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound
+from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound, load_configuration
 from gpuqueue.cluster.k8s_watch import Store, run_watcher, without_managed_fields
 from gpuqueue.cluster.projection import projector
 from gpuqueue.cluster.proof import MARKER, Ours, Record, marker_refusal, sort_out
@@ -154,20 +154,14 @@ class KubernetesBackend(ClusterBackend):
     @classmethod
     def from_settings(cls) -> KubernetesBackend:
         from django.conf import settings
-        from kubernetes import config
 
         from gpuqueue.core.cluster_health import record_cluster
 
         install = this_install(settings.GPUQUEUE_INSTANCE)
         configuration = client.Configuration()
-        if settings.GPUQUEUE_K8S_KUBECONFIG:
-            config.load_kube_config(
-                config_file=settings.GPUQUEUE_K8S_KUBECONFIG,
-                context=settings.GPUQUEUE_K8S_CONTEXT,
-                client_configuration=configuration,
-            )
-        else:
-            config.load_incluster_config(client_configuration=configuration)
+        load_configuration(
+            configuration, settings.GPUQUEUE_K8S_KUBECONFIG, settings.GPUQUEUE_K8S_CONTEXT
+        )
         configuration.retries = 0  # retries are ours (k8s_calls), with backoff and health
         # One connection per thread that releases gangs (release_gangs), kept between passes.
         configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, 16)

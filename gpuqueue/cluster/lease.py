@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpuqueue.cluster.base import (
@@ -50,6 +50,7 @@ from gpuqueue.cluster.base import (
     WorkerLog,
     WorkloadStatus,
 )
+from gpuqueue.cluster.k8s_calls import load_configuration
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +73,7 @@ def api_client_for(kubeconfig: str | None, context: str | None = None) -> client
     """A client as the backend configures its own (a kubeconfig, else the pod's ServiceAccount),
     for a process that needs only its Lease (beat): no backend, so no database either."""
     configuration = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(
-            config_file=kubeconfig, context=context, client_configuration=configuration
-        )
-    else:
-        config.load_incluster_config(client_configuration=configuration)
+    load_configuration(configuration, kubeconfig, context)
     configuration.retries = 0  # the election retries every retry_seconds itself
     return client.ApiClient(configuration)
 

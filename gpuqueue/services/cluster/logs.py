@@ -9,10 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kubernetes.config.config_exception import ConfigException
-
 from gpuqueue.cluster import get_backend
-from gpuqueue.cluster.base import ClusterBackend, ClusterError, LogNotFound, LogQuery
+from gpuqueue.cluster.base import (
+    ClusterBackend,
+    ClusterError,
+    LogNotFound,
+    LogQuery,
+    NoCredentials,
+)
 from gpuqueue.core.errors import Refused, Unavailable
 from gpuqueue.models import Job
 
@@ -63,7 +67,7 @@ def read_job_log(
     query = LogQuery(tail_lines=tail, limit_bytes=LIMIT_BYTES, since_seconds=since_seconds)
     try:
         backend = backend or get_backend()
-    except ConfigException as exc:
+    except NoCredentials as exc:
         # A web pod without a Kubernetes token (or kubeconfig) to read logs with: the install's
         # fault, said as such; nothing a retry or the job's owner can change.
         raise Unavailable(
