@@ -67,6 +67,7 @@ class JobAdmin(admin.ModelAdmin):
         "attempts",
         "start_failures",
         "not_before",
+        "preempted_for",
     ]
 
 
