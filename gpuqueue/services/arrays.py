@@ -25,12 +25,14 @@ from gpuqueue.services import submission_sql as sql
 from gpuqueue.services.array_spec import ArraySpec
 from gpuqueue.services.cancel import may_cancel_owned, stop_on_cluster
 from gpuqueue.services.dependencies import Dependencies, initial_reason
+from gpuqueue.services.pending import SHOWN_WHILE_PENDING
 from gpuqueue.services.submit import (
     SubmissionRefused,
     job_columns,
     nudge_cycle,
     only_team,
 )
+from gpuqueue.services.transitions import Move, move_jobs
 from teams.models import Team
 
 
@@ -319,7 +321,8 @@ def cancel_tasks(
     reason: str = "cancelled",
 ) -> list[int]:
     """Cancel the array's unfinished tasks, or those of `indices` and/or in `states`, in one
-    statement with their events; tasks holding GPUs are stopped on the cluster after commit.
+    move of the door (their events, and the ledger rows of those holding GPUs, in the same
+    statement); tasks holding GPUs are stopped on the cluster after commit.
     Returns the ids cancelled (none: nothing matched, which is not an error)."""
     if not may_cancel_array(user, array):
         raise ArrayCancelRefused(
@@ -327,45 +330,31 @@ def cancel_tasks(
         )
     unfinished = [s.value for s in JobState if s not in FINAL]
     wanted = [s for s in unfinished if states is None or s in states]
-    q = connection.ops.quote_name
-    job, event = q(Job._meta.db_table), q(JobEvent._meta.db_table)
-    statement = f"""
-    WITH target AS (
-        SELECT id, state, attempts FROM {job}
-        WHERE array_id = %(array)s AND state = ANY(%(states)s::text[])
-          AND (%(all)s::boolean OR array_index = ANY(%(indices)s::integer[]))
-        FOR UPDATE
-    ),
-    moved AS (
-        UPDATE {job} j SET state = 'CANCELLED', finished_at = %(now)s::timestamptz, hold = '',
-               pending_reason = NULL, queue_position = NULL, cluster_position = NULL,
-               estimated_start = NULL
-        FROM target t WHERE j.id = t.id
-        RETURNING j.id, t.state AS from_state, t.attempts
-    ),
-    events AS (
-        INSERT INTO {event} (job_id, at, from_state, to_state, reason, actor, details)
-        SELECT m.id, %(now)s::timestamptz, m.from_state, 'CANCELLED', %(reason)s::text,
-               %(actor)s::text, '{{}}'::jsonb
-        FROM moved m
-    )
-    SELECT id, from_state, attempts FROM moved
-    """
-    params = {
-        "array": array.pk,
-        "states": wanted,
-        "all": indices is None,
-        "indices": sorted(indices or ()),
-        "now": timezone.now(),
-        "reason": reason,
-        "actor": f"user:{user.get_username()}",
-    }
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        moved = cursor.fetchall()
-        for job_id, from_state, attempt in moved:
-            if from_state in HOLDING:
+    tasks = Job.objects.filter(array=array, state__any=wanted)
+    if indices is not None:
+        tasks = tasks.filter(array_index__any=sorted(indices))
+    with transaction.atomic():
+        # Locked as read (in id order, as the door locks), so each is moved from the state
+        # it was read in: a task requeued meanwhile is cancelled too, not skipped.
+        found = list(
+            tasks.select_for_update(no_key=True)
+            .order_by("id")
+            .values_list("id", "state", "attempts")
+        )
+        moved = move_jobs(
+            [Move(job_id, state) for job_id, state, _ in found],
+            JobState.CANCELLED,
+            reason=reason,
+            actor=f"user:{user.get_username()}",
+            changes={
+                "finished_at": timezone.now(),
+                "hold": "",
+                **dict.fromkeys(SHOWN_WHILE_PENDING),
+            },
+        )
+        for job_id, state, attempt in found:
+            if state in HOLDING:
                 transaction.on_commit(
                     lambda job_id=job_id, attempt=attempt: stop_on_cluster(job_id, attempt)
                 )
-    return [row[0] for row in moved]
+    return moved
