@@ -233,11 +233,12 @@ def held_jobs() -> list[Held]:
         return []
     waits: dict[int, list[Wait]] = {job_id: [] for job_id, _, _ in jobs}
     for job_id, upstream_id, kind, state in (
-        JobDependency.objects.filter(job_id__any=list(waits))
+        JobDependency.objects.filter(job__hold=JobHold.DEPENDENCIES, job__state=JobState.PENDING)
         .order_by("job_id", "upstream_id", "kind")
         .values_list("job_id", "upstream_id", "kind", "upstream__state")
     ):
-        waits[job_id].append((upstream_id, kind, state))
+        if job_id in waits:  # not one held since the first query
+            waits[job_id].append((upstream_id, kind, state))
     return [Held(job_id, keep, reason, tuple(waits[job_id])) for job_id, keep, reason in jobs]
 
 
