@@ -32,7 +32,7 @@ from gpuqueue.services.submit import (
     nudge_cycle,
     only_team,
 )
-from gpuqueue.services.transitions import Move, move_jobs
+from gpuqueue.services.transitions import move_selected
 from teams.models import Team
 
 
@@ -312,9 +312,6 @@ class ArrayCancelRefused(Exception):
     pass
 
 
-MAX_CANCEL_ROUNDS = 5  # a task moved by another process on every round is left as it is
-
-
 def cancel_tasks(
     user: Any,
     array: JobArray,
@@ -336,35 +333,19 @@ def cancel_tasks(
     tasks = Job.objects.filter(array=array, state__any=wanted)
     if indices is not None:
         tasks = tasks.filter(array_index__any=sorted(indices))
-    cancelled: list[int] = []
     with transaction.atomic():
-        # A task that moved between the read and the move (requeued, say) is skipped by the
-        # door and read again, until every task read was moved or none is left.
-        for _ in range(MAX_CANCEL_ROUNDS):
-            found = {
-                job_id: (state, attempt)
-                for job_id, state, attempt in tasks.values_list("id", "state", "attempts")
-            }
-            if not found:
-                break
-            moved = move_jobs(
-                [Move(job_id, state) for job_id, (state, _) in found.items()],
-                JobState.CANCELLED,
-                reason=reason,
-                actor=f"user:{user.get_username()}",
-                changes={
-                    "finished_at": timezone.now(),
-                    "hold": "",
-                    **dict.fromkeys(SHOWN_WHILE_PENDING),
-                },
-            )
-            cancelled += moved
-            for job_id in moved:
-                state, attempt = found[job_id]
-                if state in HOLDING:
-                    transaction.on_commit(
-                        lambda job_id=job_id, attempt=attempt: stop_on_cluster(job_id, attempt)
-                    )
-            if len(moved) == len(found):
-                break
-    return sorted(cancelled)
+        moved = move_selected(
+            tasks,
+            JobState.CANCELLED,
+            reason=reason,
+            actor=f"user:{user.get_username()}",
+            changes={
+                "finished_at": timezone.now(),
+                "hold": "",
+                **dict.fromkeys(SHOWN_WHILE_PENDING),
+            },
+        )
+        for task in moved:
+            if task.from_state in HOLDING:
+                transaction.on_commit(lambda task=task: stop_on_cluster(task.job_id, task.attempt))
+    return [task.job_id for task in moved]

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from django.db import connection
+from django.db import connection, transaction
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from gpuqueue.core.states import TRANSITIONS, JobState, check_transition
@@ -54,10 +55,10 @@ def move_jobs(
 
     1. Check every move against the state machine: one forbidden move raises InvalidTransition
        and nothing is written.
-    2. One statement: lock the rows still in their seen state (in id order), update them
-       (each move's `changes`, the batch's `changes`, `counted` fields + 1), insert an event
-       per moved row, and the ledger rows of each attempt the move starts (its open row) or
-       ends (its final rows, up to the event's time).
+    2. One statement (`_execute`): lock the rows still in their seen state (in id order),
+       update them (each move's `changes`, the batch's `changes`, `counted` fields + 1), insert
+       an event per moved row, and the ledger rows of each attempt the move starts (its open
+       row) or ends (its final rows, up to the event's time).
 
     Runs in the caller's transaction, if any: the statement is atomic by itself.
     """
@@ -68,15 +69,7 @@ def move_jobs(
     common = dict(changes or {})
     own = list(moves[0].changes)
     _check_fields(moves, own, common, counted)
-
-    quote = connection.ops.quote_name
     job_field = Job._meta.get_field
-    params: list[Any] = []
-
-    def param(value: Any, cast: str) -> str:
-        params.append(value)
-        return f"%s::{cast}"
-
     # Per row: id, seen state, its own fields, and its reason and details when any move has them.
     per_row: list[tuple[str, Any, list[Any]]] = [
         ("id", job_field("id"), [m.job_id for m in moves]),
@@ -93,12 +86,128 @@ def move_jobs(
                 [None if m.details is None else dict(m.details) for m in moves],
             )
         )
-    unnest = ", ".join(array_sql(f) for _, f, _ in per_row)
-    params.extend(array_param(f, values) for _, f, values in per_row)
     names = [name for name, _, _ in per_row]
+    quote = connection.ops.quote_name
+    column = {f.name: quote(f.column) for f in Job._meta.concrete_fields}
+    head = f"""
+    v AS (
+        SELECT * FROM unnest({", ".join(array_sql(f) for _, f, _ in per_row)})
+        AS v ({", ".join(names)})
+    ),
+    target AS (
+        SELECT {", ".join(f"j.{column[c]} AS {name}" for name, c in TARGET_COLUMNS[:-1])},
+               j.{column["workers"]} * j.{column["gpus_per_worker"]} AS gpus
+        FROM {quote(Job._meta.db_table)} j JOIN v ON j.id = v.id AND j.{column["state"]} = v.seen
+        ORDER BY j.id FOR NO KEY UPDATE OF j
+    )"""
+    moved, _ = _execute(
+        (head, [array_param(f, values) for _, f, values in per_row]),
+        names,
+        to,
+        common=common,
+        counted=counted,
+        event=(reason, actor, details),
+    )
+    ids = {row.job_id for row in moved}
+    return [m.job_id for m in moves if m.job_id in ids]
+
+
+class Moved(NamedTuple):
+    """A job `move_selected` moved: the state it left, and its attempt then."""
+
+    job_id: int
+    from_state: str
+    attempt: int
+
+
+def move_selected(
+    jobs: QuerySet[Job],
+    to: JobState,
+    *,
+    reason: str,
+    actor: str,
+    details: Mapping[str, Any] | None = None,
+    changes: Mapping[str, Any] | None = None,
+) -> list[Moved]:
+    """Move every job that `jobs` selects to `to`, each from the state the statement reads it
+    in, in one statement as `move_jobs` (a set-based writer that needs no row in Python:
+    cancelling an array's tasks). Returns the jobs moved, in id order.
+
+    Raises InvalidTransition, writing nothing, when a job selected is in a state the machine
+    forbids the move from: the statement reads the selection, checks it and moves it at once.
+    """
+    to = JobState(to)
+    common = dict(changes or {})
+    _check_fields((), [], common, ())
+    allowed = sorted(s.value for s in JobState if to in TRANSITIONS[s])
+    with transaction.atomic(savepoint=False):  # the selection's lock holds until commit
+        # Locked as selected: a row another process changed meanwhile is selected (or not)
+        # in its new state, and moved from it.
+        selection = (
+            jobs.order_by("id")
+            .select_for_update(no_key=True, of=("self",))
+            .annotate(gpus=F("workers") * F("gpus_per_worker"))
+            .values_list(*(field for _, field in TARGET_COLUMNS[:-1]), "gpus")
+        )
+        sql, params = selection.query.sql_with_params()
+        head = f"""
+        target ({", ".join(name for name, _ in TARGET_COLUMNS)}) AS ({sql}),
+        forbidden AS (
+            SELECT t.id, t.state AS seen FROM target t WHERE t.state <> ALL(%s::text[]) LIMIT 1
+        )"""
+        moved, forbidden = _execute(
+            (head, [*params, allowed]),
+            [],
+            to,
+            common=common,
+            counted=(),
+            event=(reason, actor, details),
+            checked=True,
+        )
+    if forbidden is not None:
+        check_transition(forbidden[0], forbidden[1], to)  # raises InvalidTransition
+    return moved
+
+
+# The columns of the rows to move, as the statement's `target` names them, and their fields.
+TARGET_COLUMNS = (
+    ("id", "id"),
+    ("state", "state"),
+    ("attempts", "attempts"),
+    ("admitted_at", "admitted_at"),
+    ("team_id", "team"),
+    ("user_id", "user"),
+    ("flavor_id", "flavor"),
+    ("gpus", ""),  # workers × gpus_per_worker
+)
+
+
+def _execute(
+    head: tuple[str, list[Any]],
+    names: list[str],
+    to: JobState,
+    *,
+    common: dict[str, Any],
+    counted: tuple[str, ...],
+    event: tuple[str, str, Mapping[str, Any] | None],
+    checked: bool = False,
+) -> tuple[list[Moved], tuple[int, str] | None]:
+    """The door's statement. `head` (SQL and its params) defines `target`, the rows to move,
+    locked (TARGET_COLUMNS), and, for a batch of moves, `v`, whose columns are `names`: id,
+    seen, then each move's own (c_<field>, reason, details). When `checked`, it also defines
+    `forbidden`, a row in a state the move is not allowed from, and then nothing moves.
+    Returns (the jobs moved, the forbidden row or None)."""
+    reason, actor, details = event
+    quote = connection.ops.quote_name
+    params: list[Any] = list(head[1])
+
+    def param(value: Any, cast: str) -> str:
+        params.append(value)
+        return f"%s::{cast}"
 
     job = quote(Job._meta.db_table)
     column = {f.name: quote(f.column) for f in Job._meta.concrete_fields}
+    own = [name[2:] for name in names if name.startswith("c_")]
     assignments = [f"{column['state']} = {param(to.value, 'text')}"]
     assignments += [f"{column[name]} = v.c_{name}" for name in own]
     assignments += [
@@ -107,6 +216,7 @@ def move_jobs(
     ]
     assignments += [f"{column[name]} = j.{column[name]} + 1" for name in counted]
 
+    own_event = [n for n in ("reason", "details") if n in names]
     event_reason = "coalesce(m.reason, %s::text)" if "reason" in names else "%s::text"
     event_details = "coalesce(m.details, %s::jsonb)" if "details" in names else "%s::jsonb"
     event_field = JobEvent._meta.get_field
@@ -114,28 +224,22 @@ def move_jobs(
         quote(event_field(name).column)
         for name in ("job", "at", "from_state", "to_state", "reason", "actor", "details")
     )
-    own_event = "".join(f", v.{n}" for n in ("reason", "details") if n in names)
+    # The rows' own columns come from `v` again only when there are any.
+    per_row = "JOIN v ON v.id = t.id" if own or own_event else ""
     attempt = ", ".join(ATTEMPT_COLUMNS)
     releasing = sorted(s.value for s in JobState if releases(s, to))
     starting = sorted(s.value for s in JobState if starts(s, to))
     statement = f"""
-    WITH v AS (SELECT * FROM unnest({unnest}) AS v ({", ".join(names)})),
-    target AS (
-        SELECT j.id, j.{column["state"]} AS state, j.{column["attempts"]} AS attempts,
-               j.{column["admitted_at"]} AS admitted_at, j.{column["team"]} AS team_id,
-               j.{column["user"]} AS user_id, j.{column["flavor"]} AS flavor_id,
-               j.{column["workers"]} * j.{column["gpus_per_worker"]} AS gpus
-        FROM {job} j JOIN v ON j.id = v.id AND j.{column["state"]} = v.seen
-        ORDER BY j.id FOR NO KEY UPDATE OF j
-    ),
+    WITH {head[0]},
     moved AS (
         UPDATE {job} j SET {", ".join(assignments)}
-        FROM target t JOIN v ON v.id = t.id
+        FROM target t {per_row}
         WHERE j.id = t.id AND j.{column["state"]} = t.state
+          {"AND NOT EXISTS (SELECT FROM forbidden)" if checked else ""}
         RETURNING j.id, t.state AS from_state, t.attempts AS old_attempt,
                   t.admitted_at AS old_admitted_at, j.{column["attempts"]} AS attempt,
                   j.{column["admitted_at"]} AS admitted_at, t.team_id, t.user_id, t.flavor_id,
-                  t.gpus{own_event}
+                  t.gpus{"".join(f", v.{n}" for n in own_event)}
     ),
     -- The caller's clock, advanced by however long the statement waited for its rows: a
     -- release ends after the minute's sweep that held a row wrote it (usage_ledger.py, 2).
@@ -160,7 +264,8 @@ def move_jobs(
         FROM moved m WHERE m.from_state = ANY(%s::text[])
     ),
     opening AS ({opened_rows_sql("opened")})
-    SELECT m.id FROM moved m
+    SELECT m.id, m.from_state, m.old_attempt, false FROM moved m
+    {"UNION ALL SELECT f.id, f.seen, 0, true FROM forbidden f" if checked else ""}
     """
     params += [
         timezone.now(),  # as `auto_now_add` would, read as late as it can be
@@ -173,8 +278,9 @@ def move_jobs(
     ]
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
-        moved = {row[0] for row in cursor.fetchall()}
-    return [m.job_id for m in moves if m.job_id in moved]
+        rows = cursor.fetchall()
+    forbidden = next(((job_id, seen) for job_id, seen, _, refused in rows if refused), None)
+    return [Moved(*row[:3]) for row in rows if not row[3]], forbidden
 
 
 def _check(moves: Sequence[Move], to: JobState) -> None:

@@ -21,7 +21,7 @@ from gpuqueue.core.states import InvalidTransition, JobState
 from gpuqueue.models import Job, JobEvent, UsageRecord
 from gpuqueue.services import transitions
 from gpuqueue.services.admissions import Admitted, admit_all
-from gpuqueue.services.transitions import Move, move_jobs, transition
+from gpuqueue.services.transitions import Move, move_jobs, move_selected, transition
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 SCANNED = ("gpuqueue", "teams", "dashboard")
@@ -198,6 +198,43 @@ def test_a_batch_with_one_forbidden_move_changes_nothing(submit: Any) -> None:
         list(UsageRecord.objects.order_by("pk").values_list("pk", "gpu_seconds", "outcome")),
     )
     assert after == before
+
+
+def test_a_selection_holding_one_job_the_machine_forbids_moves_none(submit: Any) -> None:
+    """The set-based form reads, checks and moves its selection in one statement: a finished
+    job among it refuses the whole move, as a batch of moves would."""
+    admitted, pending, done = _admitted(submit, 1)[0], submit(), submit()
+    assert transition(done, JobState.CANCELLED, reason="user", actor="user:alice")
+    events = JobEvent.objects.count()
+    with pytest.raises(InvalidTransition) as refused:
+        move_selected(
+            Job.objects.filter(pk__in=[admitted.pk, pending.pk, done.pk]),
+            JobState.FAILED,
+            reason="node lost",
+            actor="cluster",
+            changes={"finished_at": timezone.now()},
+        )
+    assert (refused.value.job_id, refused.value.from_state) == (done.pk, JobState.CANCELLED)
+    assert JobEvent.objects.count() == events
+    assert [Job.objects.get(pk=j.pk).state for j in (admitted, pending, done)] == [
+        JobState.ADMITTED,
+        JobState.PENDING,
+        JobState.CANCELLED,
+    ]
+    assert set(UsageRecord.objects.values_list("outcome", flat=True)) == {""}
+
+    moved = move_selected(
+        Job.objects.filter(pk__in=[admitted.pk, pending.pk]),
+        JobState.FAILED,
+        reason="node lost",
+        actor="cluster",
+        changes={"finished_at": timezone.now()},
+    )
+    assert [(m.job_id, m.from_state, m.attempt) for m in moved] == [
+        (admitted.pk, JobState.ADMITTED, 1),
+        (pending.pk, JobState.PENDING, 0),
+    ]
+    assert set(UsageRecord.objects.values_list("outcome", flat=True)) == {"failed"}
 
 
 @pytest.mark.parametrize(
