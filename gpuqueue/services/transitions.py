@@ -1,6 +1,9 @@
 """The one door for a job's state: every move of the state machine, of one job or of thousands,
-goes through `move_jobs`, which writes the rows, their events and their GPU-hours ledger rows
-in one statement (tests/foundation/test_one_door.py fails if another module writes `state`).
+goes through this module, which writes the rows, their events and their GPU-hours ledger rows
+in one statement (tests/foundation/test_one_door.py fails if another module writes `state`):
+`move_jobs` for jobs the caller read (the cycle's admissions, the hold phase's cancels, and
+`transition` for one job), `move_selected` for a selection it need not read (an array's
+tasks).
 
 New jobs are created PENDING with their submission event (services/submit.py, arrays.py);
 from then on only this module changes their state.
@@ -87,6 +90,10 @@ def move_jobs(
             )
         )
     names = [name for name, _, _ in per_row]
+    # A move that ends attempts reads each from its row locked first (in id order), so the
+    # attempt closed is the one the move ends; any other move's update skips, by itself, a row
+    # whose state changed since the statement began (an admission wave needs no lock of its own).
+    lock = "ORDER BY j.id FOR NO KEY UPDATE OF j" if _releasing(to) else ""
     quote = connection.ops.quote_name
     column = {f.name: quote(f.column) for f in Job._meta.concrete_fields}
     head = f"""
@@ -98,7 +105,7 @@ def move_jobs(
         SELECT {", ".join(f"j.{column[c]} AS {name}" for name, c in TARGET_COLUMNS[:-1])},
                j.{column["workers"]} * j.{column["gpus_per_worker"]} AS gpus
         FROM {quote(Job._meta.db_table)} j JOIN v ON j.id = v.id AND j.{column["state"]} = v.seen
-        ORDER BY j.id FOR NO KEY UPDATE OF j
+        {lock}
     )"""
     moved, _ = _execute(
         (head, [array_param(f, values) for _, f, values in per_row]),
@@ -227,7 +234,7 @@ def _execute(
     # The rows' own columns come from `v` again only when there are any.
     per_row = "JOIN v ON v.id = t.id" if own or own_event else ""
     attempt = ", ".join(ATTEMPT_COLUMNS)
-    releasing = sorted(s.value for s in JobState if releases(s, to))
+    releasing = _releasing(to)
     starting = sorted(s.value for s in JobState if starts(s, to))
     statement = f"""
     WITH {head[0]},
@@ -281,6 +288,11 @@ def _execute(
         rows = cursor.fetchall()
     forbidden = next(((job_id, seen) for job_id, seen, _, refused in rows if refused), None)
     return [Moved(*row[:3]) for row in rows if not row[3]], forbidden
+
+
+def _releasing(to: JobState) -> list[str]:
+    """The states a move to `to` releases GPUs from."""
+    return sorted(s.value for s in JobState if releases(s, to))
 
 
 def _check(moves: Sequence[Move], to: JobState) -> None:
