@@ -11,11 +11,7 @@ from django.utils import timezone
 
 from gpuqueue.cycle.run import refresh_forecasts_when_due, run_cycle
 from gpuqueue.services.accounting.gpu_activity import sample_gpu_activity
-from gpuqueue.services.accounting.usage_ledger import (
-    close_released_attempts,
-    fold_usage_totals,
-    record_open_attempts,
-)
+from gpuqueue.services.accounting.usage_ledger import fold_usage_totals, record_open_attempts
 
 # Every task that reads and writes the database: acknowledged after it ran (a worker killed
 # mid-task leaves it queued), and retried with backoff when PostgreSQL is briefly away.
@@ -62,13 +58,12 @@ def sample_utilization_task() -> int:
     **RETRY_ON_DATABASE_ERRORS,
 )
 def record_usage_task() -> int:
-    """Every minute: the ledger rows of attempts still holding GPUs, and of attempts released
-    without `transition` (services/accounting/usage_ledger.py), then each running job's GPU
-    utilization and idle flag (services/accounting/gpu_activity.py), then the ledger's totals for
-    /metrics folded."""
+    """Every minute: the ledger rows of attempts still holding GPUs
+    (services/accounting/usage_ledger.py; released attempts are closed by the move that releases
+    them), then each running job's GPU utilization and idle flag
+    (services/accounting/gpu_activity.py), then the ledger's totals for /metrics folded."""
     now = timezone.now()
     rows = record_open_attempts(now)
-    close_released_attempts()
     sample_gpu_activity(now)
     fold_usage_totals()
     return rows

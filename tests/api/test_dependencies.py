@@ -291,8 +291,8 @@ def test_a_job_is_released_exactly_when_its_condition_holds_and_cancelled_when_i
     )
 )
 def test_submission_checks_judge_as_the_issue_says(waits: list[tuple[int, str, str]]) -> None:
-    """The Python twin of the cycle's SQL (used to refuse at submission and for the first
-    reason) agrees with the rules."""
+    """The rules the cycle's hold phase judges by (and that refuse at submission and give the
+    first reason) agree with the issue's."""
     want = _by_the_issue([(kind, state) for _, kind, state in waits])
     assert dependencies.conditions_met(waits) == (want == "met")
     assert bool(dependencies.unmeetable(waits)) == (want == "impossible")

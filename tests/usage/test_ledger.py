@@ -17,15 +17,11 @@ from gpuqueue.core.states import FINAL, HOLDING, JobState
 from gpuqueue.core.usage_hours import split_by_hour
 from gpuqueue.models import Job, JobEvent, UsageRecord
 from gpuqueue.ops.usage_metrics import usage_metrics
-from gpuqueue.services.accounting.usage_ledger import (
-    close_released_attempts,
-    fold_usage_totals,
-    record_open_attempts,
-)
+from gpuqueue.services.accounting.usage_ledger import fold_usage_totals, record_open_attempts
 from gpuqueue.services.jobs.admissions import Admitted, admit_all
 from gpuqueue.services.jobs.cancel import cancel_job
 from gpuqueue.services.jobs.checkpoint import requeue
-from gpuqueue.services.jobs.transitions import transition
+from gpuqueue.services.jobs.transitions import Move, move_jobs, transition
 
 T0 = datetime(2026, 3, 1, 9, 40, tzinfo=UTC)
 
@@ -64,7 +60,7 @@ ACTIONS = [
     "succeed",
     "fail",
     "cancel",
-    "bypass",
+    "batch",
     "crash",
     "retry",
     "sweep",
@@ -118,18 +114,18 @@ def _release(job: Job, action: str, root: Any) -> tuple[bool, str]:
     return moved, to.value.lower()
 
 
-def _cancel_in_one_statement(job: Job) -> None:
-    """What a set-based writer does (cancelling an array's tasks): the state and its event,
-    without `transition` and so without the ledger; the minute's sweep closes the attempt."""
-    with transaction.atomic():
-        Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED, finished_at=timezone.now())
-        JobEvent.objects.create(
-            job_id=job.pk,
-            from_state=job.state,
-            to_state=JobState.CANCELLED,
-            reason="array cancelled",
-            actor="test",
-        )
+def _cancel_in_one_statement(jobs: list[Job]) -> None:
+    """What a set-based writer does (cancelling an array's tasks): every job in one move of
+    the door, whatever state each holds its GPUs in."""
+    moves = [Move(job.pk, job.state) for job in jobs]
+    moved = move_jobs(
+        moves,
+        JobState.CANCELLED,
+        reason="array cancelled",
+        actor="test",
+        changes={"finished_at": timezone.now()},
+    )
+    assert moved == [job.pk for job in jobs]
 
 
 def _sweep(oracle: Oracle) -> None:
@@ -138,7 +134,6 @@ def _sweep(oracle: Oracle) -> None:
     now = timezone.now()
     for _ in range(2):
         record_open_attempts(now)
-        close_released_attempts()
         fold_usage_totals()
     oracle.swept(now)
 
@@ -174,7 +169,7 @@ def _assert_counters_equal_the_ledger() -> None:
         assert got == pytest.approx(want, rel=1e-9, abs=1e-3), name
 
 
-def _applies(action: str, job: Job, stale: dict[int, Job], unswept: set[int]) -> bool:
+def _applies(action: str, job: Job, stale: dict[int, Job]) -> bool:
     if action == "admit":
         return job.state == JobState.PENDING
     if action == "run":
@@ -185,9 +180,7 @@ def _applies(action: str, job: Job, stale: dict[int, Job], unswept: set[int]) ->
         copy = stale.get(job.pk)
         return copy is not None and copy.state in HOLDING and copy.state != job.state
     if action == "cleanup":
-        # A job bypassed the ledger and deleted before the next minute's sweep would keep its
-        # attempt open: cleanup deletes jobs days after they end.
-        return job.state in FINAL and job.pk not in unswept
+        return job.state in FINAL
     return action in ("sweep", "restart") or job.state in HOLDING
 
 
@@ -202,16 +195,27 @@ def _applies(action: str, job: Job, stale: dict[int, Job], unswept: set[int]) ->
     shapes=st.lists(st.tuples(st.integers(1, 3), st.integers(1, 8)), min_size=3, max_size=3),
 )
 # An attempt admitted (dated) before its predecessor's release was written, then released by
-# the set-based writer: closed at its own release, not at the predecessor's.
+# a set-based move: closed at its own release, not at the predecessor's.
 @example(
-    steps=[("admit", 0, 1.0), ("requeue", 0, 1.0), ("admit", 0, 1.0), ("bypass", 0, 1.0)],
+    steps=[("admit", 0, 1.0), ("requeue", 0, 1.0), ("admit", 0, 1.0), ("batch", 0, 1.0)],
     shapes=[(1, 1), (1, 1), (1, 1)],
+)
+# Attempts in three holding states released by one set-based move, then swept.
+@example(
+    steps=[
+        *[("admit", 0, 2.5)] * 3,
+        ("run", 0, 1.0),
+        ("preempt", 1, 1.0),
+        ("batch", 0, 1.0),
+        ("sweep", 0, 1.0),
+    ],
+    shapes=[(1, 1), (2, 4), (3, 8)],
 )
 def test_the_ledger_totals_equal_the_sum_of_every_attempts_run_interval(
     world: Any, submit: Any, steps: list[tuple[str, int, float]], shapes: list[tuple[int, int]]
 ) -> None:
-    """Random admissions, preemptions, requeues, failures, cancellations (also by a set-based
-    writer that bypasses `transition`), sweeps of running attempts, crashed transactions,
+    """Random admissions, preemptions, requeues, failures, cancellations (also of every job
+    holding GPUs in one set-based move), sweeps of running attempts, crashed transactions,
     restarts (new connections, then the first sweep), retried transitions with stale copies and
     deleted jobs: per attempt, and so in total, the ledger holds GPUs × (release - admission),
     split by hour, with the outcome of the release; an attempt still holding GPUs is counted up
@@ -222,13 +226,12 @@ def test_the_ledger_totals_equal_the_sum_of_every_attempts_run_interval(
     ids = [job.pk for job in jobs]
     oracle = Oracle()
     stale: dict[int, Job] = {}
-    unswept: set[int] = set()  # jobs released by the set-based writer since the last sweep
     for action, n, hours_ago in steps:
         # The action falls on the n-th job it applies to, so that few steps are wasted.
         candidates = [
             job
             for job in Job.objects.filter(pk__in=ids).order_by("pk")
-            if _applies(action, job, stale, unswept)
+            if _applies(action, job, stale)
         ]
         if not candidates:
             continue
@@ -250,11 +253,12 @@ def test_the_ledger_totals_equal_the_sum_of_every_attempts_run_interval(
             moved, outcome = _release(job, action, world.root)
             assert moved
             oracle.released(job.pk, attempt, outcome)
-        elif action == "bypass":
-            stale[job.pk] = Job.objects.get(pk=job.pk)
-            _cancel_in_one_statement(job)
-            oracle.released(job.pk, job.attempts, "cancelled")
-            unswept.add(job.pk)
+        elif action == "batch":
+            holding = list(Job.objects.filter(pk__in=ids, state__in=HOLDING).order_by("pk"))
+            stale.update({held.pk: Job.objects.get(pk=held.pk) for held in holding})
+            _cancel_in_one_statement(holding)
+            for held in holding:
+                oracle.released(held.pk, held.attempts, "cancelled")
         elif action == "crash":
             # The service dies after the release was written but before it committed.
             before = list(
@@ -281,12 +285,10 @@ def test_the_ledger_totals_equal_the_sum_of_every_attempts_run_interval(
             )
         elif action == "sweep":
             _sweep(oracle)
-            unswept.clear()
         elif action == "restart":
             # The service's processes die and start again: nothing of the ledger lives in them.
             connections.close_all()
             _sweep(oracle)
-            unswept.clear()
         elif action == "cleanup":
             job.delete()  # history cleanup: the ledger keeps its rows
 
@@ -316,31 +318,39 @@ def test_the_ledger_totals_equal_the_sum_of_every_attempts_run_interval(
         )
 
 
-def test_an_array_cancelled_in_one_statement_has_its_running_task_closed_by_the_minute(
+def test_cancelling_an_array_closes_the_attempts_of_its_tasks_holding_gpus_at_once(
     api: Any, job_body: Any
 ) -> None:
-    """Cancelling an array's tasks moves them in one SQL statement, not through `transition`:
-    the next minute's task closes the running task's attempt at the cancel, not later."""
+    """Cancelling an array's tasks is one set-based move: the attempts of the tasks that held
+    GPUs (running, admitted) are closed at the cancel, in the same statement, before any
+    minute's sweep; a pending task had no attempt and gets no row."""
     from gpuqueue.tasks import record_usage_task
 
-    array = api("alice").post("/api/v1/arrays/", {**job_body, "array": "0-1"}, format="json")
+    array = api("alice").post("/api/v1/arrays/", {**job_body, "array": "0-2"}, format="json")
     assert array.status_code == 201, array.content
-    task = Job.objects.filter(array_id=array.json()["id"]).order_by("array_index").first()
-    assert task is not None
-    admitted = timezone.now() - timedelta(minutes=90)
-    assert admit_all([Admitted(task.pk, {"h100-0": task.workers}, False)], admitted, "cycle")
-    task.refresh_from_db()
-    assert transition(task, JobState.RUNNING, reason="running", actor="test")
+    running, admitted, pending = Job.objects.filter(array_id=array.json()["id"]).order_by(
+        "array_index"
+    )
+    started = timezone.now() - timedelta(minutes=90)
+    assert admit_all([Admitted(running.pk, {"h100-0": running.workers}, False)], started, "c")
+    running.refresh_from_db()
+    assert transition(running, JobState.RUNNING, reason="running", actor="test")
     record_usage_task()  # a minute while it runs: its rows are open
+    assert UsageRecord.objects.filter(job_id=running.pk, outcome="").exists()
+    later = timezone.now() - timedelta(minutes=5)
+    assert admit_all([Admitted(admitted.pk, {"h100-1": admitted.workers}, False)], later, "c")
 
     cancel = api("alice").post(f"/api/v1/arrays/{array.json()['id']}/cancel/", {}, format="json")
     assert cancel.status_code == 200, cancel.content
-    cancelled_at = JobEvent.objects.filter(job_id=task.pk).latest("at", "id").at
-    record_usage_task()
-
-    rows = UsageRecord.objects.filter(job_id=task.pk, attempt=1)
-    assert set(rows.values_list("outcome", flat=True)) == {"cancelled"}
-    held = rows.aggregate(s=Sum("gpu_seconds"))["s"]
-    assert held == pytest.approx(task.gpus * (cancelled_at - admitted).total_seconds())
-    assert record_usage_task() == 0  # nothing open is left, and a repeat changes nothing
-    assert rows.aggregate(s=Sum("gpu_seconds"))["s"] == held
+    assert set(Job.objects.filter(array_id=array.json()["id"]).values_list("state", flat=True)) == {
+        JobState.CANCELLED
+    }
+    for task, admitted_at in ((running, started), (admitted, later)):
+        cancelled_at = JobEvent.objects.filter(job_id=task.pk).latest("at", "id").at
+        rows = UsageRecord.objects.filter(job_id=task.pk, attempt=1)
+        assert set(rows.values_list("outcome", flat=True)) == {"cancelled"}
+        held = rows.aggregate(s=Sum("gpu_seconds"))["s"]
+        assert held == pytest.approx(task.gpus * (cancelled_at - admitted_at).total_seconds())
+    assert not UsageRecord.objects.filter(job_id=pending.pk).exists()
+    assert not UsageRecord.objects.filter(outcome="").exists()  # nothing left for a sweep
+    assert record_usage_task() == 0

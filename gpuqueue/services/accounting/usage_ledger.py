@@ -1,24 +1,20 @@
 """The GPU-hours ledger: what each attempt of each job held, per clock hour (UsageRecord).
 
-An attempt holds its GPUs from its admission (`Job.admitted_at`) until the transition that
-takes the job out of ADMITTED, RUNNING and PREEMPTING (the time of that transition's event).
-Its writers upsert values computed from that span (never increments), so a retry or a
-second run writes the same rows:
+An attempt holds its GPUs from its admission (`Job.admitted_at`) until the move that takes the
+job out of ADMITTED, RUNNING and PREEMPTING (the time of that move's event). Its writers upsert
+values computed from that span (never increments), so a retry or a second run writes the same
+rows:
 
-0. `record_admissions`, called by the cycle's admissions in their transaction: an open row of
-   zero GPU-seconds in the hour of admission, so that every attempt has a row from its start
-   (and a release that bypasses `transition` is found by 3 below, however soon it comes).
-1. `lock_attempt` + `record_release`, called by `transition` inside the transaction that
-   moves the job: the attempt's final rows commit with the job's new state and its event, or
-   not at all, so a crash between them can neither lose nor double count an attempt.
+0. `opened_rows_sql`, in the statement of the door that admits (services/jobs/transitions.py): an
+   open row of zero GPU-seconds in the hour of admission, so that every attempt has a row from
+   its start.
+1. `released_rows_sql`, in the statement of the door that releases GPUs: the attempt's final
+   rows commit with the job's new state and its event, or not at all, so a crash between them
+   can neither lose nor double count an attempt, and no move can forget them.
 2. `record_open_attempts`, every minute: the rows of attempts still holding GPUs, up to now,
    so that reports include running jobs. Both lock the job's row: a release waits for a
-   running `record_open_attempts` (which skips jobs locked by a transition), so the release
-   writes last, with the later end.
-3. `close_released_attempts`, in the same minute: an attempt whose rows are still open though
-   its job no longer holds GPUs was released by a set-based writer that bypasses `transition`
-   (cancelling an array's tasks in one statement); its rows are closed from the job's events,
-   at the time of the release event, as `transition` would have.
+   running `record_open_attempts` (which skips jobs locked by a move), so the release writes
+   last, with the later end.
 
 Triggers keep the ledger's totals per team and flavor (UsageTotal, for /metrics) whoever
 writes; `fold_usage_totals` merges their parts in the same minute.
@@ -35,7 +31,7 @@ from django.utils import timezone
 
 from gpuqueue.core.states import HOLDING, JobState
 from gpuqueue.core.usage_hours import hour_of, split_by_hour
-from gpuqueue.models import Job, JobEvent, UsageOutcome, UsageRecord, UsageTotal
+from gpuqueue.models import Job, UsageOutcome, UsageRecord, UsageTotal
 
 FIELDS = (
     "id",
@@ -95,31 +91,6 @@ class Attempt:
         ]
 
 
-def record_admissions(job_ids: list[int]) -> None:
-    """The open admission rows of the attempts just started (the module docstring, 0): what
-    `Attempt.rows(admitted_at, OPEN)` gives (zero GPU-seconds in the hour of admission), in
-    one INSERT … SELECT (a wave admits thousands of jobs in one cycle)."""
-    if not job_ids:
-        return
-    quote = connection.ops.quote_name
-    column = {f.name: quote(f.column) for f in UsageRecord._meta.concrete_fields}
-    job = {name: quote(Job._meta.get_field(name).column) for name in FIELDS}
-    hour = f"date_trunc('hour', {job['admitted_at']} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {quote(UsageRecord._meta.db_table)} ({column['job_id']}, "
-            f"{column['attempt']}, {column['hour']}, {column['team']}, {column['user']}, "
-            f"{column['flavor']}, {column['gpus']}, {column['gpu_seconds']}, "
-            f"{column['outcome']}, {column['idle_gpu_seconds']}) "
-            f"SELECT {job['id']}, {job['attempts']}, {hour}, {job['team_id']}, "
-            f"{job['user_id']}, {job['flavor_id']}, {job['workers']} * "
-            f"{job['gpus_per_worker']}, 0, %s, 0 FROM {quote(Job._meta.db_table)} "
-            f"WHERE {job['id']} = ANY(%b::bigint[]) AND {job['admitted_at']} IS NOT NULL "
-            "ON CONFLICT DO NOTHING",
-            [UsageOutcome.OPEN.value, job_ids],
-        )
-
-
 def outcome_of(from_state: str, to_state: str) -> str:
     """How an attempt ended, from the transition that released its GPUs."""
     if to_state == JobState.PENDING:
@@ -133,22 +104,77 @@ def releases(from_state: str, to_state: str) -> bool:
     return from_state in HOLDING and to_state not in HOLDING
 
 
-def lock_attempt(job_id: int, state: str) -> Attempt | None:
-    """The attempt of the job if it is still in `state`, its row locked until commit (so the
-    attempt read is the one the transition ends, even if the caller's copy is stale)."""
-    row = (
-        Job.objects.select_for_update(no_key=True)
-        .filter(pk=job_id, state=state, admitted_at__isnull=False)
-        .values_list(*FIELDS)
-        .first()
+def starts(from_state: str, to_state: str) -> bool:
+    """Whether a move starts an attempt (an admission)."""
+    return from_state not in HOLDING and to_state in HOLDING
+
+
+# The columns of the relation that the two statements below read, one row per attempt:
+# job_id, attempt, admitted_at, team_id, user_id, flavor_id, gpus, from_state, end_at.
+ATTEMPT_COLUMNS = (
+    "job_id",
+    "attempt",
+    "admitted_at",
+    "team_id",
+    "user_id",
+    "flavor_id",
+    "gpus",
+    "from_state",
+    "end_at",
+)
+
+
+def _hour_sql(at: str) -> str:
+    """SQL: `hour_of(at)`."""
+    return f"(date_trunc('hour', {at} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')"
+
+
+def _insert_sql() -> str:
+    quote = connection.ops.quote_name
+    column = {f.name: quote(f.column) for f in UsageRecord._meta.concrete_fields}
+    names = ("job_id", "attempt", "hour", "team", "user", "flavor", "gpus", "gpu_seconds")
+    listed = ", ".join(column[name] for name in (*names, "outcome", "idle_gpu_seconds"))
+    return f"INSERT INTO {quote(UsageRecord._meta.db_table)} ({listed})"
+
+
+def opened_rows_sql(source: str) -> str:
+    """SQL: the open row of each attempt of `source` (ATTEMPT_COLUMNS) that a move started, as
+    `Attempt.rows(admitted_at, OPEN)` gives it: zero GPU-seconds in the hour of admission."""
+    return (
+        f"{_insert_sql()} SELECT r.job_id, r.attempt, {_hour_sql('r.admitted_at')}, r.team_id, "
+        f"r.user_id, r.flavor_id, r.gpus, 0, '{UsageOutcome.OPEN.value}', 0 FROM {source} r "
+        "WHERE r.admitted_at IS NOT NULL ON CONFLICT DO NOTHING"
     )
-    return Attempt.of(row) if row else None
 
 
-def record_release(attempt: Attempt, from_state: str, to_state: str, end: datetime) -> None:
-    """Write the final rows of an attempt that a transition ends at `end`."""
-    rows = attempt.rows(end, outcome_of(from_state, to_state))
-    UsageRecord.objects.bulk_create(rows, batch_size=CHUNK, **UPSERT)
+def released_rows_sql(source: str, to_state: str) -> str:
+    """SQL: the final rows of each attempt of `source` (ATTEMPT_COLUMNS) that a move to
+    `to_state` released at `end_at`, as `Attempt.rows(end_at, outcome_of(...))` gives them (the
+    seconds of each hour a difference of the same two clocks, as `split_by_hour`; at least the
+    row of the hour of admission), upserted over the rows the minute's sweep wrote."""
+    outcome = " ".join(
+        f"WHEN '{state.value}' THEN '{outcome_of(state, to_state)}'" for state in sorted(HOLDING)
+    )
+    first = _hour_sql("r.admitted_at")
+    seconds = (
+        "extract(epoch FROM least(r.end_at, h.hour + interval '1 hour') "
+        "- greatest(r.admitted_at, h.hour))"
+    )
+    quote = connection.ops.quote_name
+    column = {f.name: quote(f.column) for f in UsageRecord._meta.concrete_fields}
+    updated = ", ".join(
+        f"{column[name]} = EXCLUDED.{column[name]}" for name in UPSERT["update_fields"]
+    )
+    unique = ", ".join(column[name] for name in UPSERT["unique_fields"])
+    return (
+        f"{_insert_sql()} SELECT r.job_id, r.attempt, h.hour, r.team_id, r.user_id, "
+        f"r.flavor_id, r.gpus, r.gpus::float8 * greatest({seconds}, 0)::float8, "
+        f"CASE r.from_state {outcome} END, 0 FROM {source} r "
+        f"CROSS JOIN LATERAL generate_series({first}, greatest(r.end_at, r.admitted_at), "
+        "interval '1 hour') AS h (hour) "
+        f"WHERE r.admitted_at IS NOT NULL AND (h.hour < r.end_at OR h.hour = {first}) "
+        f"ON CONFLICT ({unique}) DO UPDATE SET {updated}"
+    )
 
 
 def record_open_attempts(now: datetime | None = None) -> int:
@@ -179,54 +205,6 @@ def record_open_attempts(now: datetime | None = None) -> int:
         ]
         UsageRecord.objects.bulk_create(rows, batch_size=CHUNK, **UPSERT)
     return len(rows)
-
-
-def close_released_attempts() -> int:
-    """Close the open rows of attempts whose job has left the GPU-holding states without
-    `transition` (the module docstring, 3); returns how many attempts it closed. Rows of a job
-    deleted meanwhile stay open: nothing is left to say when it ended."""
-    closed = 0
-    open_keys = set(
-        UsageRecord.objects.filter(outcome=UsageOutcome.OPEN)
-        .values_list("job_id", "attempt")
-        .distinct()
-    )
-    if not open_keys:
-        return 0
-    job_ids = {job_id for job_id, _ in open_keys}
-    with transaction.atomic():
-        for row in (
-            Job.objects.filter(pk__any=job_ids, admitted_at__isnull=False)
-            .exclude(state__in=HOLDING)
-            .select_for_update(skip_locked=True, no_key=True)
-            .order_by("id")
-            .values_list(*FIELDS)
-        ):
-            attempt = Attempt.of(row)
-            if (attempt.job_id, attempt.attempt) not in open_keys:
-                continue  # a later attempt: the open one's admission time is gone
-            # The job's last release is this attempt's (another would have needed a new
-            # admission): the last written, not the earliest after `admitted_at`, which may be
-            # the previous attempt's when an admission is dated before that was written.
-            release = (
-                JobEvent.objects.filter(
-                    job_id=attempt.job_id, from_state__in=HOLDING, at__gte=attempt.admitted_at
-                )
-                .exclude(to_state__in=HOLDING)
-                .order_by("-id")
-                .values_list("from_state", "to_state", "at")
-                .first()
-            )
-            if release is None:
-                continue
-            from_state, to_state, end = release
-            # Rows past the release (a sweep that ran late) go: the release ends the attempt.
-            UsageRecord.objects.filter(
-                job_id=attempt.job_id, attempt=attempt.attempt, hour__gt=end
-            ).delete()
-            record_release(attempt, from_state, to_state, end)
-            closed += 1
-    return closed
 
 
 def fold_usage_totals() -> None:

@@ -25,12 +25,14 @@ from gpuqueue.services.jobs import submission_sql as sql
 from gpuqueue.services.jobs.array_spec import ArraySpec
 from gpuqueue.services.jobs.cancel import may_cancel_owned, stop_on_cluster
 from gpuqueue.services.jobs.dependencies import Dependencies, initial_reason
+from gpuqueue.services.jobs.pending import SHOWN_WHILE_PENDING
 from gpuqueue.services.jobs.submit import (
     SubmissionRefused,
     job_columns,
     nudge_cycle,
     only_team,
 )
+from gpuqueue.services.jobs.transitions import move_selected
 from teams.models import Team
 
 
@@ -319,7 +321,8 @@ def cancel_tasks(
     reason: str = "cancelled",
 ) -> list[int]:
     """Cancel the array's unfinished tasks, or those of `indices` and/or in `states`, in one
-    statement with their events; tasks holding GPUs are stopped on the cluster after commit.
+    move of the door (their events, and the ledger rows of those holding GPUs, in the same
+    statement); tasks holding GPUs are stopped on the cluster after commit.
     Returns the ids cancelled (none: nothing matched, which is not an error)."""
     if not may_cancel_array(user, array):
         raise ArrayCancelRefused(
@@ -327,45 +330,22 @@ def cancel_tasks(
         )
     unfinished = [s.value for s in JobState if s not in FINAL]
     wanted = [s for s in unfinished if states is None or s in states]
-    q = connection.ops.quote_name
-    job, event = q(Job._meta.db_table), q(JobEvent._meta.db_table)
-    statement = f"""
-    WITH target AS (
-        SELECT id, state, attempts FROM {job}
-        WHERE array_id = %(array)s AND state = ANY(%(states)s::text[])
-          AND (%(all)s::boolean OR array_index = ANY(%(indices)s::integer[]))
-        FOR UPDATE
-    ),
-    moved AS (
-        UPDATE {job} j SET state = 'CANCELLED', finished_at = %(now)s::timestamptz, hold = '',
-               pending_reason = NULL, queue_position = NULL, cluster_position = NULL,
-               estimated_start = NULL
-        FROM target t WHERE j.id = t.id
-        RETURNING j.id, t.state AS from_state, t.attempts
-    ),
-    events AS (
-        INSERT INTO {event} (job_id, at, from_state, to_state, reason, actor, details)
-        SELECT m.id, %(now)s::timestamptz, m.from_state, 'CANCELLED', %(reason)s::text,
-               %(actor)s::text, '{{}}'::jsonb
-        FROM moved m
-    )
-    SELECT id, from_state, attempts FROM moved
-    """
-    params = {
-        "array": array.pk,
-        "states": wanted,
-        "all": indices is None,
-        "indices": sorted(indices or ()),
-        "now": timezone.now(),
-        "reason": reason,
-        "actor": f"user:{user.get_username()}",
-    }
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(statement, params)
-        moved = cursor.fetchall()
-        for job_id, from_state, attempt in moved:
-            if from_state in HOLDING:
-                transaction.on_commit(
-                    lambda job_id=job_id, attempt=attempt: stop_on_cluster(job_id, attempt)
-                )
-    return [job_id for job_id, _, _ in moved]
+    tasks = Job.objects.filter(array=array, state__any=wanted)
+    if indices is not None:
+        tasks = tasks.filter(array_index__any=sorted(indices))
+    with transaction.atomic():
+        moved = move_selected(
+            tasks,
+            JobState.CANCELLED,
+            reason=reason,
+            actor=f"user:{user.get_username()}",
+            changes={
+                "finished_at": timezone.now(),
+                "hold": "",
+                **dict.fromkeys(SHOWN_WHILE_PENDING),
+            },
+        )
+        for task in moved:
+            if task.from_state in HOLDING:
+                transaction.on_commit(lambda task=task: stop_on_cluster(task.job_id, task.attempt))
+    return [task.job_id for task in moved]

@@ -4,10 +4,11 @@ a failure is any end but success).
 
 A job submitted with dependencies is written with `hold = dependencies`, which keeps it out of
 the admission cycle's snapshot, and one JobDependency row per upstream job. The cycle's hold
-phase (`resolve`) settles every waiting job in a few set-based statements: released when each
-condition holds, cancelled as soon as one can no longer hold (an `after_ok` job failed or was
-cancelled, or every `after_not_ok` job succeeded), unless the submitter asked to keep it, and
-otherwise given a pending reason that names each job waited for and its state.
+phase (`resolve`) reads every waiting job with its upstream jobs' states and judges it by the
+rules below (`conditions_met`, `unmeetable`), the same that refuse a submission: released when
+each condition holds, cancelled as soon as one can no longer hold (an `after_ok` job failed or
+was cancelled, or every `after_not_ok` job succeeded), unless the submitter asked to keep it,
+and otherwise given a pending reason that names each job waited for and its state.
 
 A cycle of dependencies cannot be made: a submission may only name jobs that exist already,
 and a new job (or a new array's tasks) has no id anyone could have named before.
@@ -24,8 +25,10 @@ from django.db import connection, transaction
 
 from gpuqueue.core.reason_text import DEPENDENCIES, DEPENDENCY_UNMET
 from gpuqueue.core.states import FINAL, JobState
-from gpuqueue.models import DependencyKind, Flavor, Job, JobDependency, JobEvent, JobHold
+from gpuqueue.models import DependencyKind, Flavor, Job, JobDependency, JobHold
+from gpuqueue.services.jobs.pending import SHOWN_WHILE_PENDING, update_pending_reasons
 from gpuqueue.services.jobs.submit import Submitted, submit_job
+from gpuqueue.services.jobs.transitions import Move, move_jobs
 from gpuqueue.services.jobs.validation import FieldErrors
 from teams.models import Team
 
@@ -138,8 +141,7 @@ def dependency_errors(user: Any, deps: Dependencies) -> FieldErrors:
 
 
 def waiting_reason(pairs: Iterable[tuple[int, str, str]], *, unmet: bool) -> dict[str, Any]:
-    """A pending reason as data: each (job, kind, state) waited for, in id order; the cycle's
-    SQL builds the same shape."""
+    """A pending reason as data: each (job, kind, state) waited for, in id order."""
     waits = sorted([job_id, kind, state] for job_id, kind, state in pairs)
     return {
         "code": DEPENDENCY_UNMET if unmet else DEPENDENCIES,
@@ -202,96 +204,6 @@ def _table(model: Any) -> str:
     return str(connection.ops.quote_name(model._meta.db_table))
 
 
-def _condition(kind_column: str, state_column: str, table: Mapping[str, str]) -> str:
-    """SQL CASE over a dependency's kind: the predicate of `table` on the upstream's state."""
-    arms = " ".join(f"WHEN '{kind}' THEN {table[kind].format(s=state_column)}" for kind in KINDS)
-    return f"CASE {kind_column} {arms} ELSE false END"
-
-
-_FINAL = ", ".join(f"'{s}'" for s in sorted(FINAL))
-_NOT_OK = ", ".join(f"'{s}'" for s in sorted(NOT_OK))
-_MET = {
-    "after_ok": "{s} = 'SUCCEEDED'",
-    "after_any": f"{{s}} IN ({_FINAL})",
-    "after_not_ok": f"{{s}} IN ({_NOT_OK})",
-}
-# Per upstream row, as `unmeetable`: an `after_not_ok` row is dead when every `after_not_ok` row
-# of its job succeeded (a window over them); `met` is joined per kind in `verdict`.
-_DEAD = {
-    "after_ok": f"{{s}} IN ({_NOT_OK})",
-    "after_any": "false",
-    "after_not_ok": "bool_and({s} = 'SUCCEEDED') OVER (PARTITION BY d.job_id, d.kind)",
-}
-
-
-def _resolve_sql() -> str:
-    """One statement: every PENDING job held for dependencies, judged against its upstream
-    jobs' states (`verdict`), is released, cancelled (with its event) or given the reason it
-    waits; a reason is written only when it changed."""
-    job, dep, event = _table(Job), _table(JobDependency), _table(JobEvent)
-    met_sql = _condition("d.kind", "u.state", _MET)
-    dead_sql = _condition("d.kind", "u.state", _DEAD)
-    reason = (
-        "jsonb_build_object("
-        "'code', CASE WHEN v.dead THEN %(unmet)s::text ELSE %(waiting)s::text END, "
-        "'numbers', '{}'::jsonb, 'job_ids', v.job_ids, 'waits', v.waits)"
-    )
-    not_ok = f"'{DependencyKind.AFTER_NOT_OK.value}'"
-    return f"""
-    WITH upstream AS (
-        SELECT d.job_id, d.upstream_id, d.kind, u.state, {met_sql} AS met, {dead_sql} AS dead
-        FROM {dep} d
-        JOIN {job} w ON w.id = d.job_id
-        JOIN {job} u ON u.id = d.upstream_id
-        WHERE w.hold = %(held)s::text AND w.state = 'PENDING'
-    ),
-    verdict AS (
-        -- each after_ok and after_any row met, and any one after_not_ok row (when there are)
-        SELECT job_id,
-               coalesce(bool_and(met) FILTER (WHERE kind <> {not_ok}), true)
-               AND coalesce(bool_or(met) FILTER (WHERE kind = {not_ok}), true) AS met,
-               bool_or(dead) AS dead,
-               jsonb_agg(DISTINCT upstream_id) AS job_ids,
-               jsonb_agg(jsonb_build_array(upstream_id, kind, state)
-                         ORDER BY upstream_id, kind) AS waits,
-               string_agg(CASE WHEN dead
-                               THEN format('job %%s is %%s (%%s)', upstream_id, state, kind)
-                          END, ', ' ORDER BY upstream_id) AS unmet
-        FROM upstream
-        GROUP BY job_id
-    ),
-    released AS (
-        UPDATE {job} j SET hold = '', pending_reason = NULL
-        FROM verdict v WHERE j.id = v.job_id AND v.met AND j.state = 'PENDING'
-        RETURNING j.id
-    ),
-    waiting AS (
-        UPDATE {job} j SET pending_reason = {reason}
-        FROM verdict v
-        WHERE j.id = v.job_id AND NOT v.met AND (NOT v.dead OR j.keep_if_unmet)
-          AND j.state = 'PENDING' AND j.pending_reason IS DISTINCT FROM {reason}
-        RETURNING j.id
-    ),
-    cancelled AS (
-        UPDATE {job} j SET state = 'CANCELLED', hold = '', finished_at = %(now)s::timestamptz,
-               pending_reason = NULL, queue_position = NULL, cluster_position = NULL,
-               estimated_start = NULL,
-               message = 'a dependency can never be met: ' || v.unmet
-        FROM verdict v
-        WHERE j.id = v.job_id AND v.dead AND NOT j.keep_if_unmet AND j.state = 'PENDING'
-        RETURNING j.id, j.message
-    ),
-    events AS (
-        INSERT INTO {event} (job_id, at, from_state, to_state, reason, actor, details)
-        SELECT c.id, %(now)s::timestamptz, 'PENDING', 'CANCELLED', c.message, %(actor)s::text,
-               '{{}}'::jsonb
-        FROM cancelled c
-    )
-    SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM cancelled),
-           (SELECT count(*) FROM waiting)
-    """
-
-
 @dataclass(frozen=True, slots=True)
 class Resolved:
     released: int = 0
@@ -299,28 +211,103 @@ class Resolved:
     reasons_written: int = 0
 
 
-# A cancelled job may make its own dependents' conditions impossible: the statement runs again
-# until nothing more is cancelled (each round is one level of a chain; chains are short).
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A PENDING job held for dependencies, as the hold phase reads it."""
+
+    job_id: int
+    keep_if_unmet: bool
+    reason: Any
+    waits: tuple[Wait, ...]
+
+
+def held_jobs() -> list[Held]:
+    """Every PENDING job held for dependencies, with the state of each job it waits for, in id
+    order: two queries (none past the first when nothing is held)."""
+    jobs = list(
+        Job.objects.filter(hold=JobHold.DEPENDENCIES, state=JobState.PENDING)
+        .order_by("id")
+        .values_list("id", "keep_if_unmet", "pending_reason")
+    )
+    if not jobs:
+        return []
+    waits: dict[int, list[Wait]] = {job_id: [] for job_id, _, _ in jobs}
+    for job_id, upstream_id, kind, state in (
+        JobDependency.objects.filter(job__hold=JobHold.DEPENDENCIES, job__state=JobState.PENDING)
+        .order_by("job_id", "upstream_id", "kind")
+        .values_list("job_id", "upstream_id", "kind", "upstream__state")
+    ):
+        if job_id in waits:  # not one held since the first query
+            waits[job_id].append((upstream_id, kind, state))
+    return [Held(job_id, keep, reason, tuple(waits[job_id])) for job_id, keep, reason in jobs]
+
+
+def unmet_message(dead: Iterable[Wait]) -> str:
+    """Why a job was cancelled: each wait that can no longer be met, in id order."""
+    listed = ", ".join(f"job {job_id} is {state} ({kind})" for job_id, kind, state in dead)
+    return f"a dependency can never be met: {listed}"
+
+
+def resolve_once(now: datetime) -> Resolved:
+    """One pass over the held jobs, judged by `conditions_met` and `unmeetable`:
+
+    1. a job whose conditions hold is released (no hold, no reason);
+    2. one whose conditions can no longer hold is cancelled with its event, unless it is kept;
+    3. any other gets the reason it waits (`waiting_reason`), written only when it changed.
+
+    Each write is guarded by PENDING, so a job cancelled meanwhile is left alone."""
+    released: list[int] = []
+    cancelled: list[Move] = []
+    reasons: list[tuple[int, dict[str, Any]]] = []
+    for held in held_jobs():
+        if conditions_met(held.waits):
+            released.append(held.job_id)
+            continue
+        dead = unmeetable(held.waits)
+        if dead and not held.keep_if_unmet:
+            message = unmet_message(dead)
+            cancelled.append(
+                Move(held.job_id, JobState.PENDING, changes={"message": message}, reason=message)
+            )
+            continue
+        reason = waiting_reason(held.waits, unmet=bool(dead))
+        if reason != held.reason:
+            reasons.append((held.job_id, reason))
+    n_released = (
+        Job.objects.filter(pk__any=released, state=JobState.PENDING).update(
+            hold="", pending_reason=None
+        )
+        if released
+        else 0
+    )
+    moved = move_jobs(
+        cancelled,
+        JobState.CANCELLED,
+        reason="a dependency can never be met",
+        actor=ACTOR,
+        changes={
+            "hold": "",
+            "finished_at": now,
+            **dict.fromkeys(SHOWN_WHILE_PENDING),
+        },
+    )
+    return Resolved(n_released, len(moved), update_pending_reasons(reasons))
+
+
+# A cancelled job may make its own dependents' conditions impossible: the pass runs again until
+# nothing more is cancelled (each round is one level of a chain; chains are short).
 MAX_ROUNDS = 50
 
 
 def resolve(now: datetime) -> Resolved:
     """Release, cancel or explain every job held for dependencies (see the module)."""
     released = cancelled = written = 0
-    params = {
-        "held": JobHold.DEPENDENCIES.value,
-        "now": now,
-        "actor": ACTOR,
-        "unmet": DEPENDENCY_UNMET,
-        "waiting": DEPENDENCIES,
-    }
-    with connection.cursor() as cursor:
-        for _ in range(MAX_ROUNDS):
-            cursor.execute(_resolve_sql(), params)
-            r, c, w = cursor.fetchone()
-            released, cancelled, written = released + r, cancelled + c, written + w
-            if not c:
-                break
+    for _ in range(MAX_ROUNDS):
+        r = resolve_once(now)
+        released, cancelled = released + r.released, cancelled + r.cancelled
+        written += r.reasons_written
+        if not r.cancelled:
+            break
     return Resolved(released, cancelled, written)
 
 

@@ -1,6 +1,6 @@
 """The cycle's writes on pending jobs: why each waits, where it stands in line, when it should
-start, and the admissions. Each is one UPDATE over a list of rows, guarded by the job's
-state."""
+start. Each is one UPDATE over a list of rows, guarded by the job's state (which they never
+change: that is services/jobs/transitions.py's)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ def update_pending_rows(rows: list[tuple[int, Any, int | None, int | None]]) -> 
     return len(update_still_pending(("pending_reason", "queue_position", "cluster_position"), rows))
 
 
+def update_pending_reasons(rows: list[tuple[int, Any]]) -> int:
+    """Set the pending reason on each job id that is still PENDING."""
+    return len(update_still_pending(("pending_reason",), rows))
+
+
 def update_estimated_starts(rows: list[tuple[int, datetime | None]]) -> int:
     """Set the estimated start on each job id that is still PENDING."""
     return len(update_still_pending(("estimated_start",), rows))
@@ -32,28 +37,19 @@ def update_estimated_starts(rows: list[tuple[int, datetime | None]]) -> int:
 def update_still_pending(
     columns: tuple[str, ...],
     rows: Sequence[tuple[Any, ...]],
-    *,
-    cleared: tuple[str, ...] = (),
-    counted: tuple[str, ...] = (),
 ) -> list[int]:
     """UPDATE job SET columns FROM unnest(one array per column) WHERE state = PENDING: one
     statement with one parameter per column, however many rows (a VALUES list of a parameter
     per cell cost more to build and parse than the update itself at tens of thousands; each
-    column is bound as services/jobs/column_arrays.py binds it). Each row is (id, *values);
-    `cleared` columns are set to NULL and `counted` ones incremented.
+    column is bound as services/jobs/column_arrays.py binds it). Each row is (id, *values).
     Returns the ids written: a job that moved on since the cycle's snapshot is left alone."""
     if not rows:
         return []
     quote = connection.ops.quote_name
     fields = [Job._meta.get_field(name) for name in ("id", *columns)]
     arrays = ", ".join(array_sql(f) for f in fields)
-    column = {name: quote(Job._meta.get_field(name).column) for name in (*cleared, *counted)}
     assignments = ", ".join(
-        [
-            *(f"{quote(f.column)} = {quote('v')}.{quote(f.column)}" for f in fields[1:]),
-            *(f"{column[name]} = NULL" for name in cleared),
-            *(f"{column[name]} = {quote('j')}.{column[name]} + 1" for name in counted),
-        ]
+        f"{quote(f.column)} = {quote('v')}.{quote(f.column)}" for f in fields[1:]
     )
     params = [
         array_param(f, values) for f, values in zip(fields, zip(*rows, strict=True), strict=True)
