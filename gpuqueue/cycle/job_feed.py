@@ -71,6 +71,8 @@ class Row(NamedTuple):
     queue_position: int | None
     cluster_position: int | None
     checkpoint_grace_seconds: int
+    cpu_millicores: int | None  # per worker; None: the flavor's per GPU
+    memory_mib: int | None
 
 
 _COLUMNS = Row._fields[Row._fields.index("id") :]  # the job's, selected in this order
