@@ -293,6 +293,13 @@ def _never_fits(n: dict[str, Any], flavor: str, per: Any, gpus: Any, shape: str)
             f"has {largest_of}."
         )
     most, workers = n.get("most_workers"), n.get("workers")
+    if short is not None and isinstance(most, int) and isinstance(workers, int) and most < workers:
+        per_worker, unit = _resource(short, asked)
+        return (
+            f"Can never start: the job asks for {shape} with {per_worker} {unit} each, and a "
+            f"worker runs on one node: even empty, the {flavor} nodes hold at most {most} such "
+            "workers."
+        )
     if isinstance(most, int) and isinstance(workers, int) and most < workers:
         return (
             f"Can never start: the job asks for {shape}, and a worker runs on one node: even "

@@ -184,24 +184,31 @@ class FlavorLedger:
         return most
 
     def never_short(self, gpus_per_worker: int, cpu: int, memory: int) -> Short | None:
-        """Why no empty node holds a worker asking this besides its GPUs: the resource, what a
-        worker asks of it and the most any node of enough GPUs offers (never fits)."""
+        """Which resource besides GPUs stops the empty nodes from holding the gang: the one
+        whose allocatable amounts alone hold the fewest workers (below what their GPUs hold),
+        with what a worker asks of it and the most any node of enough GPUs offers. None when
+        GPUs alone are the cause (never fits)."""
         if self.room is None:
             return None
+        unlimited = (UNLIMITED, UNLIMITED, UNLIMITED)
         best = [0, 0, 0]
-        node_name = ""
+        held = [0, 0, 0]  # workers the nodes hold, counting GPUs and one resource
+        by_gpus = 0
+        asked = (cpu, memory, 1)
         for node, gpus in self.capacity.items():
-            if gpus < gpus_per_worker:
+            per_node = gpus // gpus_per_worker
+            if per_node <= 0:
                 continue
-            room = self.allocatable.get(node, (UNLIMITED, UNLIMITED, UNLIMITED))
+            by_gpus += per_node
+            room = self.allocatable.get(node, unlimited)
             for i in range(3):
-                if room[i] > best[i]:
-                    best[i] = room[i]
-                    node_name = node_name or node
-        for i, asked in enumerate((cpu, memory, 1)):
-            if asked > best[i]:
-                return Short(node_name, 0, RESOURCES[i], best[i], best[i], asked)
-        return None
+                best[i] = max(best[i], room[i])
+                fit = room[i] // asked[i] if asked[i] else per_node
+                held[i] += min(per_node, fit)
+        i = min(range(3), key=lambda i: (held[i], i))
+        if held[i] >= by_gpus:
+            return None
+        return Short("", 0, RESOURCES[i], best[i], best[i], asked[i])
 
     def caps(self, cpu: int, memory: int, incoming: bool = False) -> Callable[[str], int] | None:
         """Per node, how many workers asking `cpu` and `memory` its room holds (with what jobs

@@ -100,6 +100,23 @@ from gpuqueue.core.reason_text import describe_reason
         ),
         (
             {
+                "code": "never_fits",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 3,
+                    "gpus_per_worker": 2,
+                    "largest_node": 8,
+                    "flavor_capacity": 16,
+                    "most_workers": 2,
+                    "short": "cpu",
+                    "short_per_worker": 150000,
+                    "short_largest": 224000,
+                },
+            },
+            "Can never start: the job asks for 6 h100 GPUs as 3 × 2 with 150 CPUs each, and a worker runs on one node: even empty, the h100 nodes hold at most 2 such workers.",
+        ),
+        (
+            {
                 "code": "over_limit",
                 "numbers": {
                     "flavor": "h100",

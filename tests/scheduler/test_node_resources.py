@@ -85,7 +85,7 @@ CASES = [
         teams=(team("a"),),
         pending=(pending(1, "a", workers=3, gpus=2, cpu=150 * CPU),),
         reasons={1: ReasonCode.NEVER_FITS},
-        numbers={1: {"most_workers": 2}},
+        numbers={1: {"most_workers": 2, "short": "cpu", "short_per_worker": 150 * CPU}},
     ),
     Case(
         "a worker that fits a node's CPUs only once other pods leave waits, not never fits",
