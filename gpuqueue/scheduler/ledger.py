@@ -112,6 +112,7 @@ class FlavorLedger:
         "max_node",
         "memo",
         "name",
+        "others_leave",
         "room",
         "room_incoming",
         "sizes",
@@ -141,6 +142,7 @@ class FlavorLedger:
         self.room: dict[str, Room] | None = None
         self.room_incoming: dict[str, Room] = {}
         self.allocatable: dict[str, Room] = {}
+        self.others_leave: dict[str, Room] = {}  # allocatable less what others' pods request
         self._short: dict[tuple[int, int, int], tuple[int, Short | None]] = {}
         # Moved by every change of `free`, `incoming` or `held` (the methods below).
         self.version = 0
@@ -209,6 +211,19 @@ class FlavorLedger:
         if held[i] >= by_gpus:
             return None
         return Short("", 0, RESOURCES[i], best[i], best[i], asked[i])
+
+    def caps_without_ours(self, cpu: int, memory: int) -> Callable[[str], int] | None:
+        """`caps` once gpuqueue's own running jobs are gone: the room others' pods leave
+        (reservations: the jobs they wait for end in time, others' pods may not)."""
+        if self.room is None:
+            return None
+        left = self.others_leave
+
+        def cap(node: str) -> int:
+            room = left.get(node)
+            return UNLIMITED if room is None else workers_in(room, cpu, memory)
+
+        return cap
 
     def caps(self, cpu: int, memory: int, incoming: bool = False) -> Callable[[str], int] | None:
         """Per node, how many workers asking `cpu` and `memory` its room holds (with what jobs
@@ -417,15 +432,17 @@ class Ledger:
         self.room: dict[str, Room] = {}
         self.room_incoming: dict[str, Room] = {}
         self.allocatable: dict[str, Room] = {}
+        others_leave: dict[str, Room] = {}
         for node in nodes:
             if node.schedulable and node.limited:
                 self.allocatable[node.name], self.room[node.name] = node_room(node)
+                others_leave[node.name] = self.room[node.name]
         self._limited: list[FlavorLedger] = []
         if self.room:
             for fl in self.flavors.values():
                 if any(name in self.room for name in fl.free):
                     fl.room, fl.room_incoming = self.room, self.room_incoming
-                    fl.allocatable = self.allocatable
+                    fl.allocatable, fl.others_leave = self.allocatable, others_leave
                     self._limited.append(fl)
 
     # --- checkpoints -------------------------------------------------------------------------

@@ -40,9 +40,14 @@ def fit_gang(
 
 
 def fit_on(
-    avail: Mapping[str, int], workers: int, gpus_per_worker: int, strategy: PlacementStrategy
+    avail: Mapping[str, int],
+    workers: int,
+    gpus_per_worker: int,
+    strategy: PlacementStrategy,
+    cap: Cap | None = None,
 ) -> Placement | None:
-    """The same placement over a plain node -> free GPUs mapping (used for reservations).
+    """The same placement over a plain node -> free GPUs mapping (used for reservations), each
+    node holding no more workers than `cap` says its room besides GPUs does.
 
     `fit_gang` on a ledger holding `avail` (nodes inserted by name) visits nodes by count, then
     name: one sort of the nodes gives that order without building the ledger (each starving
@@ -62,6 +67,10 @@ def fit_on(
             per_node = count // g
             if per_node <= 0:
                 break
+            if cap is not None:
+                per_node = min(per_node, cap(node))
+                if per_node <= 0:
+                    continue
             room.append((node, per_node))
             capacity += per_node
             if len(room) >= workers:
@@ -73,12 +82,14 @@ def fit_on(
     need = workers * g
     ordered = sorted(avail.items(), key=_COUNT_THEN_NAME)
     for node, count in ordered:
-        if count >= need:
+        if count >= need and (cap is None or cap(node) >= workers):
             return ((node, workers),)
     taken: dict[str, int] = {}
     left = workers
     for node, count in ordered:
         per_node = count // g
+        if cap is not None and per_node > 0:
+            per_node = min(per_node, cap(node))
         if per_node <= 0:
             continue
         take = min(per_node, left)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuqueue.scheduler.model import PlacementStrategy, Policy, ReasonCode
-from tests.scheduler.builders import CPU, GIB, Case, check, node, pending, running, team
+from tests.scheduler.builders import CPU, GIB, HOUR, NOW, Case, check, node, pending, running, team
 
 H100 = {"h100": 8}
 
@@ -137,3 +137,26 @@ def test_node_resources_when_spreading(case: Case) -> None:
             preempted=case.preempted,
         )
     )
+
+
+def test_a_starving_gang_reserves_the_node_whose_cpus_others_leave_it() -> None:
+    # n1's GPUs come free first, but others' pods keep all but 16 of its CPUs: the starving
+    # gang waits for n2 instead of holding n1 for ever.
+    result = check(
+        Case(
+            "a starving gang reserves the node whose CPUs others leave it",
+            nodes=(
+                node("n1", **H100, cpu=224 * CPU, external_cpu=208 * CPU),
+                node("n2", **H100, cpu=224 * CPU),
+            ),
+            teams=(team("a"), team("b", guarantee=16)),
+            running=(
+                running(10, "b", {"n1": 1}, gpus=8, preemptible=False, expected_runtime=2 * HOUR),
+                running(11, "b", {"n2": 1}, gpus=8, preemptible=False, expected_runtime=3 * HOUR),
+            ),
+            pending=(pending(1, "a", gpus=8, cpu=32 * CPU, submitted=NOW - 2 * HOUR),),
+            admitted=set(),
+        )
+    )
+    (reservation,) = result.reservations
+    assert reservation.placement == (("n2", 1),)
