@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from operator import attrgetter
 from typing import NamedTuple
 
-from gpuqueue.scheduler.model import Node, Placement, RunningJob, whole_workers
+from gpuqueue.scheduler.model import Node, PendingJob, Placement, RunningJob, whole_workers
 
 Undo = Callable[[], None]
 _NAME = attrgetter("name")
@@ -244,6 +244,19 @@ class FlavorLedger:
             return workers_in(left, cpu, memory)
 
         return cap
+
+    def workers_with(self, node: str, gpus: int, more: Room, job: PendingJob) -> int:
+        """How many of `job`'s workers a limited node holds with `gpus` available and its room
+        and incoming room plus `more` (a victim search's what-if)."""
+        left = self.room[node] if self.room is not None else (UNLIMITED, UNLIMITED, UNLIMITED)
+        back = self.room_incoming.get(node, (0, 0, 0))
+        room = (
+            left[0] + back[0] + more[0],
+            left[1] + back[1] + more[1],
+            left[2] + back[2] + more[2],
+        )
+        per_node = gpus // job.gpus_per_worker
+        return min(per_node, workers_in(room, job.cpu_per_worker, job.memory_per_worker))
 
     def short(self, gpus_per_worker: int, cpu: int, memory: int) -> Short | None:
         """The node whose free GPUs hold the most workers that its CPU, memory or pods left do

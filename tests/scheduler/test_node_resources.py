@@ -104,6 +104,21 @@ CASES = [
         reasons={1: ReasonCode.WAITING_FOR_PREEMPTION},
     ),
     Case(
+        "reclaim passes over a borrower on a node whose CPUs others keep, for one where it helps",
+        nodes=(
+            node("n1", **H100, cpu=224 * CPU, external_cpu=208 * CPU),
+            node("n2", **H100, cpu=224 * CPU),
+        ),
+        teams=(team("a", guarantee=8), team("b")),
+        running=(
+            running(10, "b", {"n1": 1}, gpus=8, cpu=4 * CPU),
+            running(11, "b", {"n2": 1}, gpus=8, cpu=100 * CPU, priority=1),
+        ),
+        pending=(pending(1, "a", gpus=8, cpu=64 * CPU),),
+        preempted={11: "reclaim"},
+        reasons={1: ReasonCode.WAITING_FOR_PREEMPTION},
+    ),
+    Case(
         "the first job takes the CPUs a second job of the same GPUs would need",
         nodes=(node("n1", **H100, cpu=64 * CPU),),
         teams=(team("a"),),
