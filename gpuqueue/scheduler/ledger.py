@@ -270,21 +270,24 @@ class FlavorLedger:
         if cap is not None:
             lost = 0
             room = self.room or {}
-            for node, free in self.free.items():
+            for free, nodes in self.buckets.items():
                 per_node = free // gpus_per_worker if free > 0 else 0
-                fit = min(per_node, cap(node))
-                if per_node - fit > lost:
-                    lost = per_node - fit
-                    left = room[node]
-                    i = short_resource(left, cpu, memory)
-                    found = Short(
-                        node,
-                        free,
-                        RESOURCES[i],
-                        max(left[i], 0),
-                        self.allocatable[node][i],
-                        (cpu, memory, 1)[i],
-                    )
+                if per_node <= lost:
+                    continue
+                for node in nodes:
+                    here = per_node - min(per_node, cap(node))
+                    if here > lost or (here == lost and found is not None and node < found.node):
+                        lost = here
+                        left = room[node]
+                        i = short_resource(left, cpu, memory)
+                        found = Short(
+                            node,
+                            free,
+                            RESOURCES[i],
+                            max(left[i], 0),
+                            self.allocatable[node][i],
+                            (cpu, memory, 1)[i],
+                        )
         self._short[key] = (self.version, found)
         return found
 
@@ -346,10 +349,21 @@ class FlavorLedger:
         limited nodes in the room left (plus what comes back if `incoming`)."""
         cap = self.caps(cpu, memory, incoming)
         if cap is not None:
+            # Only nodes with room for a worker's GPUs: the buckets of that many free or more
+            # (on a busy cluster a few), and the nodes `extra` adds to.
             total = 0
             plus: Mapping[str, int] = extra or {}
-            for node, free in self.free.items():
-                per_node = ((free if free > 0 else 0) + plus.get(node, 0)) // gpus_per_worker
+            for count, nodes in self.buckets.items():
+                if count < gpus_per_worker:
+                    continue
+                per_node = count // gpus_per_worker
+                for node in nodes:
+                    if node not in plus:
+                        room = cap(node)
+                        total += per_node if per_node < room else room
+            for node, more in plus.items():
+                free = self.free.get(node, 0)
+                per_node = ((free if free > 0 else 0) + more) // gpus_per_worker
                 if per_node > 0:
                     room = cap(node)
                     total += per_node if per_node < room else room
@@ -450,13 +464,16 @@ class Ledger:
             if node.schedulable and node.limited:
                 self.allocatable[node.name], self.room[node.name] = node_room(node)
                 others_leave[node.name] = self.room[node.name]
-        self._limited: list[FlavorLedger] = []
+        # A limited node's flavors: a change of its room moves their counts (`version`).
+        self._sharing: dict[str, list[FlavorLedger]] = {}
         if self.room:
             for fl in self.flavors.values():
-                if any(name in self.room for name in fl.free):
+                here = [name for name in fl.free if name in self.room]
+                if here:
                     fl.room, fl.room_incoming = self.room, self.room_incoming
                     fl.allocatable, fl.others_leave = self.allocatable, others_leave
-                    self._limited.append(fl)
+                    for name in here:
+                        self._sharing.setdefault(name, []).append(fl)
 
     # --- checkpoints -------------------------------------------------------------------------
 
@@ -516,7 +533,7 @@ class Ledger:
             base[2] + sign * delta[2],
         )
         self.stamp += 1
-        for fl in self._limited:  # a node's room is shared by its flavors: their counts move
+        for fl in self._sharing[node]:
             fl.version += 1
         if self._depth:
             if old is None:
@@ -627,7 +644,7 @@ class Ledger:
         if leaving:
             back = self.room_incoming.get(node, (0, 0, 0))
             self.room_incoming[node] = (back[0] + ask[0], back[1] + ask[1], back[2] + ask[2])
-        for fl in self._limited:
+        for fl in self._sharing[node]:
             fl.version += 1
 
     def admit(
