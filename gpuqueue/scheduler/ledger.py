@@ -100,6 +100,7 @@ class FlavorLedger:
     """The GPUs of one flavor, node by node."""
 
     __slots__ = (
+        "_capped",
         "_fits",
         "_most",
         "_short",
@@ -151,6 +152,10 @@ class FlavorLedger:
         # (`memo=False`), every count is made afresh.
         self.memo = memo
         self._fits: dict[tuple[int, str, int, int], tuple[int, int]] = {}
+        # On a limited flavor, (GPUs, CPU, memory per worker) -> workers that fit on free GPUs
+        # and room, kept up to date node by node (`_recount`) rather than counted afresh after
+        # every change: a count walks every node with a worker's GPUs free.
+        self._capped: dict[tuple[int, int, int], int] = {}
 
     def add_node(self, node: str, free: int, capacity: int) -> None:
         """A schedulable node offering `capacity` GPUs, `free` of them free (setup)."""
@@ -163,6 +168,7 @@ class FlavorLedger:
         self.max_node = max(self.max_node, capacity)
         self.sizes[capacity] = self.sizes.get(capacity, 0) + 1
         self._most.clear()
+        self._capped.clear()
 
     def most_workers(self, gpus_per_worker: int, cpu: int = 0, memory: int = 0) -> int:
         """How many workers of this size the empty nodes hold (model.whole_workers; on limited
@@ -304,6 +310,31 @@ class FlavorLedger:
         self.buckets.setdefault(new, {})[node] = None
         self.free[node] = new
         self.total_free += max(new, 0) - max(old, 0)
+        if self._capped:
+            room = self.room.get(node) if self.room is not None else None
+            self._recount(node, old, new, room, room)
+
+    def room_changed(self, node: str, old: Room | None, new: Room | None) -> None:
+        """A node's room besides GPUs went from `old` to `new` (None: not limited)."""
+        self.version += 1
+        if self._capped:
+            free = self.free[node]
+            self._recount(node, free, free, old, new)
+
+    def _recount(
+        self, node: str, old_free: int, new_free: int, old: Room | None, new: Room | None
+    ) -> None:
+        """Move the kept counts (`_capped`) by what one node's change made of its workers."""
+        for key, total in self._capped.items():
+            g, cpu, memory = key
+            before = (old_free if old_free > 0 else 0) // g
+            if before and old is not None:
+                before = min(before, workers_in(old, cpu, memory))
+            after = (new_free if new_free > 0 else 0) // g
+            if after and new is not None:
+                after = min(after, workers_in(new, cpu, memory))
+            if after != before:
+                self._capped[key] = total + after - before
 
     def take_all(self, taken: Mapping[str, int]) -> None:
         """`move` every node in `taken` down by its GPUs, in node order, at once.
@@ -319,6 +350,7 @@ class FlavorLedger:
         if not moved:
             return
         self.version += 1
+        self._capped.clear()
         self.buckets = buckets_after(self.buckets, moved)
         total = self.total_free
         for node, new in moved.items():
@@ -368,6 +400,10 @@ class FlavorLedger:
                     room = cap(node)
                     total += per_node if per_node < room else room
             return total
+        return self.workers_by_gpus(gpus_per_worker, extra)
+
+    def workers_by_gpus(self, gpus_per_worker: int, extra: Mapping[str, int] | None = None) -> int:
+        """`workers_fit` counting GPUs alone (on a limited flavor, an upper bound)."""
         fit = 0
         for count, nodes in self.buckets.items():
             if count >= gpus_per_worker:
@@ -382,6 +418,12 @@ class FlavorLedger:
         """`workers_fit` on the free GPUs, plus the `"held"` or `"incoming"` ones if named."""
         if self.room is None:
             cpu = memory = 0
+        elif self.memo and not plus:
+            kept = self._capped.get((gpus_per_worker, cpu, memory))
+            if kept is None:
+                kept = self.workers_fit(gpus_per_worker, None, cpu, memory)
+                self._capped[(gpus_per_worker, cpu, memory)] = kept
+            return kept
         key = (gpus_per_worker, plus, cpu, memory)
         if self.memo:
             hit = self._fits.get(key)
@@ -404,10 +446,6 @@ class Short(NamedTuple):
     left: int
     allocatable: int
     per_worker: int
-
-
-def _drop(table: dict[str, Room], node: str) -> None:
-    table.pop(node, None)
 
 
 def _set_count(table: dict[str, int], node: str, gpus: int) -> None:
@@ -527,19 +565,27 @@ class Ledger:
         """Add `delta` (sign 1) to, or take it (sign -1) from, a node's room in `table`."""
         old = table.get(node)
         base = old if old is not None else (0, 0, 0)
-        table[node] = (
-            base[0] + sign * delta[0],
-            base[1] + sign * delta[1],
-            base[2] + sign * delta[2],
+        self._put_room(
+            table,
+            node,
+            (base[0] + sign * delta[0], base[1] + sign * delta[1], base[2] + sign * delta[2]),
         )
         self.stamp += 1
-        for fl in self._sharing[node]:
-            fl.version += 1
         if self._depth:
-            if old is None:
-                self._undo.append(lambda: _drop(table, node))
+            self._undo.append(lambda: self._put_room(table, node, old))
+
+    def _put_room(self, table: dict[str, Room], node: str, new: Room | None) -> None:
+        """Set a node's room in `table` (None: drop it), and tell the node's flavors."""
+        old = table.get(node)
+        if new is None:
+            table.pop(node, None)
+        else:
+            table[node] = new
+        for fl in self._sharing.get(node, ()):
+            if table is self.room:
+                fl.room_changed(node, old, new)
             else:
-                self._undo.append(lambda: table.__setitem__(node, old))
+                fl.version += 1
 
     # --- queries -----------------------------------------------------------------------------
 
@@ -639,13 +685,9 @@ class Ledger:
         """A running job's workers on a limited node (setup): their room is taken, and comes
         back (incoming) when the job is being preempted."""
         ask = (workers * job.cpu_per_worker, workers * job.memory_per_worker, workers)
-        left = self.room[node]
-        self.room[node] = (left[0] - ask[0], left[1] - ask[1], left[2] - ask[2])
+        self._move_room(self.room, node, ask, -1)
         if leaving:
-            back = self.room_incoming.get(node, (0, 0, 0))
-            self.room_incoming[node] = (back[0] + ask[0], back[1] + ask[1], back[2] + ask[2])
-        for fl in self._sharing[node]:
-            fl.version += 1
+            self._move_room(self.room_incoming, node, ask, 1)
 
     def admit(
         self,

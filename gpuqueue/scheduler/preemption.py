@@ -329,7 +329,10 @@ class VictimSearch:
             return None
         g = job.gpus_per_worker
         start = fl.workers_fit(g, fl.incoming, job.cpu_per_worker, job.memory_per_worker, True)
-        if not self._may_fit(job, fl, candidates, start):
+        # The cut counts GPUs alone (an upper bound): a victim's CPU can add a worker on a
+        # node whose GPUs were free already.
+        by_gpus = start if fl.room is None else fl.workers_by_gpus(g, fl.incoming)
+        if not self._may_fit(job, fl, candidates, by_gpus):
             return None
         for strategy in (self._in_order, self._by_node, self._cheapest_first):
             mark = ledger.checkpoint()

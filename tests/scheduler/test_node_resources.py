@@ -119,6 +119,17 @@ CASES = [
         reasons={1: ReasonCode.WAITING_FOR_PREEMPTION},
     ),
     Case(
+        "a higher-priority gang preempts a worker for its pod slot when GPUs are free already",
+        nodes=(node("n1", h100=6, pods=3),),
+        teams=(team("a", guarantee=6),),
+        running=(
+            running(10, "a", {"n1": 1}, preemptible=False),
+            running(11, "a", {"n1": 1}),
+        ),
+        pending=(pending(1, "a", workers=2, gpus=2, priority=1),),
+        preempted={11: "priority"},
+    ),
+    Case(
         "the first job takes the CPUs a second job of the same GPUs would need",
         nodes=(node("n1", **H100, cpu=64 * CPU),),
         teams=(team("a"),),
