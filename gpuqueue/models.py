@@ -206,6 +206,14 @@ class Node(models.Model):
     # GPUs that gpuqueue's own terminating pods still hold, by job id and resource name:
     # {"7": {"nvidia.com/gpu": 8}} (not in used_externally).
     draining = models.JSONField(default=dict, blank=True)
+    # What a worker needs besides GPUs: allocatable CPU, memory and pods (empty: not limited),
+    # and what pods gpuqueue did not create request of them (its own jobs' requests are theirs).
+    allocatable_cpu_millicores = models.PositiveBigIntegerField(null=True, blank=True)
+    allocatable_memory_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    allocatable_pods = models.PositiveIntegerField(null=True, blank=True)
+    external_cpu_millicores = models.PositiveBigIntegerField(default=0)
+    external_memory_bytes = models.PositiveBigIntegerField(default=0)
+    external_pods = models.PositiveIntegerField(default=0)
     labels = models.JSONField(default=dict, blank=True)
     taints = models.JSONField(default=list, blank=True)
     ready = models.BooleanField(default=True)

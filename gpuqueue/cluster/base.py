@@ -27,6 +27,14 @@ class NodeInfo:
     # GPUs that gpuqueue's own proven pods still hold while they terminate (or whose attempt
     # is no longer live), by job id and resource name; not in `used_externally`.
     draining: Mapping[int, Mapping[str, int]] = field(default_factory=dict)
+    # Allocatable CPU (millicores), memory (bytes) and pods (None: not limited), and what
+    # pods gpuqueue did not create request of them.
+    allocatable_cpu_millicores: int | None = None
+    allocatable_memory_bytes: int | None = None
+    allocatable_pods: int | None = None
+    external_cpu_millicores: int = 0
+    external_memory_bytes: int = 0
+    external_pods: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
 
 from gpuqueue.cluster.base import NodeInfo
 from gpuqueue.cluster.status import parse_time
@@ -40,6 +42,58 @@ def _count(quantity: Any) -> int:
         return int(str(quantity))
     except ValueError:
         return 0
+
+
+# A pod's CPU (millicores), memory (bytes) and one pod slot.
+Requests = tuple[int, int, int]
+
+
+def amount(quantity: Any, scale: int) -> int:
+    """A Kubernetes quantity ("250m", "2Ti") in whole units of 1/scale ("250m" at scale
+    1000: 250 millicores), rounded up; malformed: none."""
+    try:
+        value = parse_quantity(quantity) * scale
+    except (ValueError, TypeError, ArithmeticError):
+        return 0
+    whole = int(value)
+    return whole + 1 if value > whole else whole
+
+
+def allocatable(node: Mapping[str, Any]) -> tuple[int | None, int | None, int | None]:
+    """The node's allocatable CPU (millicores), memory (bytes) and pods; None where the node
+    does not say."""
+    found = (node.get("status") or {}).get("allocatable") or {}
+    cpu, memory, pods = found.get("cpu"), found.get("memory"), found.get("pods")
+    return (
+        None if cpu is None else amount(cpu, 1000),
+        None if memory is None else amount(memory, 1),
+        None if pods is None else amount(pods, 1),
+    )
+
+
+def pod_requests(pod: Mapping[str, Any]) -> Requests:
+    """What a pod requests of its node as kube-scheduler counts it: the larger of its
+    containers' sum and its largest init container (a limit stands for a missing request, as
+    the API server defaults it), plus the pod's overhead; and a slot."""
+    spec = pod.get("spec") or {}
+
+    def of(resources: Mapping[str, Any] | None) -> tuple[int, int]:
+        found = resources or {}
+        return amount(found.get("cpu", 0), 1000), amount(found.get("memory", 0), 1)
+
+    def asked(container: Mapping[str, Any]) -> tuple[int, int]:
+        resources = container.get("resources") or {}
+        return of({**(resources.get("limits") or {}), **(resources.get("requests") or {})})
+
+    cpu = memory = 0
+    for container in spec.get("containers") or []:
+        c, m = asked(container)
+        cpu, memory = cpu + c, memory + m
+    for container in spec.get("initContainers") or []:
+        c, m = asked(container)
+        cpu, memory = max(cpu, c), max(memory, m)
+    c, m = of(spec.get("overhead"))
+    return cpu + c, memory + m, 1
 
 
 def gpu_capacity(node: Mapping[str, Any]) -> dict[str, int]:
@@ -106,6 +160,10 @@ class GpuUse:
     # {node: {job id: {resource: GPUs}}} held by gpuqueue's proven pods that are terminating
     # or whose attempt is no longer live: they come back, to the job they were taken for.
     draining: Mapping[str, Mapping[int, Mapping[str, int]]]
+    # {node: (CPU, memory, pods)} requested by every unfinished pod there that is not a live
+    # job's running worker (those are the jobs' own requests), GPUs or not: system pods,
+    # others' pods, and gpuqueue's terminating ones, which hold their room until gone.
+    requests: Mapping[str, Requests] = field(default_factory=dict)
 
 
 def gpu_use(
@@ -123,6 +181,7 @@ def gpu_use(
     """
     external: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     draining: dict[str, dict[int, dict[str, int]]] = defaultdict(dict)
+    requests: dict[str, Requests] = {}
     for pod in pods:
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
         node = spec.get("nodeName") or status.get("nominatedNodeName")
@@ -133,6 +192,9 @@ def gpu_use(
         terminating = bool(meta.get("deletionTimestamp"))
         if key is not None and not terminating and (live is None or key in live):
             continue  # a live job's worker: the database's placement counts it
+        asked = pod_requests(pod)
+        before = requests.get(node, (0, 0, 0))
+        requests[node] = (before[0] + asked[0], before[1] + asked[1], before[2] + asked[2])
         gpus = pod_gpus(pod)
         if not gpus:
             continue
@@ -147,6 +209,7 @@ def gpu_use(
     return GpuUse(
         external={node: dict(by_name) for node, by_name in external.items()},
         draining=dict(draining),
+        requests=requests,
     )
 
 
@@ -154,9 +217,11 @@ def node_info(
     node: Mapping[str, Any],
     used_externally: Mapping[str, int],
     draining: Mapping[int, Mapping[str, int]] | None = None,
+    requests: Requests = (0, 0, 0),
 ) -> NodeInfo:
     metadata = node.get("metadata") or {}
     spec = node.get("spec") or {}
+    cpu, memory, pods = allocatable(node)
     return NodeInfo(
         name=metadata["name"],
         capacity=gpu_capacity(node),
@@ -169,6 +234,12 @@ def node_info(
         cordoned=is_draining(node),
         used_externally=dict(used_externally),
         draining={job: dict(gpus) for job, gpus in sorted((draining or {}).items())},
+        allocatable_cpu_millicores=cpu,
+        allocatable_memory_bytes=memory,
+        allocatable_pods=pods,
+        external_cpu_millicores=requests[0],
+        external_memory_bytes=requests[1],
+        external_pods=requests[2],
     )
 
 
@@ -183,7 +254,14 @@ def inventory(
     infos = []
     for node in nodes:
         name = node["metadata"]["name"]
-        infos.append(node_info(node, use.external.get(name, {}), use.draining.get(name)))
+        infos.append(
+            node_info(
+                node,
+                use.external.get(name, {}),
+                use.draining.get(name),
+                use.requests.get(name, (0, 0, 0)),
+            )
+        )
     return sorted(infos, key=lambda info: info.name)
 
 

@@ -75,6 +75,8 @@ POD: Shape = {
         "tolerations": {"key": ALL, "operator": ALL, "value": ALL, "effect": ALL},
         "containers": {"resources": {"limits": ALL, "requests": ALL}},
         "initContainers": {"resources": {"limits": ALL, "requests": ALL}},
+        # The inventory counts what others' pods request, their runtime's overhead included.
+        "overhead": ALL,
     },
     "status": {
         "phase": ALL,

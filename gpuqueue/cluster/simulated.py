@@ -13,7 +13,7 @@ terminating pods are.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -35,6 +35,7 @@ from gpuqueue.cluster.base import (
     WorkerLog,
     WorkloadStatus,
 )
+from gpuqueue.cluster.inventory import amount
 from gpuqueue.cluster.sim_log import SimulatedRun, simulated_log
 
 DURATION_ANNOTATION = "gpuqueue.dev/sim-duration-seconds"
@@ -51,11 +52,16 @@ GPUS_KEY, RESOURCE_KEY, TERMINATING_KEY = (
 
 def load_cluster_file(path: Path) -> list[NodeInfo]:
     """Parse the cluster YAML: entries with `name` (may hold `{i}`), `count`, `labels`,
-    `capacity` and optional `taints`, `ready` / `cordoned`."""
+    `capacity` and optional `taints`, `ready` / `cordoned`, `allocatable` CPU, memory and pods
+    and what the node's own pods (DaemonSets, system pods) request of them,
+    `requested_by_others`, as Kubernetes quantities ("224", "2Ti", 110)."""
     data = yaml.safe_load(path.read_text()) or {}
     nodes: list[NodeInfo] = []
     for entry in data.get("nodes", []):
         count = int(entry.get("count", 1))
+        allocatable = entry.get("allocatable") or {}
+        others = entry.get("requested_by_others") or {}
+
         for i in range(count):
             name = str(entry["name"]).format(i=i)
             nodes.append(
@@ -69,9 +75,20 @@ def load_cluster_file(path: Path) -> list[NodeInfo]:
                     ],
                     ready=bool(entry.get("ready", True)),
                     cordoned=bool(entry.get("cordoned", False)),
+                    allocatable_cpu_millicores=_limit(allocatable, "cpu", 1000),
+                    allocatable_memory_bytes=_limit(allocatable, "memory", 1),
+                    allocatable_pods=_limit(allocatable, "pods", 1),
+                    external_cpu_millicores=amount(others.get("cpu", 0), 1000),
+                    external_memory_bytes=amount(others.get("memory", 0), 1),
+                    external_pods=amount(others.get("pods", 0), 1),
                 )
             )
     return nodes
+
+
+def _limit(allocatable: Mapping[str, Any], resource: str, scale: int) -> int | None:
+    value = allocatable.get(resource)
+    return None if value is None else amount(value, scale)
 
 
 def _progress_of(location: str) -> float:

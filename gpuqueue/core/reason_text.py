@@ -136,7 +136,12 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
         )
         if code == "queued_behind_team":
             sentence += f" Queued behind {_plural(n.get('ahead'), 'earlier job')} of the team."
-        return sentence + _beyond_share(n, flavor, gpus) + _guarantee_blocked(n, flavor)
+        return (
+            sentence
+            + _short_node(n)
+            + _beyond_share(n, flavor, gpus)
+            + _guarantee_blocked(n, flavor)
+        )
     if code == "waiting_for_reclaim":
         teams = str(n.get("borrowers") or "other teams").split(", ")
         many = len(teams) > 1
@@ -226,6 +231,38 @@ def _guarantee_blocked(n: dict[str, Any], flavor: str) -> str:
     )
 
 
+def _number(value: float) -> str:
+    """16, 0.5, 1,024."""
+    return f"{round(value, 1):,}".removesuffix(".0")
+
+
+def _resource(resource: Any, amount: Any) -> tuple[str, str]:
+    """An amount of a node resource as the engine gives it (CPU in millicores, memory in bytes,
+    pods), and its unit: ("16", "CPUs"), ("32", "GiB of memory"), ("0", "pod slots")."""
+    if not isinstance(amount, int | float):
+        return "?", str(resource)
+    if resource == "cpu":
+        return _number(amount / 1000), "CPUs"
+    if resource == "memory":
+        return _number(amount / (1 << 30)), "GiB of memory"
+    return _number(amount), "pod slots"
+
+
+def _short_node(n: dict[str, Any]) -> str:
+    """' Node h100-3: 8 GPUs free but 16 of 224 CPUs (a worker asks 32).'"""
+    resource = n.get("short")
+    if resource is None or "short_node" not in n:
+        return ""
+    left, unit = _resource(resource, n.get("short_left"))
+    allocatable, _ = _resource(resource, n.get("short_allocatable"))
+    per, _ = _resource(resource, n.get("short_per_worker"))
+    asks = "a worker is one pod" if resource == "pods" else f"a worker asks {per}"
+    return (
+        f" Node {n['short_node']}: {_plural(n.get('short_node_gpus_free'), 'GPU')} free but "
+        f"{left} of {allocatable} {unit} ({asks})."
+    )
+
+
 def _never_fits(n: dict[str, Any], flavor: str, per: Any, gpus: Any, shape: str) -> str:
     """The real cause first: no node of the flavor, a worker bigger than any node, a gang
     bigger than the whole flavor, or workers that do not divide into its nodes."""
@@ -242,7 +279,27 @@ def _never_fits(n: dict[str, Any], flavor: str, per: Any, gpus: Any, shape: str)
             f"Can never start: the job asks for {shape} and the cluster has {capacity} "
             f"{flavor} GPUs in all."
         )
+    short, asked, most_of = n.get("short"), n.get("short_per_worker"), n.get("short_largest")
+    if (
+        short is not None
+        and isinstance(asked, int)
+        and isinstance(most_of, int)
+        and asked > most_of
+    ):
+        per_worker, unit = _resource(short, asked)
+        largest_of, _ = _resource(short, most_of)
+        return (
+            f"Can never start: a worker asks {per_worker} {unit} and the largest {flavor} node "
+            f"has {largest_of}."
+        )
     most, workers = n.get("most_workers"), n.get("workers")
+    if short is not None and isinstance(most, int) and isinstance(workers, int) and most < workers:
+        per_worker, unit = _resource(short, asked)
+        return (
+            f"Can never start: the job asks for {shape} with {per_worker} {unit} each, and a "
+            f"worker runs on one node: even empty, the {flavor} nodes hold at most {most} such "
+            "workers."
+        )
     if isinstance(most, int) and isinstance(workers, int) and most < workers:
         return (
             f"Can never start: the job asks for {shape}, and a worker runs on one node: even "

@@ -43,6 +43,12 @@ NODE_FIELDS = (
     "cordoned",
     "used_externally",
     "draining",
+    "allocatable_cpu_millicores",
+    "allocatable_memory_bytes",
+    "allocatable_pods",
+    "external_cpu_millicores",
+    "external_memory_bytes",
+    "external_pods",
 )
 
 
@@ -64,6 +70,12 @@ def sync_nodes(nodes: list[NodeInfo]) -> None:
             "used_externally": dict(info.used_externally),
             # JSON object keys are strings: the job id as one.
             "draining": {str(job): dict(gpus) for job, gpus in sorted(info.draining.items())},
+            "allocatable_cpu_millicores": info.allocatable_cpu_millicores,
+            "allocatable_memory_bytes": info.allocatable_memory_bytes,
+            "allocatable_pods": info.allocatable_pods,
+            "external_cpu_millicores": info.external_cpu_millicores,
+            "external_memory_bytes": info.external_memory_bytes,
+            "external_pods": info.external_pods,
         }
         node = existing.pop(info.name, None)
         if node is None:

@@ -3,8 +3,8 @@ brought up to date from what changed since: the change feed of migration 0016.
 
 With 43,000 jobs waiting and nothing changed, reading every row (even only every row's version)
 was most of a steady cycle. Each job row carries `changed_xact`, the 64-bit id of the
-transaction that last changed a column the feed reads, set by a trigger (migrations 0021 and
-0023) that watches `WATCHED`: writes of what only people read (forecasts, estimated starts) and
+transaction that last changed a column the feed reads, set by a trigger (migrations 0021, 0023 and
+0024) that watches `WATCHED`: writes of what only people read (forecasts, estimated starts) and
 of what the cycle keeps itself (`SHOWN`: reasons and positions) leave it alone, whoever makes
 them. A read records its statement's snapshot (`pg_current_snapshot()`) and its own
 transaction's id; the next read asks only for rows whose `changed_xact` that snapshot did not
@@ -72,6 +72,8 @@ class Row(NamedTuple):
     cluster_position: int | None
     checkpoint_grace_seconds: int
     preempted_for: int | None
+    cpu_millicores: int | None  # per worker; None: the flavor's per GPU
+    memory_mib: int | None
 
 
 _COLUMNS = Row._fields[Row._fields.index("id") :]  # the job's, selected in this order

@@ -59,6 +59,13 @@ def launch_spec(job: Job, record: WorkloadRecord | None = None) -> LaunchSpec:
     """What the backend needs to launch the job's current attempt, in the namespace its record
     names, with the proof its objects carry (the record is made here when none is given)."""
     record = record or workload_records([job])[job.pk]
+    flavor = job.flavor
+    requests = pod_spec.worker_requests(
+        job.cpu_millicores,
+        job.memory_mib,
+        job.gpus_per_worker,
+        (flavor.cpu_millicores_per_gpu, flavor.memory_mib_per_gpu),
+    )
     env = {str(k): str(v) for k, v in job.env.items()}
     if job.attempts > 1:
         # A requeued job resumes: tell it which attempt this is and where it saved.
@@ -88,16 +95,8 @@ def launch_spec(job: Job, record: WorkloadRecord | None = None) -> LaunchSpec:
         tolerations=tuple(
             {str(k): str(v) for k, v in toleration.items()} for toleration in job.flavor.tolerations
         ),
-        cpu_millicores=(
-            job.flavor.cpu_millicores_per_gpu * job.gpus_per_worker
-            if job.cpu_millicores is None
-            else job.cpu_millicores
-        ),
-        memory_mib=(
-            job.flavor.memory_mib_per_gpu * job.gpus_per_worker
-            if job.memory_mib is None
-            else job.memory_mib
-        ),
+        cpu_millicores=requests[0],
+        memory_mib=requests[1],
         cpu_limit_millicores=job.cpu_limit_millicores or 0,
         memory_limit_mib=job.memory_limit_mib,
         shm_mib=job.shm_mib,

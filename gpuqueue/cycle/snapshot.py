@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.conf import settings
@@ -16,6 +16,7 @@ from gpuqueue.cycle.table_versions import kept_while_tables_unchanged
 from gpuqueue.models import Flavor, Job, JobActivity, Node, Quota
 from gpuqueue.scheduler import model as m
 from gpuqueue.services.cluster.inventory import node_capacity_by_flavor
+from gpuqueue.services.jobs.pod_spec import worker_requests
 from teams.models import Team
 
 
@@ -48,6 +49,12 @@ def load_nodes(flavors: list[Flavor] | None = None) -> tuple[m.Node, ...]:
                 used_externally={k: v for k, v in external.items() if v},
                 schedulable=node.schedulable,
                 draining=stored_draining(node.draining, capacity, by_resource),
+                cpu=node.allocatable_cpu_millicores,
+                memory=node.allocatable_memory_bytes,
+                pods=node.allocatable_pods,
+                cpu_used_externally=node.external_cpu_millicores,
+                memory_used_externally=node.external_memory_bytes,
+                pods_used_externally=node.external_pods,
             )
         )
     return tuple(nodes)
@@ -87,17 +94,23 @@ def load_teams(teams: list[Team] | None = None) -> tuple[m.Team, ...]:
 
 @dataclass(frozen=True)
 class Names:
-    """What the job rows name by id: team slugs and flavors' (name, idle policy)."""
+    """What the job rows name by id: team slugs and flavors' (name, idle policy); and the
+    flavors themselves, for the CPU and memory a worker asks when its job sets none."""
 
     teams: dict[int, str]
     flavors: dict[int, tuple[str, str]]
+    per_gpu: dict[int, tuple[int, int]] = field(default_factory=dict)  # CPU, memory MiB
 
 
 def _load_world() -> tuple[tuple[m.Node, ...], tuple[m.Team, ...], Names]:
     """Nodes, teams with quotas, and the names job rows refer to, flavors and teams read once."""
     flavors = list(Flavor.objects.all())
     teams = list(Team.objects.select_related("parent").order_by("slug"))
-    names = Names({t.pk: t.slug for t in teams}, {f.pk: (f.name, f.idle_policy) for f in flavors})
+    names = Names(
+        {t.pk: t.slug for t in teams},
+        {f.pk: (f.name, f.idle_policy) for f in flavors},
+        {f.pk: (f.cpu_millicores_per_gpu, f.memory_mib_per_gpu) for f in flavors},
+    )
     return load_nodes(flavors), load_teams(teams), names
 
 
@@ -203,6 +216,7 @@ def _idle_reclaim_first(names: Names) -> set[int]:
 def _running(row: Row, names: Names, min_runtime: float) -> m.RunningJob:
     placement = json.loads(row.placement) if row.placement else {}
     started = row.admitted_at if row.admitted_at is not None else row.submitted_at
+    cpu, memory = _requests(row, names)
     return m.RunningJob(
         id=row.id,
         team=names.teams[row.team_id],
@@ -222,10 +236,21 @@ def _running(row: Row, names: Names, min_runtime: float) -> m.RunningJob:
         preempted_for=row.preempted_for if row.state == JobState.PREEMPTING else None,
         checkpoint_grace=row.checkpoint_grace_seconds,
         idle_reclaim_first=False,
+        cpu_per_worker=cpu,
+        memory_per_worker=memory,
     )
 
 
+def _requests(row: Row, names: Names) -> tuple[int, int]:
+    """A worker's CPU (millicores) and memory (bytes), as its pod asks them."""
+    cpu, memory_mib = worker_requests(
+        row.cpu_millicores, row.memory_mib, row.gpus_per_worker, names.per_gpu[row.flavor_id]
+    )
+    return cpu, memory_mib << 20
+
+
 def _pending(row: Row, names: Names) -> m.PendingJob:
+    cpu, memory = _requests(row, names)
     return m.PendingJob(
         id=row.id,
         team=names.teams[row.team_id],
@@ -238,4 +263,6 @@ def _pending(row: Row, names: Names) -> m.PendingJob:
         submitted_at=row.submitted_at,
         max_runtime=row.max_runtime_seconds,
         expected_runtime=row.expected_runtime_seconds,
+        cpu_per_worker=cpu,
+        memory_per_worker=memory,
     )

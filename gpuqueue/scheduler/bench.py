@@ -1,10 +1,13 @@
-"""Benchmark: `python -m gpuqueue.scheduler.bench [--scenario large|reclaim|all] [...]`.
+"""Benchmark: `python -m gpuqueue.scheduler.bench [--scenario large|limited|reclaim|all] [...]`.
 
 Builds seeded snapshots and prints one JSON line per scenario with the median seconds of plan()
 over several runs (snapshot building is not timed). Scenarios, named by their size:
 
 - large: 5,000 nodes x 8 GPUs in 3 flavors, 30 teams, 20,000 running and 50,000 pending jobs
   with gangs of 1-16 workers;
+- limited: the same, with every node's CPU, memory and pods (224 CPUs, 2,000 GiB, 110 pods, a
+  few requested by others) and every worker asking 12 CPUs and 96 GiB per GPU, as a
+  Kubernetes cluster reports them: placement also checks each node's room besides GPUs;
 - reclaim: 1,000 nodes x 8 GPUs all borrowed by one team while 10 teams under their guarantees
   submit gangs of 8-64 GPUs.
 
@@ -20,6 +23,7 @@ import random
 import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gpuqueue.scheduler.engine import Cycle
 from gpuqueue.scheduler.model import (
@@ -90,6 +94,44 @@ def large(nodes: int, teams: int, running: int, pending: int, seed: int) -> Snap
         _pending(rng, running + 1 + i, rng.choice(team_ids), _flavor(rng)) for i in range(pending)
     ]
     return Snapshot(NOW, tuple(node_list), tuple(team_list), tuple(run_list), tuple(pend_list))
+
+
+CPU_PER_GPU, MEMORY_PER_GPU = 12_000, 96 << 30  # millicores, bytes
+
+
+def limited(nodes: int, teams: int, running: int, pending: int, seed: int) -> Snapshot:
+    snapshot = large(nodes, teams, running, pending, seed)
+    return replace(
+        snapshot,
+        nodes=tuple(
+            replace(
+                n,
+                cpu=224_000,
+                memory=2000 << 30,
+                pods=110,
+                cpu_used_externally=2_500,
+                memory_used_externally=8 << 30,
+                pods_used_externally=6,
+            )
+            for n in snapshot.nodes
+        ),
+        running=tuple(
+            replace(
+                j,
+                cpu_per_worker=CPU_PER_GPU * j.gpus_per_worker,
+                memory_per_worker=MEMORY_PER_GPU * j.gpus_per_worker,
+            )
+            for j in snapshot.running
+        ),
+        pending=tuple(
+            replace(
+                j,
+                cpu_per_worker=CPU_PER_GPU * j.gpus_per_worker,
+                memory_per_worker=MEMORY_PER_GPU * j.gpus_per_worker,
+            )
+            for j in snapshot.pending
+        ),
+    )
 
 
 def _flavor(rng: random.Random) -> str:
@@ -165,6 +207,7 @@ def reclaim(nodes: int, teams: int, running: int, pending: int, seed: int) -> Sn
 SCENARIOS = {
     # name: (builder, nodes, teams, running, pending)
     "large": (large, 5000, 30, 20000, 50000),
+    "limited": (limited, 5000, 30, 20000, 50000),
     "reclaim": (reclaim, 1000, 10, 0, 200),
 }
 

@@ -313,7 +313,8 @@ class Cycle:
             verdict: Verdict
             if reason.code in _WAITS:
                 fl = self.ledger.flavors[job.flavor]
-                verdict = (state, None, fl.fits(job.gpus_per_worker), fl.total_free)
+                fit = fl.fits(job.gpus_per_worker, "", job.cpu_per_worker, job.memory_per_worker)
+                verdict = (state, None, fit, fl.total_free)
             else:
                 verdict = (state, reason, 0, 0)
             self._verdicts[job.kind] = verdict
@@ -339,7 +340,12 @@ class Cycle:
         key = (job.team, job.flavor)
         ahead = self.waiting_in_team.get(key, 0)
         self.waiting_in_team[key] = ahead + 1
-        return reasons.no_capacity(job, fit, free, ahead, self._beyond_share(job), blocked)
+        short = None
+        if fit < job.workers:
+            fl = self.ledger.flavors[job.flavor]
+            if fl.room is not None:
+                short = fl.short(job.gpus_per_worker, job.cpu_per_worker, job.memory_per_worker)
+        return reasons.no_capacity(job, fit, free, ahead, self._beyond_share(job), blocked, short)
 
     def _beyond_share(self, job: PendingJob) -> reasons.BeyondShare | None:
         """When `job` would take its team past its fair share (it can start only on GPUs the
@@ -364,18 +370,24 @@ class Cycle:
         fl = ledger.flavors.get(flavor)
         g = job.gpus_per_worker
         gpus = job.workers * g
-        # 1. (Whole workers only count for a gang of several: one worker fits the largest.)
+        cpu, memory = job.cpu_per_worker, job.memory_per_worker
+        # 1. (Whole workers only count for a gang of several: one worker fits the largest. On
+        #    nodes that limit CPU, memory or pods, every worker is counted against them.)
         if (
             fl is None
             or gpus <= 0  # a malformed gang (no workers or no GPUs) can never be placed either
             or fl.max_node < g
             or fl.total_capacity < gpus
-            or (job.workers > 1 and fl.most_workers(g) < job.workers)
+            or (
+                (job.workers > 1 or fl.room is not None)
+                and fl.most_workers(g, cpu, memory) < job.workers
+            )
         ):
             if fl is None:
                 return reasons.never_fits(job, 0, 0, 0)
-            most = fl.most_workers(g) if g > 0 else 0
-            return reasons.never_fits(job, fl.max_node, fl.total_capacity, most)
+            most = fl.most_workers(g, cpu, memory) if g > 0 else 0
+            short = fl.never_short(g, cpu, memory) if g > 0 else None
+            return reasons.never_fits(job, fl.max_node, fl.total_capacity, most, short)
         groups = self.groups.get((job.team, flavor))
         if groups is None:  # a team the snapshot does not list: no quota anywhere
             groups = [(job.team, None)]
@@ -405,29 +417,39 @@ class Cycle:
         workers = job.workers
         # 5. (Counting first is cheap; placement only runs when it will succeed.)
         strategy = self.policy.placement
-        if fl.total_free >= gpus and fl.fits(g) >= workers:
-            placement = fit_gang(fl, workers, g, strategy)
+        if fl.total_free >= gpus and fl.fits(g, "", cpu, memory) >= workers:
+            placement = fit_gang(fl, workers, g, strategy, None, cpu, memory)
             if placement is not None:
                 self._admit(job, placement)
                 return None
         if fl.held:
             # 6.
             room = self.reserver.backfill_room(job)
-            if room and fl.workers_fit(g, room) >= workers:
-                placement = fit_gang(fl, workers, g, strategy, room)
+            if room and fl.workers_fit(g, room, cpu, memory) >= workers:
+                placement = fit_gang(fl, workers, g, strategy, room, cpu, memory)
                 if placement is not None:
                     self._admit(job, placement, use_held=room)
                     return None
             # 7. Naming every reservation of the flavor is enough for the reason; finding the
             #    exact nodes would cost a placement per blocked job.
-            if fl.fits(g, "held") >= workers:
+            if fl.fits(g, "held", cpu, memory) >= workers:
                 return self.reserver.behind(job)
         # 8.
-        if fl.incoming and fl.fits(g, "incoming") >= workers:
-            placement = fit_gang(fl, workers, g, strategy, fl.incoming)
+        if fl.incoming and fl.fits(g, "incoming", cpu, memory) >= workers:
+            placement = fit_gang(fl, workers, g, strategy, fl.incoming, cpu, memory, True)
             if placement is not None:
                 waited = self._incoming_jobs(job.flavor, placement)
-                ledger.admit(job.team, job.user, job.flavor, g, job.preemptible, placement, True)
+                ledger.admit(
+                    job.team,
+                    job.user,
+                    job.flavor,
+                    g,
+                    job.preemptible,
+                    placement,
+                    True,
+                    cpu=cpu,
+                    memory=memory,
+                )
                 return self._waiting_for(job, waited)
         # 9. (The budget is checked here first: most jobs of a busy cycle get this far.)
         policy = self.policy
@@ -457,7 +479,8 @@ class Cycle:
                 self.waiting_in_team[key] = self.waiting_in_team.get(key, 0) + 1
                 return why
             blocked = self.reclaim_waits.blocked(job)
-        return self._waits_for_capacity(job, fl.fits(g), fl.total_free, blocked)
+        fit = fl.fits(g, "", cpu, memory)
+        return self._waits_for_capacity(job, fit, fl.total_free, blocked)
 
     def may_search(self) -> bool:
         """Whether a victim search may still run in this cycle (its budgets, step 9)."""
@@ -516,6 +539,8 @@ class Cycle:
             job.preemptible,
             placement,
             use_held=use_held,
+            cpu=job.cpu_per_worker,
+            memory=job.memory_per_worker,
         )
         self.admissions.append(Admission(job.id, placement, borrowed))
 
@@ -562,14 +587,33 @@ class Cycle:
         victims = self.search.find(job, fl, self._limit_ok(job), reclaim, priority, budget)
         placement = None
         if victims is not None:
-            placement = fit_gang(fl, job.workers, g, policy.placement, fl.incoming)
+            placement = fit_gang(
+                fl,
+                job.workers,
+                g,
+                policy.placement,
+                fl.incoming,
+                job.cpu_per_worker,
+                job.memory_per_worker,
+                True,
+            )
         if victims is None or placement is None:
             ledger.rollback(mark)
             if job.workers < self.failed_search.get(key, job.workers + 1):
                 self.failed_search[key] = job.workers
             return None
         waited = set(self._incoming_jobs(job.flavor, placement))
-        ledger.admit(job.team, job.user, job.flavor, g, job.preemptible, placement, True)
+        ledger.admit(
+            job.team,
+            job.user,
+            job.flavor,
+            g,
+            job.preemptible,
+            placement,
+            True,
+            cpu=job.cpu_per_worker,
+            memory=job.memory_per_worker,
+        )
         ledger.commit(mark)
         touched: set[tuple[str, str]] = set()
         for victim, kind in victims:

@@ -12,6 +12,11 @@ Per flavor the ledger keeps, for each schedulable node:
   those promised to a pending job join once that job is decided, `come_back`);
 - `held`: GPUs a reservation keeps for a starving job (only backfill may use them).
 
+Per node that limits more than GPUs (`Node.limited`) it keeps the room a worker needs besides
+its GPUs: CPU, memory and pods left (`room`), and what jobs being preempted give back
+(`room_incoming`). A flavor none of whose nodes limits them reads none of it (`FlavorLedger.room`
+is None): placement and counts then walk the free-GPU buckets alone.
+
 Per group (a team, or a department) and flavor it keeps `used` (GPUs held or promised),
 `leaving` (the part of `used` that is being preempted) and `nonpreemptible` usage.
 
@@ -24,11 +29,48 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Mapping
 from operator import attrgetter
+from typing import NamedTuple
 
-from gpuqueue.scheduler.model import Node, Placement, RunningJob, whole_workers
+from gpuqueue.scheduler.model import Node, PendingJob, Placement, RunningJob, whole_workers
 
 Undo = Callable[[], None]
 _NAME = attrgetter("name")
+
+# Room for workers on a node besides GPUs: (CPU millicores, memory bytes, pods) left.
+Room = tuple[int, int, int]
+UNLIMITED = 1 << 62  # a resource the node does not limit
+RESOURCES = ("cpu", "memory", "pods")
+
+
+def workers_in(room: Room, cpu: int, memory: int) -> int:
+    """How many workers asking `cpu` and `memory` each, and a pod, fit in `room`."""
+    most = room[2]
+    if cpu and room[0] // cpu < most:
+        most = room[0] // cpu
+    if memory and room[1] // memory < most:
+        most = room[1] // memory
+    return most if most > 0 else 0
+
+
+def short_resource(room: Room, cpu: int, memory: int) -> int:
+    """Which resource of `room` (an index into RESOURCES) holds the fewest such workers."""
+    counts = (room[0] // cpu if cpu else UNLIMITED, room[1] // memory if memory else UNLIMITED)
+    return min(range(3), key=lambda i: (counts[i] if i < 2 else room[2], i))
+
+
+def node_room(node: Node) -> tuple[Room, Room]:
+    """A limited node's allocatable room, and what is left of it after others' pods."""
+    allocatable = (
+        UNLIMITED if node.cpu is None else node.cpu,
+        UNLIMITED if node.memory is None else node.memory,
+        UNLIMITED if node.pods is None else node.pods,
+    )
+    left = (
+        allocatable[0] - node.cpu_used_externally,
+        allocatable[1] - node.memory_used_externally,
+        allocatable[2] - node.pods_used_externally,
+    )
+    return allocatable, left
 
 
 def buckets_after(
@@ -59,15 +101,22 @@ class FlavorLedger:
     """The GPUs of one flavor, node by node."""
 
     __slots__ = (
+        "_capped",
         "_fits",
         "_most",
+        "_short",
+        "allocatable",
         "buckets",
+        "capacity",
         "free",
         "held",
         "incoming",
         "max_node",
         "memo",
         "name",
+        "others_leave",
+        "room",
+        "room_incoming",
         "sizes",
         "total_capacity",
         "total_free",
@@ -87,14 +136,27 @@ class FlavorLedger:
         self.max_node = 0
         self.total_capacity = 0
         self.sizes: dict[int, int] = {}  # GPUs per schedulable node -> how many such nodes
-        self._most: dict[int, int] = {}  # GPUs per worker -> `most_workers`
+        self.capacity: dict[str, int] = {}  # GPUs each node offers
+        # (GPUs, CPU, memory per worker) -> `most_workers`
+        self._most: dict[tuple[int, int, int], int] = {}
+        # The ledger's room tables (module docstring) when a node of this flavor limits more
+        # than GPUs, else None; and the limited nodes' allocatable room.
+        self.room: dict[str, Room] | None = None
+        self.room_incoming: dict[str, Room] = {}
+        self.allocatable: dict[str, Room] = {}
+        self.others_leave: dict[str, Room] = {}  # allocatable less what others' pods request
+        self._short: dict[tuple[int, int, int], tuple[int, Short | None]] = {}
         # Moved by every change of `free`, `incoming` or `held` (the methods below).
         self.version = 0
         # (GPUs per worker, what is added to free) -> (version, workers that fit): most jobs
         # of a busy cycle ask how many of their workers fit and change nothing. Off
         # (`memo=False`), every count is made afresh.
         self.memo = memo
-        self._fits: dict[tuple[int, str], tuple[int, int]] = {}
+        self._fits: dict[tuple[int, str, int, int], tuple[int, int]] = {}
+        # On a limited flavor, (GPUs, CPU, memory per worker) -> workers that fit on free GPUs
+        # and room, kept up to date node by node (`_recount`) rather than counted afresh after
+        # every change: a count walks every node with a worker's GPUs free.
+        self._capped: dict[tuple[int, int, int], int] = {}
 
     def add_node(self, node: str, free: int, capacity: int) -> None:
         """A schedulable node offering `capacity` GPUs, `free` of them free (setup)."""
@@ -103,17 +165,138 @@ class FlavorLedger:
         self.buckets.setdefault(free, {})[node] = None
         self.total_free += max(free, 0)
         self.total_capacity += capacity
+        self.capacity[node] = capacity
         self.max_node = max(self.max_node, capacity)
         self.sizes[capacity] = self.sizes.get(capacity, 0) + 1
         self._most.clear()
+        self._capped.clear()
 
-    def most_workers(self, gpus_per_worker: int) -> int:
-        """How many workers of this size the empty nodes hold (model.whole_workers), counted
-        once per size: step 1 of every decision asks, and the nodes are set up once."""
-        most = self._most.get(gpus_per_worker)
+    def most_workers(self, gpus_per_worker: int, cpu: int = 0, memory: int = 0) -> int:
+        """How many workers of this size the empty nodes hold (model.whole_workers; on limited
+        nodes, as many as their allocatable CPU, memory and pods hold too), counted once per
+        size: step 1 of every decision asks, and the nodes are set up once."""
+        key = (gpus_per_worker, cpu, memory) if self.room is not None else (gpus_per_worker, 0, 0)
+        most = self._most.get(key)
         if most is None:
-            most = self._most[gpus_per_worker] = whole_workers(self.sizes, gpus_per_worker)
+            if self.room is None:
+                most = whole_workers(self.sizes, gpus_per_worker)
+            else:
+                most = 0
+                allocatable = self.allocatable
+                for node, gpus in self.capacity.items():
+                    per_node = gpus // gpus_per_worker
+                    room = allocatable.get(node)
+                    if room is not None and per_node > 0:
+                        per_node = min(per_node, workers_in(room, cpu, memory))
+                    most += per_node
+            self._most[key] = most
         return most
+
+    def never_short(self, gpus_per_worker: int, cpu: int, memory: int) -> Short | None:
+        """Which resource besides GPUs stops the empty nodes from holding the gang: the one
+        whose allocatable amounts alone hold the fewest workers (below what their GPUs hold),
+        with what a worker asks of it and the most any node of enough GPUs offers. None when
+        GPUs alone are the cause (never fits)."""
+        if self.room is None:
+            return None
+        unlimited = (UNLIMITED, UNLIMITED, UNLIMITED)
+        best = [0, 0, 0]
+        held = [0, 0, 0]  # workers the nodes hold, counting GPUs and one resource
+        by_gpus = 0
+        asked = (cpu, memory, 1)
+        for node, gpus in self.capacity.items():
+            per_node = gpus // gpus_per_worker
+            if per_node <= 0:
+                continue
+            by_gpus += per_node
+            room = self.allocatable.get(node, unlimited)
+            for i in range(3):
+                best[i] = max(best[i], room[i])
+                fit = room[i] // asked[i] if asked[i] else per_node
+                held[i] += min(per_node, fit)
+        i = min(range(3), key=lambda i: (held[i], i))
+        if held[i] >= by_gpus:
+            return None
+        return Short("", 0, RESOURCES[i], best[i], best[i], asked[i])
+
+    def caps_without_ours(self, cpu: int, memory: int) -> Callable[[str], int] | None:
+        """`caps` once gpuqueue's own running jobs are gone: the room others' pods leave
+        (reservations: the jobs they wait for end in time, others' pods may not)."""
+        if self.room is None:
+            return None
+        left = self.others_leave
+
+        def cap(node: str) -> int:
+            room = left.get(node)
+            return UNLIMITED if room is None else workers_in(room, cpu, memory)
+
+        return cap
+
+    def caps(self, cpu: int, memory: int, incoming: bool = False) -> Callable[[str], int] | None:
+        """Per node, how many workers asking `cpu` and `memory` its room holds (with what jobs
+        being preempted give back if `incoming`); None when no node of the flavor limits."""
+        room = self.room
+        if room is None:
+            return None
+        back = self.room_incoming if incoming else None
+
+        def cap(node: str) -> int:
+            left = room.get(node)
+            if left is None:
+                return UNLIMITED
+            if back:
+                more = back.get(node)
+                if more is not None:
+                    left = (left[0] + more[0], left[1] + more[1], left[2] + more[2])
+            return workers_in(left, cpu, memory)
+
+        return cap
+
+    def workers_with(self, node: str, gpus: int, more: Room, job: PendingJob) -> int:
+        """How many of `job`'s workers a limited node holds with `gpus` available and its room
+        and incoming room plus `more` (a victim search's what-if)."""
+        left = self.room[node] if self.room is not None else (UNLIMITED, UNLIMITED, UNLIMITED)
+        back = self.room_incoming.get(node, (0, 0, 0))
+        room = (
+            left[0] + back[0] + more[0],
+            left[1] + back[1] + more[1],
+            left[2] + back[2] + more[2],
+        )
+        per_node = gpus // job.gpus_per_worker
+        return min(per_node, workers_in(room, job.cpu_per_worker, job.memory_per_worker))
+
+    def short(self, gpus_per_worker: int, cpu: int, memory: int) -> Short | None:
+        """The node whose free GPUs hold the most workers that its CPU, memory or pods left do
+        not (first by name), for a reason; None when no node is short of anything but GPUs."""
+        key = (gpus_per_worker, cpu, memory)
+        hit = self._short.get(key)
+        if hit is not None and hit[0] == self.version:
+            return hit[1]
+        found: Short | None = None
+        cap = self.caps(cpu, memory)
+        if cap is not None:
+            lost = 0
+            room = self.room or {}
+            for free, nodes in self.buckets.items():
+                per_node = free // gpus_per_worker if free > 0 else 0
+                if per_node <= lost:
+                    continue
+                for node in nodes:
+                    here = per_node - min(per_node, cap(node))
+                    if here > lost or (here == lost and found is not None and node < found.node):
+                        lost = here
+                        left = room[node]
+                        i = short_resource(left, cpu, memory)
+                        found = Short(
+                            node,
+                            free,
+                            RESOURCES[i],
+                            max(left[i], 0),
+                            self.allocatable[node][i],
+                            (cpu, memory, 1)[i],
+                        )
+        self._short[key] = (self.version, found)
+        return found
 
     def move(self, node: str, new: int) -> None:
         """Set a node's free GPUs, keeping buckets and totals in step (no undo record)."""
@@ -128,6 +311,31 @@ class FlavorLedger:
         self.buckets.setdefault(new, {})[node] = None
         self.free[node] = new
         self.total_free += max(new, 0) - max(old, 0)
+        if self._capped:
+            room = self.room.get(node) if self.room is not None else None
+            self._recount(node, old, new, room, room)
+
+    def room_changed(self, node: str, old: Room | None, new: Room | None) -> None:
+        """A node's room besides GPUs went from `old` to `new` (None: not limited)."""
+        self.version += 1
+        if self._capped:
+            free = self.free[node]
+            self._recount(node, free, free, old, new)
+
+    def _recount(
+        self, node: str, old_free: int, new_free: int, old: Room | None, new: Room | None
+    ) -> None:
+        """Move the kept counts (`_capped`) by what one node's change made of its workers."""
+        for key, total in self._capped.items():
+            g, cpu, memory = key
+            before = (old_free if old_free > 0 else 0) // g
+            if before and old is not None:
+                before = min(before, workers_in(old, cpu, memory))
+            after = (new_free if new_free > 0 else 0) // g
+            if after and new is not None:
+                after = min(after, workers_in(new, cpu, memory))
+            if after != before:
+                self._capped[key] = total + after - before
 
     def take_all(self, taken: Mapping[str, int]) -> None:
         """`move` every node in `taken` down by its GPUs, in node order, at once.
@@ -143,6 +351,7 @@ class FlavorLedger:
         if not moved:
             return
         self.version += 1
+        self._capped.clear()
         self.buckets = buckets_after(self.buckets, moved)
         total = self.total_free
         for node, new in moved.items():
@@ -161,8 +370,41 @@ class FlavorLedger:
         self.version += 1
         _set_count(self.held, node, gpus)
 
-    def workers_fit(self, gpus_per_worker: int, extra: Mapping[str, int] | None = None) -> int:
-        """How many workers of this size fit now on free GPUs (plus `extra` per node)."""
+    def workers_fit(
+        self,
+        gpus_per_worker: int,
+        extra: Mapping[str, int] | None = None,
+        cpu: int = 0,
+        memory: int = 0,
+        incoming: bool = False,
+    ) -> int:
+        """How many workers of this size fit now on free GPUs (plus `extra` per node), and on
+        limited nodes in the room left (plus what comes back if `incoming`)."""
+        cap = self.caps(cpu, memory, incoming)
+        if cap is not None:
+            # Only nodes with room for a worker's GPUs: the buckets of that many free or more
+            # (on a busy cluster a few), and the nodes `extra` adds to.
+            total = 0
+            plus: Mapping[str, int] = extra or {}
+            for count, nodes in self.buckets.items():
+                if count < gpus_per_worker:
+                    continue
+                per_node = count // gpus_per_worker
+                for node in nodes:
+                    if node not in plus:
+                        room = cap(node)
+                        total += per_node if per_node < room else room
+            for node, more in plus.items():
+                free = self.free.get(node, 0)
+                per_node = ((free if free > 0 else 0) + more) // gpus_per_worker
+                if per_node > 0:
+                    room = cap(node)
+                    total += per_node if per_node < room else room
+            return total
+        return self.workers_by_gpus(gpus_per_worker, extra)
+
+    def workers_by_gpus(self, gpus_per_worker: int, extra: Mapping[str, int] | None = None) -> int:
+        """`workers_fit` counting GPUs alone (on a limited flavor, an upper bound)."""
         fit = 0
         for count, nodes in self.buckets.items():
             if count >= gpus_per_worker:
@@ -173,18 +415,38 @@ class FlavorLedger:
                 fit += (base + more) // gpus_per_worker - base // gpus_per_worker
         return fit
 
-    def fits(self, gpus_per_worker: int, plus: str = "") -> int:
+    def fits(self, gpus_per_worker: int, plus: str = "", cpu: int = 0, memory: int = 0) -> int:
         """`workers_fit` on the free GPUs, plus the `"held"` or `"incoming"` ones if named."""
-        key = (gpus_per_worker, plus)
+        if self.room is None:
+            cpu = memory = 0
+        elif self.memo and not plus:
+            kept = self._capped.get((gpus_per_worker, cpu, memory))
+            if kept is None:
+                kept = self.workers_fit(gpus_per_worker, None, cpu, memory)
+                self._capped[(gpus_per_worker, cpu, memory)] = kept
+            return kept
+        key = (gpus_per_worker, plus, cpu, memory)
         if self.memo:
             hit = self._fits.get(key)
             if hit is not None and hit[0] == self.version:
                 return hit[1]
         extra = self.held if plus == "held" else self.incoming if plus == "incoming" else None
-        count = self.workers_fit(gpus_per_worker, extra)
+        count = self.workers_fit(gpus_per_worker, extra, cpu, memory, plus == "incoming")
         if self.memo:
             self._fits[key] = (self.version, count)
         return count
+
+
+class Short(NamedTuple):
+    """A node short of something besides GPUs: its free GPUs, the resource (RESOURCES), what is
+    left of it and allocatable, and what one worker asks of it."""
+
+    node: str
+    gpus_free: int
+    resource: str
+    left: int
+    allocatable: int
+    per_worker: int
 
 
 def _set_count(table: dict[str, int], node: str, gpus: int) -> None:
@@ -232,6 +494,25 @@ class Ledger:
                     if draining.flavor == flavor:
                         free -= draining.gpus  # incoming once the cycle says for whom
                 fl.add_node(node.name, free, capacity[flavor])
+        # Room besides GPUs, on the limited nodes only (module docstring).
+        self.room: dict[str, Room] = {}
+        self.room_incoming: dict[str, Room] = {}
+        self.allocatable: dict[str, Room] = {}
+        others_leave: dict[str, Room] = {}
+        for node in nodes:
+            if node.schedulable and node.limited:
+                self.allocatable[node.name], self.room[node.name] = node_room(node)
+                others_leave[node.name] = self.room[node.name]
+        # A limited node's flavors: a change of its room moves their counts (`version`).
+        self._sharing: dict[str, list[FlavorLedger]] = {}
+        if self.room:
+            for fl in self.flavors.values():
+                here = [name for name in fl.free if name in self.room]
+                if here:
+                    fl.room, fl.room_incoming = self.room, self.room_incoming
+                    fl.allocatable, fl.others_leave = self.allocatable, others_leave
+                    for name in here:
+                        self._sharing.setdefault(name, []).append(fl)
 
     # --- checkpoints -------------------------------------------------------------------------
 
@@ -280,6 +561,32 @@ class Ledger:
         self.stamp += 1
         if self._depth:
             self._undo.append(lambda: fl.set_held(node, old))
+
+    def _move_room(self, table: dict[str, Room], node: str, delta: Room, sign: int) -> None:
+        """Add `delta` (sign 1) to, or take it (sign -1) from, a node's room in `table`."""
+        old = table.get(node)
+        base = old if old is not None else (0, 0, 0)
+        self._put_room(
+            table,
+            node,
+            (base[0] + sign * delta[0], base[1] + sign * delta[1], base[2] + sign * delta[2]),
+        )
+        self.stamp += 1
+        if self._depth:
+            self._undo.append(lambda: self._put_room(table, node, old))
+
+    def _put_room(self, table: dict[str, Room], node: str, new: Room | None) -> None:
+        """Set a node's room in `table` (None: drop it), and tell the node's flavors."""
+        old = table.get(node)
+        if new is None:
+            table.pop(node, None)
+        else:
+            table[node] = new
+        for fl in self._sharing.get(node, ()):
+            if table is self.room:
+                fl.room_changed(node, old, new)
+            else:
+                fl.version += 1
 
     # --- queries -----------------------------------------------------------------------------
 
@@ -352,6 +659,8 @@ class Ledger:
             for node, workers in job.placement:
                 if node not in free:
                     continue  # an unschedulable node: its GPUs never come back to the pool
+                if fl.room is not None and node in fl.room:
+                    self._hold_room(job, node, workers, leaving)
                 node_gpus = workers * g
                 on_nodes[node] = on_nodes.get(node, 0) + node_gpus  # held until really gone
                 if leaving and job.id not in promised:
@@ -377,6 +686,14 @@ class Ledger:
             flavors[flavor].take_all(on_nodes)
         return used
 
+    def _hold_room(self, job: RunningJob, node: str, workers: int, leaving: bool) -> None:
+        """A running job's workers on a limited node (setup): their room is taken, and comes
+        back (incoming) when the job is being preempted."""
+        ask = (workers * job.cpu_per_worker, workers * job.memory_per_worker, workers)
+        self._move_room(self.room, node, ask, -1)
+        if leaving:
+            self._move_room(self.room_incoming, node, ask, 1)
+
     def admit(
         self,
         team: str,
@@ -387,14 +704,20 @@ class Ledger:
         placement: Placement,
         use_incoming: bool = False,
         use_held: Mapping[str, int] | None = None,
+        cpu: int = 0,
+        memory: int = 0,
     ) -> None:
         """Take GPUs for a gang: from incoming first (if allowed), then held (backfill), then free.
+        On limited nodes take its workers' CPU, memory and pods too, in the same order.
 
         A job that takes incoming GPUs is promised them: it waits for the preemptions to finish.
         """
         fl = self.flavors[flavor]
         total = 0
+        room = fl.room
         for node, workers in placement:
+            if room is not None and node in room:
+                self._take_room(node, (workers * cpu, workers * memory, workers), use_incoming)
             need = workers * gpus_per_worker
             total += need
             if use_incoming:
@@ -411,6 +734,24 @@ class Ledger:
                 self._set_free(fl, node, fl.free[node] - need)
         self._count(team, user, flavor, total, preemptible)
 
+    def _take_room(self, node: str, ask: Room, use_incoming: bool) -> None:
+        if use_incoming:
+            back = self.room_incoming.get(node)
+            if back is not None:
+                take = (min(ask[0], back[0]), min(ask[1], back[1]), min(ask[2], back[2]))
+                self._move_room(self.room_incoming, node, take, -1)
+                ask = (ask[0] - take[0], ask[1] - take[1], ask[2] - take[2])
+        if any(ask):
+            self._move_room(self.room, node, ask, -1)
+
+    def _room_back(self, job: RunningJob, sign: int) -> None:
+        """A victim's room on limited nodes becomes incoming (sign 1), or stops being (-1)."""
+        room = self.room
+        for node, workers in job.placement:
+            if node in room:
+                ask = (workers * job.cpu_per_worker, workers * job.memory_per_worker, workers)
+                self._move_room(self.room_incoming, node, ask, sign)
+
     def release(self, job: RunningJob) -> None:
         """Mark a running job as a victim: its GPUs become incoming, its team's share leaves."""
         self.victims.add(job.id)
@@ -419,6 +760,8 @@ class Ledger:
             self._undo.append(lambda: self.victims.discard(job.id))
         for group in self.chains.get(job.team, (job.team,)):
             self._add(self.leaving, (group, job.flavor), job.gpus)
+        if self.room:
+            self._room_back(job, 1)
         fl = self.flavors.get(job.flavor)
         if fl is None:
             return
@@ -435,6 +778,8 @@ class Ledger:
             self._undo.append(lambda: self.victims.add(job.id))
         for group in self.chains.get(job.team, (job.team,)):
             self._add(self.leaving, (group, job.flavor), -job.gpus)
+        if self.room:
+            self._room_back(job, -1)
         fl = self.flavors.get(job.flavor)
         if fl is None:
             return

@@ -70,6 +70,20 @@ class Node:
     schedulable: bool = True  # False when cordoned, NotReady or drained
     # GPUs coming back from terminating pods of gpuqueue's jobs (not in used_externally).
     draining: tuple[Draining, ...] = ()
+    # Allocatable CPU (millicores), memory (bytes) and pods; None: not limited (the trace
+    # replay's nodes know only GPUs). A worker is one pod and asks its job's CPU and memory.
+    cpu: int | None = None
+    memory: int | None = None
+    pods: int | None = None
+    # What pods gpuqueue did not make request there (gpuqueue's own are the running jobs').
+    cpu_used_externally: int = 0
+    memory_used_externally: int = 0
+    pods_used_externally: int = 0
+
+    @property
+    def limited(self) -> bool:
+        """Whether anything besides GPUs can stop a worker here."""
+        return self.cpu is not None or self.memory is not None or self.pods is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +113,8 @@ class RunningJob:
     # Its GPUs were flagged idle and its flavor's policy reclaims idle borrowers first
     # (gpuqueue/services/accounting/gpu_activity.py): among reclaim victims it goes first.
     idle_reclaim_first: bool = False
+    cpu_per_worker: int = 0  # millicores each worker (pod) requests
+    memory_per_worker: int = 0  # bytes each worker requests
     # Derived from the placement once, not on every read: a plan reads them for every running
     # job several times (the ledger, demand, victim searches).
     workers: int = field(init=False, repr=False, compare=False)
@@ -121,8 +137,8 @@ RUNTIME_AGING = 1.0
 UNKNOWN_RUNTIME = 3600.0
 
 # What the engine's steps read of a job that is not starving: team, flavor, workers, GPUs per
-# worker, priority, preemptible, max runtime (`PendingJob.kind`).
-Kind = tuple[str, str, int, int, int, bool, float | None]
+# worker, priority, preemptible, max runtime, CPU and memory per worker (`PendingJob.kind`).
+Kind = tuple[str, str, int, int, int, bool, float | None, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +154,8 @@ class PendingJob:
     submitted_at: float
     max_runtime: float | None = None
     expected_runtime: float | None = None
+    cpu_per_worker: int = 0  # millicores each worker (pod) requests
+    memory_per_worker: int = 0  # bytes each worker requests
     gpus: int = field(init=False, repr=False, compare=False)  # workers x GPUs per worker
     # What the engine's steps read of a job that is not starving, made once: a plan looks up
     # the verdict for this kind for every pending job (engine.Cycle._consider).
@@ -165,6 +183,8 @@ class PendingJob:
                 self.priority,
                 self.preemptible,
                 self.max_runtime,
+                self.cpu_per_worker,
+                self.memory_per_worker,
             ),
         )
 

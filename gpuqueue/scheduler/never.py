@@ -7,7 +7,8 @@ only the nodes and the quotas, never the running jobs or the time:
 
 1. the job's flavor has no schedulable node, or its nodes, empty, hold fewer of its workers than
    it has (a worker bigger than the largest node, a gang bigger than the flavor, or 3 workers of
-   6 GPUs on nodes of 8 + 8 + 4: the engine's NEVER_FITS);
+   6 GPUs on nodes of 8 + 8 + 4; on nodes that limit CPU, memory or pods, their allocatable
+   amounts count too: the engine's NEVER_FITS);
 2. its team, or the team's department, has no quota for the flavor (NO_QUOTA);
 3. the gang asks more than a limit of the team or its department (OVER_LIMIT at any usage);
 4. a non-preemptible gang asks more than a guarantee (OVER_FAIR_SHARE at any usage).
@@ -57,7 +58,11 @@ class NeverAdmits:
     def __call__(self, job: PendingJob) -> bool:
         flavor, gpus = job.flavor, job.gpus
         fl = self.flavors.get(flavor)
-        if gpus <= 0 or fl is None or fl.most_workers(job.gpus_per_worker) < job.workers:
+        if gpus <= 0 or fl is None:
+            return True
+        if fl.most_workers(job.gpus_per_worker, job.cpu_per_worker, job.memory_per_worker) < (
+            job.workers
+        ):
             return True
         for group in self.chains.get(job.team, (job.team,)):
             quota = self.quotas.get((group, flavor))

@@ -3,11 +3,13 @@
 Placement reads the free-GPU buckets of a flavor, so that finding room costs a walk over a
 handful of distinct free counts instead of every node. `extra` adds GPUs on some nodes (incoming
 capacity of jobs being preempted, or GPUs a reservation holds that a backfill job may borrow).
+On nodes that limit more than GPUs, a worker also needs its CPU, memory and a pod slot there
+(`FlavorLedger.caps`); a flavor with no such node walks the buckets alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from operator import itemgetter
 
 from gpuqueue.scheduler.ledger import FlavorLedger
@@ -20,21 +22,32 @@ def fit_gang(
     gpus_per_worker: int,
     strategy: PlacementStrategy,
     extra: Mapping[str, int] | None = None,
+    cpu: int = 0,
+    memory: int = 0,
+    incoming: bool = False,
 ) -> Placement | None:
-    """Nodes for all `workers` at once, or None: a gang is never placed in part."""
+    """Nodes for all `workers` at once, or None: a gang is never placed in part. Each worker
+    asks `cpu` millicores and `memory` bytes; `incoming`: the room of jobs being preempted
+    counts as theirs too (as their GPUs in `extra`)."""
     if workers <= 0 or gpus_per_worker <= 0:
         return None
     if not extra and fl.total_free < workers * gpus_per_worker:
         return None  # early exit: the flavor is too full for this gang whatever the layout
+    cap = fl.caps(cpu, memory, incoming)
     if strategy is PlacementStrategy.SPREAD:
-        return _spread(fl, workers, gpus_per_worker, extra or {})
-    return _binpack(fl, workers, gpus_per_worker, extra or {})
+        return _spread(fl, workers, gpus_per_worker, extra or {}, cap)
+    return _binpack(fl, workers, gpus_per_worker, extra or {}, cap)
 
 
 def fit_on(
-    avail: Mapping[str, int], workers: int, gpus_per_worker: int, strategy: PlacementStrategy
+    avail: Mapping[str, int],
+    workers: int,
+    gpus_per_worker: int,
+    strategy: PlacementStrategy,
+    cap: Cap | None = None,
 ) -> Placement | None:
-    """The same placement over a plain node -> free GPUs mapping (used for reservations).
+    """The same placement over a plain node -> free GPUs mapping (used for reservations), each
+    node holding no more workers than `cap` says its room besides GPUs does.
 
     `fit_gang` on a ledger holding `avail` (nodes inserted by name) visits nodes by count, then
     name: one sort of the nodes gives that order without building the ledger (each starving
@@ -54,6 +67,10 @@ def fit_on(
             per_node = count // g
             if per_node <= 0:
                 break
+            if cap is not None:
+                per_node = min(per_node, cap(node))
+                if per_node <= 0:
+                    continue
             room.append((node, per_node))
             capacity += per_node
             if len(room) >= workers:
@@ -65,12 +82,14 @@ def fit_on(
     need = workers * g
     ordered = sorted(avail.items(), key=_COUNT_THEN_NAME)
     for node, count in ordered:
-        if count >= need:
+        if count >= need and (cap is None or cap(node) >= workers):
             return ((node, workers),)
     taken: dict[str, int] = {}
     left = workers
     for node, count in ordered:
         per_node = count // g
+        if cap is not None and per_node > 0:
+            per_node = min(per_node, cap(node))
         if per_node <= 0:
             continue
         take = min(per_node, left)
@@ -81,6 +100,7 @@ def fit_on(
     return None
 
 
+Cap = Callable[[str], int]  # node -> workers its room besides GPUs holds
 _COUNT = itemgetter(1)  # of a (node, GPUs) pair
 _COUNT_THEN_NAME = itemgetter(1, 0)
 
@@ -109,11 +129,16 @@ class _View:
 
 
 def _binpack(
-    fl: FlavorLedger, workers: int, gpus_per_worker: int, extra: Mapping[str, int]
+    fl: FlavorLedger,
+    workers: int,
+    gpus_per_worker: int,
+    extra: Mapping[str, int],
+    cap: Cap | None,
 ) -> Placement | None:
     """1. The fullest single node that holds the whole gang (no cross-node traffic, no waste).
     2. Otherwise the fullest nodes that still hold a worker, filled in turn: small leftovers get
        used and empty nodes stay empty for the next big gang.
+    A limited node holds no more workers than its room besides GPUs (`cap`).
     """
     need = workers * gpus_per_worker
     view = _View(fl, extra)
@@ -121,7 +146,8 @@ def _binpack(
     for count in counts:
         if count >= need:
             for node in view.nodes_with(count):
-                return ((node, workers),)
+                if cap is None or cap(node) >= workers:
+                    return ((node, workers),)
     chosen: dict[str, int] = {}
     left = workers
     for count in counts:
@@ -129,7 +155,13 @@ def _binpack(
         if per_node <= 0:
             continue
         for node in view.nodes_with(count):
-            take = min(per_node, left)
+            if cap is not None:
+                room = cap(node)
+                if room <= 0:
+                    continue
+                take = min(per_node, room, left)
+            else:
+                take = min(per_node, left)
             chosen[node] = take
             left -= take
             if left == 0:
@@ -138,10 +170,15 @@ def _binpack(
 
 
 def _spread(
-    fl: FlavorLedger, workers: int, gpus_per_worker: int, extra: Mapping[str, int]
+    fl: FlavorLedger,
+    workers: int,
+    gpus_per_worker: int,
+    extra: Mapping[str, int],
+    cap: Cap | None,
 ) -> Placement | None:
     """1. Take the emptiest nodes, one per worker where there are enough of them.
     2. Deal workers to them one at a time, round after round, so load is spread evenly.
+    A limited node holds no more workers than its room besides GPUs (`cap`).
     """
     room: list[tuple[str, int]] = []
     capacity = 0
@@ -151,8 +188,11 @@ def _spread(
         if per_node <= 0:
             break
         for node in view.nodes_with(count):
-            room.append((node, per_node))
-            capacity += per_node
+            here = per_node if cap is None else min(per_node, cap(node))
+            if here <= 0:
+                continue
+            room.append((node, here))
+            capacity += here
             if len(room) >= workers:
                 break
         if len(room) >= workers:

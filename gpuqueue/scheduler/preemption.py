@@ -218,9 +218,14 @@ class VictimSearch:
                     break  # sorted by priority: nothing further is lower
                 yield victim, PRIORITY
 
-    def _workers_delta(self, fl: FlavorLedger, victim: RunningJob, g: int, sign: int) -> int:
-        """How many more workers of `g` GPUs fit once `victim` is released (sign=1) or
-        restored (sign=-1): only its own nodes change, so the count is kept incrementally."""
+    def _workers_delta(
+        self, fl: FlavorLedger, victim: RunningJob, job: PendingJob, sign: int
+    ) -> int:
+        """How many more of `job`'s workers fit once `victim` is released (sign=1) or
+        restored (sign=-1): only its own nodes change, so the count is kept incrementally. On
+        a limited node the victim's CPU, memory and pods come back (or stop coming) too."""
+        g = job.gpus_per_worker
+        limited = fl.room is not None
         delta = 0
         for node, workers in victim.placement:
             free = fl.free.get(node)
@@ -228,7 +233,17 @@ class VictimSearch:
                 continue
             base = _available(fl, node)
             after = base + sign * workers * victim.gpus_per_worker
-            delta += after // g - base // g
+            if limited and node in fl.allocatable:
+                ask = (
+                    sign * workers * victim.cpu_per_worker,
+                    sign * workers * victim.memory_per_worker,
+                    sign * workers,
+                )
+                delta += fl.workers_with(node, after, ask, job) - fl.workers_with(
+                    node, base, (0, 0, 0), job
+                )
+            else:
+                delta += after // g - base // g
         return delta
 
     def find(
@@ -313,8 +328,11 @@ class VictimSearch:
         if not candidates:
             return None
         g = job.gpus_per_worker
-        start = fl.workers_fit(g, fl.incoming)
-        if not self._may_fit(job, fl, candidates, start):
+        start = fl.workers_fit(g, fl.incoming, job.cpu_per_worker, job.memory_per_worker, True)
+        # The cut counts GPUs alone (an upper bound): a victim's CPU can add a worker on a
+        # node whose GPUs were free already.
+        by_gpus = start if fl.room is None else fl.workers_by_gpus(g, fl.incoming)
+        if not self._may_fit(job, fl, candidates, by_gpus):
             return None
         for strategy in (self._in_order, self._by_node, self._cheapest_first):
             mark = ledger.checkpoint()
@@ -324,7 +342,7 @@ class VictimSearch:
                 continue
             chosen, fit = found
             for pair in reversed(chosen[:-1]):
-                less = fit + self._workers_delta(fl, pair[0], g, -1)
+                less = fit + self._workers_delta(fl, pair[0], job, -1)
                 ledger.unrelease(pair[0])
                 if less >= job.workers and limit_ok():
                     chosen.remove(pair)
@@ -401,7 +419,7 @@ class VictimSearch:
             return -1
         if kind == RECLAIM and not self._victim_ok(job, victim):
             return -1
-        delta = self._workers_delta(fl, victim, job.gpus_per_worker, 1)
+        delta = self._workers_delta(fl, victim, job, 1)
         self.ledger.release(victim)
         return delta
 

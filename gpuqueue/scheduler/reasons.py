@@ -6,7 +6,9 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 | code                   | numbers                                                             |
 | ---------------------- | ------------------------------------------------------------------- |
 | NEVER_FITS             | flavor, workers, gpus_per_worker, largest_node, flavor_capacity,    |
-|                        | most_workers (of this size, on the empty nodes)                     |
+|                        | most_workers (of this size, on the empty nodes); and when a worker  |
+|                        | asks more CPU, memory or pods than any node of enough GPUs has:     |
+|                        | short, short_per_worker, short_largest                              |
 | NO_QUOTA               | flavor, scope ("team" or "department")                             |
 | OVER_FAIR_SHARE        | flavor, scope, guarantee, in_use (non-preemptible), requested       |
 | OVER_LIMIT             | flavor, scope, limit, in_use, requested                             |
@@ -14,7 +16,10 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 |                        | job would take its team past its fair share: fair_share,            |
 |                        | team_in_use, newer_gpus; and when it fits within its team's         |
 |                        | guarantee but reclaim found no room: guarantee, guarantee_in_use,   |
-|                        | borrowed, takeable                                                  |
+|                        | borrowed, takeable; and when a node's CPU, memory or pods hold      |
+|                        | fewer workers than its free GPUs: short, short_node,                |
+|                        | short_node_gpus_free, short_left, short_allocatable,                |
+|                        | short_per_worker                                                    |
 | QUEUED_BEHIND_TEAM     | ahead (earlier pending jobs of the team) + the NO_CAPACITY numbers  |
 | WAITING_FOR_PREEMPTION | flavor, workers, gpus_per_worker, gpus_back, from_teams; and when   |
 |                        | every victim's checkpoint grace is known: saving_until; when some   |
@@ -25,6 +30,12 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 |                        | recovers_at (math.inf when never)                                   |
 | WAITING_FOR_RECLAIM    | flavor, workers, gpus_per_worker, free, borrowers (team ids, ", "), |
 |                        | borrowed, min_runtime_seconds, reclaim_at                           |
+
+Resources besides GPUs (`short`: "cpu" in millicores, "memory" in bytes, or "pods"): in
+NO_CAPACITY, `short_node` is the node whose free GPUs hold the most workers that its room does
+not (`short_node_gpus_free` of them free), `short_left` what others leave of the resource there
+and `short_allocatable` all of it; `short_per_worker` what one worker asks (a pod: 1). In
+NEVER_FITS, `short_largest` is the most any node of enough GPUs has allocatable.
 
 NO_CAPACITY's `team_in_use` is what the team holds of the flavor (held or promised, less what is
 being preempted), `newer_gpus` the part of it held by jobs that started after the waiting job was
@@ -56,23 +67,30 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from gpuqueue.scheduler.ledger import Short
 from gpuqueue.scheduler.model import PendingJob, Reason, ReasonCode
 
 
 def never_fits(
-    job: PendingJob, largest_node: int, flavor_capacity: int, most_workers: int
+    job: PendingJob,
+    largest_node: int,
+    flavor_capacity: int,
+    most_workers: int,
+    short: Short | None = None,
 ) -> Reason:
-    return Reason(
-        ReasonCode.NEVER_FITS,
-        {
-            "flavor": job.flavor,
-            "workers": job.workers,
-            "gpus_per_worker": job.gpus_per_worker,
-            "largest_node": largest_node,
-            "flavor_capacity": flavor_capacity,
-            "most_workers": most_workers,
-        },
-    )
+    numbers: dict[str, int | float | str] = {
+        "flavor": job.flavor,
+        "workers": job.workers,
+        "gpus_per_worker": job.gpus_per_worker,
+        "largest_node": largest_node,
+        "flavor_capacity": flavor_capacity,
+        "most_workers": most_workers,
+    }
+    if short is not None:
+        numbers["short"] = short.resource
+        numbers["short_per_worker"] = short.per_worker
+        numbers["short_largest"] = short.allocatable
+    return Reason(ReasonCode.NEVER_FITS, numbers)
 
 
 def no_quota(job: PendingJob, scope: str) -> Reason:
@@ -152,6 +170,7 @@ def no_capacity(
     ahead: int,
     beyond_share: BeyondShare | None = None,
     blocked: GuaranteeBlocked | None = None,
+    short: Short | None = None,
 ) -> Reason:
     workers = job.workers
     numbers: dict[str, int | float | str] = {
@@ -170,6 +189,13 @@ def no_capacity(
         numbers["guarantee_in_use"] = blocked.in_use
         numbers["borrowed"] = blocked.borrowed
         numbers["takeable"] = blocked.takeable
+    if short is not None:
+        numbers["short"] = short.resource
+        numbers["short_node"] = short.node
+        numbers["short_node_gpus_free"] = short.gpus_free
+        numbers["short_left"] = short.left
+        numbers["short_allocatable"] = short.allocatable
+        numbers["short_per_worker"] = short.per_worker
     if ahead:
         numbers["ahead"] = ahead
         return Reason(_QUEUED_BEHIND_TEAM, numbers)

@@ -126,7 +126,19 @@ class ReclaimWaits:
             found = self.search.find(job, fl, limit_ok, True, False, budget, at)
             if found is None:
                 return None
-            if fit_gang(fl, job.workers, job.gpus_per_worker, self.placement, fl.incoming) is None:
+            if (
+                fit_gang(
+                    fl,
+                    job.workers,
+                    job.gpus_per_worker,
+                    self.placement,
+                    fl.incoming,
+                    job.cpu_per_worker,
+                    job.memory_per_worker,
+                    True,
+                )
+                is None
+            ):
                 return None
             return [victim for victim, kind in found if kind == RECLAIM]
         finally:

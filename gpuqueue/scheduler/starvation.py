@@ -154,14 +154,17 @@ class Reserver:
                 if fit >= job.workers:
                     start = time
                     break
-        placement = fit_on(avail, job.workers, g, self.policy.placement)
+        # Gpuqueue's jobs on the nodes end in time, others' pods may not: a node whose room
+        # besides GPUs cannot hold the workers even then is not reserved.
+        cap = fl.caps_without_ours(job.cpu_per_worker, job.memory_per_worker)
+        placement = fit_on(avail, job.workers, g, self.policy.placement, cap)
         if placement is None:
             capacity = {
                 n.name: n.capacity.get(job.flavor, 0) - n.used_externally.get(job.flavor, 0)
                 for n in self._nodes
                 if n.schedulable and n.name in avail
             }
-            placement = fit_on(capacity, job.workers, g, self.policy.placement)
+            placement = fit_on(capacity, job.workers, g, self.policy.placement, cap)
             start = math.inf
         if placement is None:
             return None

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from gpuqueue.core import caches
 from gpuqueue.core.states import JobState
-from gpuqueue.models import Job, Quota
+from gpuqueue.models import Job, Node, Quota
 from teams.models import ApiToken, AuditEntry, Membership
 
 
@@ -123,6 +123,29 @@ def test_root_drains_a_node_and_it_is_audited(api: Any) -> None:
     usage = {u["flavor"]: u for u in api("alice").get("/api/v1/utilization/").json()}
     assert usage["h100"]["capacity"] == 32 and usage["h100"]["schedulable_capacity"] == 24
     assert AuditEntry.objects.get(action="node.drain").object_repr == "h100-0"
+
+
+def test_a_node_shows_its_cpu_memory_and_pods_and_what_others_request(api: Any) -> None:
+    Node.objects.filter(name="h100-1").update(
+        allocatable_cpu_millicores=224_000,
+        allocatable_memory_bytes=2 << 40,
+        allocatable_pods=110,
+        external_cpu_millicores=208_000,
+        external_memory_bytes=8 << 30,
+        external_pods=7,
+    )
+    body = api("alice").get("/api/v1/nodes/h100-1/").json()
+    assert {k: v for k, v in body.items() if "cpu" in k or "memory" in k or "pods" in k} == {
+        "allocatable_cpu_millicores": 224_000,
+        "allocatable_memory_bytes": 2 << 40,
+        "allocatable_pods": 110,
+        "external_cpu_millicores": 208_000,
+        "external_memory_bytes": 8 << 30,
+        "external_pods": 7,
+    }
+    # A node that says nothing of them limits nothing.
+    other = api("alice").get("/api/v1/nodes/h100-2/").json()
+    assert other["allocatable_cpu_millicores"] is None and other["external_pods"] == 0
 
 
 def test_utilization_shows_every_teams_figures_but_no_job_details(

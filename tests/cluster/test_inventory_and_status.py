@@ -87,6 +87,54 @@ def test_gpus_held_by_pods_gpuqueue_did_not_create_are_counted_as_used() -> None
     assert info.used_externally == {"nvidia.com/gpu": 4}
 
 
+def asking(on: str, index: int, cpu: str, memory: str, **spec: Any) -> dict[str, Any]:
+    """A pod without GPUs that requests CPU and memory (a DaemonSet's, someone's service)."""
+    made = pod(on, 0, index=index)
+    made["spec"]["containers"] = [
+        {"name": "main", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+    ]
+    made["spec"].update(spec)
+    return made
+
+
+def test_the_inventory_reads_allocatable_cpu_memory_and_pods_and_what_others_request() -> None:
+    h100 = node("h100-0", 8)
+    h100["status"]["allocatable"].update({"cpu": "223500m", "memory": "2Ti", "pods": "110"})
+    ours = pod("h100-0", 8, labels=OURS, index=3)
+    ours["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "96", "memory": "768Gi"}
+    pods = [
+        asking("h100-0", 0, "250m", "512Mi"),
+        # The larger of the containers' sum and the largest init container, plus overhead.
+        asking(
+            "h100-0",
+            1,
+            "2",
+            "1Gi",
+            initContainers=[{"resources": {"requests": {"cpu": "4", "memory": "100Mi"}}}],
+            overhead={"cpu": "100m"},
+        ),
+        asking("h100-0", 2, "8", "8Gi") | {"status": {"phase": "Succeeded"}},  # holds nothing
+        ours,  # a live job's worker: its job's requests count it
+        pod("h100-0", 1, index=4),  # someone's GPU pod, requesting nothing else
+    ]
+    ours_keys = {("ns", "p-h100-0-3"): (7, 1)}
+    (info,) = inventory([h100], pods, {(7, 1)}, ours_keys)
+    assert info.allocatable_cpu_millicores == 223_500
+    assert info.allocatable_memory_bytes == 2 << 40
+    assert info.allocatable_pods == 110
+    assert info.external_cpu_millicores == 250 + 4000 + 100
+    assert info.external_memory_bytes == (512 << 20) + (1 << 30)
+    assert info.external_pods == 3
+
+
+def test_a_node_that_lists_no_cpu_memory_or_pods_limits_none_of_them() -> None:
+    bare = node("h100-0", 8)
+    bare["status"]["allocatable"] = {"nvidia.com/gpu": "8"}
+    (info,) = inventory([bare], [asking("h100-0", 0, "1", "1Gi")])
+    assert (info.allocatable_cpu_millicores, info.allocatable_memory_bytes) == (None, None)
+    assert info.allocatable_pods is None and info.external_cpu_millicores == 1000
+
+
 def test_proven_pods_of_a_stopped_attempt_are_draining_for_their_job_not_used_by_others() -> None:
     # Attempt 1 is no longer live: its pod's GPUs come back to the queue. Attempt 2 is live and
     # one of its pods is terminating: held beside its replacement, not coming back.

@@ -144,6 +144,43 @@ def test_terminating_pods_gpus_reach_the_engine_as_counted_claimed_by_the_job_wa
     }
 
 
+def test_a_nodes_cpu_memory_and_pods_and_each_workers_requests_reach_the_engine(
+    world: Any, submit: Any
+) -> None:
+    world.h100.cpu_millicores_per_gpu, world.h100.memory_mib_per_gpu = 12_000, 98_304
+    world.h100.save()
+    Node.objects.create(
+        name="h100-0",
+        capacity={"nvidia.com/gpu": 8},
+        labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        allocatable_cpu_millicores=224_000,
+        allocatable_memory_bytes=2 << 40,
+        allocatable_pods=110,
+        external_cpu_millicores=2_500,
+        external_memory_bytes=8 << 30,
+        external_pods=6,
+    )
+    Node.objects.create(
+        name="h100-1",
+        capacity={"nvidia.com/gpu": 8},
+        labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+    )
+    by_flavor = submit(gpus_per_worker=4)  # the flavor's per GPU: 48 CPUs, 384 GiB
+    own = submit(gpus_per_worker=2, cpu_millicores=500, memory_mib=1024)
+    snapshot = load_snapshot(timezone.now())
+    limited, bare = snapshot.nodes
+    assert (limited.cpu, limited.memory, limited.pods) == (224_000, 2 << 40, 110)
+    assert (limited.cpu_used_externally, limited.memory_used_externally) == (2_500, 8 << 30)
+    assert limited.pods_used_externally == 6
+    assert not bare.limited
+    jobs = {job.id: job for job in snapshot.pending}
+    assert (jobs[by_flavor.pk].cpu_per_worker, jobs[by_flavor.pk].memory_per_worker) == (
+        48_000,
+        384 << 30,
+    )
+    assert (jobs[own.pk].cpu_per_worker, jobs[own.pk].memory_per_worker) == (500, 1 << 30)
+
+
 # --- Active jobs kept between loads and brought up to date (gpuqueue.cycle.job_feed) ---
 
 

@@ -15,7 +15,7 @@ from gpuqueue.core.states import JobState
 from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.demo.data import MAX_PENDING, seed_demo, submit_demo_traffic
-from gpuqueue.models import Job
+from gpuqueue.models import Job, Node
 from teams.models import Membership
 
 
@@ -50,6 +50,16 @@ def test_demo_traffic_submits_jobs_the_default_cluster_runs(
     assert JobState.ADMITTED in states
     # No demo job is refused as unschedulable: every shape fits some node of its flavor.
     assert not Job.objects.filter(pending_reason__code="never_fits").exists()
+
+
+def test_the_default_clusters_nodes_reach_the_database_with_cpu_memory_and_pods(
+    db: Any, demo_cluster: SimulatedBackend
+) -> None:
+    sync_cluster(demo_cluster)
+    h100 = Node.objects.get(name="h100-0")
+    assert (h100.allocatable_cpu_millicores, h100.allocatable_memory_bytes) == (224_000, 2000 << 30)
+    assert (h100.allocatable_pods, h100.external_pods) == (110, 6)
+    assert (h100.external_cpu_millicores, h100.external_memory_bytes) == (2_500, 8 << 30)
 
 
 def test_demo_traffic_pauses_while_the_queue_is_long(db: Any, settings: Any) -> None:

@@ -26,6 +26,97 @@ from gpuqueue.core.reason_text import describe_reason
         ),
         (
             {
+                "code": "no_capacity",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 1,
+                    "gpus_per_worker": 8,
+                    "workers_fit": 0,
+                    "free": 8,
+                    "short": "cpu",
+                    "short_node": "h100-3",
+                    "short_node_gpus_free": 8,
+                    "short_left": 16000,
+                    "short_allocatable": 224000,
+                    "short_per_worker": 32000,
+                },
+            },
+            "Waiting for 8 h100 GPUs as 1 × 8; 0 of 1 workers fit now; 8 GPUs free. Node h100-3: 8 GPUs free but 16 of 224 CPUs (a worker asks 32).",
+        ),
+        (
+            {
+                "code": "no_capacity",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 2,
+                    "gpus_per_worker": 4,
+                    "workers_fit": 1,
+                    "free": 8,
+                    "short": "memory",
+                    "short_node": "n1",
+                    "short_node_gpus_free": 4,
+                    "short_left": 32 * 2**30,
+                    "short_allocatable": 2048 * 2**30,
+                    "short_per_worker": 64 * 2**30,
+                },
+            },
+            "Waiting for 8 h100 GPUs as 2 × 4; 1 of 2 workers fit now; 8 GPUs free. Node n1: 4 GPUs free but 32 of 2,048 GiB of memory (a worker asks 64).",
+        ),
+        (
+            {
+                "code": "no_capacity",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 2,
+                    "gpus_per_worker": 1,
+                    "workers_fit": 0,
+                    "free": 8,
+                    "short": "pods",
+                    "short_node": "n1",
+                    "short_node_gpus_free": 8,
+                    "short_left": 0,
+                    "short_allocatable": 110,
+                    "short_per_worker": 1,
+                },
+            },
+            "Waiting for 2 h100 GPUs as 2 × 1; 0 of 2 workers fit now; 8 GPUs free. Node n1: 8 GPUs free but 0 of 110 pod slots (a worker is one pod).",
+        ),
+        (
+            {
+                "code": "never_fits",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 1,
+                    "gpus_per_worker": 8,
+                    "largest_node": 8,
+                    "flavor_capacity": 16,
+                    "most_workers": 0,
+                    "short": "cpu",
+                    "short_per_worker": 300000,
+                    "short_largest": 224000,
+                },
+            },
+            "Can never start: a worker asks 300 CPUs and the largest h100 node has 224.",
+        ),
+        (
+            {
+                "code": "never_fits",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 3,
+                    "gpus_per_worker": 2,
+                    "largest_node": 8,
+                    "flavor_capacity": 16,
+                    "most_workers": 2,
+                    "short": "cpu",
+                    "short_per_worker": 150000,
+                    "short_largest": 224000,
+                },
+            },
+            "Can never start: the job asks for 6 h100 GPUs as 3 × 2 with 150 CPUs each, and a worker runs on one node: even empty, the h100 nodes hold at most 2 such workers.",
+        ),
+        (
+            {
                 "code": "over_limit",
                 "numbers": {
                     "flavor": "h100",

@@ -25,13 +25,40 @@ from gpuqueue.scheduler.model import (
 
 NOW = 100_000.0
 HOUR = 3600.0
+CPU = 1000  # millicores
+GIB = 1 << 30
 
 
-def node(name: str, *, schedulable: bool = True, external: int = 0, **flavors: int) -> Node:
+def node(
+    name: str,
+    *,
+    schedulable: bool = True,
+    external: int = 0,
+    cpu: int | None = None,
+    memory: int | None = None,
+    pods: int | None = None,
+    external_cpu: int = 0,
+    external_memory: int = 0,
+    external_pods: int = 0,
+    **flavors: int,
+) -> Node:
     """node("n1", h100=8): a node offering 8 H100s; `external` GPUs of its first flavor are
-    held by pods gpuqueue did not create."""
+    held by pods gpuqueue did not create. node("n1", h100=8, cpu=224 * CPU): it also has 224
+    allocatable CPUs (memory in bytes, pods a count; None: not limited), `external_cpu` of them
+    requested by pods gpuqueue did not create."""
     used = {next(iter(flavors)): external} if external else {}
-    return Node(name, dict(flavors), used, schedulable)
+    return Node(
+        name,
+        dict(flavors),
+        used,
+        schedulable,
+        cpu=cpu,
+        memory=memory,
+        pods=pods,
+        cpu_used_externally=external_cpu,
+        memory_used_externally=external_memory,
+        pods_used_externally=external_pods,
+    )
 
 
 def nodes(count: int, prefix: str = "n", **flavors: int) -> tuple[Node, ...]:
@@ -69,6 +96,8 @@ def running(
     preempting_since: float | None = None,
     checkpoint_grace: float | None = None,
     preempted_for: int | None = None,
+    cpu: int = 0,
+    memory: int = 0,
 ) -> RunningJob:
     """running(10, "a", {"n1": 2}, gpus=4): two workers of 4 GPUs on n1."""
     return RunningJob(
@@ -87,6 +116,8 @@ def running(
         preempting_since=preempting_since,
         checkpoint_grace=checkpoint_grace,
         preempted_for=preempted_for,
+        cpu_per_worker=cpu,
+        memory_per_worker=memory,
     )
 
 
@@ -103,6 +134,8 @@ def pending(
     flavor: str = "h100",
     max_runtime: float | None = None,
     expected_runtime: float | None = None,
+    cpu: int = 0,
+    memory: int = 0,
 ) -> PendingJob:
     """pending(1, "a", workers=4, gpus=2): a gang of 4 workers of 2 GPUs, submitted at NOW - id
     seconds so that smaller ids are older unless told otherwise."""
@@ -118,6 +151,8 @@ def pending(
         submitted_at=NOW - 1000 + id if submitted is None else submitted,
         max_runtime=max_runtime,
         expected_runtime=expected_runtime,
+        cpu_per_worker=cpu,
+        memory_per_worker=memory,
     )
 
 

@@ -16,7 +16,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from gpuqueue.scheduler import plan
-from gpuqueue.scheduler.bench import FLAVORS, large, reclaim
+from gpuqueue.scheduler.bench import FLAVORS, large, limited, reclaim
 from gpuqueue.scheduler.engine import Cycle
 from gpuqueue.scheduler.model import Policy, Snapshot
 from tests.scheduler.builders import HOUR
@@ -62,11 +62,12 @@ def test_a_plan_with_gpus_promised_is_the_same_with_every_memo_off(
 @st.composite
 def busy(draw: st.DrawFn) -> Snapshot:
     """The benchmark's clusters (engine bench), small: three flavors, thousands of jobs of a
-    few kinds, some starving; or one team holding everything while others reclaim. With or
-    without share balances (every team in debt, owed or even)."""
+    few kinds, some starving, on nodes that report their CPU, memory and pods or not; or one
+    team holding everything while others reclaim. With or without share balances (every team
+    in debt, owed or even)."""
     seed = draw(st.integers(0, 2**16))
     if draw(st.booleans()):
-        snapshot = large(
+        snapshot = draw(st.sampled_from([large, limited]))(
             nodes=draw(st.integers(5, 80)),
             teams=draw(st.integers(1, 6)),
             running=draw(st.integers(0, 600)),

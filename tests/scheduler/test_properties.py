@@ -1,13 +1,13 @@
 """Invariants over generated snapshots (Hypothesis).
 
-No node over-allocated; every gang all or nothing; no team (or department) past its limit;
-non-preemptible work within the guarantee; a team under its guarantee that could get room by
-reclaiming borrowed GPUs is never left simply waiting, whatever the size of the borrower's jobs;
-a preemption is withdrawn only before its deadline and never while a job waits for it alone;
-the GPUs of a job being preempted for a pending job are claimed by no job decided before it;
-the same snapshot gives the same plan whatever the order of its pending or running jobs;
-applying a plan and planning again never preempts what was just admitted; a job that no state
-admits stays pending for a reason that says so.
+No node over-allocated (GPUs, and CPU, memory and pods where a node limits them); every gang all or
+nothing; no team (or department) past its limit; non-preemptible work within the guarantee; a team
+under its guarantee that could get room by reclaiming borrowed GPUs is never left simply waiting,
+whatever the size of the borrower's jobs; a preemption is withdrawn only before its deadline and
+never while a job waits for it alone; the GPUs of a job being preempted for a pending job are
+claimed by no job decided before it; the same snapshot gives the same plan whatever the order of
+its pending or running jobs; applying a plan and planning again never preempts what was just
+admitted; a job that no state admits stays pending for a reason that says so.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from gpuqueue.scheduler.model import (
     Team,
 )
 from gpuqueue.scheduler.never import never_admitted
-from tests.scheduler.builders import HOUR, NOW
+from tests.scheduler.builders import CPU, GIB, HOUR, NOW
 
 FLAVOR = "h100"
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -52,17 +52,52 @@ def policies(draw: st.DrawFn) -> Policy:
     )
 
 
+# A worker's CPU (millicores) and memory (bytes): none, or small to a whole node's.
+REQUESTS = st.tuples(
+    st.sampled_from([0, 0, 2 * CPU, 8 * CPU, 16 * CPU]),
+    st.sampled_from([0, 0, 16 * GIB, 128 * GIB]),
+)
+BIG = 1 << 62
+
+
+def _room(node: Node) -> tuple[int, int, int]:
+    """CPU, memory and pods that others leave on a node (BIG where it does not limit)."""
+    return (
+        BIG if node.cpu is None else node.cpu - node.cpu_used_externally,
+        BIG if node.memory is None else node.memory - node.memory_used_externally,
+        BIG if node.pods is None else node.pods - node.pods_used_externally,
+    )
+
+
 @st.composite
 def snapshots(draw: st.DrawFn) -> Snapshot:
     """1-4 nodes of 4, 6 or 8 GPUs (6: workers of 4 or 8 leave GPUs over, and the GPUs of a
-    gang can add up where its workers do not fit), 1-3 teams (maybe in a department), running
-    jobs that fit the nodes and respect every quota, and up to 7 pending jobs."""
+    gang can add up where its workers do not fit; some also limit CPU, memory or pods, partly
+    requested by others), 1-3 teams (maybe in a department), running jobs that fit the nodes
+    and respect every quota, and up to 7 pending jobs (some asking CPU and memory)."""
     nodes = []
     for i in range(draw(st.integers(1, 4))):
         capacity = draw(st.sampled_from([4, 6, 8]))
         external = draw(st.sampled_from([0, 0, 0, 1, 2]))
         schedulable = draw(st.sampled_from([True, True, True, False]))
-        nodes.append(Node(f"n{i}", {FLAVOR: capacity}, {FLAVOR: external}, schedulable))
+        limit = draw(st.sampled_from(["", "", "cpu", "memory", "pods", "all"]))
+        cpu = draw(st.sampled_from([8, 16, 32])) * CPU if limit in ("cpu", "all") else None
+        memory = draw(st.sampled_from([64, 256])) * GIB if limit in ("memory", "all") else None
+        pods = draw(st.integers(1, 4)) if limit in ("pods", "all") else None
+        nodes.append(
+            Node(
+                f"n{i}",
+                {FLAVOR: capacity},
+                {FLAVOR: external},
+                schedulable,
+                cpu=cpu,
+                memory=memory,
+                pods=pods,
+                cpu_used_externally=draw(st.sampled_from([0, 0, 4 * CPU])) if cpu else 0,
+                memory_used_externally=draw(st.sampled_from([0, 32 * GIB])) if memory else 0,
+                pods_used_externally=draw(st.sampled_from([0, 0, 1])) if pods else 0,
+            )
+        )
     total = sum(n.capacity[FLAVOR] - n.used_externally[FLAVOR] for n in nodes if n.schedulable)
     team_ids = ["a", "b", "c"][: draw(st.integers(1, 3))]
     in_department = draw(st.booleans()) and len(team_ids) > 1
@@ -93,13 +128,19 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
     job_id = itertools.count(100)
     for n in nodes:
         free = n.capacity[FLAVOR] - n.used_externally[FLAVOR]
+        left = list(_room(n))
         for _ in range(draw(st.integers(0, 3))):
             gpus = draw(st.sampled_from([1, 2, 4]))
             workers = draw(st.integers(1, 2))
             team = draw(st.sampled_from(team_ids))
+            cpu, memory = draw(REQUESTS)
             need = gpus * workers
+            ask = (cpu * workers, memory * workers, workers)
             if need > free or any(used[g] + need > quotas[g].limit for g in chain(team)):
                 continue
+            if any(a > room for a, room in zip(ask, left, strict=True)):
+                continue
+            left = [room - a for room, a in zip(left, ask, strict=True)]
             preemptible = draw(st.booleans()) or any(
                 firm[g] + need > quotas[g].guarantee for g in chain(team)
             )
@@ -126,6 +167,8 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                     preempted_for=None
                     if since is None
                     else draw(st.sampled_from([None, 1, 5, 99])),
+                    cpu_per_worker=cpu,
+                    memory_per_worker=memory,
                 )
             )
     pending = [
@@ -140,6 +183,8 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             preemptible=draw(st.booleans()),
             submitted_at=NOW - draw(st.sampled_from([10.0, 1000.0, 2 * HOUR])),
             max_runtime=draw(st.sampled_from([None, 300.0, 2 * HOUR])),
+            cpu_per_worker=(request := draw(REQUESTS))[0],
+            memory_per_worker=request[1],
         )
         for i in range(1, draw(st.integers(0, 7)) + 1)
     ]
@@ -215,6 +260,20 @@ def test_every_plan_keeps_the_invariants(snapshot: Snapshot, policy: Policy) -> 
     for n, gpus in load.items():
         node = nodes[n]
         assert gpus <= node.capacity[FLAVOR] - node.used_externally[FLAVOR]
+    # Nor in CPU, memory or pods where a node limits them: where a plan puts a worker, every
+    # worker there fits what others leave.
+    asked: dict[str, list[int]] = {}
+    workers_of = [(r, r.placement) for r in snapshot.running]
+    workers_of += [(jobs[a.job_id], a.placement) for a in result.admissions]
+    for job, placement in workers_of:
+        for n, w in placement:
+            total = asked.setdefault(n, [0, 0, 0])
+            total[0] += w * job.cpu_per_worker
+            total[1] += w * job.memory_per_worker
+            total[2] += w
+    for a in result.admissions:
+        for n, _ in a.placement:
+            assert all(x <= room for x, room in zip(asked[n], _room(nodes[n]), strict=True)), n
     # No team or department past its limit; non-preemptible work within the guarantee.
     quotas = {t.id: t.quotas[FLAVOR] for t in snapshot.teams}
     held, firm = _held_after(snapshot, result)
@@ -375,7 +434,16 @@ def test_with_every_runtime_known_every_job_that_can_start_gets_a_forecast(
     would), once GPUs held outside gpuqueue are gone: those may never come back."""
     known = replace(
         snapshot,
-        nodes=tuple(replace(node, used_externally={}) for node in snapshot.nodes),
+        nodes=tuple(
+            replace(
+                node,
+                used_externally={},
+                cpu_used_externally=0,
+                memory_used_externally=0,
+                pods_used_externally=0,
+            )
+            for node in snapshot.nodes
+        ),
         running=tuple(replace(job, expected_runtime=HOUR) for job in snapshot.running),
         pending=tuple(replace(job, expected_runtime=HOUR) for job in snapshot.pending),
     )

@@ -161,6 +161,21 @@ def namespace_errors(team: Team, job: Mapping[str, Any]) -> FieldErrors:
     return errors
 
 
+def worker_requests(
+    cpu_millicores: int | None,
+    memory_mib: int | None,
+    gpus_per_worker: int,
+    per_gpu: tuple[int, int],
+) -> tuple[int, int]:
+    """What a worker's pod requests, CPU in millicores and memory in MiB: the job's, or where it
+    set none, its flavor's per GPU (`per_gpu`: Flavor.cpu_millicores_per_gpu and
+    memory_mib_per_gpu) times the worker's GPUs (as its pods ask, cluster/manifests.py)."""
+    return (
+        per_gpu[0] * gpus_per_worker if cpu_millicores is None else cpu_millicores,
+        per_gpu[1] * gpus_per_worker if memory_mib is None else memory_mib,
+    )
+
+
 def uses_namespace_objects(job: Mapping[str, Any]) -> bool:
     return any(job.get(field) for field in NAMESPACE_FIELDS)
 
