@@ -48,15 +48,22 @@ def _count(quantity: Any) -> int:
 Requests = tuple[int, int, int]
 
 
+# More than any node has (a pebibyte, a million million millicores), and room for many such
+# sums within the database's 64-bit columns: a larger amount reads as this, so a node asked
+# for it reads as full.
+MAX_AMOUNT = 1 << 50
+
+
 def amount(quantity: Any, scale: int) -> int:
     """A Kubernetes quantity ("250m", "2Ti") in whole units of 1/scale ("250m" at scale
-    1000: 250 millicores), rounded up; malformed: none."""
+    1000: 250 millicores), rounded up, within 0..MAX_AMOUNT; malformed ("abc", "NaN"): none."""
     try:
         value = parse_quantity(quantity) * scale
+        whole = int(min(value, MAX_AMOUNT))
     except (ValueError, TypeError, ArithmeticError):
         return 0
-    whole = int(value)
-    return whole + 1 if value > whole else whole
+    whole = whole + 1 if value > whole else whole
+    return max(0, min(whole, MAX_AMOUNT))
 
 
 def allocatable(node: Mapping[str, Any]) -> tuple[int | None, int | None, int | None]:
@@ -194,7 +201,9 @@ def gpu_use(
             continue  # a live job's worker: the database's placement counts it
         asked = pod_requests(pod)
         before = requests.get(node, (0, 0, 0))
-        requests[node] = (before[0] + asked[0], before[1] + asked[1], before[2] + asked[2])
+        requests[node] = tuple(  # type: ignore[assignment]
+            min(was + more, MAX_AMOUNT) for was, more in zip(before, asked, strict=True)
+        )
         gpus = pod_gpus(pod)
         if not gpus:
             continue

@@ -127,6 +127,23 @@ def test_the_inventory_reads_allocatable_cpu_memory_and_pods_and_what_others_req
     assert info.external_pods == 3
 
 
+def test_hostile_quantities_neither_break_the_inventory_nor_make_room_look_free() -> None:
+    """A tenant's pod on a GPU node with requests no apiserver would keep, or one it keeps but
+    no database column holds: the node reads full, never freer, and the sync can store it."""
+    h100 = node("h100-0", 8)
+    h100["status"]["allocatable"].update({"cpu": "224", "memory": "2Ti", "pods": "110"})
+    pods = [
+        asking("h100-0", 0, "NaN", "Infinity"),
+        asking("h100-0", 1, "-5", "-1Gi"),
+        *(asking("h100-0", 2 + i, "1e400", "8Ei") for i in range(20)),
+    ]
+    (info,) = inventory([h100], pods)
+    int64 = (1 << 63) - 1
+    assert 224_000 <= info.external_cpu_millicores <= int64
+    assert (2 << 40) <= info.external_memory_bytes <= int64
+    assert info.external_pods == 22
+
+
 def test_a_node_that_lists_no_cpu_memory_or_pods_limits_none_of_them() -> None:
     bare = node("h100-0", 8)
     bare["status"]["allocatable"] = {"nvidia.com/gpu": "8"}
