@@ -2,7 +2,7 @@
 brought up to date from what changed since: the change feed of migration 0016.
 
 With 43,000 jobs waiting and nothing changed, reading every row (even only every row's version)
-was most of a steady cycle. Each job row carries `changed_xact`, the 64-bit id of the
+would be most of a steady cycle. Each job row carries `changed_xact`, the 64-bit id of the
 transaction that last changed a column the feed reads, set by a trigger (migrations 0021, 0023 and
 0024) that watches `WATCHED`: writes of what only people read (forecasts, estimated starts) and
 of what the cycle keeps itself (`SHOWN`: reasons and positions) leave it alone, whoever makes

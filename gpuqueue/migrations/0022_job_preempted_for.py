@@ -28,7 +28,7 @@ def fill_preempted_for(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     """The job a PREEMPTING job was preempted for, on the job's row: the cycle's snapshot
-    reads it with the job instead of querying the events."""
+    reads it with the job's row."""
 
     dependencies = [
         ("gpuqueue", "0021_job_feed_trigger_by_column"),

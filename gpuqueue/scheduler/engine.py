@@ -80,7 +80,7 @@ class Cycle:
         self.policy = policy
         self.memo = memo
         self.explain = explain
-        self.horizon = Horizon(snapshot.now)  # the clock: the only reader of `snapshot.now`
+        self.horizon = Horizon(snapshot.now)  # the clock: every reading of the time goes through it
         self.chains = group_chains(snapshot.teams)
         self.quotas = group_quotas(snapshot.teams)
         # Time-based fair share needs the history (usage.py) and the policy's consent.

@@ -274,9 +274,9 @@ def resolve_once(now: datetime) -> Resolved:
         if reason != held.reason:
             reasons.append((held.job_id, reason))
     n_released = (
-        Job.objects.filter(pk__any=released, state=JobState.PENDING).update(
-            hold="", pending_reason=None
-        )
+        Job.objects.filter(
+            pk__any=released, state=JobState.PENDING, hold=JobHold.DEPENDENCIES
+        ).update(hold="", pending_reason=None)
         if released
         else 0
     )

@@ -276,6 +276,7 @@ def _execute(
     opening AS ({opened_rows_sql("opened")})
     SELECT m.id, m.from_state, m.old_attempt, false FROM moved m
     {"UNION ALL SELECT f.id, f.seen, 0, true FROM forbidden f" if checked else ""}
+    ORDER BY 1
     """
     params += [
         timezone.now(),  # as `auto_now_add` would, read as late as it can be
@@ -362,6 +363,8 @@ def transition(
     if not moved:
         return False
     job.state = to
+    if to != JobState.PREEMPTING and "preempted_for" not in changes:
+        job.preempted_for = None  # as the door wrote it (`_execute`)
     for name, value in changes.items():
         setattr(job, name, value)
     return True
