@@ -410,3 +410,88 @@ def test_a_job_moved_through_transition_is_one_move_of_the_door(submit: Any) -> 
     assert set(UsageRecord.objects.filter(job_id=job.pk).values_list("outcome", flat=True)) == {
         "failed"
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_admission_wave_and_a_cancel_of_the_same_jobs_never_deadlock(submit: Any) -> None:
+    """Every move locks its rows in id order, so two moves of overlapping jobs wait for each
+    other instead of each holding a row the other needs. Staged: a third session holds the
+    lower job; a cancel queues for it; an admission wave, whose scan meets the higher job
+    first, then arrives. When the third session lets go, the cancel takes both jobs
+    and the wave, finding them cancelled, moves none: no deadlock error in either."""
+    low, high = (submit(workers=1, gpus_per_worker=1) for _ in range(2))
+    assert low.pk < high.pk
+    # The lower job's row rewritten: a scan of the table now meets the higher job first.
+    Job.objects.filter(pk=low.pk).update(name="renamed")
+    held, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    outcome: dict[str, Any] = {}
+
+    def session(name: str, work: Any) -> threading.Thread:
+        def run() -> None:
+            try:
+                outcome[name] = work()
+            except BaseException as exc:  # noqa: BLE001 -- reported by the test below
+                errors.append(exc)
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    def hold_low() -> None:
+        from django.db import transaction
+
+        with transaction.atomic():
+            Job.objects.select_for_update(no_key=True).get(pk=low.pk)
+            held.set()
+            release.wait(10)
+
+    holder = session("holder", hold_low)
+    assert held.wait(10)
+    cancel = session(
+        "cancel",
+        lambda: move_selected(
+            Job.objects.filter(pk__in=[low.pk, high.pk]),
+            JobState.CANCELLED,
+            reason="user",
+            actor="u",
+        ),
+    )
+    _wait_for_lock_waits(1)
+    wave = session(
+        "wave",
+        lambda: move_jobs(
+            [Move(high.pk, JobState.PENDING), Move(low.pk, JobState.PENDING)],
+            JobState.ADMITTED,
+            reason="admitted",
+            actor="cycle",
+        ),
+    )
+    _wait_for_lock_waits(2)
+    release.set()
+    for thread in (holder, cancel, wave):
+        thread.join(15)
+
+    assert errors == []
+    assert [m.job_id for m in outcome["cancel"]] == [low.pk, high.pk]
+    assert outcome["wave"] == []
+    assert set(Job.objects.filter(pk__in=[low.pk, high.pk]).values_list("state", flat=True)) == {
+        JobState.CANCELLED
+    }
+
+
+def _wait_for_lock_waits(count: int) -> None:
+    """Until `count` sessions of this database wait for a lock."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0] >= count:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {count} sessions ever waited for a lock")

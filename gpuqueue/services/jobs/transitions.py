@@ -90,10 +90,12 @@ def move_jobs(
             )
         )
     names = [name for name, _, _ in per_row]
-    # A move that ends attempts reads each from its row locked first (in id order), so the
-    # attempt closed is the one the move ends; any other move's update skips, by itself, a row
-    # whose state changed since the statement began (an admission wave needs no lock of its own).
-    lock = "ORDER BY j.id FOR NO KEY UPDATE OF j" if _releasing(to) else ""
+    # Every move locks its rows first, in id order, as `move_selected` does: two moves of
+    # overlapping jobs (an admission wave, an array's cancel) then wait for each other instead
+    # of each holding a row the other needs. A row changed meanwhile is read again once locked
+    # and skipped when it left its seen state, so a move that ends attempts closes the attempt
+    # it ends.
+    lock = "ORDER BY j.id FOR NO KEY UPDATE OF j"
     quote = connection.ops.quote_name
     column = {f.name: quote(f.column) for f in Job._meta.concrete_fields}
     head = f"""
