@@ -26,11 +26,12 @@ def node_capacity_by_flavor(
     taints: Iterable[Mapping[str, str]],
 ) -> dict[str, int]:
     """A node offers a flavor when it carries the flavor's labels, has its resource and every
-    taint that would keep pods off it is tolerated by the flavor's pods (`Flavor.tolerates`)."""
+    taint that would keep pods off it is tolerated by the flavor's pods (`Flavor.tolerates`).
+    A shared flavor's resource counts slices: the node offers that many ÷ slices per GPU."""
     node_taints = list(taints)  # read once for every flavor
     offered = {}
     for flavor in flavors:
-        count = int(node_capacity.get(flavor.resource_name, 0))
+        count = flavor.gpus_of(int(node_capacity.get(flavor.resource_name, 0)))
         if count > 0 and flavor.matches(labels) and flavor.tolerates(node_taints):
             offered[flavor.name] = count
     return offered
@@ -45,7 +46,8 @@ def flavor_nodes(flavor: Flavor) -> list[Node]:
     return [
         n
         for n in nodes
-        if int(n.capacity.get(flavor.resource_name, 0) or 0) > 0 and flavor.tolerates(n.taints)
+        if flavor.gpus_of(int(n.capacity.get(flavor.resource_name, 0) or 0)) > 0
+        and flavor.tolerates(n.taints)
     ]
 
 
@@ -67,7 +69,7 @@ class FlavorSize:
 
 def flavor_size(flavor: Flavor) -> FlavorSize | None:
     """None when no node of `flavor` is known yet."""
-    sizes = [int(n.capacity[flavor.resource_name]) for n in flavor_nodes(flavor)]
+    sizes = [flavor.gpus_of(int(n.capacity[flavor.resource_name])) for n in flavor_nodes(flavor)]
     return FlavorSize(Counter(sizes)) if sizes else None
 
 
@@ -89,7 +91,7 @@ def flavor_capacity(flavor: Flavor, *, schedulable_only: bool = False) -> int:
     for node in flavor_nodes(flavor):
         if not node.ready or (schedulable_only and not node.schedulable):
             continue
-        total += int(node.capacity[flavor.resource_name])
+        total += flavor.gpus_of(int(node.capacity[flavor.resource_name]))
     return total
 
 
@@ -138,10 +140,10 @@ def usage_now() -> list[FlavorUsage]:
     out: dict[str, FlavorUsage] = {f.name: FlavorUsage(f.name) for f in flavors}
     for flavor in flavors:
         for node in nodes:
-            gpus = int(node.capacity.get(flavor.resource_name, 0) or 0)
+            gpus = flavor.gpus_of(int(node.capacity.get(flavor.resource_name, 0) or 0))
             if gpus <= 0 or not flavor.matches(node.labels) or not node.ready:
                 continue
-            used = int(node.used_externally.get(flavor.resource_name, 0) or 0)
+            used = flavor.gpus_held_by(int(node.used_externally.get(flavor.resource_name, 0) or 0))
             out[flavor.name].capacity += gpus
             if node.schedulable:
                 out[flavor.name].schedulable_capacity += max(gpus - used, 0)
