@@ -141,6 +141,7 @@ class Flavor(models.Model):
         errors = {
             **({"tolerations": found} if (found := toleration_errors(self.tolerations)) else {}),
             **self.security_profile_errors(),
+            **self.sharing_errors(),
         }
         if errors:
             raise ValidationError(errors)
@@ -172,6 +173,21 @@ class Flavor(models.Model):
     def slices_for(self, gpu_milli: int) -> int:
         """Slices of its shared resource that `gpu_milli` thousandths of a GPU take."""
         return -(-gpu_milli * (self.slices_per_gpu or 1) // 1000)
+
+    def sharing_errors(self) -> dict[str, list[str]]:
+        """Slices per GPU exactly when shared, from 2 to 1000."""
+        if not self.shareable:
+            if self.slices_per_gpu is not None:
+                return {"slices_per_gpu": ["Only a shareable flavor has slices per GPU."]}
+            return {}
+        if self.slices_per_gpu is None or not 2 <= self.slices_per_gpu <= 1000:
+            return {
+                "slices_per_gpu": [
+                    "A shareable flavor has from 2 to 1000 slices per GPU (the device "
+                    "plugin's replicas of each GPU)."
+                ]
+            }
+        return {}
 
     def matches(self, labels: dict[str, str]) -> bool:
         return all(labels.get(key) == value for key, value in self.node_selector.items())

@@ -91,6 +91,15 @@ class LaunchSpec:
     # (gpuqueue.cluster.proof): a relaunch adopts only what carries it.
     instance: str = ""
     proof: str = ""
+    # How much of `resource_name` each worker asks (0: gpus_per_worker): a shared flavor's
+    # resource counts slices of a GPU.
+    resource_count: int = 0
+    # GPU models its nodes must have (GPU_PRODUCT_LABEL); empty: any.
+    gpu_models: Sequence[str] = ()
+
+    @property
+    def resource_per_worker(self) -> int:
+        return self.resource_count or self.gpus_per_worker
 
 
 class Phase(enum.StrEnum):

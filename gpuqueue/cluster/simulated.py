@@ -225,7 +225,7 @@ class SimulatedBackend(ClusterBackend):
             env={
                 **{name: value for name, value in spec.env.items() if name != TERMINATING_KEY},
                 "prior_progress": duration - remaining,
-                GPUS_KEY: spec.gpus_per_worker,
+                GPUS_KEY: spec.resource_per_worker,
                 RESOURCE_KEY: spec.resource_name,
             },
         )

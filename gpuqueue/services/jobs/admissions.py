@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 from datetime import datetime
+from typing import Any
 
 from gpuqueue.core.states import JobState
 from gpuqueue.services.jobs.pending import SHOWN_WHILE_PENDING

@@ -176,6 +176,17 @@ def worker_requests(
     )
 
 
+def resource_per_worker(job: Any, flavor: Flavor) -> int:
+    """How much of the flavor's resource a worker's pod asks: its GPUs, or on a shared flavor
+    (whose resource counts slices) its slices: those of its fraction, or every slice of each
+    whole GPU, so that the kube-scheduler counts what gpuqueue counts."""
+    if not (flavor.shareable and flavor.slices_per_gpu):
+        return int(job.gpus_per_worker)
+    if job.gpu_milli:
+        return flavor.slices_for(job.gpu_milli)
+    return int(job.gpus_per_worker) * flavor.slices_per_gpu
+
+
 def uses_namespace_objects(job: Mapping[str, Any]) -> bool:
     return any(job.get(field) for field in NAMESPACE_FIELDS)
 

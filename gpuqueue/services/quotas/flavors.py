@@ -27,6 +27,9 @@ def flavor_state(flavor: Flavor) -> dict[str, Any]:
         "run_as_group": flavor.run_as_group,
         "fs_group": flavor.fs_group,
         "allow_root": flavor.allow_root,
+        "shareable": flavor.shareable,
+        "slices_per_gpu": flavor.slices_per_gpu,
+        "gpu_memory_mib": flavor.gpu_memory_mib,
     }
 
 
@@ -52,6 +55,8 @@ def save_flavor(actor: Any, flavor: Flavor | None, **fields: Any) -> Flavor:
                 setattr(flavor, key, value)
         if profile_errors := flavor.security_profile_errors():
             raise Refused("The security profile is invalid.", fields=profile_errors)
+        if sharing_errors := flavor.sharing_errors():
+            raise Refused("The sharing of its GPUs is invalid.", fields=sharing_errors)
         flavor.save()
         AuditEntry.objects.create(
             actor=actor,
