@@ -54,6 +54,12 @@ def reason_text(job: Job) -> str:
 
 
 @register.filter
+def gpu_count(value: float) -> str:
+    """A number of GPUs as short as it is exact: 2, 0.5, 2.25."""
+    return f"{value:g}"
+
+
+@register.filter
 def relative(at: datetime | None) -> str:
     """'in 4 min' or '3 h 05 min ago' from now."""
     return "" if at is None else humane.relative(at, timezone.now())

@@ -7,33 +7,17 @@ from typing import Any
 
 import pytest
 
-from gpuqueue.models import Flavor, Job, JobEvent, Node, Quota
+from gpuqueue.models import Flavor, Job, JobEvent, Node
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 
 
 @pytest.fixture
-def shared(world: Any, nodes: Any) -> Flavor:
-    """h100-shared: 4 slices per GPU of 81,920 MiB, on one node of 2 GPUs (8 slices); the
-    plain H100 nodes report their model, the L4 nodes do not."""
-    flavor = Flavor.objects.create(
-        name="h100-shared",
-        resource_name="nvidia.com/gpu.shared",
-        node_selector={"nvidia.com/gpu.product": H100},
-        shareable=True,
-        slices_per_gpu=4,
-        gpu_memory_mib=81920,
-    )
-    Node.objects.create(
-        name="h100-shared-0",
-        capacity={"nvidia.com/gpu.shared": 8},
-        labels={"nvidia.com/gpu.product": H100},
-        gpu_model=H100,
-    )
+def shared(shared_flavor: Flavor, nodes: Any) -> Flavor:
+    """The shared flavor, after the API's node inventory (whose H100 nodes report their
+    model; the L4 nodes do not)."""
     Node.objects.filter(name__startswith="h100-").update(gpu_model=H100)
-    for team in (world.team_a, world.team_b):
-        Quota.objects.create(team=team, flavor=flavor, guarantee=1, limit=2)
-    return flavor
+    return shared_flavor
 
 
 BAD = [
