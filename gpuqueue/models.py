@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Cast
 
 from gpuqueue.core.states import ACTIVE, FINAL, HOLDING, JobState
 from gpuqueue.core.taints import EXISTS, schedulable_for, toleration_errors
@@ -296,6 +297,19 @@ class Node(models.Model):
         return sum(
             int((by_name or {}).get(resource_name, 0) or 0) for by_name in self.draining.values()
         )
+
+
+def gpu_share() -> models.Case:
+    """A job's GPUs as quotas, usage and the ledger count them: a fractional job's workers
+    count their thousandths of a GPU (`Job.gpu_share`, in SQL)."""
+    return models.Case(
+        models.When(
+            gpu_milli__gt=0,
+            then=Cast(F("workers") * F("gpu_milli"), models.FloatField()) / 1000.0,
+        ),
+        default=Cast(F("workers") * F("gpus_per_worker"), models.FloatField()),
+        output_field=models.FloatField(),
+    )
 
 
 class JobHold(models.TextChoices):

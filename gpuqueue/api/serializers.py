@@ -632,10 +632,21 @@ class NodeSerializer(serializers.ModelSerializer):
 # --- Utilization --------------------------------------------------------------------------------
 
 
+class GpuCountField(serializers.FloatField):
+    """GPUs: a whole number, or thousandths where fractional jobs hold parts of GPUs."""
+
+    def to_representation(self, value: Any) -> float | int:
+        gpus = round(float(value), 3)
+        return int(gpus) if gpus.is_integer() else gpus
+
+
 class TeamUsageSerializer(serializers.Serializer):
     team = serializers.CharField()
-    allocated = serializers.IntegerField(help_text="GPUs held by admitted/running/preempting jobs")
-    pending_gpus = serializers.IntegerField()
+    allocated = GpuCountField(
+        help_text="GPUs held by admitted/running/preempting jobs (a fraction of a GPU counts "
+        "its thousandths)"
+    )
+    pending_gpus = GpuCountField()
     pending_jobs = serializers.IntegerField()
     running_jobs = serializers.IntegerField()
     guarantee = serializers.IntegerField(allow_null=True)
@@ -659,8 +670,8 @@ class FlavorUsageSerializer(serializers.Serializer):
     schedulable_capacity = serializers.IntegerField(
         help_text="GPUs on ready, uncordoned, undrained nodes, less those used outside gpuqueue"
     )
-    allocated = serializers.IntegerField()
-    pending_gpus = serializers.IntegerField()
+    allocated = GpuCountField()
+    pending_gpus = GpuCountField()
     pending_jobs = serializers.IntegerField()
     running_jobs = serializers.IntegerField()
     teams = TeamUsageSerializer(many=True)

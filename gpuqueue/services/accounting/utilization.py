@@ -22,6 +22,7 @@ between a submission and the next cycle do not count as idle iron.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -138,8 +139,9 @@ def sample_utilization(now: datetime | None = None) -> int:
             flavor_id=flavor_id,
             team=None,
             capacity=usage.capacity,
-            allocated=usage.allocated,
-            pending=usage.pending_gpus,
+            # Samples keep whole GPUs: a GPU partly held counts as held.
+            allocated=math.ceil(usage.allocated),
+            pending=math.ceil(usage.pending_gpus),
         )
         rows.append(cluster_rows[usage.flavor])
         for team in usage.teams:
@@ -152,8 +154,8 @@ def sample_utilization(now: datetime | None = None) -> int:
                         flavor_id=flavor_id,
                         team_id=team_ids[team.team],
                         capacity=usage.capacity,
-                        allocated=team.allocated,
-                        pending=team.pending_gpus,
+                        allocated=math.ceil(team.allocated),
+                        pending=math.ceil(team.pending_gpus),
                     )
                 )
     holding = [

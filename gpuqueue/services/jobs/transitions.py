@@ -16,12 +16,11 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import Case, F, FloatField, QuerySet, When
-from django.db.models.functions import Cast
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from gpuqueue.core.states import TRANSITIONS, JobState, check_transition
-from gpuqueue.models import Job, JobEvent
+from gpuqueue.models import Job, JobEvent, gpu_share
 from gpuqueue.services.accounting.usage_ledger import (
     ATTEMPT_COLUMNS,
     gpu_share_sql,
@@ -158,14 +157,7 @@ def move_selected(
             .select_for_update(no_key=True, of=("self",))
             .annotate(
                 gpus=F("workers") * F("gpus_per_worker"),
-                gpu_share=Case(
-                    When(
-                        gpu_milli__gt=0,
-                        then=Cast(F("workers") * F("gpu_milli"), FloatField()) / 1000.0,
-                    ),
-                    default=Cast(F("workers") * F("gpus_per_worker"), FloatField()),
-                    output_field=FloatField(),
-                ),
+                gpu_share=gpu_share(),
             )
             .values_list(*(field for _, field in TARGET_COLUMNS[:-2]), "gpus", "gpu_share")
         )
