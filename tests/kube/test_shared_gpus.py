@@ -120,6 +120,7 @@ def test_a_whole_gpu_of_a_shared_flavor_asks_every_slice_of_it(
     whole = submit(flavor=shared, annotations=LONG)
     assert run_cycle(backend=kube.backend).admitted == [whole.pk]
     kube.sync_until(lambda: running(whole), timeout=60)
+    whole.refresh_from_db()
     [pod] = pods_of(kube, whole)
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] == "4"
     assert bound(kube, whole) == Counter({"a100-shared-0": 1})
@@ -155,3 +156,24 @@ def test_a_job_bound_to_a_gpu_model_lands_on_a_node_of_it_and_asks_the_scheduler
     assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100_MODEL]} in (
         expressions
     )
+
+
+def test_the_pods_of_a_model_bound_job_carry_the_models_and_still_bind(
+    kube: Kube, submit: Any
+) -> None:
+    """Every h100 node is an H100: the engine's choice needs no model, and the kube-scheduler
+    binds the released pods under the second lock all the same."""
+    Node.objects.filter(name__startswith="h100-").update(gpu_model=H100_MODEL)
+    job = submit(workers=2, gpus_per_worker=8, gpu_models=[H100_MODEL], annotations=LONG)
+    assert run_cycle(backend=kube.backend).admitted == [job.pk]
+    kube.sync_until(lambda: running(job), timeout=60)
+    job.refresh_from_db()
+    assert sum(bound(kube, job).values()) == 2
+    for pod in pods_of(kube, job):
+        terms = pod["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        assert len(terms) == 1  # one term: hostname and model both required
+        assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100_MODEL]} in (
+            terms[0]["matchExpressions"]
+        )
