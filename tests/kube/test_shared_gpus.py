@@ -29,7 +29,7 @@ def _engine_admits(snapshot: m.Snapshot) -> set[int]:
 
 def _two_gpus(*jobs: m.PendingJob) -> m.Snapshot:
     """Two nodes of one GPU each, the second of GPU model "other"."""
-    team = m.Team("a", {"f": m.Quota(guarantee=2, limit=2)})
+    team = m.Team("a", {"f": m.Quota(guarantee=2, limit=8)})
     nodes = (m.Node("n1", {"f": 1}), m.Node("n2", {"f": 1}, model="other"))
     return m.Snapshot(0.0, nodes, (team,), (), jobs, shared_flavors=frozenset({"f"}))
 
