@@ -46,7 +46,7 @@ def gpu_models_errors(models: list[str]) -> list[str]:
         errors.append(f"At most {MAX_GPU_MODELS} GPU models; got {len(models)}.")
     for model in models:
         if not model.strip():
-            errors.append("A GPU model name is not empty.")
+            errors.append("A GPU model name may not be empty.")
         errors += length_errors(model, GPU_MODEL_MAX_CHARS)
     if len(set(models)) != len(models):
         errors.append("Each GPU model is named once.")
