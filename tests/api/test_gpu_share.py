@@ -147,3 +147,14 @@ def test_flavor_sharing_is_a_site_admins_and_checked(api: Any, shared: Any) -> N
     response = api("root").post("/api/v1/flavors/", good, format="json")
     assert response.status_code == 201, response.content
     assert (response.json()["shareable"], response.json()["slices_per_gpu"]) == (True, 10)
+
+
+def test_a_fraction_takes_its_part_of_the_flavors_cpu_and_memory_per_gpu(
+    api: Any, job_body: Any, shared: Flavor
+) -> None:
+    shared.cpu_millicores_per_gpu, shared.memory_mib_per_gpu = 12000, 98304
+    shared.save()
+    body = {**job_body, "flavor": "h100-shared", "gpu_milli": 250}
+    response = api("alice").post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 201, response.content
+    assert (response.json()["cpu_millicores"], response.json()["memory_mib"]) == (3000, 24576)
