@@ -165,8 +165,9 @@ class Flavor(models.Model):
         return count // self.slices_per_gpu if self.shareable and self.slices_per_gpu else count
 
     def gpus_held_by(self, count: int) -> int:
-        """GPUs that `count` of its resource held by pods keeps from others: a GPU any of
-        whose slices is taken counts whole (the device plugin picks the GPU, not gpuqueue)."""
+        """GPUs that `count` of its resource held by pods keeps from others: slices count as
+        the fewest whole GPUs that hold them, rounded up (Kubernetes counts them per node; which
+        GPU serves them is the device plugin's choice)."""
         if self.shareable and self.slices_per_gpu:
             return -(-count // self.slices_per_gpu)
         return count

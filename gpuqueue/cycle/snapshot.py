@@ -34,7 +34,8 @@ def policy_from_settings() -> m.Policy:
 
 def load_nodes(flavors: list[Flavor] | None = None) -> tuple[m.Node, ...]:
     """Every node with its GPUs per flavor (two queries: flavors unless given, nodes). A
-    shared flavor's resource counts slices: its pods' slices held elsewhere take whole GPUs."""
+    shared flavor's resource counts slices: slices held elsewhere take the whole GPUs they fill,
+    rounded up (`Flavor.gpus_held_by`)."""
     flavors = list(Flavor.objects.all()) if flavors is None else flavors
     by_resource = {f.name: f.resource_name for f in flavors}
     by_name = {f.name: f for f in flavors}
