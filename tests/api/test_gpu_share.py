@@ -83,6 +83,12 @@ BAD = [
         "Each GPU model is named once.",
     ),
     ("GPU models as a string", {"gpu_models": H100}, "gpu_models", ""),
+    (
+        "devices chosen by the submitter",
+        {"flavor": "h100-shared", "gpu_milli": 250, "gpu_devices": [["h100-shared-0", 1]]},
+        "gpu_devices",
+        "Unknown field.",
+    ),
 ]
 
 
