@@ -164,3 +164,22 @@ def test_a_fraction_takes_its_part_of_the_flavors_cpu_and_memory_per_gpu(
     response = api("alice").post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 201, response.content
     assert (response.json()["cpu_millicores"], response.json()["memory_mib"]) == (3000, 24576)
+
+
+def test_a_flavor_s_sharing_cannot_change_under_active_fractional_jobs(
+    api: Any, job_body: Any, shared: Flavor
+) -> None:
+    body = {**job_body, "flavor": "h100-shared", "gpu_milli": 250}
+    job = api("alice").post("/api/v1/jobs/", body, format="json").json()
+    response = api("root").patch(
+        "/api/v1/flavors/h100-shared/", {"slices_per_gpu": 10}, format="json"
+    )
+    assert response.status_code == 409, response.content
+    assert response.json()["error"]["code"] == "in_use"
+    assert Flavor.objects.get(name="h100-shared").slices_per_gpu == 4
+    cancel = api("alice").post(f"/api/v1/jobs/{job['id']}/cancel/", {}, format="json")
+    assert cancel.status_code == 200, cancel.content
+    response = api("root").patch(
+        "/api/v1/flavors/h100-shared/", {"slices_per_gpu": 10}, format="json"
+    )
+    assert response.status_code == 200, response.content
