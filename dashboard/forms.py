@@ -238,6 +238,23 @@ class SubmitForm(ServiceForm):
         label="GPUs per worker",
         widget=forms.NumberInput(attrs={"min": 1}),
     )
+    gpu_milli = WholeNumberField(
+        required=False,
+        label="Fraction of a GPU (thousandths)",
+        widget=forms.NumberInput(attrs={"min": 0, "max": 999}),
+        help_text="On a shared flavor, in whole slices: 250 is a quarter of one GPU per worker.",
+    )
+    gpu_memory_mib = WholeNumberField(
+        required=False,
+        label="GPU memory per worker (MiB)",
+        widget=forms.NumberInput(attrs={"min": 1}),
+        help_text="Instead of a fraction: the fewest slices that hold it.",
+    )
+    gpu_models = NamesField(
+        required=False,
+        label="GPU models",
+        help_text="Run only on nodes of these models, comma-separated; empty: any.",
+    )
     priority = WholeNumberField(
         required=False,
         initial="0",

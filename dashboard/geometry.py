@@ -6,7 +6,7 @@ No Django here: numbers in, coordinates out, so every rule is testable on its ow
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -220,22 +220,93 @@ def stacked_chart(
 
 
 @dataclass(frozen=True, slots=True)
+class Share:
+    """A fractional job's worker on a shared GPU: its team, its job (None: not the viewer's
+    to see) and its thousandths of the GPU."""
+
+    team: str
+    job_id: int | None
+    milli: int
+
+
+@dataclass(frozen=True, slots=True)
 class Cell:
-    """One GPU of a node: who holds it (a team slug, "external" or None for free)."""
+    """One GPU of a node: who holds it (a team slug, "external" or None for free), or the
+    workers of fractional jobs sharing it (`shares`)."""
 
     team: str | None
     job_id: int | None = None
+    shares: tuple[Share, ...] = ()
+
+    @property
+    def milli(self) -> int:
+        """Thousandths of the GPU held: 1000 when it is held whole, 0 when free."""
+        if self.shares:
+            return min(sum(s.milli for s in self.shares), 1000)
+        return 0 if self.team is None else 1000
 
 
 def node_cells(
-    gpus: int, holders: Sequence[tuple[str, int | None, int]], external: int
+    gpus: int,
+    holders: Sequence[tuple[str, int | None, int]],
+    external: int,
+    shared: Sequence[Sequence[Share]] = (),
 ) -> list[Cell]:
     """The GPUs of one node in a fixed order: each holder's (team, job, GPUs) in turn, then
-    GPUs used outside gpuqueue, then free ones. More holders than GPUs (a stale row) are cut."""
+    the GPUs fractional jobs share (`shared`: each GPU's shares), then GPUs used outside
+    gpuqueue, then free ones. More holders than GPUs (a stale row) are cut."""
     cells: list[Cell] = []
     for team, job_id, count in holders:
         cells.extend(Cell(team, job_id) for _ in range(count))
+    cells.extend(Cell(None, shares=tuple(shares)) for shares in shared if shares)
     cells.extend(Cell("external") for _ in range(external))
     cells = cells[:gpus]
     cells.extend(Cell(None) for _ in range(gpus - len(cells)))
     return cells
+
+
+def shared_gpus(
+    devices: Sequence[tuple[int, Share]], workers: Sequence[Share], gpus: int
+) -> list[list[Share]]:
+    """The shares of each shared GPU of a node, by GPU index: the workers whose index the
+    cycle stored (`devices`), then workers without one (admitted before indices were kept),
+    each on the first GPU with room for it."""
+    by_index: dict[int, list[Share]] = {}
+    for index, share in devices:
+        by_index.setdefault(index, []).append(share)
+    for share in workers:
+        index = next(
+            (
+                i
+                for i in range(gpus)
+                if sum(s.milli for s in by_index.get(i, [])) + share.milli <= 1000
+            ),
+            0,
+        )
+        by_index.setdefault(index, []).append(share)
+    return [by_index[i] for i in sorted(by_index)]
+
+
+FREE_COLOUR = "#e8ebf0"  # as .gpu-free
+
+
+def share_fill(cell: Cell, colours: Mapping[str, str]) -> str:
+    """A shared GPU's background: each share in its team's colour from the bottom, as high as
+    its thousandths, the rest free."""
+    stops: list[str] = []
+    low = 0.0
+    for share in cell.shares:
+        high = min(low + share.milli / 10, 100.0)
+        stops.append(f"{colours.get(share.team, '#888')} {low:g}% {high:g}%")
+        low = high
+    stops.append(f"{FREE_COLOUR} {low:g}% 100%")
+    return f"linear-gradient(to top, {', '.join(stops)})"
+
+
+def share_title(cell: Cell) -> str:
+    """Who holds how much of a shared GPU, in words."""
+    parts = [
+        f"{s.team}{f' · job #{s.job_id}' if s.job_id is not None else ''}: {s.milli}/1000"
+        for s in cell.shares
+    ]
+    return f"shared GPU, {cell.milli}/1000 in use ({'; '.join(parts)})"

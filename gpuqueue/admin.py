@@ -13,6 +13,8 @@ class FlavorAdmin(admin.ModelAdmin):
         "cpu_millicores_per_gpu",
         "memory_mib_per_gpu",
         "allow_root",
+        "shareable",
+        "slices_per_gpu",
         "description",
     ]
 
@@ -25,7 +27,7 @@ class QuotaAdmin(admin.ModelAdmin):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "capacity", "ready", "cordoned", "drained", "updated_at"]
+    list_display = ["name", "capacity", "gpu_model", "ready", "cordoned", "drained", "updated_at"]
     list_filter = ["ready", "cordoned", "drained"]
     search_fields = ["name"]
 
@@ -63,6 +65,7 @@ class JobAdmin(admin.ModelAdmin):
         "started_at",
         "finished_at",
         "placement",
+        "gpu_devices",
         "pending_reason",
         "attempts",
         "start_failures",

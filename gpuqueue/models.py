@@ -6,10 +6,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Cast
 
 from gpuqueue.core.states import ACTIVE, FINAL, HOLDING, JobState
 from gpuqueue.core.taints import EXISTS, schedulable_for, toleration_errors
@@ -95,6 +97,23 @@ class Flavor(models.Model):
         help_text="let workers run as root (needs a namespace whose Pod Security level is "
         "baseline or privileged)",
     )
+    # A shared flavor: its resource is the device plugin's shared one (time-slicing or MPS
+    # replicas), `slices_per_gpu` of it per GPU, and a job may ask a whole number of slices
+    # of one GPU (Job.gpu_milli) instead of whole GPUs.
+    shareable = models.BooleanField(
+        default=False, help_text="jobs may ask a fraction of one GPU (time-slicing or MPS)"
+    )
+    slices_per_gpu = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="replicas the device plugin makes of each GPU, e.g. 4; only when shareable",
+    )
+    gpu_memory_mib = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="memory of one GPU in MiB, when known: jobs may then ask GPU memory instead "
+        "of a fraction",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -102,6 +121,15 @@ class Flavor(models.Model):
             models.CheckConstraint(
                 condition=~Q(run_as_user=0) | Q(allow_root=True),
                 name="flavor_root_only_when_allowed",
+            ),
+            models.CheckConstraint(
+                condition=Q(shareable=False, slices_per_gpu__isnull=True)
+                | Q(shareable=True, slices_per_gpu__gte=2, slices_per_gpu__lte=1000),
+                name="flavor_slices_only_when_shareable",
+            ),
+            models.CheckConstraint(
+                condition=Q(gpu_memory_mib__isnull=True) | Q(gpu_memory_mib__gte=1),
+                name="flavor_gpu_memory_positive",
             ),
         ]
 
@@ -114,6 +142,7 @@ class Flavor(models.Model):
         errors = {
             **({"tolerations": found} if (found := toleration_errors(self.tolerations)) else {}),
             **self.security_profile_errors(),
+            **self.sharing_errors(),
         }
         if errors:
             raise ValidationError(errors)
@@ -130,6 +159,37 @@ class Flavor(models.Model):
                 "Running as uid 0 is running as root: set allow_root too."
             )
         return errors
+
+    def gpus_of(self, count: int) -> int:
+        """Whole GPUs in `count` of its resource: a shared resource counts slices."""
+        return count // self.slices_per_gpu if self.shareable and self.slices_per_gpu else count
+
+    def gpus_held_by(self, count: int) -> int:
+        """GPUs that `count` of its resource held by pods keeps from others: slices count as
+        the fewest whole GPUs that hold them, rounded up (Kubernetes counts them per node; which
+        GPU serves them is the device plugin's choice)."""
+        if self.shareable and self.slices_per_gpu:
+            return -(-count // self.slices_per_gpu)
+        return count
+
+    def slices_for(self, gpu_milli: int) -> int:
+        """Slices of its shared resource that `gpu_milli` thousandths of a GPU take."""
+        return -(-gpu_milli * (self.slices_per_gpu or 1) // 1000)
+
+    def sharing_errors(self) -> dict[str, list[str]]:
+        """Slices per GPU exactly when shared, from 2 to 1000."""
+        if not self.shareable:
+            if self.slices_per_gpu is not None:
+                return {"slices_per_gpu": ["Only a shareable flavor has slices per GPU."]}
+            return {}
+        if self.slices_per_gpu is None or not 2 <= self.slices_per_gpu <= 1000:
+            return {
+                "slices_per_gpu": [
+                    "A shareable flavor has from 2 to 1000 slices per GPU (the device "
+                    "plugin's replicas of each GPU)."
+                ]
+            }
+        return {}
 
     def matches(self, labels: dict[str, str]) -> bool:
         return all(labels.get(key) == value for key, value in self.node_selector.items())
@@ -215,6 +275,8 @@ class Node(models.Model):
     external_memory_bytes = models.PositiveBigIntegerField(default=0)
     external_pods = models.PositiveIntegerField(default=0)
     labels = models.JSONField(default=dict, blank=True)
+    # The GPU model, from the label NVIDIA's GPU Feature Discovery sets (nvidia.com/gpu.product).
+    gpu_model = models.CharField(max_length=63, blank=True)
     taints = models.JSONField(default=list, blank=True)
     ready = models.BooleanField(default=True)
     cordoned = models.BooleanField(default=False, help_text="unschedulable in Kubernetes")
@@ -236,6 +298,19 @@ class Node(models.Model):
         return sum(
             int((by_name or {}).get(resource_name, 0) or 0) for by_name in self.draining.values()
         )
+
+
+def gpu_share() -> models.Case:
+    """A job's GPUs as quotas, usage and the ledger count them: a fractional job's workers
+    count their thousandths of a GPU (`Job.gpu_share`, in SQL)."""
+    return models.Case(
+        models.When(
+            gpu_milli__gt=0,
+            then=Cast(F("workers") * F("gpu_milli"), models.FloatField()) / 1000.0,
+        ),
+        default=Cast(F("workers") * F("gpus_per_worker"), models.FloatField()),
+        output_field=models.FloatField(),
+    )
 
 
 class JobHold(models.TextChoices):
@@ -276,6 +351,11 @@ class Job(models.Model):
     annotations = models.JSONField(default=dict, blank=True)
     workers = models.PositiveIntegerField(default=1)
     gpus_per_worker = models.PositiveIntegerField(default=1)
+    # 0: whole GPUs; 1..999: each worker takes that many thousandths of one GPU of a shared
+    # flavor (gpus_per_worker is then 1).
+    gpu_milli = models.PositiveSmallIntegerField(default=0)
+    # Node GPU models the job may run on (Node.gpu_model); empty: any.
+    gpu_models = ArrayField(models.CharField(max_length=63), default=list, blank=True)
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
     priority = models.IntegerField(default=0)
     preemptible = models.BooleanField(default=True)
@@ -327,6 +407,9 @@ class Job(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # {node name: workers on it}, set at admission and kept for history.
     placement = models.JSONField(default=dict, blank=True)
+    # A fractional job's [node, GPU index] per worker, set at admission: gpuqueue's model of
+    # the node (the device plugin picks the physical GPU).
+    gpu_devices = models.JSONField(default=list, blank=True)
     # The engine's reason as data: {"code": "no_capacity", "numbers": {...}, "job_ids": [...]}.
     pending_reason = models.JSONField(null=True, blank=True)
     queue_position = models.PositiveIntegerField(null=True, blank=True)
@@ -366,6 +449,10 @@ class Job(models.Model):
                 condition=Q(gpus_per_worker__gte=1), name="job_gpus_per_worker_positive"
             ),
             models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
+            models.CheckConstraint(
+                condition=Q(gpu_milli=0) | Q(gpu_milli__lte=999, gpus_per_worker=1),
+                name="job_gpu_milli_of_one_gpu",
+            ),
             models.CheckConstraint(
                 condition=Q(state__in=sorted(FINAL)) | Q(finished_at__isnull=True),
                 name="job_finished_only_when_final",
@@ -408,6 +495,13 @@ class Job(models.Model):
     @property
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def gpu_share(self) -> float:
+        """GPUs it holds for quotas and the ledger: a fractional job counts its thousandths."""
+        if self.gpu_milli:
+            return self.workers * self.gpu_milli / 1000
+        return float(self.gpus)
 
     @property
     def is_final(self) -> bool:

@@ -123,6 +123,35 @@ def submit(world: Any) -> Any:
     return _submit
 
 
+H100_MODEL = "NVIDIA-H100-80GB-HBM3"
+
+
+@pytest.fixture
+def shared_flavor(world: Any) -> Any:
+    """h100-shared: 4 slices per GPU of 81,920 MiB (the device plugin's nvidia.com/gpu.shared),
+    on one node of 2 GPUs (8 slices), with a quota for both teams; H100 nodes already listed
+    report their model, others none."""
+    from gpuqueue.models import Flavor, Node, Quota
+
+    flavor = Flavor.objects.create(
+        name="h100-shared",
+        resource_name="nvidia.com/gpu.shared",
+        node_selector={"nvidia.com/gpu.product": H100_MODEL},
+        shareable=True,
+        slices_per_gpu=4,
+        gpu_memory_mib=81920,
+    )
+    Node.objects.create(
+        name="h100-shared-0",
+        capacity={"nvidia.com/gpu.shared": 8},
+        labels={"nvidia.com/gpu.product": H100_MODEL},
+    )
+    Node.objects.filter(name__startswith="h100-").update(gpu_model=H100_MODEL)
+    for team in (world.team_a, world.team_b):
+        Quota.objects.create(team=team, flavor=flavor, guarantee=1, limit=2)
+    return flavor
+
+
 @pytest.fixture(autouse=True)
 def events_the_state_machine_lists(request: pytest.FixtureRequest) -> Any:
     """After each test that used the database: every job event it wrote is one the state

@@ -9,7 +9,7 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
-from dashboard import job_times
+from dashboard import geometry, job_times
 from dashboard.joblist import active_counts
 from gpuqueue.client import humane  # the CLI's words for times
 from gpuqueue.client.humane import span as _span
@@ -51,6 +51,22 @@ def reason_text(job: Job) -> str:
     if job.state != JobState.PENDING:
         return ""
     return describe_reason(job.pending_reason)
+
+
+@register.filter
+def share_fill(cell: geometry.Cell, colours: dict[str, str]) -> str:
+    return geometry.share_fill(cell, colours)
+
+
+@register.filter
+def share_title(cell: geometry.Cell) -> str:
+    return geometry.share_title(cell)
+
+
+@register.filter
+def gpu_count(value: float) -> str:
+    """A number of GPUs as short as it is exact: 2, 0.5, 2.25."""
+    return f"{value:g}"
 
 
 @register.filter

@@ -25,7 +25,7 @@ from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
 from gpuqueue.core.taints import toleration_errors
 from gpuqueue.models import MAX_ID, Flavor, Job, JobEvent, Node, Quota, UtilizationSample
-from gpuqueue.services.jobs import dependencies, job_spec, pod_spec
+from gpuqueue.services.jobs import dependencies, gpu_share, job_spec, pod_spec
 from gpuqueue.services.jobs import validation as v
 from gpuqueue.services.jobs.submit import JOB_FIELDS
 from gpuqueue.services.quotas.flavors import save_flavor
@@ -165,6 +165,27 @@ class JobSubmitSerializer(serializers.Serializer):
     gpus_per_worker = StrictIntegerField(
         **_bounds(job_spec.BOUNDS, "gpus_per_worker"), default=job_spec.DEFAULTS["gpus_per_worker"]
     )
+    gpu_milli = StrictIntegerField(
+        **_bounds(job_spec.BOUNDS, "gpu_milli"),
+        default=job_spec.DEFAULTS["gpu_milli"],
+        help_text="Thousandths of one GPU per worker, on a shared flavor, in whole slices "
+        "(250 of 4 slices per GPU); 0: whole GPUs.",
+    )
+    gpu_memory_mib = StrictIntegerField(
+        **_bounds(job_spec.BOUNDS, "gpu_memory_mib"),
+        required=False,
+        allow_null=True,
+        help_text="GPU memory per worker instead of gpu_milli, on a shared flavor that tells "
+        "its GPUs' memory: the fewest whole slices that hold it.",
+    )
+    gpu_models = serializers.ListField(
+        child=StrictCharField(max_length=gpu_share.GPU_MODEL_MAX_CHARS),
+        required=False,
+        default=list,
+        max_length=gpu_share.MAX_GPU_MODELS,
+        help_text="Run only on nodes of these GPU models (their nvidia.com/gpu.product "
+        "label); empty: any.",
+    )
     priority = StrictIntegerField(
         **_bounds(job_spec.BOUNDS, "priority"), default=job_spec.DEFAULTS["priority"]
     )
@@ -221,6 +242,9 @@ class JobSubmitSerializer(serializers.Serializer):
     validate_annotations = _by_rules(job_spec.field_errors, "annotations")
     validate_workers = _by_rules(job_spec.field_errors, "workers")
     validate_gpus_per_worker = _by_rules(job_spec.field_errors, "gpus_per_worker")
+    validate_gpu_milli = _by_rules(job_spec.field_errors, "gpu_milli")
+    validate_gpu_memory_mib = _by_rules(job_spec.field_errors, "gpu_memory_mib")
+    validate_gpu_models = _by_rules(job_spec.field_errors, "gpu_models")
     validate_priority = _by_rules(job_spec.field_errors, "priority")
     validate_checkpoint_grace_seconds = _by_rules(job_spec.field_errors, "checkpoint_grace_seconds")
     validate_max_runtime_seconds = _by_rules(job_spec.field_errors, "max_runtime_seconds")
@@ -270,6 +294,13 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
     labels = serializers.DictField(child=serializers.CharField(), read_only=True)
     annotations = serializers.DictField(child=serializers.CharField(), read_only=True)
     placement = serializers.DictField(child=serializers.IntegerField(), read_only=True)
+    gpu_models = serializers.ListField(child=serializers.CharField(), read_only=True)
+    gpu_devices = serializers.ListField(
+        child=serializers.ListField(),
+        read_only=True,
+        help_text="A fractional job's [node, GPU index] per worker, as gpuqueue packed them "
+        "(its model of the node: the device plugin picks the physical GPU).",
+    )
     volumes = VolumeSerializer(many=True, read_only=True)
     image_pull_secrets = serializers.ListField(child=serializers.CharField(), read_only=True)
     env_from_secrets = serializers.ListField(child=serializers.CharField(), read_only=True)
@@ -306,6 +337,7 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "placement",
+            "gpu_devices",
             "pending_reason",
             "pending_reason_text",
             "queue_position",
@@ -387,6 +419,17 @@ class FlavorSerializer(serializers.ModelSerializer):
         help_text="Let workers run as root (runAsNonRoot left out): admitted by a namespace "
         "whose Pod Security level is baseline, refused by one that enforces restricted.",
     )
+    shareable = StrictBooleanField(
+        required=False,
+        help_text="Jobs may ask a fraction of one GPU: the resource is the device plugin's "
+        "shared one (time-slicing or MPS replicas), slices_per_gpu of it per GPU.",
+    )
+    slices_per_gpu = StrictIntegerField(
+        required=False, allow_null=True, min_value=2, max_value=1000
+    )
+    gpu_memory_mib = StrictIntegerField(
+        required=False, allow_null=True, min_value=1, max_value=gpu_share.MAX_GPU_MEMORY_MIB
+    )
 
     class Meta:
         model = Flavor
@@ -405,6 +448,9 @@ class FlavorSerializer(serializers.ModelSerializer):
             "run_as_group",
             "fs_group",
             "allow_root",
+            "shareable",
+            "slices_per_gpu",
+            "gpu_memory_mib",
         ]
         read_only_fields = ["id"]
 
@@ -571,6 +617,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "external_memory_bytes",
             "external_pods",
             "labels",
+            "gpu_model",
             "taints",
             "ready",
             "cordoned",
@@ -585,10 +632,21 @@ class NodeSerializer(serializers.ModelSerializer):
 # --- Utilization --------------------------------------------------------------------------------
 
 
+class GpuCountField(serializers.FloatField):
+    """GPUs: a whole number, or thousandths where fractional jobs hold parts of GPUs."""
+
+    def to_representation(self, value: Any) -> float | int:
+        gpus = round(float(value), 3)
+        return int(gpus) if gpus.is_integer() else gpus
+
+
 class TeamUsageSerializer(serializers.Serializer):
     team = serializers.CharField()
-    allocated = serializers.IntegerField(help_text="GPUs held by admitted/running/preempting jobs")
-    pending_gpus = serializers.IntegerField()
+    allocated = GpuCountField(
+        help_text="GPUs held by admitted/running/preempting jobs (a fraction of a GPU counts "
+        "its thousandths)"
+    )
+    pending_gpus = GpuCountField()
     pending_jobs = serializers.IntegerField()
     running_jobs = serializers.IntegerField()
     guarantee = serializers.IntegerField(allow_null=True)
@@ -612,8 +670,8 @@ class FlavorUsageSerializer(serializers.Serializer):
     schedulable_capacity = serializers.IntegerField(
         help_text="GPUs on ready, uncordoned, undrained nodes, less those used outside gpuqueue"
     )
-    allocated = serializers.IntegerField()
-    pending_gpus = serializers.IntegerField()
+    allocated = GpuCountField()
+    pending_gpus = GpuCountField()
     pending_jobs = serializers.IntegerField()
     running_jobs = serializers.IntegerField()
     teams = TeamUsageSerializer(many=True)

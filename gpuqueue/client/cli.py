@@ -81,6 +81,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--image")
     p.add_argument("--workers", type=int)
     p.add_argument("--gpus-per-worker", type=int)
+    p.add_argument(
+        "--gpu-fraction", type=float, help="of one GPU per worker, on a shared flavor: 0.25"
+    )
+    p.add_argument("--gpu-milli", type=int, help="the same in thousandths: 250")
+    p.add_argument("--gpu-memory", type=int, dest="gpu_memory_mib", help="GPU MiB per worker")
+    p.add_argument(
+        "--gpu-model",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="run only on nodes of this GPU model (repeatable), e.g. NVIDIA-A100-SXM4-80GB",
+    )
     p.add_argument("--priority", type=int)
     p.add_argument("--non-preemptible", action="store_true")
     p.add_argument("--checkpoint-grace", type=int, dest="checkpoint_grace_seconds")
@@ -170,6 +182,18 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
+def gpu_milli_of(fraction: float, milli: int | None) -> int:
+    """--gpu-fraction in thousandths, as the API takes it; the server checks whole slices."""
+    if milli is not None:
+        raise ValueError("give --gpu-fraction or --gpu-milli, not both")
+    if not 0 < fraction < 1:
+        raise ValueError(f"--gpu-fraction is more than 0 and less than 1; got {fraction:g}")
+    thousandths = fraction * 1000
+    if abs(thousandths - round(thousandths)) > 1e-6:
+        raise ValueError(f"--gpu-fraction in thousandths at most; got {fraction:g}")
+    return round(thousandths)
+
+
 def job_spec(args: argparse.Namespace) -> dict[str, Any]:
     """The spec file, then the flags on top."""
     spec: dict[str, Any] = {}
@@ -188,6 +212,8 @@ def job_spec(args: argparse.Namespace) -> dict[str, Any]:
         "image",
         "workers",
         "gpus_per_worker",
+        "gpu_milli",
+        "gpu_memory_mib",
         "priority",
         "checkpoint_grace_seconds",
         "max_runtime_seconds",
@@ -202,6 +228,10 @@ def job_spec(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, key)
         if value is not None:
             spec[key] = value
+    if args.gpu_fraction is not None:
+        spec["gpu_milli"] = gpu_milli_of(args.gpu_fraction, args.gpu_milli)
+    if args.gpu_model:
+        spec["gpu_models"] = [*spec.get("gpu_models", []), *args.gpu_model]
     if args.non_preemptible:
         spec["preemptible"] = False
     for key, items, what in (
@@ -255,8 +285,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(json.dumps(job, indent=2))
     else:
         print(
-            f"job {job['id']} {job['state']}: {job['name']} on {job['gpus']} {job['flavor']} GPUs "
-            f"({job['workers']} × {job['gpus_per_worker']}), team {job['team']}"
+            f"job {job['id']} {job['state']}: {job['name']} on {humane.gpus_text(job)} "
+            f"({job['workers']} × {humane.per_worker(job)}), team {job['team']}"
         )
     if args.wait:
         args.job, args.timeout, args.interval, args.quiet = job["id"], None, 2.0, False
@@ -337,8 +367,16 @@ def describe(job: dict[str, Any], now: datetime | None = None) -> str:
         lines.append(f"  start band: {forecast_text.band_text(job['start_band'], now)}")
     if job.get("runtime_prediction"):
         lines.append(f"  runtime: {forecast_text.runtime_text(job['runtime_prediction'])}")
+    if job.get("gpu_models"):
+        lines.append("  GPU models: " + ", ".join(job["gpu_models"]))
     if job.get("placement"):
         lines.append("  placement: " + ", ".join(f"{n}×{w}" for n, w in job["placement"].items()))
+    if job.get("gpu_devices"):
+        share = f"{job['gpu_milli']}/1000"
+        lines.append(
+            f"  shared GPUs ({share} each): "
+            + ", ".join(f"{node} GPU {index}" for node, index in job["gpu_devices"])
+        )
     if job.get("attempts"):
         lines.append(f"  attempts: {job['attempts']}")
     if job.get("exit_code") is not None:

@@ -45,8 +45,23 @@ def when(value: str | None, now: datetime) -> str:
 
 
 def shape(job: dict[str, Any]) -> str:
-    """'2×8 h100': workers × GPUs per worker, and the flavor."""
-    return f"{job['workers']}×{job['gpus_per_worker']} {job['flavor']}"
+    """'2×8 h100': workers × GPUs per worker, and the flavor; '2×0.25 h100-shared' for a
+    fraction of one GPU per worker."""
+    return f"{job['workers']}×{per_worker(job)} {job['flavor']}"
+
+
+def per_worker(job: dict[str, Any]) -> str:
+    """A worker's GPUs: '8', or '0.25' for a fraction of one."""
+    if job.get("gpu_milli"):
+        return f"{job['gpu_milli'] / 1000:g}"
+    return str(job["gpus_per_worker"])
+
+
+def gpus_text(job: dict[str, Any]) -> str:
+    """'16 h100 GPUs', or '0.5 of shared h100-shared GPUs' for fractions."""
+    if job.get("gpu_milli"):
+        return f"{job['workers'] * job['gpu_milli'] / 1000:g} of shared {job['flavor']} GPUs"
+    return f"{job['gpus']} {job['flavor']} GPUs"
 
 
 def elapsed(job: dict[str, Any], now: datetime) -> str:

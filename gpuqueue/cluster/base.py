@@ -14,12 +14,23 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
+# The label NVIDIA's GPU Feature Discovery puts on a node: its GPU model
+# ("NVIDIA-A100-SXM4-80GB"). Jobs bound to models carry a node affinity on it.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MODEL_MAX_CHARS = 63  # a label value's limit
+
+
+def gpu_model_of(labels: Mapping[str, str]) -> str:
+    """A node's GPU model as its labels tell it ("" when they do not)."""
+    return str(labels.get(GPU_PRODUCT_LABEL, ""))[:GPU_MODEL_MAX_CHARS]
+
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
     name: str
     capacity: Mapping[str, int]  # allocatable GPUs by resource name
     labels: Mapping[str, str] = field(default_factory=dict)
+    gpu_model: str = ""  # its GPU_PRODUCT_LABEL; "": none told
     taints: Sequence[Mapping[str, str]] = ()
     ready: bool = True
     cordoned: bool = False
@@ -80,6 +91,15 @@ class LaunchSpec:
     # (gpuqueue.cluster.proof): a relaunch adopts only what carries it.
     instance: str = ""
     proof: str = ""
+    # How much of `resource_name` each worker asks (0: gpus_per_worker): a shared flavor's
+    # resource counts slices of a GPU.
+    resource_count: int = 0
+    # GPU models its nodes must have (GPU_PRODUCT_LABEL); empty: any.
+    gpu_models: Sequence[str] = ()
+
+    @property
+    def resource_per_worker(self) -> int:
+        return self.resource_count or self.gpus_per_worker
 
 
 class Phase(enum.StrEnum):

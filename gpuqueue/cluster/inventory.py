@@ -13,7 +13,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from gpuqueue.cluster.base import NodeInfo
+from gpuqueue.cluster.base import NodeInfo, gpu_model_of
 from gpuqueue.cluster.status import parse_time
 
 # Resource names that are GPUs: whole GPUs, MIG slices (`nvidia.com/mig-1g.10gb`) and time-sliced
@@ -231,10 +231,12 @@ def node_info(
     metadata = node.get("metadata") or {}
     spec = node.get("spec") or {}
     cpu, memory, pods = allocatable(node)
+    labels = dict(metadata.get("labels") or {})
     return NodeInfo(
         name=metadata["name"],
         capacity=gpu_capacity(node),
-        labels=dict(metadata.get("labels") or {}),
+        labels=labels,
+        gpu_model=gpu_model_of(labels),
         taints=[
             {k: str(v) for k, v in taint.items() if k in ("key", "value", "effect")}
             for taint in spec.get("taints") or []

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuqueue.cluster.base import LaunchSpec
+from gpuqueue.cluster.base import GPU_PRODUCT_LABEL, LaunchSpec
 
 # Labels that tie Kubernetes objects to gpuqueue jobs; the watcher and reconcile find them by
 # these. Ours are applied over the user's labels so that a user cannot detach a workload.
@@ -247,6 +247,14 @@ def planned_slots(spec: LaunchSpec, hostnames: Mapping[str, str]) -> list[list[A
     ]
 
 
+def _model_affinity(spec: LaunchSpec) -> list[dict[str, Any]]:
+    """A job bound to GPU models asks nodes of those models of the kube-scheduler too: a lock
+    besides the placement gate, should a gate be released to another node."""
+    if not spec.gpu_models:
+        return []
+    return [{"key": GPU_PRODUCT_LABEL, "operator": "In", "values": sorted(spec.gpu_models)}]
+
+
 def job_manifest(
     spec: LaunchSpec,
     options: ClusterOptions,
@@ -278,7 +286,8 @@ def job_manifest(
                                     "key": "kubernetes.io/hostname",
                                     "operator": "In",
                                     "values": sorted({host for host, _ in slots}),
-                                }
+                                },
+                                *_model_affinity(spec),
                             ]
                         }
                     ]
@@ -421,7 +430,7 @@ def _resources(spec: LaunchSpec) -> dict[str, dict[str, str]]:
     """GPUs, CPU and memory. The memory limit is the request unless the job sets one: no
     surprise OOM kill because a neighbour used more. With CPU and memory limits equal to the
     requests the pod is Guaranteed QoS, the last evicted."""
-    gpus = str(spec.gpus_per_worker)
+    gpus = str(spec.resource_per_worker)
     requests = {spec.resource_name: gpus}
     limits = {spec.resource_name: gpus}
     if spec.cpu_millicores:

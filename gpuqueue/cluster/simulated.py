@@ -34,6 +34,7 @@ from gpuqueue.cluster.base import (
     Phase,
     WorkerLog,
     WorkloadStatus,
+    gpu_model_of,
 )
 from gpuqueue.cluster.inventory import amount
 from gpuqueue.cluster.sim_log import SimulatedRun, simulated_log
@@ -64,11 +65,13 @@ def load_cluster_file(path: Path) -> list[NodeInfo]:
 
         for i in range(count):
             name = str(entry["name"]).format(i=i)
+            labels = {str(k): str(v) for k, v in (entry.get("labels") or {}).items()}
             nodes.append(
                 NodeInfo(
                     name=name,
                     capacity={str(k): int(v) for k, v in (entry.get("capacity") or {}).items()},
-                    labels={str(k): str(v) for k, v in (entry.get("labels") or {}).items()},
+                    labels=labels,
+                    gpu_model=gpu_model_of(labels),
                     taints=[
                         {str(k): str(v) for k, v in taint.items()}
                         for taint in entry.get("taints") or []
@@ -222,7 +225,7 @@ class SimulatedBackend(ClusterBackend):
             env={
                 **{name: value for name, value in spec.env.items() if name != TERMINATING_KEY},
                 "prior_progress": duration - remaining,
-                GPUS_KEY: spec.gpus_per_worker,
+                GPUS_KEY: spec.resource_per_worker,
                 RESOURCE_KEY: spec.resource_name,
             },
         )

@@ -38,6 +38,7 @@ class SyncResult:
 NODE_FIELDS = (
     "capacity",
     "labels",
+    "gpu_model",
     "taints",
     "ready",
     "cordoned",
@@ -64,6 +65,7 @@ def sync_nodes(nodes: list[NodeInfo]) -> None:
         values = {
             "capacity": dict(info.capacity),
             "labels": dict(info.labels),
+            "gpu_model": info.gpu_model,
             "taints": [dict(t) for t in info.taints],
             "ready": info.ready,
             "cordoned": info.cordoned,

@@ -3,10 +3,10 @@ brought up to date from what changed since: the change feed of migration 0016.
 
 With 43,000 jobs waiting and nothing changed, reading every row (even only every row's version)
 would be most of a steady cycle. Each job row carries `changed_xact`, the 64-bit id of the
-transaction that last changed a column the feed reads, set by a trigger (migrations 0021, 0023 and
-0024) that watches `WATCHED`: writes of what only people read (forecasts, estimated starts) and
-of what the cycle keeps itself (`SHOWN`: reasons and positions) leave it alone, whoever makes
-them. A read records its statement's snapshot (`pg_current_snapshot()`) and its own
+transaction that last changed a column the feed reads, set by a trigger (migrations 0021, 0023,
+0024 and 0025) that watches `WATCHED`: writes of what only people read (forecasts, estimated
+starts) and of what the cycle keeps itself (`SHOWN`: reasons and positions) leave it alone, whoever
+makes them. A read records its statement's snapshot (`pg_current_snapshot()`) and its own
 transaction's id; the next read asks only for rows whose `changed_xact` that snapshot did not
 see as committed, or that its own transaction wrote (after the read, too: the admissions). A
 deleted row leaves no trace, so each read also counts the active jobs in the same statement: a
@@ -74,11 +74,14 @@ class Row(NamedTuple):
     preempted_for: int | None
     cpu_millicores: int | None  # per worker; None: the flavor's per GPU
     memory_mib: int | None
+    gpu_milli: int  # 0: whole GPUs
+    gpu_models: list[str]
+    gpu_devices: str  # JSON text: [[node, GPU index], ...]
 
 
 _COLUMNS = Row._fields[Row._fields.index("id") :]  # the job's, selected in this order
 TIMES = {"submitted_at", "admitted_at", "checkpoint_requested_at", "not_before"}
-AS_TEXT = {"placement", "pending_reason"}
+AS_TEXT = {"placement", "pending_reason", "gpu_devices"}
 # What the cycle writes on pending rows and remembers itself (`remember_shown`): a write of
 # these alone does not mark a row.
 SHOWN = ("pending_reason", "queue_position", "cluster_position")

@@ -118,6 +118,8 @@ def launch_spec(job: Job, record: WorkloadRecord | None = None) -> LaunchSpec:
         service_account=job.service_account,
         instance=settings.GPUQUEUE_INSTANCE,
         proof=proof_of(record, settings.GPUQUEUE_INSTANCE),
+        resource_count=pod_spec.resource_per_worker(job, flavor),
+        gpu_models=tuple(job.gpu_models),
     )
 
 

@@ -176,7 +176,12 @@ def _persist_admissions(plan: m.Plan, now: datetime) -> list[int]:
     skipped."""
     return admit_all(
         [
-            Admitted(a.job_id, {node: workers for node, workers in a.placement}, a.borrowed)
+            Admitted(
+                a.job_id,
+                {node: workers for node, workers in a.placement},
+                a.borrowed,
+                [[node, index] for node, index in a.devices],
+            )
             for a in plan.admissions
         ],
         now,

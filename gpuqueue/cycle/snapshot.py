@@ -33,14 +33,20 @@ def policy_from_settings() -> m.Policy:
 
 
 def load_nodes(flavors: list[Flavor] | None = None) -> tuple[m.Node, ...]:
-    """Every node with its GPUs per flavor (two queries: flavors unless given, nodes)."""
+    """Every node with its GPUs per flavor (two queries: flavors unless given, nodes). A
+    shared flavor's resource counts slices: slices held elsewhere take the whole GPUs they fill,
+    rounded up (`Flavor.gpus_held_by`)."""
     flavors = list(Flavor.objects.all()) if flavors is None else flavors
     by_resource = {f.name: f.resource_name for f in flavors}
+    by_name = {f.name: f for f in flavors}
     nodes = []
     for node in Node.objects.order_by("name"):
         capacity = node_capacity_by_flavor(node.capacity, node.labels, flavors, taints=node.taints)
         external = {
-            name: int(node.used_externally.get(by_resource[name], 0) or 0) for name in capacity
+            name: by_name[name].gpus_held_by(
+                int(node.used_externally.get(by_resource[name], 0) or 0)
+            )
+            for name in capacity
         }
         nodes.append(
             m.Node(
@@ -48,13 +54,14 @@ def load_nodes(flavors: list[Flavor] | None = None) -> tuple[m.Node, ...]:
                 capacity=capacity,
                 used_externally={k: v for k, v in external.items() if v},
                 schedulable=node.schedulable,
-                draining=stored_draining(node.draining, capacity, by_resource),
+                draining=stored_draining(node.draining, capacity, by_name),
                 cpu=node.allocatable_cpu_millicores,
                 memory=node.allocatable_memory_bytes,
                 pods=node.allocatable_pods,
                 cpu_used_externally=node.external_cpu_millicores,
                 memory_used_externally=node.external_memory_bytes,
                 pods_used_externally=node.external_pods,
+                model=node.gpu_model or None,
             )
         )
     return tuple(nodes)
@@ -63,7 +70,7 @@ def load_nodes(flavors: list[Flavor] | None = None) -> tuple[m.Node, ...]:
 def stored_draining(
     stored: Mapping[str, Mapping[str, int]],
     capacity: Mapping[str, int],
-    by_resource: Mapping[str, str],
+    flavors: Mapping[str, Flavor],
 ) -> tuple[m.Draining, ...]:
     """The GPUs a node row says gpuqueue's terminating pods hold ({job id: {resource: GPUs}},
     as the inventory counted them), for each flavor the node offers; claimed by no job yet
@@ -71,7 +78,8 @@ def stored_draining(
     draining = []
     for job, by_name in sorted((stored or {}).items(), key=lambda item: int(item[0])):
         for flavor in sorted(capacity):
-            gpus = int((by_name or {}).get(by_resource[flavor], 0) or 0)
+            held = int((by_name or {}).get(flavors[flavor].resource_name, 0) or 0)
+            gpus = flavors[flavor].gpus_held_by(held)
             if gpus > 0:
                 draining.append(m.Draining(flavor, gpus, int(job)))
     return tuple(draining)
@@ -95,11 +103,13 @@ def load_teams(teams: list[Team] | None = None) -> tuple[m.Team, ...]:
 @dataclass(frozen=True)
 class Names:
     """What the job rows name by id: team slugs and flavors' (name, idle policy); and the
-    flavors themselves, for the CPU and memory a worker asks when its job sets none."""
+    flavors themselves, for the CPU and memory a worker asks when its job sets none; and the
+    flavors whose GPUs may be shared."""
 
     teams: dict[int, str]
     flavors: dict[int, tuple[str, str]]
     per_gpu: dict[int, tuple[int, int]] = field(default_factory=dict)  # CPU, memory MiB
+    shared: frozenset[str] = frozenset()
 
 
 def _load_world() -> tuple[tuple[m.Node, ...], tuple[m.Team, ...], Names]:
@@ -110,6 +120,7 @@ def _load_world() -> tuple[tuple[m.Node, ...], tuple[m.Team, ...], Names]:
         {t.pk: t.slug for t in teams},
         {f.pk: (f.name, f.idle_policy) for f in flavors},
         {f.pk: (f.cpu_millicores_per_gpu, f.memory_mib_per_gpu) for f in flavors},
+        frozenset(f.name for f in flavors if f.shareable),
     )
     return load_nodes(flavors), load_teams(teams), names
 
@@ -157,6 +168,7 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
         teams=snapshot_teams,
         running=tuple(running),
         pending=tuple(pending),
+        shared_flavors=names.shared,
     )
 
 
@@ -238,7 +250,14 @@ def _running(row: Row, names: Names, min_runtime: float) -> m.RunningJob:
         idle_reclaim_first=False,
         cpu_per_worker=cpu,
         memory_per_worker=memory,
+        gpu_milli=row.gpu_milli,
+        devices=_devices(row.gpu_devices),
     )
+
+
+def _devices(stored: str | None) -> tuple[tuple[str, int], ...]:
+    """The stored [[node, GPU index], ...] of a fractional job, as the engine takes them."""
+    return tuple(sorted((str(node), int(index)) for node, index in json.loads(stored or "[]")))
 
 
 def _requests(row: Row, names: Names) -> tuple[int, int]:
@@ -265,4 +284,6 @@ def _pending(row: Row, names: Names) -> m.PendingJob:
         expected_runtime=row.expected_runtime_seconds,
         cpu_per_worker=cpu,
         memory_per_worker=memory,
+        gpu_milli=row.gpu_milli,
+        gpu_models=tuple(row.gpu_models or ()),
     )

@@ -79,6 +79,7 @@ class Node:
     cpu_used_externally: int = 0
     memory_used_externally: int = 0
     pods_used_externally: int = 0
+    model: str | None = None  # the GPU model of the node
 
     @property
     def limited(self) -> bool:
@@ -115,6 +116,10 @@ class RunningJob:
     idle_reclaim_first: bool = False
     cpu_per_worker: int = 0  # millicores each worker (pod) requests
     memory_per_worker: int = 0  # bytes each worker requests
+    # 0: whole GPUs; 1..999: each worker holds that many thousandths of one GPU.
+    gpu_milli: int = 0
+    # (node, GPU index) per worker of a fractional job, sorted.
+    devices: tuple[tuple[str, int], ...] = ()
     # Derived from the placement once, not on every read: a plan reads them for every running
     # job several times (the ledger, demand, victim searches).
     workers: int = field(init=False, repr=False, compare=False)
@@ -156,6 +161,11 @@ class PendingJob:
     expected_runtime: float | None = None
     cpu_per_worker: int = 0  # millicores each worker (pod) requests
     memory_per_worker: int = 0  # bytes each worker requests
+    # 0: whole GPUs (gpus_per_worker of them); 1..999: each worker takes that many thousandths
+    # of one GPU (gpus_per_worker is 1).
+    gpu_milli: int = 0
+    # Empty: any node; else only nodes whose model is one of these.
+    gpu_models: tuple[str, ...] = ()
     gpus: int = field(init=False, repr=False, compare=False)  # workers x GPUs per worker
     # What the engine's steps read of a job that is not starving, made once: a plan looks up
     # the verdict for this kind for every pending job (engine.Cycle._consider).
@@ -253,6 +263,8 @@ class Snapshot:
     # decayed (usage.py; positive: owed, negative: in debt). None: no history, and the rules
     # that read it stay off (Policy.share_slice_seconds).
     share_balance: Mapping[tuple[str, str], float] | None = None
+    # Flavors whose GPUs may be shared by fractional jobs.
+    shared_flavors: frozenset[str] = frozenset()
 
 
 class ReasonCode(str, Enum):  # noqa: UP042 -- callers compare and str() these as is
@@ -287,6 +299,8 @@ class Admission:
     job_id: int
     placement: Placement
     borrowed: bool = False  # uses capacity above the team's fair share
+    # (node, GPU index) per worker for a fractional admission.
+    devices: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

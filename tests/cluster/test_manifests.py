@@ -285,3 +285,30 @@ def test_workers_keep_their_node_through_kube_scheduler_preemption_autoscalers_a
     assert bare["spec"]["template"]["spec"]["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
+
+
+def test_a_shared_flavor_s_worker_asks_its_slices_and_a_model_bound_job_its_models() -> None:
+    spec = replace(
+        SPEC,
+        resource_name="nvidia.com/gpu.shared",
+        gpus_per_worker=1,
+        resource_count=1,
+        gpu_models=("NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"),
+    )
+    pod = pod_of(spec)
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] == "1"
+    [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term["matchExpressions"] == [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-node-a", "gpu-node-b"]},
+        {
+            "key": "nvidia.com/gpu.product",
+            "operator": "In",
+            "values": ["NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"],
+        },
+    ]
+    # No field misspelt or misplaced: the client's model keeps every one.
+    manifest = json.loads(json.dumps(mf.job_manifest(spec, OPTIONS, HOSTNAMES)))
+    model = client.V1Job.from_dict(manifest)
+    assert client.ApiClient().sanitize_for_serialization(model) == manifest

@@ -334,7 +334,8 @@ def test_a_queue_longer_than_a_caches_cap_is_kept_whole(
         [
             Job(team=template.team, user=template.user, flavor=template.flavor, name=f"j{i}")
             for i in range(caches.MAX_ENTRIES + 10)
-        ]
+        ],
+        batch_size=1000,  # one statement's parameters are at most 65,535
     )
     now = timezone.now()
     assert len(load_snapshot(now).pending) == caches.MAX_ENTRIES + 11

@@ -39,11 +39,19 @@ H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 L4 = {"nvidia.com/gpu.product": "NVIDIA-L4"}
 SPOT = {**H100, "gpuqueue.dev/capacity": "spot"}
 SPOT_TAINT = {"key": "gpuqueue.dev/spot", "value": "true", "effect": "NoSchedule"}
-# The test cluster: 4 × 8 H100, 2 × 4 L4, and one H100 node tainted for spot capacity.
+# A node whose one GPU the device plugin shares by time-slicing, 4 replicas of it advertised as
+# nvidia.com/gpu.shared (the GPU Operator's renamed resource); no flavor above selects it.
+SHARED = {
+    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+    "nvidia.com/gpu.sharing-strategy": "time-slicing",
+}
+# The test cluster: 4 × 8 H100, 2 × 4 L4, one H100 node tainted for spot capacity, and one A100
+# shared four ways.
 NODES = [
     *(fake_node(f"h100-{i}", {"nvidia.com/gpu": 8}, labels=H100) for i in range(4)),
     *(fake_node(f"l4-{i}", {"nvidia.com/gpu": 4}, labels=L4) for i in range(2)),
     fake_node("h100-spot-0", {"nvidia.com/gpu": 8}, labels=SPOT, taints=[SPOT_TAINT]),
+    fake_node("a100-shared-0", {"nvidia.com/gpu.shared": 4}, labels=SHARED),
 ]
 _skip_reason: list[str] = []
 

@@ -108,7 +108,8 @@ def sample_gpu_activity(now: datetime | None = None) -> int:
         )
         if before is None or now <= before.measured_at:
             continue  # the first reading of an attempt, or a repeated minute: no span
-        seconds = min(now - before.measured_at, MAX_GAP).total_seconds() * job.gpus
+        # GPU-seconds as the ledger counts them: a fractional job its thousandths.
+        seconds = min(now - before.measured_at, MAX_GAP).total_seconds() * job.gpu_share
         idle = seconds if percent < rule.threshold_percent else 0.0
         spans.append((job.pk, job.attempts, seconds * percent / 100, idle))
     with transaction.atomic():

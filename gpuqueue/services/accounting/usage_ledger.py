@@ -42,6 +42,7 @@ FIELDS = (
     "flavor_id",
     "workers",
     "gpus_per_worker",
+    "gpu_milli",
 )
 UPSERT = {
     "update_conflicts": True,
@@ -60,12 +61,15 @@ class Attempt:
     team_id: int
     user_id: int
     flavor_id: int
-    gpus: int
+    gpus: int  # the GPUs its workers run on
+    # What it holds of them: a fractional job (Job.gpu_milli) counts its thousandths.
+    gpu_share: float
 
     @classmethod
     def of(cls, row: tuple) -> Attempt:
-        job_id, attempt, admitted_at, team_id, user_id, flavor_id, workers, gpw = row
-        return cls(job_id, attempt, admitted_at, team_id, user_id, flavor_id, workers * gpw)
+        job_id, attempt, admitted_at, team_id, user_id, flavor_id, workers, gpw, milli = row
+        share = workers * milli / 1000 if milli else float(workers * gpw)
+        return cls(job_id, attempt, admitted_at, team_id, user_id, flavor_id, workers * gpw, share)
 
     def rows(
         self, end: datetime, outcome: str, from_hour: datetime | None = None
@@ -84,7 +88,7 @@ class Attempt:
                 user_id=self.user_id,
                 flavor_id=self.flavor_id,
                 gpus=self.gpus,
-                gpu_seconds=self.gpus * seconds,
+                gpu_seconds=self.gpu_share * seconds,
                 outcome=outcome,
             )
             for hour, seconds in spans
@@ -110,7 +114,8 @@ def starts(from_state: str, to_state: str) -> bool:
 
 
 # The columns of the relation that the two statements below read, one row per attempt:
-# job_id, attempt, admitted_at, team_id, user_id, flavor_id, gpus, from_state, end_at.
+# job_id, attempt, admitted_at, team_id, user_id, flavor_id, gpus, gpu_share (what it holds of
+# them: `Attempt.gpu_share`), from_state, end_at.
 ATTEMPT_COLUMNS = (
     "job_id",
     "attempt",
@@ -119,9 +124,18 @@ ATTEMPT_COLUMNS = (
     "user_id",
     "flavor_id",
     "gpus",
+    "gpu_share",
     "from_state",
     "end_at",
 )
+
+
+def gpu_share_sql(workers: str, gpus_per_worker: str, gpu_milli: str) -> str:
+    """SQL: `Attempt.gpu_share` of a job's columns."""
+    return (
+        f"(CASE WHEN {gpu_milli} > 0 THEN {workers} * {gpu_milli} / 1000.0 "
+        f"ELSE {workers} * {gpus_per_worker} END)::float8"
+    )
 
 
 def _hour_sql(at: str) -> str:
@@ -168,7 +182,7 @@ def released_rows_sql(source: str, to_state: str) -> str:
     unique = ", ".join(column[name] for name in UPSERT["unique_fields"])
     return (
         f"{_insert_sql()} SELECT r.job_id, r.attempt, h.hour, r.team_id, r.user_id, "
-        f"r.flavor_id, r.gpus, r.gpus::float8 * greatest({seconds}, 0)::float8, "
+        f"r.flavor_id, r.gpus, r.gpu_share::float8 * greatest({seconds}, 0)::float8, "
         f"CASE r.from_state {outcome} END, 0 FROM {source} r "
         f"CROSS JOIN LATERAL generate_series({first}, greatest(r.end_at, r.admitted_at), "
         "interval '1 hour') AS h (hour) "

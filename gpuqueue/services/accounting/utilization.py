@@ -22,6 +22,7 @@ between a submission and the next cycle do not count as idle iron.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -88,28 +89,35 @@ def idle_gpu_hours(minutes: Iterable[tuple[int, int]]) -> float:
 def free_by_flavor_and_node(
     nodes: Iterable[Node], flavors: list[Flavor], holding: Iterable[tuple[str, int, dict[str, int]]]
 ) -> dict[str, dict[str, int]]:
-    """{flavor: {node: free GPUs}} on schedulable nodes; `holding` is (flavor, GPUs per
-    worker, placement) of every job that holds GPUs."""
+    """{flavor: {node: free GPUs}} on schedulable nodes; `holding` is (flavor, thousandths of
+    a GPU per worker, placement) of every job that holds GPUs (`per_worker_milli`): its
+    workers on a node take the GPUs their thousandths add up to, rounded up."""
     free: dict[str, dict[str, int]] = defaultdict(dict)
-    by_resource = {f.name: f.resource_name for f in flavors}
+    by_name = {f.name: f for f in flavors}
     for node in nodes:
         if not node.schedulable:
             continue
         for flavor, gpus in node_capacity_by_flavor(
             node.capacity, node.labels, flavors, taints=node.taints
         ).items():
-            resource = by_resource[flavor]
+            resource = by_name[flavor].resource_name
             # Terminating pods' GPUs are not idle: they are held until the pods are gone.
             held = int(node.used_externally.get(resource, 0) or 0) + node.draining_gpus(resource)
-            free[flavor][node.name] = max(gpus - held, 0)
-    for flavor, gpus_per_worker, placement in holding:
+            free[flavor][node.name] = max(gpus - by_name[flavor].gpus_held_by(held), 0)
+    for flavor, milli_per_worker, placement in holding:
         on_flavor = free.get(flavor)
         if on_flavor is None:
             continue
         for node, workers in placement.items():
             if node in on_flavor:
-                on_flavor[node] = max(on_flavor[node] - int(workers) * gpus_per_worker, 0)
+                taken = -(-int(workers) * milli_per_worker // 1000)
+                on_flavor[node] = max(on_flavor[node] - taken, 0)
     return free
+
+
+def per_worker_milli(gpus_per_worker: int, gpu_milli: int) -> int:
+    """A worker's GPUs in thousandths: its fraction of one, or its whole GPUs."""
+    return gpu_milli or gpus_per_worker * 1000
 
 
 def sample_utilization(now: datetime | None = None) -> int:
@@ -138,8 +146,9 @@ def sample_utilization(now: datetime | None = None) -> int:
             flavor_id=flavor_id,
             team=None,
             capacity=usage.capacity,
-            allocated=usage.allocated,
-            pending=usage.pending_gpus,
+            # Samples keep whole GPUs: a GPU partly held counts as held.
+            allocated=math.ceil(usage.allocated),
+            pending=math.ceil(usage.pending_gpus),
         )
         rows.append(cluster_rows[usage.flavor])
         for team in usage.teams:
@@ -152,14 +161,14 @@ def sample_utilization(now: datetime | None = None) -> int:
                         flavor_id=flavor_id,
                         team_id=team_ids[team.team],
                         capacity=usage.capacity,
-                        allocated=team.allocated,
-                        pending=team.pending_gpus,
+                        allocated=math.ceil(team.allocated),
+                        pending=math.ceil(team.pending_gpus),
                     )
                 )
     holding = [
-        (flavor, gpw, placement or {})
-        for flavor, gpw, placement in Job.objects.filter(state__in=HOLDING).values_list(
-            "flavor__name", "gpus_per_worker", "placement"
+        (flavor, per_worker_milli(gpw, milli), placement or {})
+        for flavor, gpw, milli, placement in Job.objects.filter(state__in=HOLDING).values_list(
+            "flavor__name", "gpus_per_worker", "gpu_milli", "placement"
         )
     ]
     free = free_by_flavor_and_node(Node.objects.all(), flavors, holding)

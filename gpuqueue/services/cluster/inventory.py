@@ -9,11 +9,11 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, Q, Sum
 
 from gpuqueue.core import caches
 from gpuqueue.core.states import HOLDING, JobState
-from gpuqueue.models import Flavor, Job, Node, Quota
+from gpuqueue.models import Flavor, Job, Node, Quota, gpu_share
 from gpuqueue.services.quotas.fair_shares import stored_fair_shares
 from gpuqueue.services.quotas.share_balance import balance_hours
 
@@ -26,11 +26,12 @@ def node_capacity_by_flavor(
     taints: Iterable[Mapping[str, str]],
 ) -> dict[str, int]:
     """A node offers a flavor when it carries the flavor's labels, has its resource and every
-    taint that would keep pods off it is tolerated by the flavor's pods (`Flavor.tolerates`)."""
+    taint that would keep pods off it is tolerated by the flavor's pods (`Flavor.tolerates`).
+    A shared flavor's resource counts slices: the node offers that many ÷ slices per GPU."""
     node_taints = list(taints)  # read once for every flavor
     offered = {}
     for flavor in flavors:
-        count = int(node_capacity.get(flavor.resource_name, 0))
+        count = flavor.gpus_of(int(node_capacity.get(flavor.resource_name, 0)))
         if count > 0 and flavor.matches(labels) and flavor.tolerates(node_taints):
             offered[flavor.name] = count
     return offered
@@ -45,7 +46,8 @@ def flavor_nodes(flavor: Flavor) -> list[Node]:
     return [
         n
         for n in nodes
-        if int(n.capacity.get(flavor.resource_name, 0) or 0) > 0 and flavor.tolerates(n.taints)
+        if flavor.gpus_of(int(n.capacity.get(flavor.resource_name, 0) or 0)) > 0
+        and flavor.tolerates(n.taints)
     ]
 
 
@@ -67,7 +69,7 @@ class FlavorSize:
 
 def flavor_size(flavor: Flavor) -> FlavorSize | None:
     """None when no node of `flavor` is known yet."""
-    sizes = [int(n.capacity[flavor.resource_name]) for n in flavor_nodes(flavor)]
+    sizes = [flavor.gpus_of(int(n.capacity[flavor.resource_name])) for n in flavor_nodes(flavor)]
     return FlavorSize(Counter(sizes)) if sizes else None
 
 
@@ -89,23 +91,29 @@ def flavor_capacity(flavor: Flavor, *, schedulable_only: bool = False) -> int:
     for node in flavor_nodes(flavor):
         if not node.ready or (schedulable_only and not node.schedulable):
             continue
-        total += int(node.capacity[flavor.resource_name])
+        total += flavor.gpus_of(int(node.capacity[flavor.resource_name]))
     return total
 
 
-def held_non_preemptible(team_id: int, flavor_id: int) -> int:
-    """GPUs the team's non-preemptible jobs of `flavor` hold right now."""
+def held_non_preemptible(team_id: int, flavor_id: int) -> float:
+    """GPUs the team's non-preemptible jobs of `flavor` hold right now (fractions counted)."""
     row = Job.objects.filter(
         team_id=team_id, flavor_id=flavor_id, preemptible=False, state__in=HOLDING
-    ).aggregate(gpus=Sum(F("workers") * F("gpus_per_worker")))
-    return int(row["gpus"] or 0)
+    ).aggregate(gpus=Sum(gpu_share()))
+    return _gpus(row["gpus"])
+
+
+def _gpus(value: float | None) -> float:
+    """A sum of GPUs: whole unless fractions make it not, to the thousandth."""
+    gpus = round(float(value or 0), 3)
+    return int(gpus) if gpus.is_integer() else gpus
 
 
 @dataclass
 class TeamUsage:
     team: str
-    allocated: int = 0
-    pending_gpus: int = 0
+    allocated: float = 0  # GPUs: fractional jobs count their thousandths
+    pending_gpus: float = 0
     pending_jobs: int = 0
     running_jobs: int = 0
     guarantee: int | None = None
@@ -123,8 +131,8 @@ class FlavorUsage:
     flavor: str
     capacity: int = 0
     schedulable_capacity: int = 0
-    allocated: int = 0
-    pending_gpus: int = 0
+    allocated: float = 0
+    pending_gpus: float = 0
     pending_jobs: int = 0
     running_jobs: int = 0
     teams: list[TeamUsage] = field(default_factory=list)
@@ -138,10 +146,10 @@ def usage_now() -> list[FlavorUsage]:
     out: dict[str, FlavorUsage] = {f.name: FlavorUsage(f.name) for f in flavors}
     for flavor in flavors:
         for node in nodes:
-            gpus = int(node.capacity.get(flavor.resource_name, 0) or 0)
+            gpus = flavor.gpus_of(int(node.capacity.get(flavor.resource_name, 0) or 0))
             if gpus <= 0 or not flavor.matches(node.labels) or not node.ready:
                 continue
-            used = int(node.used_externally.get(flavor.resource_name, 0) or 0)
+            used = flavor.gpus_held_by(int(node.used_externally.get(flavor.resource_name, 0) or 0))
             out[flavor.name].capacity += gpus
             if node.schedulable:
                 out[flavor.name].schedulable_capacity += max(gpus - used, 0)
@@ -152,7 +160,7 @@ def usage_now() -> list[FlavorUsage]:
             per_team[(flavor, team)] = TeamUsage(team)
         return per_team[(flavor, team)]
 
-    gpus = F("workers") * F("gpus_per_worker")
+    gpus = gpu_share()
     rows = (
         Job.objects.active()
         .values("flavor__name", "team__slug")
@@ -166,8 +174,8 @@ def usage_now() -> list[FlavorUsage]:
     )
     for row in rows:
         usage = team_usage(row["flavor__name"], row["team__slug"])
-        usage.allocated = int(row["allocated"] or 0)
-        usage.pending_gpus = int(row["pending_gpus"] or 0)
+        usage.allocated = _gpus(row["allocated"])
+        usage.pending_gpus = _gpus(row["pending_gpus"])
         usage.pending_jobs = int(row["pending_jobs"] or 0)
         usage.running_jobs = int(row["running_jobs"] or 0)
     for quota in Quota.objects.select_related("team", "flavor"):
@@ -184,8 +192,8 @@ def usage_now() -> list[FlavorUsage]:
         by_flavor[flavor_name].append(usage)
     for name, usage in out.items():
         usage.teams = by_flavor.get(name, [])
-        usage.allocated = sum(t.allocated for t in usage.teams)
-        usage.pending_gpus = sum(t.pending_gpus for t in usage.teams)
+        usage.allocated = _gpus(sum(t.allocated for t in usage.teams))
+        usage.pending_gpus = _gpus(sum(t.pending_gpus for t in usage.teams))
         usage.pending_jobs = sum(t.pending_jobs for t in usage.teams)
         usage.running_jobs = sum(t.running_jobs for t in usage.teams)
     return list(out.values())

@@ -9,8 +9,9 @@ the same statement, so a job is never ADMITTED without them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from gpuqueue.core.states import JobState
 from gpuqueue.services.jobs.pending import SHOWN_WHILE_PENDING
@@ -25,17 +26,20 @@ class Admitted:
     job_id: int
     placement: dict[str, int]  # node -> workers
     borrowed: bool
+    # A fractional job's [node, GPU index] per worker, as the engine packed them; else empty.
+    devices: list[list[Any]] = field(default_factory=list)
 
 
 def admit_all(admissions: Sequence[Admitted], now: datetime, actor: str) -> list[int]:
-    """Move each job still PENDING to ADMITTED with its placement; returns the ids moved, in
+    """Move each job still PENDING to ADMITTED with its placement (and a fractional job's
+    devices); returns the ids moved, in
     the order given. What it showed while pending is cleared and its attempts counted."""
     return move_jobs(
         [
             Move(
                 a.job_id,
                 JobState.PENDING,
-                changes={"placement": a.placement},
+                changes={"placement": a.placement, "gpu_devices": a.devices},
                 reason=BORROWING if a.borrowed else WITHIN_SHARE,
                 details={"placement": a.placement, "borrowed": a.borrowed},
             )

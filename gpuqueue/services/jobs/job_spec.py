@@ -12,9 +12,10 @@ A check takes two steps, as DRF's serializers do:
    (`field_errors`);
 2. only when every field passed, the job as a whole: the team a submission leaves out, the
    defaults (the name from the image, the checkpoint grace from settings, CPU and memory from
-   the flavor), whether its workers fit the nodes of its flavor, its CPU and memory within
-   the flavor's maxima, and the ServiceAccount, Secrets and claims it names within its
-   team's allow-lists (`check_whole`).
+   the flavor), its share of a GPU and its GPU models against its flavor and the flavor's
+   nodes (gpuqueue.services.jobs.gpu_share), whether its workers fit the nodes of its
+   flavor, its CPU and memory within the flavor's maxima, and the ServiceAccount, Secrets and
+   claims it names within its team's allow-lists (`check_whole`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from django.conf import settings
 
 from gpuqueue.models import Flavor
-from gpuqueue.services.jobs import pod_spec
+from gpuqueue.services.jobs import gpu_share, pod_spec
 from gpuqueue.services.jobs import validation as rules
 from gpuqueue.services.jobs.submit import (
     JOB_FIELDS,
@@ -53,6 +54,8 @@ IMAGE_MAX_CHARS = 512
 BOUNDS: dict[str, tuple[int, int]] = {
     "workers": (1, MAX_WORKERS),
     "gpus_per_worker": (1, MAX_GPUS_PER_WORKER),
+    "gpu_milli": (0, 999),
+    "gpu_memory_mib": (1, gpu_share.MAX_GPU_MEMORY_MIB),
     "priority": (PRIORITY_MIN, PRIORITY_MAX),
     "checkpoint_grace_seconds": (0, MAX_GRACE_SECONDS),
     "max_runtime_seconds": (1, MAX_RUNTIME_SECONDS),
@@ -60,13 +63,15 @@ BOUNDS: dict[str, tuple[int, int]] = {
     **pod_spec.RESOURCE_BOUNDS,
 }
 
-FIELDS = ("team", "flavor", *JOB_FIELDS)
+# gpu_memory_mib is no column: check_whole turns it into gpu_milli.
+FIELDS = ("team", "flavor", *JOB_FIELDS, "gpu_memory_mib")
 REQUIRED_FIELDS = ("flavor", "image")
 # What a field left out becomes. The name and the checkpoint grace are filled in by
 # `check_whole`; the runtimes stay unset.
 DEFAULTS: dict[str, Any] = {
     "workers": 1,
     "gpus_per_worker": 1,
+    "gpu_milli": 0,
     "priority": 0,
     "preemptible": True,
     "priority_class": "",
@@ -78,6 +83,7 @@ EMPTY_BY_DEFAULT: dict[str, Callable[[], Any]] = {
     "labels": dict,
     "annotations": dict,
     "volumes": list,
+    "gpu_models": list,
     "image_pull_secrets": list,
     "env_from_secrets": list,
 }
@@ -104,6 +110,7 @@ FIELD_RULES: dict[str, Callable[[Any], list[str]]] = {
     "labels": rules.label_errors,
     "annotations": rules.annotation_errors,
     "volumes": pod_spec.volume_errors,
+    "gpu_models": gpu_share.gpu_models_errors,
     "image_pull_secrets": pod_spec.secret_names_errors,
     "env_from_secrets": pod_spec.secret_names_errors,
     "priority_class": lambda name: pod_spec.priority_class_errors(name) if name else [],
@@ -184,7 +191,9 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
        team stays None here, unless the job names a ServiceAccount, Secrets or claims, which
        its team must allow (then the team is taken here). Someone not signed in must name one.
     2. The defaults of the fields left out.
-    3. A worker must fit the largest node of its flavor, and the gang its empty nodes, whole
+    3. A fraction of a GPU (or GPU memory) only on a shared flavor, in whole slices, one GPU
+       per worker; GPU models among those the flavor's nodes report.
+       A worker must fit the largest node of its flavor, and the gang its empty nodes, whole
        workers per node.
        Without a team, a submitter who does not have exactly one is told that first, as the
        insert would.
@@ -213,6 +222,12 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
         job.setdefault(field, default)
     for field, empty in EMPTY_BY_DEFAULT.items():
         job.setdefault(field, empty())
+    share, errors = gpu_share.share_errors(job, job["flavor"])
+    errors.update(gpu_share.model_errors(job["gpu_models"], job["flavor"]))
+    if errors:
+        return Checked(job, {**refused, **errors})
+    job.update(share)
+    job.pop("gpu_memory_mib", None)
     try:
         check_fits(job["flavor"], job["workers"], job["gpus_per_worker"])
     except SubmissionRefused as exc:

@@ -176,6 +176,17 @@ def worker_requests(
     )
 
 
+def resource_per_worker(job: Any, flavor: Flavor) -> int:
+    """How much of the flavor's resource a worker's pod asks: its GPUs, or on a shared flavor
+    (whose resource counts slices) its slices: those of its fraction, or every slice of each
+    whole GPU, so that the kube-scheduler counts what gpuqueue counts."""
+    if not (flavor.shareable and flavor.slices_per_gpu):
+        return int(job.gpus_per_worker)
+    if job.gpu_milli:
+        return flavor.slices_for(job.gpu_milli)
+    return int(job.gpus_per_worker) * flavor.slices_per_gpu
+
+
 def uses_namespace_objects(job: Mapping[str, Any]) -> bool:
     return any(job.get(field) for field in NAMESPACE_FIELDS)
 
@@ -184,19 +195,22 @@ def resources(job: Mapping[str, Any], flavor: Flavor) -> tuple[dict[str, Any], F
     """The worker's CPU, memory and /dev/shm with the flavor's defaults filled in, and what is
     wrong with them as a whole.
 
-    1. A request left out is the flavor's per-GPU value times the worker's GPUs, capped by the
-       flavor's maximum per worker (an admin's defaults never refuse a job by themselves).
+    1. A request left out is the flavor's per-GPU value times the worker's GPUs (or its
+       fraction of one, rounded up), capped by the flavor's maximum per worker (an admin's
+       defaults never refuse a job by themselves).
     2. Requests and limits asked for are within the flavor's maximum.
     3. A limit is at least its request; /dev/shm, which lives in the worker's memory, fits the
        memory limit.
     """
-    gpus = job["gpus_per_worker"]
+    # A worker's GPUs in thousandths: a fraction of one takes that part of the per-GPU values.
+    milli = job.get("gpu_milli") or job["gpus_per_worker"] * 1000
     max_cpu, max_memory = flavor.max_cpu_millicores_per_worker, flavor.max_memory_mib_per_worker
     values: dict[str, Any] = {}
     errors: FieldErrors = {}
 
     def default(per_gpu: int, most: int | None) -> int:
-        return per_gpu * gpus if most is None else min(per_gpu * gpus, most)
+        asked = -(-per_gpu * milli // 1000)
+        return asked if most is None else min(asked, most)
 
     # 1.
     values["cpu_millicores"] = job.get("cpu_millicores")

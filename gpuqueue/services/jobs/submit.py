@@ -58,6 +58,8 @@ JOB_FIELDS = (
     "annotations",
     "workers",
     "gpus_per_worker",
+    "gpu_milli",
+    "gpu_models",
     "priority",
     "preemptible",
     "checkpoint_grace_seconds",

@@ -20,9 +20,10 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from gpuqueue.core.states import TRANSITIONS, JobState, check_transition
-from gpuqueue.models import Job, JobEvent
+from gpuqueue.models import Job, JobEvent, gpu_share
 from gpuqueue.services.accounting.usage_ledger import (
     ATTEMPT_COLUMNS,
+    gpu_share_sql,
     opened_rows_sql,
     released_rows_sql,
     releases,
@@ -104,8 +105,9 @@ def move_jobs(
         AS v ({", ".join(names)})
     ),
     target AS (
-        SELECT {", ".join(f"j.{column[c]} AS {name}" for name, c in TARGET_COLUMNS[:-1])},
-               j.{column["workers"]} * j.{column["gpus_per_worker"]} AS gpus
+        SELECT {", ".join(f"j.{column[c]} AS {name}" for name, c in TARGET_COLUMNS[:-2])},
+               j.{column["workers"]} * j.{column["gpus_per_worker"]} AS gpus,
+               {_share_sql("j", column)} AS gpu_share
         FROM {quote(Job._meta.db_table)} j JOIN v ON j.id = v.id AND j.{column["state"]} = v.seen
         {lock}
     )"""
@@ -155,8 +157,11 @@ def move_selected(
         selection = (
             jobs.order_by("id")
             .select_for_update(no_key=True, of=("self",))
-            .annotate(gpus=F("workers") * F("gpus_per_worker"))
-            .values_list(*(field for _, field in TARGET_COLUMNS[:-1]), "gpus")
+            .annotate(
+                gpus=F("workers") * F("gpus_per_worker"),
+                gpu_share=gpu_share(),
+            )
+            .values_list(*(field for _, field in TARGET_COLUMNS[:-2]), "gpus", "gpu_share")
         )
         sql, params = selection.query.sql_with_params()
         head = f"""
@@ -188,7 +193,16 @@ TARGET_COLUMNS = (
     ("user_id", "user"),
     ("flavor_id", "flavor"),
     ("gpus", ""),  # workers × gpus_per_worker
+    ("gpu_share", ""),  # what it holds of them (usage_ledger.gpu_share_sql)
 )
+
+
+def _share_sql(table: str, column: dict[str, str]) -> str:
+    return gpu_share_sql(
+        f"{table}.{column['workers']}",
+        f"{table}.{column['gpus_per_worker']}",
+        f"{table}.{column['gpu_milli']}",
+    )
 
 
 def _execute(
@@ -251,7 +265,7 @@ def _execute(
         RETURNING j.id, t.state AS from_state, t.attempts AS old_attempt,
                   t.admitted_at AS old_admitted_at, j.{column["attempts"]} AS attempt,
                   j.{column["admitted_at"]} AS admitted_at, t.team_id, t.user_id, t.flavor_id,
-                  t.gpus{"".join(f", v.{n}" for n in own_event)}
+                  t.gpus, t.gpu_share{"".join(f", v.{n}" for n in own_event)}
     ),
     -- The caller's clock, advanced by however long the statement waited for its rows: a
     -- release ends after the minute's sweep that held a row wrote it (usage_ledger.py, 2).
@@ -266,13 +280,13 @@ def _execute(
     ),
     released ({attempt}) AS (
         SELECT m.id, m.old_attempt, m.old_admitted_at, m.team_id, m.user_id, m.flavor_id,
-               m.gpus, m.from_state, s.at
+               m.gpus, m.gpu_share, m.from_state, s.at
         FROM moved m CROSS JOIN stamp s WHERE m.from_state = ANY(%s::text[])
     ),
     closing AS ({released_rows_sql("released", to)}),
     opened ({attempt}) AS (
         SELECT m.id, m.attempt, m.admitted_at, m.team_id, m.user_id, m.flavor_id, m.gpus,
-               m.from_state, NULL::timestamptz
+               m.gpu_share, m.from_state, NULL::timestamptz
         FROM moved m WHERE m.from_state = ANY(%s::text[])
     ),
     opening AS ({opened_rows_sql("opened")})

@@ -8,7 +8,7 @@ from django.db import transaction
 
 from gpuqueue.core.errors import Forbidden, Refused
 from gpuqueue.core.taints import toleration_errors
-from gpuqueue.models import Flavor
+from gpuqueue.models import Flavor, Job
 from teams.models import AuditEntry
 
 
@@ -27,7 +27,17 @@ def flavor_state(flavor: Flavor) -> dict[str, Any]:
         "run_as_group": flavor.run_as_group,
         "fs_group": flavor.fs_group,
         "allow_root": flavor.allow_root,
+        "shareable": flavor.shareable,
+        "slices_per_gpu": flavor.slices_per_gpu,
+        "gpu_memory_mib": flavor.gpu_memory_mib,
     }
+
+
+def _sharing_changed(before: dict[str, Any], flavor: Flavor) -> bool:
+    return (before["shareable"], before["slices_per_gpu"]) != (
+        flavor.shareable,
+        flavor.slices_per_gpu,
+    )
 
 
 def _require_site_admin(actor: Any) -> None:
@@ -36,7 +46,9 @@ def _require_site_admin(actor: Any) -> None:
 
 
 def save_flavor(actor: Any, flavor: Flavor | None, **fields: Any) -> Flavor:
-    """Create (flavor None) or change a flavor; invalid tolerations are refused (400)."""
+    """Create (flavor None) or change a flavor; invalid tolerations are refused (400), and so
+    is a change of how its GPUs are shared while active jobs ask fractions of them (409):
+    their thousandths are whole slices of the sharing they were checked against."""
     _require_site_admin(actor)
     errors = toleration_errors(fields["tolerations"]) if "tolerations" in fields else []
     if errors:
@@ -52,6 +64,18 @@ def save_flavor(actor: Any, flavor: Flavor | None, **fields: Any) -> Flavor:
                 setattr(flavor, key, value)
         if profile_errors := flavor.security_profile_errors():
             raise Refused("The security profile is invalid.", fields=profile_errors)
+        if sharing_errors := flavor.sharing_errors():
+            raise Refused("The sharing of its GPUs is invalid.", fields=sharing_errors)
+        if before is not None and _sharing_changed(before, flavor):
+            fractional = Job.objects.active().filter(flavor=flavor, gpu_milli__gt=0).count()
+            if fractional:
+                raise Refused(
+                    f"{fractional} active job{'s' if fractional > 1 else ''} ask a fraction of "
+                    f"a {flavor.name} GPU: its sharing cannot change until they end.",
+                    fields={"slices_per_gpu": ["Fractional jobs of this flavor are active."]},
+                    status=409,
+                    code="in_use",
+                )
         flavor.save()
         AuditEntry.objects.create(
             actor=actor,
