@@ -111,7 +111,7 @@ def cluster_map(visible_job_ids: set[int] | None = None) -> tuple[list[FlavorMap
     maps = {f.name: FlavorMap(f.name, f.description) for f in flavors}
     for node in Node.objects.order_by("name"):
         for flavor, gpus in node_capacity_by_flavor(
-            node.capacity, node.labels, flavors, taints=node.taints
+            node.capacity, node.labels, flavors, taints=node.taints, devices=node.devices
         ).items():
             kind = by_name[flavor]
             external = kind.gpus_held_by(int(node.used_externally.get(kind.resource_name, 0) or 0))

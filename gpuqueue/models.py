@@ -13,6 +13,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Cast
 
+from gpuqueue.core.fabric import fabric_errors
+from gpuqueue.core.gpu_resources import is_gpu_resource
 from gpuqueue.core.states import ACTIVE, FINAL, HOLDING, JobState
 from gpuqueue.core.taints import EXISTS, schedulable_for, toleration_errors
 from teams.models import Team
@@ -55,6 +57,17 @@ class Flavor(models.Model):
     )
     max_memory_mib_per_worker = models.PositiveIntegerField(
         null=True, blank=True, help_text="the most memory a worker may ask for, in MiB"
+    )
+    # What its workers need besides GPUs to reach the network (gpuqueue/core/fabric.py):
+    # RDMA devices, IPC_LOCK, Multus networks, a runtime class, device files. Admins only.
+    fabric = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='e.g. {"resources": {"rdma/rdma_shared_device_a": 1}, '
+        '"capabilities": ["IPC_LOCK"], '
+        '"annotations": {"k8s.v1.cni.cncf.io/networks": "ib-a"}, "runtime_class": "nvidia", '
+        '"volumes": [{"name": "ib", "host_path": "/dev/infiniband", '
+        '"mount_path": "/dev/infiniband"}]}',
     )
     description = models.CharField(max_length=200, blank=True)
     # Idle GPUs (gpuqueue/services/accounting/gpu_activity.py): null takes GPUQUEUE_IDLE_* settings.
@@ -139,13 +152,23 @@ class Flavor(models.Model):
     def clean(self) -> None:
         if self.tolerations is None:  # an emptied admin field
             self.tolerations = []
+        if self.fabric is None:
+            self.fabric = {}
         errors = {
             **({"tolerations": found} if (found := toleration_errors(self.tolerations)) else {}),
+            **({"fabric": found} if (found := self.fabric_errors()) else {}),
             **self.security_profile_errors(),
             **self.sharing_errors(),
         }
         if errors:
             raise ValidationError(errors)
+
+    def fabric_errors(self) -> list[str]:
+        return fabric_errors(
+            self.fabric,
+            host_paths=settings.GPUQUEUE_FABRIC_HOST_PATHS,
+            is_gpu=lambda name: name == self.resource_name or is_gpu_resource(name),
+        )
 
     def security_profile_errors(self) -> dict[str, list[str]]:
         """Ids within what Kubernetes and Linux take, and root only when allowed."""
@@ -193,6 +216,14 @@ class Flavor(models.Model):
 
     def matches(self, labels: dict[str, str]) -> bool:
         return all(labels.get(key) == value for key, value in self.node_selector.items())
+
+    def fabric_fits(self, devices: Mapping[str, int]) -> bool:
+        """Whether a node with these devices has what one worker's fabric asks for: a node
+        without its network is not offered (kube-scheduler would never bind a worker there).
+        How many workers a node's devices hold is not planned: fabric devices are shared
+        ones, or one per GPU, in practice."""
+        wanted = (self.fabric or {}).get("resources") or {}
+        return all(int(devices.get(name, 0) or 0) >= count for name, count in wanted.items())
 
     def pod_tolerations(self) -> list[Mapping[str, str]]:
         """The tolerations its pods carry: its own and the GPU taint's, which the manifests
@@ -261,6 +292,8 @@ class Node(models.Model):
     name = models.CharField(max_length=253, unique=True)
     # Allocatable GPUs by Kubernetes resource name: {"nvidia.com/gpu": 8}.
     capacity = models.JSONField(default=dict)
+    # Allocatable devices that are not GPUs, for flavors' fabrics: {"rdma/ib": 8}.
+    devices = models.JSONField(default=dict, blank=True)
     # GPUs held by pods gpuqueue did not create, by resource name.
     used_externally = models.JSONField(default=dict, blank=True)
     # GPUs that gpuqueue's own terminating pods still hold, by job id and resource name:

@@ -344,6 +344,9 @@ if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", GPUQUEUE_I
         f"GPUQUEUE_INSTANCE={GPUQUEUE_INSTANCE!r} is not a label value: up to 63 letters,"
         " digits, '-', '_' or '.', beginning and ending with a letter or digit"
     )
+# Host paths a flavor's fabric may mount into its workers (gpuqueue/core/fabric.py): the
+# InfiniBand device files by default; nothing else of the node is reachable.
+GPUQUEUE_FABRIC_HOST_PATHS = env_list("GPUQUEUE_FABRIC_HOST_PATHS", ["/dev/infiniband"])
 # The taint key on GPU nodes that gpuqueue's pods tolerate (the GPU Operator's default).
 GPUQUEUE_K8S_GPU_TAINT = env_str("GPUQUEUE_K8S_GPU_TAINT", "nvidia.com/gpu")
 # NVIDIA_VISIBLE_DEVICES=void in every worker, over its Secrets (gpuqueue/cluster/manifests.py):

@@ -431,6 +431,15 @@ class FlavorSerializer(serializers.ModelSerializer):
         required=False, allow_null=True, min_value=1, max_value=gpu_share.MAX_GPU_MEMORY_MIB
     )
 
+    fabric = serializers.JSONField(
+        required=False,
+        default=dict,
+        help_text="What workers need besides GPUs to reach the network: resources (device "
+        "name -> count per worker), capabilities (IPC_LOCK, SYS_RESOURCE), annotations "
+        "(e.g. Multus networks), runtime_class, volumes ({name, host_path under an allowed "
+        "path, mount_path, read_only}).",
+    )
+
     class Meta:
         model = Flavor
         fields = [
@@ -439,6 +448,7 @@ class FlavorSerializer(serializers.ModelSerializer):
             "resource_name",
             "node_selector",
             "tolerations",
+            "fabric",
             "cpu_millicores_per_gpu",
             "memory_mib_per_gpu",
             "max_cpu_millicores_per_worker",
@@ -477,6 +487,11 @@ class FlavorSerializer(serializers.ModelSerializer):
 
     def validate_tolerations(self, tolerations: list[dict[str, str]]) -> list[dict[str, str]]:
         return _checked(tolerations, toleration_errors)
+
+    def validate_fabric(self, fabric: Any) -> dict[str, Any]:
+        if not isinstance(fabric, dict):
+            raise serializers.ValidationError("A JSON object (see the field's description).")
+        return fabric  # its rules are the flavor's (Flavor.fabric_errors), checked on save
 
     def create(self, validated_data: dict[str, Any]) -> Flavor:
         return save_flavor(_user(self), None, **validated_data)

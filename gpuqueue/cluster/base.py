@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from gpuqueue.core.fabric import NO_FABRIC, Fabric
+
 # The label NVIDIA's GPU Feature Discovery puts on a node: its GPU model
 # ("NVIDIA-A100-SXM4-80GB"). Jobs bound to models carry a node affinity on it.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -29,6 +31,8 @@ def gpu_model_of(labels: Mapping[str, str]) -> str:
 class NodeInfo:
     name: str
     capacity: Mapping[str, int]  # allocatable GPUs by resource name
+    # Allocatable devices that are not GPUs (RDMA, host devices), for flavors' fabrics.
+    devices: Mapping[str, int] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     gpu_model: str = ""  # its GPU_PRODUCT_LABEL; "": none told
     taints: Sequence[Mapping[str, str]] = ()
@@ -100,6 +104,9 @@ class LaunchSpec:
     @property
     def resource_per_worker(self) -> int:
         return self.resource_count or self.gpus_per_worker
+
+    # The flavor's fabric (gpuqueue.core.fabric): network devices, capabilities and the like.
+    fabric: Fabric = NO_FABRIC
 
 
 class Phase(enum.StrEnum):

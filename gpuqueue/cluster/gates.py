@@ -26,7 +26,6 @@ from gpuqueue.cluster.inventory import (
     FINISHED_POD_PHASES,
     gpu_capacity,
     hostname_of,
-    is_gpu_resource,
     pod_gpus,
 )
 from gpuqueue.cluster.manifests import (
@@ -34,6 +33,7 @@ from gpuqueue.cluster.manifests import (
     PLACEMENT_ANNOTATION,
     PLACEMENT_GATE,
 )
+from gpuqueue.core.gpu_resources import is_gpu_resource
 
 Obj = Mapping[str, Any]
 HOSTNAME = "kubernetes.io/hostname"

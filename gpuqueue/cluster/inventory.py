@@ -15,10 +15,8 @@ from kubernetes.utils.quantity import parse_quantity
 
 from gpuqueue.cluster.base import NodeInfo, gpu_model_of
 from gpuqueue.cluster.status import parse_time
+from gpuqueue.core.gpu_resources import is_gpu_resource
 
-# Resource names that are GPUs: whole GPUs, MIG slices (`nvidia.com/mig-1g.10gb`) and time-sliced
-# shares (the GPU Operator's `nvidia.com/gpu.shared` when it renames replicas).
-GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
 # Taints that say a node is being emptied: `kubectl cordon` (with spec.unschedulable), the
 # cluster-autoscaler scaling it down, Karpenter disrupting it (v1 and the older key).
@@ -30,10 +28,6 @@ DRAIN_TAINTS = frozenset(
         "karpenter.sh/disruption",
     }
 )
-
-
-def is_gpu_resource(name: str) -> bool:
-    return name.startswith(GPU_PREFIXES)
 
 
 def _count(quantity: Any) -> int:
@@ -109,6 +103,20 @@ def gpu_capacity(node: Mapping[str, Any]) -> dict[str, int]:
         name: count
         for name, quantity in sorted(allocatable.items())
         if is_gpu_resource(name) and (count := _count(quantity)) > 0
+    }
+
+
+def device_capacity(node: Mapping[str, Any]) -> dict[str, int]:
+    """Allocatable devices that are not GPUs (`rdma/ib`, `nvidia.com/hostdev`): extended
+    resources, named with a domain, that a flavor's fabric may ask for."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return {
+        name: count
+        for name, quantity in sorted(allocatable.items())
+        if "/" in name
+        and not is_gpu_resource(name)
+        and not name.startswith(("hugepages-", "kubernetes.io/"))
+        and (count := _count(quantity)) > 0
     }
 
 
@@ -235,6 +243,7 @@ def node_info(
     return NodeInfo(
         name=metadata["name"],
         capacity=gpu_capacity(node),
+        devices=device_capacity(node),
         labels=labels,
         gpu_model=gpu_model_of(labels),
         taints=[

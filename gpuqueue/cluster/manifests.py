@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuqueue.cluster.base import GPU_PRODUCT_LABEL, LaunchSpec
+from gpuqueue.core.fabric import Fabric
 
 # Labels that tie Kubernetes objects to gpuqueue jobs; the watcher and reconcile find them by
 # these. Ours are applied over the user's labels so that a user cannot detach a workload.
@@ -318,6 +319,7 @@ def job_manifest(
             ),
         ],
     }
+    _add_fabric(pod_spec, spec.fabric)
     if spec.service_account:
         pod_spec["serviceAccountName"] = spec.service_account
     if priority_class := spec.priority_class or options.priority_class:
@@ -354,6 +356,7 @@ def job_manifest(
                 "labels": dict(labels),
                 "annotations": {
                     **{str(k): str(v) for k, v in spec.annotations.items()},
+                    **(spec.fabric.annotations or {}),  # the admin's over the job's
                     **NO_DISRUPTION_ANNOTATIONS,
                     PLACEMENT_ANNOTATION: json.dumps(slots, separators=(",", ":")),
                 },
@@ -374,6 +377,26 @@ def job_manifest(
     if owner is not None and (reference := owner_reference(owner)):
         metadata["ownerReferences"] = [reference]
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+def _add_fabric(pod_spec: dict[str, Any], fabric: Fabric) -> None:
+    """The flavor's fabric on the worker: its devices beside the GPUs (requests = limits, as
+    extended resources must be), its capabilities added to the dropped set, its runtime
+    class and its host paths, mounted where it says."""
+    container = pod_spec["containers"][0]
+    resources = container["resources"]
+    for name, count in fabric.resources.items():
+        resources["requests"][name] = resources["limits"][name] = str(count)
+    if fabric.capabilities:
+        container["securityContext"]["capabilities"]["add"] = list(fabric.capabilities)
+    if fabric.runtime_class:
+        pod_spec["runtimeClassName"] = fabric.runtime_class
+    for volume in fabric.volumes:
+        name = f"fabric-{volume.name}"
+        pod_spec["volumes"].append({"name": name, "hostPath": {"path": volume.host_path}})
+        container["volumeMounts"].append(
+            {"name": name, "mountPath": volume.mount_path, "readOnly": volume.read_only}
+        )
 
 
 def _tolerations(spec: LaunchSpec, options: ClusterOptions) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ class SyncResult:
 NODE_FIELDS = (
     "capacity",
     "labels",
+    "devices",
     "gpu_model",
     "taints",
     "ready",
@@ -65,6 +66,7 @@ def sync_nodes(nodes: list[NodeInfo]) -> None:
         values = {
             "capacity": dict(info.capacity),
             "labels": dict(info.labels),
+            "devices": dict(info.devices),
             "gpu_model": info.gpu_model,
             "taints": [dict(t) for t in info.taints],
             "ready": info.ready,

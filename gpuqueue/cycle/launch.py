@@ -13,6 +13,7 @@ from django.utils import timezone
 from gpuqueue.cluster import get_backend
 from gpuqueue.cluster.base import ClusterBackend, ClusterError, Launched, LaunchSpec, Squatted
 from gpuqueue.cluster.records import proof_of
+from gpuqueue.core import fabric
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, WorkloadRecord
 from gpuqueue.services.jobs import pod_spec
@@ -104,6 +105,7 @@ def launch_spec(job: Job, record: WorkloadRecord | None = None) -> LaunchSpec:
         run_as_group=job.flavor.run_as_group,
         fs_group=job.flavor.fs_group,
         allow_root=job.flavor.allow_root,
+        fabric=fabric.parse(job.flavor.fabric),
         volumes=tuple(
             {
                 "claim": str(v["claim"]),

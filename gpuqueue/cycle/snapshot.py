@@ -41,7 +41,9 @@ def load_nodes(flavors: list[Flavor] | None = None) -> tuple[m.Node, ...]:
     by_name = {f.name: f for f in flavors}
     nodes = []
     for node in Node.objects.order_by("name"):
-        capacity = node_capacity_by_flavor(node.capacity, node.labels, flavors, taints=node.taints)
+        capacity = node_capacity_by_flavor(
+            node.capacity, node.labels, flavors, taints=node.taints, devices=node.devices
+        )
         external = {
             name: by_name[name].gpus_held_by(
                 int(node.used_externally.get(by_resource[name], 0) or 0)

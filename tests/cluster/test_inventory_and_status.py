@@ -73,6 +73,23 @@ def test_the_inventory_reads_gpus_mig_slices_shares_labels_taints_cordon_and_rea
     assert infos["cpu-0"].capacity == {} and not infos["cpu-0"].ready
 
 
+def test_the_inventory_reads_devices_that_are_not_gpus_for_flavors_fabrics() -> None:
+    ib = node("h100-0", 8)
+    ib["status"]["allocatable"].update(
+        {
+            "rdma/rdma_shared_device_a": "1k",
+            "nvidia.com/hostdev": "8",
+            "hugepages-2Mi": "1Gi",
+            "ephemeral-storage": "100Gi",
+            "example.com/none": "0",
+        }
+    )
+    infos = {i.name: i for i in inventory([ib, node("h100-1", 8)], [])}
+    assert infos["h100-0"].devices == {"nvidia.com/hostdev": 8, "rdma/rdma_shared_device_a": 1000}
+    assert infos["h100-0"].capacity == {"nvidia.com/gpu": 8}  # the GPUs alone
+    assert infos["h100-1"].devices == {}
+
+
 def test_gpus_held_by_pods_gpuqueue_did_not_create_are_counted_as_used() -> None:
     pods = [
         pod("h100-0", 2),

@@ -63,7 +63,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         flavors = list(Flavor.objects.all())
         cluster = cluster_of(
-            (n.name, node_capacity_by_flavor(n.capacity, n.labels, flavors, taints=n.taints))
+            (
+                n.name,
+                node_capacity_by_flavor(
+                    n.capacity, n.labels, flavors, taints=n.taints, devices=n.devices
+                ),
+            )
             for n in Node.objects.filter(ready=True)
         )
         rows = Job.objects.filter(submitted_at__gte=since).values(

@@ -98,7 +98,7 @@ def free_by_flavor_and_node(
         if not node.schedulable:
             continue
         for flavor, gpus in node_capacity_by_flavor(
-            node.capacity, node.labels, flavors, taints=node.taints
+            node.capacity, node.labels, flavors, taints=node.taints, devices=node.devices
         ).items():
             resource = by_name[flavor].resource_name
             # Terminating pods' GPUs are not idle: they are held until the pods are gone.

@@ -24,15 +24,22 @@ def node_capacity_by_flavor(
     flavors: list[Flavor],
     *,
     taints: Iterable[Mapping[str, str]],
+    devices: Mapping[str, int],
 ) -> dict[str, int]:
-    """A node offers a flavor when it carries the flavor's labels, has its resource and every
-    taint that would keep pods off it is tolerated by the flavor's pods (`Flavor.tolerates`).
+    """A node offers a flavor when it carries the flavor's labels, has its resource, has the
+    devices its fabric asks for (`Flavor.fabric_fits`), and every taint that would keep pods
+    off it is tolerated by the flavor's pods (`Flavor.tolerates`).
     A shared flavor's resource counts slices: the node offers that many ÷ slices per GPU."""
     node_taints = list(taints)  # read once for every flavor
     offered = {}
     for flavor in flavors:
         count = flavor.gpus_of(int(node_capacity.get(flavor.resource_name, 0)))
-        if count > 0 and flavor.matches(labels) and flavor.tolerates(node_taints):
+        if (
+            count > 0
+            and flavor.matches(labels)
+            and flavor.fabric_fits(devices)
+            and flavor.tolerates(node_taints)
+        ):
             offered[flavor.name] = count
     return offered
 
@@ -47,6 +54,7 @@ def flavor_nodes(flavor: Flavor) -> list[Node]:
         n
         for n in nodes
         if flavor.gpus_of(int(n.capacity.get(flavor.resource_name, 0) or 0)) > 0
+        and flavor.fabric_fits(n.devices)
         and flavor.tolerates(n.taints)
     ]
 

@@ -198,7 +198,8 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
        Without a team, a submitter who does not have exactly one is told that first, as the
        insert would.
     4. CPU, memory and /dev/shm per worker: the flavor's defaults for what was left out, and
-       the flavor's maxima (gpuqueue.services.jobs.pod_spec.resources).
+       the flavor's maxima (gpuqueue.services.jobs.pod_spec.resources); no claim mounted
+       where the flavor's fabric mounts its devices.
     5. The ServiceAccount, Secrets and claims it names are on its team's allow-lists
        (gpuqueue.services.jobs.pod_spec.namespace_errors), whatever else is wrong with it.
     """
@@ -236,4 +237,7 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
         return Checked(job, {**refused, exc.field or "flavor": [str(exc)]})
     resources, errors = pod_spec.resources(job, job["flavor"])
     job.update(resources)
-    return Checked(job, {**refused, **errors})
+    found = {**refused, **errors}
+    for field, messages in pod_spec.fabric_mount_errors(job, job["flavor"]).items():
+        found[field] = [*found.get(field, []), *messages]
+    return Checked(job, found)

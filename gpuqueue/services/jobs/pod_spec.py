@@ -15,6 +15,8 @@ from typing import Any
 
 from django.conf import settings
 
+from gpuqueue.core import fabric
+from gpuqueue.core.fabric import RESERVED_MOUNTS
 from gpuqueue.models import Flavor
 from gpuqueue.services.jobs.validation import DNS1123_SUBDOMAIN, FieldErrors
 from teams.models import Team
@@ -33,8 +35,6 @@ MAX_VOLUMES = 16
 MAX_SECRETS = 16
 MAX_MOUNT_PATH_CHARS = 1024
 VOLUME_KEYS = frozenset({"claim", "mount_path", "read_only"})
-# Paths gpuqueue mounts itself in every worker.
-RESERVED_MOUNTS = ("/dev/shm", "/etc/gpuqueue")
 
 BAD_NAME = (
     "{name!r} is not a valid Kubernetes name: lowercase letters, digits, '-' and '.', starting "
@@ -189,6 +189,19 @@ def resource_per_worker(job: Any, flavor: Flavor) -> int:
 
 def uses_namespace_objects(job: Mapping[str, Any]) -> bool:
     return any(job.get(field) for field in NAMESPACE_FIELDS)
+
+
+def fabric_mount_errors(job: Mapping[str, Any], flavor: Flavor) -> FieldErrors:
+    """A claim of the job may not sit on or under a path its flavor's fabric mounts."""
+    taken = fabric.parse(flavor.fabric).mount_paths
+    clashes = [
+        f"Mount path {volume['mount_path']} is under {path}, which the flavor {flavor.name} "
+        "mounts for its network."
+        for volume in job.get("volumes") or ()
+        for path in taken
+        if volume["mount_path"] == path or volume["mount_path"].startswith(path + "/")
+    ]
+    return {"volumes": clashes} if clashes else {}
 
 
 def resources(job: Mapping[str, Any], flavor: Flavor) -> tuple[dict[str, Any], FieldErrors]:

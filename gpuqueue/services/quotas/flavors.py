@@ -30,6 +30,7 @@ def flavor_state(flavor: Flavor) -> dict[str, Any]:
         "shareable": flavor.shareable,
         "slices_per_gpu": flavor.slices_per_gpu,
         "gpu_memory_mib": flavor.gpu_memory_mib,
+        "fabric": flavor.fabric,
     }
 
 
@@ -76,6 +77,8 @@ def save_flavor(actor: Any, flavor: Flavor | None, **fields: Any) -> Flavor:
                     status=409,
                     code="in_use",
                 )
+        if fabric_errors := flavor.fabric_errors():
+            raise Refused("The fabric is invalid.", fields={"fabric": fabric_errors})
         flavor.save()
         AuditEntry.objects.create(
             actor=actor,
