@@ -116,7 +116,7 @@ def device_capacity(node: Mapping[str, Any]) -> dict[str, int]:
         if "/" in name
         and not is_gpu_resource(name)
         and not name.startswith(("hugepages-", "kubernetes.io/"))
-        and (count := _count(quantity)) > 0
+        and (count := amount(quantity, 1)) > 0  # "1k" shared devices are a thousand
     }
 
 
