@@ -14,6 +14,7 @@ from dashboard.joblist import active_counts
 from gpuqueue.client import humane  # the CLI's words for times
 from gpuqueue.client.humane import span as _span
 from gpuqueue.core.reason_text import describe_reason
+from gpuqueue.core.reason_text import reason_label as label_of
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
 from teams.models import Membership
@@ -43,6 +44,15 @@ def nav(context: dict[str, Any]) -> dict[str, Any]:
 @register.inclusion_tag("dashboard/partials/_counters.html")
 def counters(user: Any, oob: bool = False) -> dict[str, Any]:
     return {"counts": active_counts(user), "oob": oob}
+
+
+@register.filter
+def reason_label(job: Job) -> str:
+    """The pending reason's word for lists (empty unless PENDING); its sentence is on the
+    job's page and in the word's title."""
+    if job.state != JobState.PENDING:
+        return ""
+    return label_of(job.pending_reason)
 
 
 @register.filter

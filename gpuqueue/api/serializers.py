@@ -21,7 +21,7 @@ from gpuqueue.api.fields import (
 )
 from gpuqueue.api.node_draining import DrainingField, NodeListSerializer
 from gpuqueue.api.prediction_fields import RuntimePredictionField, StartBandField
-from gpuqueue.core.reason_text import describe_reason
+from gpuqueue.core.reason_text import describe_reason, reason_label
 from gpuqueue.core.states import JobState
 from gpuqueue.core.taints import toleration_errors
 from gpuqueue.models import MAX_ID, Flavor, Job, JobEvent, Node, Quota, UtilizationSample
@@ -312,6 +312,12 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
     pending_reason_text = serializers.SerializerMethodField(
         help_text="The pending reason as one sentence with numbers (null unless PENDING)."
     )
+    pending_reason_label = serializers.SerializerMethodField(
+        help_text="The pending reason as one word for lists: Resources, TeamQueue, Limit, "
+        "NeverUnderLimit, NoQuota, Guarantee, FairShare, Reclaim, Preempting, Priority, "
+        "Reserved, NeverFits, BackOff, Dependency, DependencyNeverMet, ArrayLimit or Cycle "
+        "(null unless PENDING)."
+    )
     idempotency_key = serializers.CharField(read_only=True, allow_null=True)
     runtime_prediction = RuntimePredictionField()
     start_band = StartBandField()
@@ -340,6 +346,7 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
             "gpu_devices",
             "pending_reason",
             "pending_reason_text",
+            "pending_reason_label",
             "queue_position",
             "cluster_position",
             "estimated_start",
@@ -360,6 +367,10 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
         if job.state != JobState.PENDING:
             return None
         return describe_reason(job.pending_reason)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_pending_reason_label(self, job: Job) -> str | None:
+        return reason_label(job.pending_reason) if job.state == JobState.PENDING else None
 
 
 class DependencyLinkSerializer(serializers.Serializer):

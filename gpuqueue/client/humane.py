@@ -101,7 +101,7 @@ def queue_rows(jobs: list[dict[str, Any]], now: datetime) -> list[tuple[str, ...
                 else f"{start.astimezone():%H:%M}"
                 + (f" +{(start - now).days}d" if start - now >= timedelta(days=1) else ""),
                 job["name"],
-                job.get("pending_reason_text") or "",
+                job.get("pending_reason_label") or "",
             )
         )
     return rows

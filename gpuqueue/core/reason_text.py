@@ -83,6 +83,41 @@ def _beyond_share(n: dict[str, Any], flavor: str, gpus: Any) -> str:
     )
 
 
+# A word per reason for lists and the CLI's WHY column, as Slurm's squeue shows `Resources`,
+# `Priority` or `Dependency`; the job page and `gpuqueue status` give the whole sentence.
+LABELS = {
+    "no_capacity": "Resources",
+    "queued_behind_team": "TeamQueue",
+    "over_limit": "Limit",
+    "no_quota": "NoQuota",
+    "over_fair_share": "Guarantee",
+    "in_share_debt": "FairShare",
+    "waiting_for_reclaim": "Reclaim",
+    "waiting_for_preemption": "Preempting",
+    "behind_reservation": "Priority",
+    "reserved": "Reserved",
+    "never_fits": "NeverFits",
+    BACKING_OFF: "BackOff",
+    DEPENDENCIES: "Dependency",
+    DEPENDENCY_UNMET: "DependencyNeverMet",
+    ARRAY_LIMIT: "ArrayLimit",
+}
+
+
+def reason_label(reason: dict[str, Any] | None) -> str:
+    """The reason's word ("Resources", "Limit", …): "Cycle" before the first plan. A limit the
+    job alone exceeds can never be met, which the word says too."""
+    if not reason:
+        return "Cycle"
+    code = reason.get("code", "")
+    numbers = reason.get("numbers") or {}
+    if code == "over_limit":
+        limit, requested = numbers.get("limit"), numbers.get("requested")
+        if isinstance(limit, int) and isinstance(requested, int) and requested > limit:
+            return "NeverUnderLimit"
+    return LABELS.get(code, "Pending")
+
+
 def describe_reason(reason: dict[str, Any] | None) -> str:
     """One sentence with the numbers, e.g. 'Waiting for 8 h100 GPUs as 4 × 2; 3 of 4 workers
     fit now; 6 GPUs free.'"""
@@ -161,9 +196,15 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
             f"at {when(n.get('expected_start'))}."
         )
     if code == "reserved":
+        why = (
+            f"The team holds none of its {flavor} GPUs, so its oldest job goes first"
+            if n.get("team_holds_none")
+            else "Waited past the starvation threshold"
+        )
+        nodes = n.get("nodes")
         return (
-            f"Waited past the starvation threshold: {_plural(n.get('nodes'), 'node')} are reserved "
-            f"for this job, which should start at {when(n.get('expected_start'))}."
+            f"{why}: {_plural(nodes, 'node')} {'is' if nodes == 1 else 'are'} reserved for this "
+            f"job, which should start at {when(n.get('expected_start'))}."
         )
     if code == BACKING_OFF:
         # Seconds: the first waits are half a minute.

@@ -468,7 +468,12 @@ class Cycle:
         if job.id in self.starving:
             reservation = self.reserver.reserve(job)
             if reservation is not None:
-                return reasons.reserved(job, reservation.expected_start, len(reservation.placement))
+                return reasons.reserved(
+                    job,
+                    reservation.expected_start,
+                    len(reservation.placement),
+                    team_holds_none=job.id in self.owed,
+                )
         # 11. (When reclaim can start only explains: rolled back what-ifs.)
         blocked = None
         if entitled and self.explain:

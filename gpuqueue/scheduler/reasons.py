@@ -238,11 +238,19 @@ def behind_reservation(job: PendingJob, expected_start: float, job_ids: tuple[in
     )
 
 
-def reserved(job: PendingJob, expected_start: float, nodes: int) -> Reason:
-    return Reason(
-        ReasonCode.RESERVED,
-        {"flavor": job.flavor, "expected_start": expected_start, "nodes": nodes},
-    )
+def reserved(
+    job: PendingJob, expected_start: float, nodes: int, *, team_holds_none: bool = False
+) -> Reason:
+    """`team_holds_none`: it starves because its team holds none of the flavor and is owed
+    GPU-time (ordering.py, rule 1), however short its wait."""
+    numbers: dict[str, int | float | str] = {
+        "flavor": job.flavor,
+        "expected_start": expected_start,
+        "nodes": nodes,
+    }
+    if team_holds_none:
+        numbers["team_holds_none"] = 1
+    return Reason(ReasonCode.RESERVED, numbers)
 
 
 def waiting_for_reclaim(

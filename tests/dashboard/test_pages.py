@@ -98,7 +98,11 @@ def test_sign_in_page_and_sign_out(client: Any, world: Any) -> None:
 
 def test_job_list_shows_reason_position_and_estimated_start(clients: Any, jobs: Any) -> None:
     body = clients["alice"].get("/").content.decode()
-    assert "Waiting for 32 h100 GPUs as 4 × 8; 1 of 4 workers fit now; 8 GPUs free." in body
+    # The reason's word in the list, its sentence on hover (and on the job's page).
+    assert (
+        '<span class="reason-label" title="Waiting for 32 h100 GPUs as 4 × 8; 1 of 4 workers '
+        'fit now; 8 GPUs free.">Resources</span>'
+    ) in body
     assert "1 in team · 2 overall" in body
     assert "UTC</time> (in 1" in body  # estimated start about 12 minutes away
     assert "b-running" not in body  # team-b's job is not listed for alice

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuqueue.core.reason_text import describe_reason
+from gpuqueue.core.reason_text import describe_reason, reason_label
 
 
 @pytest.mark.parametrize(
@@ -314,8 +314,63 @@ from gpuqueue.core.reason_text import describe_reason
             },
             "Waiting for 4 a100 GPUs as 1 × 4 within the team's guarantee: team-b, team-c and team-d borrow 24 a100 GPUs, and their jobs may not be preempted before they have run 2.5 h; reclaim can start at 2026-11-18 11:06 UTC.",
         ),
+        (
+            {
+                "code": "reserved",
+                "numbers": {"flavor": "h100", "nodes": 2, "expected_start": 1795000000.0},
+            },
+            "Waited past the starvation threshold: 2 nodes are reserved for this job, which should start at 2026-11-18 11:06 UTC.",
+        ),
+        (
+            {
+                "code": "reserved",
+                "numbers": {
+                    "flavor": "h100",
+                    "nodes": 1,
+                    "expected_start": 1795000000.0,
+                    "team_holds_none": 1,
+                },
+            },
+            "The team holds none of its h100 GPUs, so its oldest job goes first: 1 node is reserved for this job, which should start at 2026-11-18 11:06 UTC.",
+        ),
         (None, "Waiting for the next admission cycle."),
     ],
 )
 def test_a_reason_reads_as_a_sentence_with_its_numbers(reason: dict | None, sentence: str) -> None:
     assert describe_reason(reason) == sentence
+
+
+@pytest.mark.parametrize(
+    ("reason", "label"),
+    [
+        ({"code": "no_capacity", "numbers": {}}, "Resources"),
+        ({"code": "queued_behind_team", "numbers": {}}, "TeamQueue"),
+        ({"code": "over_limit", "numbers": {"limit": 32, "requested": 8, "in_use": 30}}, "Limit"),
+        ({"code": "over_limit", "numbers": {"limit": 32, "requested": 64}}, "NeverUnderLimit"),
+        ({"code": "no_quota", "numbers": {}}, "NoQuota"),
+        ({"code": "over_fair_share", "numbers": {}}, "Guarantee"),
+        ({"code": "in_share_debt", "numbers": {}}, "FairShare"),
+        ({"code": "waiting_for_reclaim", "numbers": {}}, "Reclaim"),
+        ({"code": "waiting_for_preemption", "numbers": {}}, "Preempting"),
+        ({"code": "behind_reservation", "numbers": {}}, "Priority"),
+        ({"code": "reserved", "numbers": {}}, "Reserved"),
+        ({"code": "never_fits", "numbers": {}}, "NeverFits"),
+        ({"code": "backing_off", "numbers": {}}, "BackOff"),
+        ({"code": "dependencies", "numbers": {}}, "Dependency"),
+        ({"code": "dependency_unmet", "numbers": {}}, "DependencyNeverMet"),
+        ({"code": "array_limit", "numbers": {}}, "ArrayLimit"),
+        (None, "Cycle"),
+    ],
+)
+def test_a_reason_has_a_word_for_lists_that_says_what_its_sentence_says(
+    reason: dict | None, label: str
+) -> None:
+    assert reason_label(reason) == label
+
+
+def test_every_code_the_engine_gives_has_its_own_word() -> None:
+    from gpuqueue.core.reason_text import LABELS
+    from gpuqueue.scheduler.model import ReasonCode
+
+    assert {code.value for code in ReasonCode} <= set(LABELS)
+    assert len(set(LABELS.values())) == len(LABELS)

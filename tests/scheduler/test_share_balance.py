@@ -143,6 +143,7 @@ CASES = [
         **one_reservation(team("a", weight=0.0)),  # type: ignore[arg-type]
         reservations={2: ({"n1": 1}, NOW + 1000)},
         reasons={2: ReasonCode.RESERVED},
+        numbers={2: {"team_holds_none": 1}},  # starving for that, not for its wait
     ),
     Case(
         "a team with a guarantee, owed a gang bigger than its share, keeps its place in time",

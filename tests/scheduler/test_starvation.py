@@ -35,7 +35,7 @@ CASES = [
         **draining(),  # type: ignore[arg-type]
         reservations={1: ({"n1": 1}, NOW + 1000)},
         reasons={1: ReasonCode.RESERVED},
-        numbers={1: {"expected_start": NOW + 1000, "nodes": 1}},
+        numbers={1: {"expected_start": NOW + 1000, "nodes": 1, "team_holds_none": None}},
     ),
     Case(
         "nothing but a backfill job takes a reservation's GPUs",
