@@ -50,6 +50,10 @@ return [...document.querySelectorAll('svg.chart')].map((svg) => {
 """
 
 
+# A laptop and a phone (the narrowest phones in use are 375 CSS pixels wide).
+WIDTHS = ((1400, 900), (375, 800))
+
+
 def violations(browser: Any) -> list[dict[str, Any]]:
     """axe-core's serious and critical findings on the page as it is now."""
     browser.execute_script(AXE)
@@ -100,13 +104,24 @@ def test_axe_finds_no_serious_violation_on_any_page(browser: Any, service: Any) 
         "/utilization/?window=week",
         "/no-such-page/",
     ]
-    for page in pages:
-        browser.get(f"{service.url}{page}")
-        ready(browser)
-        # Each page checked is the page itself, not the error page in its place.
-        assert ("Not found" in browser.title) == (page == "/no-such-page/"), page
-        found[page] = violations(browser)
+    overflow: dict[str, int] = {}
+    try:
+        for width, height in WIDTHS:
+            browser.set_window_size(width, height)
+            for page in pages:
+                browser.get(f"{service.url}{page}")
+                ready(browser)
+                # Each page checked is the page itself, not the error page in its place.
+                assert ("Not found" in browser.title) == (page == "/no-such-page/"), page
+                found[f"{page} at {width} px"] = violations(browser)
+                # The page itself never scrolls sideways; wide tables scroll inside their box.
+                overflow[f"{page} at {width} px"] = browser.execute_script(
+                    "return document.documentElement.scrollWidth - window.innerWidth"
+                )
+    finally:
+        browser.set_window_size(1280, 1000)
     assert found == {page: [] for page in found}
+    assert {page: px for page, px in overflow.items() if px > 1} == {}
 
 
 def tab_to(browser: Any, element_id: str, limit: int = 120) -> dict[str, Any]:
