@@ -83,6 +83,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # An htmx request without a session: 401, and one sign-in for the whole page.
+    "dashboard.expired_session.ExpiredSessionMiddleware",
     # 503 with Retry-After, not 500, while PostgreSQL or Redis is away (ops/unavailable.py).
     "gpuqueue.ops.unavailable.ServiceUnavailableMiddleware",
     "csp.middleware.CSPMiddleware",
