@@ -14,7 +14,7 @@ def test_the_cancel_page_of_a_finished_job_offers_no_cancel(clients: Any, jobs: 
     response = clients["carol"].get(f"/jobs/{jobs.b_done.pk}/cancel/")
     body = response.content.decode()
     assert f"Job {jobs.b_done.pk} is already cancelled." in body
-    assert "Yes, cancel it" not in body and "<form method=\"post\">" not in body
+    assert "Yes, cancel it" not in body and '<form method="post">' not in body
 
 
 def test_the_cancel_page_of_a_running_job_offers_to_cancel(clients: Any, jobs: Any) -> None:
