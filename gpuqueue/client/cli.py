@@ -16,6 +16,7 @@ gpuqueue usage --team vision --since 2026-11-01 --by week [--csv]   # GPU-hours,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import shlex
@@ -191,7 +192,7 @@ def global_options_after_subcommands(sub: Any) -> None:
         if name == "configure":
             continue
         for flags, kwargs in GLOBAL_OPTIONS:
-            if not any(flag in p._option_string_actions for flag in flags):
+            with contextlib.suppress(argparse.ArgumentError):  # the subcommand's own wins
                 p.add_argument(*flags, **kwargs, default=argparse.SUPPRESS)
 
 
