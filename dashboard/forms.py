@@ -492,6 +492,7 @@ class TokenForm(forms.Form):
     )
     expires_in_days = forms.IntegerField(
         required=False,
+        widget=forms.TextInput(attrs={"inputmode": "numeric"}),  # see typed_as_text
         min_value=1,
         max_value=3650,
         label="Expires in (days)",

@@ -26,9 +26,20 @@ def input_tag(html: str, name: str) -> str:
 
 def test_integer_boxes_are_text_boxes_so_letters_reach_the_server(clients: Any) -> None:
     html = clients["alice"].get("/jobs/new/").content.decode()
-    for name in INTEGERS:
+    html += clients["alice"].get("/tokens/").content.decode()
+    for name in (*INTEGERS, "expires_in_days"):
         tag = input_tag(html, name)
         assert 'type="text"' in tag and 'inputmode="numeric"' in tag, tag
+
+
+def test_letters_in_a_tokens_days_are_refused_and_no_token_is_made(
+    clients: Any, world: Any
+) -> None:
+    from teams.models import ApiToken
+
+    response = clients["alice"].post("/tokens/", {"name": "n", "expires_in_days": "ten"})
+    assert "Enter a whole number." in response.content.decode()
+    assert not ApiToken.objects.filter(user=world.alice).exists()
 
 
 @pytest.mark.parametrize("field", ["workers", "priority"])
