@@ -401,7 +401,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     client = _client(args)
     failed = False
     done = []
-    for item_id in parse_ids(args.ids):
+    ids = parse_ids(args.ids)
+    for item_id in ids:
         try:
             item = client.cancel_array(item_id) if args.array else client.cancel(item_id)
         except ApiError as exc:
@@ -413,8 +414,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         done.append(item)
         if not args.json:
             print(arrays.summary(item) if args.array else f"job {item['id']} {item['state']}")
-    if args.json:
-        print(json.dumps(done, indent=2))
+    if args.json:  # one id: its object, as ever; several: a list
+        print(json.dumps(done[0] if len(ids) == 1 and done else done, indent=2))
     return EXIT_API_ERROR if failed else 0
 
 

@@ -118,3 +118,13 @@ def test_with_no_server_configured_it_says_how_to_configure_one(
     err = capsys.readouterr().err
     assert "cannot reach http://127.0.0.1:9" in err
     assert "No server is configured: set GPUQUEUE_URL and GPUQUEUE_TOKEN" in err
+
+
+def test_cancel_json_gives_the_job_for_one_id_and_a_list_for_several(
+    cli: Any, submit: Any, capsys: Any
+) -> None:
+    one, two, three = (submit(name=f"j{i}") for i in range(3))
+    assert cli("--json", "cancel", str(one.pk)) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == one.pk
+    assert cli("cancel", f"{two.pk},{three.pk}", "--json") == 0
+    assert [j["id"] for j in json.loads(capsys.readouterr().out)] == [two.pk, three.pk]
