@@ -21,8 +21,10 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
+# Quiet by default (warnings, errors and a line per cycle that changed something);
+# `make run V=1` logs everything (GPUQUEUE_VERBOSE=1).
 run: install
-	$(BIN)/python -m gpuqueue.ops.launcher
+	$(if $(V),GPUQUEUE_VERBOSE=1 )$(BIN)/python -m gpuqueue.ops.launcher
 
 # Browser tests drive Debian's chromium, the utilization reader's tests its prometheus; install
 # them when missing (needs root or sudo). If that fails the browser tests skip and say why, the

@@ -14,6 +14,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from dashboard import array_and_dependency_fields as links
+from gpuqueue.client.durations import parse_duration
 from gpuqueue.client.volumes import parse_volume
 from gpuqueue.core.errors import Forbidden, Refused
 from gpuqueue.models import Flavor, Quota
@@ -116,11 +117,24 @@ class BoundedCharField(forms.CharField):
         return bounded_text(value, self.max_chars)
 
 
+def typed_as_text(widget: forms.Widget, inputmode: str) -> forms.Widget:
+    """A text box in place of a number box: a browser empties an <input type=number> holding
+    letters, so the server would read nothing and the job would get the default."""
+    if isinstance(widget, forms.NumberInput):
+        attrs = {k: v for k, v in widget.attrs.items() if k not in ("min", "max", "step")}
+        return forms.TextInput(attrs={**attrs, "inputmode": inputmode})
+    return widget
+
+
 class WholeNumberField(forms.IntegerField):
     """An integer as typed. Django's IntegerField also reads "4.0" as 4, which the API
     refuses."""
 
     default_error_messages = {"invalid": "Must be an integer."}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.widget = typed_as_text(self.widget, "numeric")
 
     def to_python(self, value: Any) -> int | None:
         text = bounded_text(value, LINE_MAX_CHARS)
@@ -142,6 +156,10 @@ class NumberField(forms.FloatField):
     }
     MAX_CHARS = LINE_MAX_CHARS
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.widget = typed_as_text(self.widget, "decimal")
+
     def to_python(self, value: Any) -> float | None:
         text = _text(value)
         if len(text) > self.MAX_CHARS:
@@ -152,6 +170,23 @@ class NumberField(forms.FloatField):
             return float(text)
         except ValueError:
             raise ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+
+class DurationField(BoundedCharField):
+    """Seconds, or a duration as in the CLI and the API: 90m, 2h, 1:30:00
+    (gpuqueue.client.durations)."""
+
+    def to_python(self, value: Any) -> int | None:
+        text = bounded_text(value, self.max_chars)
+        if not text:
+            return None
+        try:
+            return parse_duration(text)
+        except ValueError as exc:
+            raise ValidationError(str(exc), code="invalid") from None
+
+
+DURATION_HELP = "Seconds, or 45s, 90m, 2h, 1d, 1h30m, 1:30:00."
 
 
 class CommandField(BoundedCharField):
@@ -267,21 +302,16 @@ class SubmitForm(ServiceForm):
         help_text="May be stopped (after a checkpoint signal) to make room; non-preemptible "
         "jobs may only use the team's guarantee.",
     )
-    checkpoint_grace_seconds = WholeNumberField(
-        required=False,
-        label="Checkpoint grace (seconds)",
-        widget=forms.NumberInput(attrs={"min": 0}),
+    checkpoint_grace_seconds = DurationField(
+        required=False, label="Checkpoint grace", help_text=DURATION_HELP
     )
-    max_runtime_seconds = WholeNumberField(
-        required=False,
-        label="Maximum runtime (seconds)",
-        widget=forms.NumberInput(attrs={"min": 1}),
+    max_runtime_seconds = DurationField(
+        required=False, label="Maximum runtime", help_text=DURATION_HELP
     )
-    expected_runtime_seconds = WholeNumberField(
+    expected_runtime_seconds = DurationField(
         required=False,
-        label="Expected runtime (seconds)",
-        widget=forms.NumberInput(attrs={"min": 1}),
-        help_text="Improves the estimated starts.",
+        label="Expected runtime",
+        help_text=f"Improves the estimated starts. {DURATION_HELP}",
     )
     env = MappingField(
         required=False,
@@ -479,6 +509,7 @@ class TokenForm(forms.Form):
     )
     expires_in_days = forms.IntegerField(
         required=False,
+        widget=forms.TextInput(attrs={"inputmode": "numeric"}),  # see typed_as_text
         min_value=1,
         max_value=3650,
         label="Expires in (days)",

@@ -70,8 +70,8 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
     return parsed
 
 
-def env_bool(name: str, default: bool) -> bool:
-    value = _raw(name)
+def env_bool(name: str, default: bool, environ: Mapping[str, str] = os.environ) -> bool:
+    value = _raw(name, environ)
     if value is None:
         return default
     lowered = value.strip().lower()

@@ -396,6 +396,8 @@ class Job(models.Model):
     max_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
     expected_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    # The request body's digest, so that the key reused with another body is refused.
+    idempotency_body = models.CharField(max_length=64, null=True, blank=True)
     # The workload spec, per worker (gpuqueue/services/jobs/job_spec.py fills in the defaults at
     # submission; null on jobs older than these fields: the flavor's per-GPU values).
     cpu_millicores = models.PositiveIntegerField(null=True, blank=True, help_text="request")
@@ -567,6 +569,7 @@ class JobArray(models.Model):
     )
     values = models.JSONField(default=list, blank=True, help_text="one per task, or none")
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    idempotency_body = models.CharField(max_length=64, null=True, blank=True)
     submitted_at = models.DateTimeField(auto_now_add=True)
 
     objects = JobArrayQuerySet.as_manager()

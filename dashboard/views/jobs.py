@@ -16,7 +16,7 @@ from dashboard.views.common import INVALID, htmx_redirect, page_or_partial
 from dashboard.views.job_dependencies import dependencies_context
 from gpuqueue.core.errors import Refused, Unavailable
 from gpuqueue.core.job_order import DEFAULT
-from gpuqueue.core.states import InvalidTransition
+from gpuqueue.core.states import InvalidTransition, JobState
 from gpuqueue.models import Flavor, Job
 from gpuqueue.services.accounting.gpu_activity import finding_for, idle_job_ids
 from gpuqueue.services.cluster.logs import read_job_log
@@ -138,6 +138,9 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
             status=403,
         )
     if request.method == "GET":
+        if job.is_final:  # nothing to offer: say so, as a POST would
+            ended = InvalidTransition(job.pk, job.state, JobState.CANCELLED).message
+            return render(request, "dashboard/cancel.html", {"job": job, "refused": ended})
         return render(request, "dashboard/cancel.html", {"job": job})
     try:
         cancel_job(request.user, job, reason="cancelled from the dashboard")
@@ -145,12 +148,9 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
         return render(
             request, "dashboard/cancel.html", {"job": job, "refused": str(exc)}, status=403
         )
-    except InvalidTransition:
+    except InvalidTransition as exc:
         return render(
-            request,
-            "dashboard/cancel.html",
-            {"job": job, "refused": f"The job is already {job.state.lower()}."},
-            status=409,
+            request, "dashboard/cancel.html", {"job": job, "refused": exc.message}, status=409
         )
     return htmx_redirect(request, reverse("dashboard:job", args=[job.pk]))
 

@@ -146,10 +146,10 @@ class ArrayViewSet(
         """Submit N tasks of one job in one request; a retry with the same Idempotency-Key
         returns the first array (200)."""
 
-        def submit(data: dict[str, Any], key: str | None) -> tuple[JobArray, bool]:
+        def submit(data: dict[str, Any], key: str | None, digest: str) -> tuple[JobArray, bool]:
             team, flavor, spec = data.pop("team"), data.pop("flavor"), data.pop("array")
             deps = Dependencies.take(data)
-            result = submit_array(request.user, team, flavor, data, spec, deps, key)
+            result = submit_array(request.user, team, flavor, data, spec, deps, key, digest)
             return result.array, result.created
 
         return submit_once(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import ProtectedError
+from django.http import Http404
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -65,13 +66,23 @@ def _flatten(detail: Any) -> dict[str, list[str]]:
     return out
 
 
+def _not_found_message(context: dict[str, Any]) -> str:
+    """ "No job 12 (or you may not see it)." for a detail route, rather than Django's "No Job
+    matches the given query.": what a user may not see answers 404 too, so say both."""
+    view = context.get("view")
+    kwargs = context.get("kwargs") or {}
+    key = getattr(view, "lookup_url_kwarg", None) or getattr(view, "lookup_field", "pk")
+    queryset = getattr(view, "queryset", None)
+    if key in kwargs and queryset is not None:
+        return f"No {queryset.model._meta.verbose_name} {kwargs[key]} (or you may not see it)."
+    return "Not found (or you may not see it)."
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, InvalidTransition):
-        return error_response(
-            "invalid_transition",
-            f"The job is {exc.from_state} and cannot become {exc.to_state}.",
-            status.HTTP_409_CONFLICT,
-        )
+        return error_response("invalid_transition", exc.message, status.HTTP_409_CONFLICT)
+    if isinstance(exc, Http404):
+        return error_response("not_found", _not_found_message(context), status.HTTP_404_NOT_FOUND)
     if isinstance(exc, CancelRefused):
         return error_response("forbidden", str(exc), status.HTTP_403_FORBIDDEN)
     if isinstance(exc, SubmissionRefused):

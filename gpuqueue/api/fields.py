@@ -8,7 +8,10 @@ from typing import Any
 import django_filters as filters
 from django import forms
 from django_filters.fields import IsoDateTimeField
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+
+from gpuqueue.client.durations import parse_duration
 
 
 class StrictCharField(serializers.CharField):
@@ -56,6 +59,29 @@ class StrictIntegerField(serializers.IntegerField):
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return int(super().to_internal_value(data))
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 0},
+            {"type": "string", "maxLength": 40, "example": "1h30m"},
+        ]
+    }
+)
+class DurationSecondsField(StrictIntegerField):
+    """Seconds as a number, or a duration as a person writes one ("90m", "2h", "1:30:00";
+    gpuqueue.client.durations), read into seconds before the bounds are checked."""
+
+    default_error_messages = {"invalid": "Must be an integer number of seconds or a duration."}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str):
+            try:
+                data = parse_duration(data)
+            except ValueError as exc:
+                raise serializers.ValidationError(str(exc), code="invalid") from None
+        return super().to_internal_value(data)
 
 
 class StrictBooleanField(serializers.BooleanField):

@@ -12,6 +12,7 @@ from rest_framework import serializers
 from gpuqueue.api.activity_fields import GpuActivityField
 from gpuqueue.api.cached_fields import FieldsBoundOnce
 from gpuqueue.api.fields import (
+    DurationSecondsField,
     LookupField,
     StrictBooleanField,
     StrictCharField,
@@ -190,13 +191,13 @@ class JobSubmitSerializer(serializers.Serializer):
         **_bounds(job_spec.BOUNDS, "priority"), default=job_spec.DEFAULTS["priority"]
     )
     preemptible = StrictBooleanField(default=job_spec.DEFAULTS["preemptible"])
-    checkpoint_grace_seconds = StrictIntegerField(
+    checkpoint_grace_seconds = DurationSecondsField(
         **_bounds(job_spec.BOUNDS, "checkpoint_grace_seconds"), required=False
     )
-    max_runtime_seconds = StrictIntegerField(
+    max_runtime_seconds = DurationSecondsField(
         **_bounds(job_spec.BOUNDS, "max_runtime_seconds"), required=False, allow_null=True
     )
-    expected_runtime_seconds = StrictIntegerField(
+    expected_runtime_seconds = DurationSecondsField(
         **_bounds(job_spec.BOUNDS, "expected_runtime_seconds"), required=False, allow_null=True
     )
     cpu_millicores = _per_worker(

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gpuqueue.api.filters import JobFilter, UtilizationSampleFilter
+from gpuqueue.api.idempotency import body_digest, check_same_body
 from gpuqueue.api.job_ordering import KeysetPagination
 from gpuqueue.api.log_serializers import JobLogSerializer, LogQuerySerializer
 from gpuqueue.api.pagination import OldestFirst, SamplesNewestFirst
@@ -72,24 +73,29 @@ def submit_once(
     submission: serializers.Serializer,
     *,
     earlier: Callable[[Any, str | None], Any],
-    submit: Callable[[dict[str, Any], str | None], tuple[Any, bool]],
+    submit: Callable[[dict[str, Any], str | None, str], tuple[Any, bool]],
     present: Callable[[Any], Any],
 ) -> Response:
     """A submission's create: 201 with what `submit` made, or 200 with what an earlier request
-    with the same Idempotency-Key made (`submit` returns it with False)."""
+    with the same Idempotency-Key and body made (`submit` returns it with False); 422 when
+    the key was used with another body."""
     key = idempotency_key(request)
+    digest = body_digest(request)
     if not submission.is_valid():
         # A retry gets what it already has even when its body would be refused now (the
         # cluster or the team may have changed since). A retry that validates is answered
         # by `submit`, whose insert does nothing for a used key.
         found = earlier(request.user, key)
         if found is not None:
+            check_same_body(request, found, key, digest)
             return Response(present(found), status=status.HTTP_200_OK)
         raise serializers.ValidationError(submission.errors)
     try:
-        made, created = submit(dict(submission.validated_data), key)
+        made, created = submit(dict(submission.validated_data), key, digest)
     except TeamRequired as exc:  # as the serializer would have refused it
         raise serializers.ValidationError({"team": [str(exc)]}) from exc
+    if not created:
+        check_same_body(request, made, key, digest)
     return Response(
         present(made), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
     )
@@ -120,9 +126,11 @@ class JobViewSet(
         },
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        def submit(data: dict[str, Any], key: str | None) -> tuple[Job, bool]:
+        def submit(data: dict[str, Any], key: str | None, digest: str) -> tuple[Job, bool]:
             team, flavor = data.pop("team"), data.pop("flavor")  # team None: the only team
-            result = submit_job_after(request.user, team, flavor, data, idempotency_key=key)
+            result = submit_job_after(
+                request.user, team, flavor, data, idempotency_key=key, idempotency_body=digest
+            )
             return result.job, result.created
 
         return submit_once(

@@ -20,6 +20,7 @@ from typing import Any
 
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+DEFAULT_URL = "http://127.0.0.1:8000"  # `make run`'s address
 MAX_TAIL = 10_000  # the most lines one read of a log returns
 
 
@@ -75,7 +76,8 @@ class Client:
         retries: int = 4,
     ) -> None:
         config = load_config()
-        self.url = (url or config.get("url") or "http://127.0.0.1:8000").rstrip("/")
+        self.url_configured = bool(url or config.get("url"))
+        self.url = (url or config.get("url") or DEFAULT_URL).rstrip("/")
         self.token = token or config.get("token")
         self.timeout = timeout
         self.retries = retries
@@ -122,13 +124,38 @@ class Client:
                 if exc.code in RETRY_STATUSES and attempt + 1 < attempts:
                     time.sleep(_backoff(attempt, exc.headers.get("Retry-After")))
                     continue
-                raise _error(exc.code, raw) from None
+                error = _error(exc.code, raw)
+                if exc.code == 401:
+                    error.message = f"{error.message} {self._token_advice()}"
+                raise error from None
             except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
                 if attempt + 1 < attempts:
                     time.sleep(_backoff(attempt, None))
                     continue
-                raise ApiError(0, "unreachable", f"cannot reach {self.url}: {exc}") from None
+                message = f"cannot reach {self.url}: {exc}."
+                if not self.url_configured:
+                    message += f" No server is configured: {self._where_to_configure()}"
+                raise ApiError(0, "unreachable", message) from None
         raise AssertionError("unreachable")
+
+    def _where_to_configure(self) -> str:
+        return (
+            "set GPUQUEUE_URL and GPUQUEUE_TOKEN, or run `gpuqueue configure --url URL --token "
+            f"TOKEN` (which writes {config_path()})."
+        )
+
+    def _token_advice(self) -> str:
+        """What to do about a 401: the command never says only "not authenticated"."""
+        make = (
+            f"Make a token on the dashboard's Tokens page ({self.url}/tokens/) or with "
+            "`manage.py create_api_token USERNAME` on the server, then "
+        )
+        if not self.token:
+            return f"No API token is configured. {make}{self._where_to_configure()}"
+        return (
+            "The API token was refused: it may be mistyped, expired or revoked. "
+            f"{make}{self._where_to_configure()}"
+        )
 
     # --- jobs ---------------------------------------------------------------------------------
 
@@ -173,6 +200,10 @@ class Client:
 
     def cancel(self, job_id: int) -> dict[str, Any]:
         return dict(self.request("POST", f"/api/v1/jobs/{job_id}/cancel/")[1])
+
+    def cancel_array(self, array_id: int) -> dict[str, Any]:
+        """Cancel every unfinished task of the array; returns the array with its counts."""
+        return dict(self.request("POST", f"/api/v1/arrays/{array_id}/cancel/", {})[1])
 
     def events(self, job_id: int) -> list[dict[str, Any]]:
         return list(self.request("GET", f"/api/v1/jobs/{job_id}/events/", retry=True)[1])

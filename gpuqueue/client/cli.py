@@ -6,7 +6,7 @@ gpuqueue submit -f job.yaml --idempotency-key nightly-2026-11-22
 gpuqueue wait 42   # exit: 0 succeeded, the job's exit code (or 1) failed, 3 cancelled
 gpuqueue queue            # like squeue: your teams' pending and running jobs, why, when
 gpuqueue list --state pending --mine
-gpuqueue status 42 | gpuqueue events 42 | gpuqueue cancel 42
+gpuqueue status 42 | gpuqueue events 42 | gpuqueue cancel 42 43 50-59
 gpuqueue submit --array 0-999%50 -f job.yaml   # N tasks, GPUQUEUE_ARRAY_INDEX; status --array 7
 gpuqueue submit --after-ok 12,13 -f eval.yaml  # waits for 12 and 13 to succeed
 gpuqueue logs 42 --worker 1 --tail 50 --follow   # --follow: until the job ends; exit as wait
@@ -16,6 +16,7 @@ gpuqueue usage --team vision --since 2026-11-01 --by week [--csv]   # GPU-hours,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import shlex
@@ -26,6 +27,8 @@ from typing import Any
 
 from gpuqueue.client import arrays, forecast_text, humane, usage
 from gpuqueue.client.api import ApiError, Client, save_config
+from gpuqueue.client.durations import parse_duration
+from gpuqueue.client.job_ids import parse_ids
 from gpuqueue.client.volumes import parse_volume
 
 EXIT_FAILED = 1
@@ -33,6 +36,27 @@ EXIT_USAGE = 2
 EXIT_CANCELLED = 3
 EXIT_TIMEOUT = 124  # as timeout(1)
 EXIT_API_ERROR = 4
+
+
+# Options of every subcommand, given before it or after it.
+GLOBAL_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("--url",), {"help": "server URL (default: GPUQUEUE_URL or the config file)"}),
+    (("--token",), {"help": "API token (default: GPUQUEUE_TOKEN or the config file)"}),
+    (("--json",), {"action": "store_true", "help": "print JSON instead of text"}),
+]
+DURATION_FLAGS = (
+    ("--checkpoint-grace", "checkpoint_grace_seconds"),
+    ("--max-runtime", "max_runtime_seconds"),
+    ("--expected-runtime", "expected_runtime_seconds"),
+)
+DURATION_HELP = "seconds, or 45s, 90m, 2h, 1d, 1h30m, 1:30:00"
+
+
+def duration(text: str) -> int:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,9 +84,8 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
     )
-    parser.add_argument("--url", help="server URL (default: GPUQUEUE_URL or the config file)")
-    parser.add_argument("--token", help="API token (default: GPUQUEUE_TOKEN or the config file)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    for flags, kwargs in GLOBAL_OPTIONS:
+        parser.add_argument(*flags, **kwargs)
     sub = parser.add_subparsers(dest="subcommand")
 
     p = sub.add_parser("configure", help="save URL and token to the config file")
@@ -95,8 +118,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--priority", type=int)
     p.add_argument("--non-preemptible", action="store_true")
-    p.add_argument("--checkpoint-grace", type=int, dest="checkpoint_grace_seconds")
-    p.add_argument("--max-runtime", type=int, dest="max_runtime_seconds")
+    for flag, dest in DURATION_FLAGS:
+        p.add_argument(flag, type=duration, dest=dest, metavar="DURATION", help=DURATION_HELP)
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--annotation", action="append", default=[], metavar="KEY=VALUE")
@@ -138,9 +161,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50)
     p.set_defaults(handler=cmd_list)
 
+    p = sub.add_parser("cancel", help="cancel jobs: 12 13, 12-20, 12,15-17; --array: arrays")
+    p.add_argument("ids", nargs="+", metavar="ID", help="ids, ranges (12-20) or lists (12,15)")
+    p.add_argument("--array", action="store_true", help="the ids are arrays: all their tasks")
+    p.set_defaults(handler=cmd_cancel)
+
     for name, handler, text in (
         ("status", cmd_status, "a job's state, why it is pending, when it may start"),
-        ("cancel", cmd_cancel, "cancel a job"),
         ("events", cmd_events, "a job's timeline"),
     ):
         p = sub.add_parser(name, help=text)
@@ -165,7 +192,20 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_wait)
 
     usage.add_parser(sub, _client)
+    global_options_after_subcommands(sub)
     return parser
+
+
+def global_options_after_subcommands(sub: Any) -> None:
+    """`gpuqueue status 42 --json` as well as `gpuqueue --json status 42`: each subcommand
+    also takes the global options, defaulting to nothing so that one given before it stands.
+    `configure` keeps its own --url and --token (what to save)."""
+    for name, p in sub.choices.items():
+        if name == "configure":
+            continue
+        for flags, kwargs in GLOBAL_OPTIONS:
+            with contextlib.suppress(argparse.ArgumentError):  # the subcommand's own wins
+                p.add_argument(*flags, **kwargs, default=argparse.SUPPRESS)
 
 
 def _client(args: argparse.Namespace) -> Client:
@@ -215,8 +255,7 @@ def job_spec(args: argparse.Namespace) -> dict[str, Any]:
         "gpu_milli",
         "gpu_memory_mib",
         "priority",
-        "checkpoint_grace_seconds",
-        "max_runtime_seconds",
+        *(dest for _, dest in DURATION_FLAGS),
         "cpu_millicores",
         "cpu_limit_millicores",
         "memory_mib",
@@ -395,9 +434,27 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    job = _client(args).cancel(args.job)
-    print(json.dumps(job, indent=2) if args.json else f"job {job['id']} {job['state']}")
-    return 0
+    """Each id in turn: one that cannot be cancelled is reported and the rest still are. A
+    job that had already ended is no failure (it is as asked); anything else exits 4."""
+    client = _client(args)
+    failed = False
+    done = []
+    ids = parse_ids(args.ids)
+    for item_id in ids:
+        try:
+            item = client.cancel_array(item_id) if args.array else client.cancel(item_id)
+        except ApiError as exc:
+            if exc.code == "unreachable" or exc.status == 401:
+                raise  # nothing else will go through either
+            print(f"error: {exc.message}", file=sys.stderr)
+            failed = failed or exc.code != "invalid_transition"
+            continue
+        done.append(item)
+        if not args.json:
+            print(arrays.summary(item) if args.array else f"job {item['id']} {item['state']}")
+    if args.json:  # one id: its object, as ever; several: a list
+        print(json.dumps(done[0] if len(ids) == 1 and done else done, indent=2))
+    return EXIT_API_ERROR if failed else 0
 
 
 def cmd_events(args: argparse.Namespace) -> int:

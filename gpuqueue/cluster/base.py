@@ -73,6 +73,7 @@ class LaunchSpec:
     checkpoint_grace_seconds: int
     max_runtime_seconds: int | None
     checkpoint_location: str = ""  # where the previous attempt saved, for resuming
+    expected_runtime_seconds: int | None = None  # as the user declared it (the simulator runs it)
     tolerations: Sequence[Mapping[str, str]] = ()  # the flavor's, for its tainted nodes
     cpu_millicores: int = 0  # per worker, requested (0: none)
     memory_mib: int = 0  # per worker, requested and limit (0: none)

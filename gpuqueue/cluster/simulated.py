@@ -2,7 +2,8 @@
 
 Nodes come from a YAML file (re-read when it changes, so a test or a demo can take a node down by
 editing it). A launched job runs in real time for the seconds in its annotation
-`gpuqueue.dev/sim-duration-seconds` (default 60, never past its max runtime), then succeeds, or
+`gpuqueue.dev/sim-duration-seconds` (without it, its declared expected runtime; with neither,
+60; never past its max runtime), then succeeds, or
 fails with the exit code in `gpuqueue.dev/sim-exit-code`. A checkpoint request is acknowledged
 after GPUQUEUE_SIM_CHECKPOINT_SECONDS with a location that records the progress made, and a
 resumed attempt only runs what was left. A stopped workload's pods take `termination_seconds`
@@ -202,9 +203,7 @@ class SimulatedBackend(ClusterBackend):
     def _workload(self, spec: LaunchSpec, now: datetime) -> Any:
         from gpuqueue.models import SimulatedWorkload
 
-        duration = _annotation_float(
-            spec.annotations, DURATION_ANNOTATION, DEFAULT_DURATION_SECONDS
-        )
+        duration = _annotation_float(spec.annotations, DURATION_ANNOTATION, _declared(spec))
         # A resumed attempt only runs the work its checkpoint did not cover.
         remaining = max(0.0, duration - _progress_of(spec.checkpoint_location))
         exit_code = int(_annotation_float(spec.annotations, EXIT_CODE_ANNOTATION, 0))
@@ -333,6 +332,14 @@ class SimulatedBackend(ClusterBackend):
 
 
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+
+
+def _declared(spec: LaunchSpec) -> float:
+    """What a job without the simulator's annotation runs for: the expected runtime its user
+    declared (the demo's jobs then run as long as they say), else the default."""
+    if spec.expected_runtime_seconds:
+        return float(spec.expected_runtime_seconds)
+    return DEFAULT_DURATION_SECONDS
 
 
 def _annotation_float(annotations: Any, key: str, default: float) -> float:

@@ -83,12 +83,30 @@ def is_listed_event(from_state: str, to_state: str, kind: str | None = None) -> 
     return JobState(to_state) in TRANSITIONS[JobState(from_state)]
 
 
+# How a person is told that a job has ended and so can change no more.
+ENDED_WORDS = {
+    S.CANCELLED: "is already cancelled",
+    S.SUCCEEDED: "has already finished (succeeded)",
+    S.FAILED: "has already failed",
+}
+
+
 class InvalidTransition(Exception):
     def __init__(self, job_id: int | None, from_state: str, to_state: str) -> None:
         self.job_id = job_id
         self.from_state = from_state
         self.to_state = to_state
         super().__init__(f"job {job_id} cannot go from {from_state} to {to_state}")
+
+    @property
+    def message(self) -> str:
+        """The sentence for a person: a job that ended is said to have ended, not to be unable
+        to become the state asked for."""
+        job = "The job" if self.job_id is None else f"Job {self.job_id}"
+        ended = ENDED_WORDS.get(JobState(self.from_state))
+        if ended:
+            return f"{job} {ended}."
+        return f"{job} is {self.from_state} and cannot become {self.to_state}."
 
 
 def check_transition(job_id: int | None, from_state: str, to_state: str) -> None:

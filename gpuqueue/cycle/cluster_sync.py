@@ -6,6 +6,7 @@ The same code serves every backend; `watch_cluster` calls it in a loop.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -17,12 +18,14 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError, NodeInfo, Phase,
 from gpuqueue.core.locks import try_xact_lock
 from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.cycle.launch import launch_admitted
+from gpuqueue.log_config import SUMMARY_LOGGER
 from gpuqueue.models import Job, Node
 from gpuqueue.services.jobs.checkpoint import acknowledge_checkpoint, requeue
 from gpuqueue.services.jobs.start_failures import requeue_after_start_failure
 from gpuqueue.services.jobs.transitions import transition
 
 log = logging.getLogger(__name__)
+summary = logging.getLogger(SUMMARY_LOGGER)
 ACTOR = "cluster"
 
 
@@ -33,6 +36,7 @@ class SyncResult:
     relaunched: list[int] = field(default_factory=list)
     orphans_stopped: int = 0
     released: int = 0  # workers let out of their placement gate
+    finished: Counter[str] = field(default_factory=Counter)  # jobs ended, by the cluster's phase
 
 
 NODE_FIELDS = (
@@ -149,6 +153,8 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
                 continue
             moved, stop = _follow_isolated(job, status, now)
             result.transitions += moved
+            if moved and status is not None and status.phase in (Phase.SUCCEEDED, Phase.FAILED):
+                result.finished[status.phase.value.lower()] += 1
             if stop:
                 to_stop.append(key)
             elif status is None and job.state == JobState.ADMITTED:
@@ -179,6 +185,9 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
         result.released = backend.release_gangs()
     except ClusterError as exc:
         log.warning("release of gangs deferred: %s", exc)
+    if result.finished:
+        ended = ", ".join(f"{n} {phase}" for phase, n in sorted(result.finished.items()))
+        summary.info("cluster: %d finished (%s)", result.finished.total(), ended)
     return result
 
 

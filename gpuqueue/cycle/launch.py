@@ -93,6 +93,7 @@ def launch_spec(job: Job, record: WorkloadRecord | None = None) -> LaunchSpec:
         checkpoint_grace_seconds=job.checkpoint_grace_seconds,
         max_runtime_seconds=job.max_runtime_seconds,
         checkpoint_location=job.checkpoint_location,
+        expected_runtime_seconds=job.expected_runtime_seconds,
         tolerations=tuple(
             {str(k): str(v) for k, v in toleration.items()} for toleration in job.flavor.tolerations
         ),

@@ -49,6 +49,7 @@ from gpuqueue.cycle.job_feed import current_read, remember_shown
 from gpuqueue.cycle.kept_plan import keep_plan, kept_plan
 from gpuqueue.cycle.launch import launch_admitted
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot, policy_from_settings
+from gpuqueue.log_config import SUMMARY_LOGGER
 from gpuqueue.models import Job
 from gpuqueue.scheduler import model as m
 from gpuqueue.scheduler.band import forecast_band
@@ -69,6 +70,7 @@ from gpuqueue.services.quotas.fair_shares import store_fair_shares
 from gpuqueue.services.quotas.share_balance import advance_balances, load_balances, store_balances
 
 log = logging.getLogger(__name__)
+summary = logging.getLogger(SUMMARY_LOGGER)
 ACTOR = "cycle"
 
 
@@ -160,6 +162,10 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         " (the last plan kept)" if kept else "",
         timings,
     )
+    if admitted or preempted or withdrawn:
+        summary.info(
+            cycle_summary(len(admitted), len(preempted), len(withdrawn), len(plan.pending))
+        )
     return CycleResult(
         ran=True,
         kept_plan=kept,
@@ -169,6 +175,14 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         pending=len(plan.pending),
         phase_seconds=timings,
     )
+
+
+def cycle_summary(admitted: int, preempted: int, withdrawn: int, pending: int) -> str:
+    """The line `make run` shows for a cycle that changed something."""
+    parts = [f"{admitted} admitted", f"{preempted} preempted"]
+    if withdrawn:
+        parts.append(f"{withdrawn} preemptions withdrawn")
+    return f"cycle: {', '.join(parts)}; {pending} pending"
 
 
 def _persist_admissions(plan: m.Plan, now: datetime) -> list[int]:

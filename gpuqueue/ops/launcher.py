@@ -34,6 +34,7 @@ from gpuqueue import config
 from gpuqueue.config import env_bool
 from gpuqueue.ops.embedded import EmbeddedPostgres, EmbeddedRedis, start_postgres, start_redis
 from gpuqueue.ops.ownership import hand_over, untrusted_entries
+from gpuqueue.ops.run_logging import celery_args, run_log_level, web_server_args
 from gpuqueue.ops.service_python import RUNTIME, service_interpreter
 from gpuqueue.ops.supervision import RestartPolicy
 
@@ -95,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             if python != sys.executable:
                 print(f"Python processes: {python} as an unprivileged user", flush=True)
     env = dict(os.environ, **python_env, GPUQUEUE_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
+    # Quiet unless asked (gpuqueue/ops/run_logging.py): warnings, errors and summaries.
+    log_level = env["GPUQUEUE_LOG_LEVEL"] = run_log_level(os.environ)
     # The web front's threads per worker: they overlap one request's database waits with
     # another's work.
     env["GPUQUEUE_WEB_THREADS"] = str(args.web_threads)
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 python,
                 "-m",
                 "granian",
-                *GRANIAN_ARGS,
+                *web_server_args(GRANIAN_ARGS, log_level),
                 "--host",
                 args.host,
                 "--port",
@@ -150,11 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                 python,
                 "-m",
                 "celery",
-                "-A",
-                "gpuqueue.celery",
+                *celery_args(log_level),
                 "worker",
                 "--loglevel",
-                "INFO",
+                log_level,
                 "--concurrency",
                 "2",
                 "--without-gossip",
@@ -164,11 +166,10 @@ def main(argv: list[str] | None = None) -> int:
                 python,
                 "-m",
                 "celery",
-                "-A",
-                "gpuqueue.celery",
+                *celery_args(log_level),
                 "beat",
                 "--loglevel",
-                "INFO",
+                log_level,
                 "--schedule",
                 str(data_dir / "celerybeat-schedule"),
             ],

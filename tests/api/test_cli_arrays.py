@@ -10,8 +10,9 @@ from gpuqueue.models import Job, JobArray, JobHold
 
 def test_submit_an_array_with_a_cap_then_read_it(cli: Any, capsys: Any) -> None:
     args = ["submit", "--team", "team-a", "--flavor", "h100", "--image", "ghcr.io/acme/t:1"]
-    assert cli(*args, "--array", "0-9%2", "--idempotency-key", "s-1", "--", "python", "t.py") == 0
-    assert cli(*args, "--array", "0-9%2", "--idempotency-key", "s-1") == 0  # a retry
+    args += ["--array", "0-9%2", "--idempotency-key", "s-1", "--", "python", "t.py"]
+    assert cli(*args) == 0
+    assert cli(*args) == 0  # a retry
     array = JobArray.objects.get()
     assert (array.size, array.max_concurrent, array.tasks.count()) == (10, 2, 10)
     out = capsys.readouterr().out

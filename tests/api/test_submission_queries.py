@@ -64,16 +64,17 @@ def test_a_retry_after_the_user_left_the_team_returns_the_first_job(
     assert Job.objects.count() == 1 and JobEvent.objects.count() == 1
 
 
-def test_a_retry_whose_body_no_longer_validates_returns_the_first_job(
+def test_a_used_key_with_a_body_that_does_not_validate_is_refused_as_reused(
     api: Any, job_body: Any
 ) -> None:
     from gpuqueue.models import Job
 
     client = api("alice")
-    first = client.post("/api/v1/jobs/", job_body, format="json", HTTP_IDEMPOTENCY_KEY="r")
+    client.post("/api/v1/jobs/", job_body, format="json", HTTP_IDEMPOTENCY_KEY="r")
     broken = {**job_body, "workers": 0}
     retry = client.post("/api/v1/jobs/", broken, format="json", HTTP_IDEMPOTENCY_KEY="r")
-    assert retry.status_code == 200 and retry.json()["id"] == first.json()["id"]
+    assert retry.status_code == 422
+    assert retry.json()["error"]["code"] == "idempotency_key_reused"
     fresh = client.post("/api/v1/jobs/", broken, format="json", HTTP_IDEMPOTENCY_KEY="r2")
     assert fresh.status_code == 400 and set(fresh.json()["error"]["fields"]) == {"workers"}
     assert Job.objects.count() == 1

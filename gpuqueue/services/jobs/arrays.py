@@ -56,6 +56,7 @@ def submit_array(
     spec: ArraySpec,
     deps: Dependencies,
     idempotency_key: str | None = None,
+    idempotency_body: str | None = None,
 ) -> SubmittedArray:
     """Create the array and all its tasks, their first events and their dependencies in one
     statement (one round trip however many tasks), inserting nothing unless the user may
@@ -75,6 +76,7 @@ def submit_array(
         max_concurrent=spec.max_concurrent,
         values=list(spec.values) if spec.values is not None else [],
         idempotency_key=idempotency_key or None,
+        idempotency_body=idempotency_body if idempotency_key else None,
     )
     template = Job(
         team=team,

@@ -165,14 +165,15 @@ def submit_job_after(
     flavor: Flavor,
     data: dict[str, Any],
     idempotency_key: str | None = None,
+    idempotency_body: str | None = None,
 ) -> Submitted:
     """`submit_job`, and when `data` names dependencies, the job held for them and its
     JobDependency rows, in the same transaction (a retry with the key changes nothing)."""
     deps = Dependencies.take(data)
     if not deps:
-        return submit_job(user, team, flavor, data, idempotency_key)
+        return submit_job(user, team, flavor, data, idempotency_key, idempotency_body)
     with transaction.atomic():
-        result = submit_job(user, team, flavor, data, idempotency_key)
+        result = submit_job(user, team, flavor, data, idempotency_key, idempotency_body)
         if result.created:
             reason = initial_reason(deps)
             Job.objects.filter(pk=result.job.pk).update(

@@ -139,6 +139,7 @@ def submit_job(
     flavor: Flavor,
     fields: dict[str, Any],
     idempotency_key: str | None = None,
+    idempotency_body: str | None = None,
 ) -> Submitted:
     """Create a PENDING job for `user` in `team` (None: the only team `user` may submit to).
 
@@ -161,6 +162,7 @@ def submit_job(
         user=user,
         flavor=flavor,
         idempotency_key=idempotency_key or None,
+        idempotency_body=idempotency_body if idempotency_key else None,
         state=JobState.PENDING,
         **data,
     )
@@ -190,7 +192,9 @@ def submit_job(
             return Submitted(existing, created=False)
         if team is None:
             # The user's teams changed between the two statements: take the one there is now.
-            return submit_job(user, only_team(user), flavor, fields, idempotency_key)
+            return submit_job(
+                user, only_team(user), flavor, fields, idempotency_key, idempotency_body
+            )
         raise SubmissionRefused(
             f"you are not a member of team {team.slug}", field="team", status=403
         )
