@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('gpuqueue', '0024_node_resources'),
+        ("gpuqueue", "0026_flavor_fabric_and_node_devices"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='idempotency_body',
+            model_name="job",
+            name="idempotency_body",
             field=models.CharField(blank=True, max_length=64, null=True),
         ),
         migrations.AddField(
-            model_name='jobarray',
-            name='idempotency_body',
+            model_name="jobarray",
+            name="idempotency_body",
             field=models.CharField(blank=True, max_length=64, null=True),
         ),
     ]
