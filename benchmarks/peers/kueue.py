@@ -329,7 +329,10 @@ def configuration(webhook_port: int, cert_dir: Path) -> dict[str, Any]:
         },
         "clientConnection": {"qps": -1, "burst": 1000},
         "integrations": {"frameworks": ["batch/job"]},
-        "fairSharing": {},
+        # Kueue's documented default strategies, spelled out (the Configuration asks for them).
+        "fairSharing": {
+            "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+        },
     }
 
 

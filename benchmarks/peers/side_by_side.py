@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -232,6 +233,7 @@ class Watcher:
         self.bound: dict[str, float] = {}
         self.admitted: dict[str, float] = {}
         self.responses: list[Any] = []
+        self.closed = False
         seconds = int(timeout) + 120
         api = api_client_for(kubeconfig)
         api.user_agent = BENCH_AGENT
@@ -261,10 +263,12 @@ class Watcher:
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        seen(json.loads(line)["object"], time.perf_counter())
-        except Exception:  # noqa: BLE001 - closed at the end of the phase
-            return
+                    event = json.loads(line) if line.strip() else {}
+                    if event.get("type") in ("ADDED", "MODIFIED"):
+                        seen(event["object"], time.perf_counter())
+        except Exception as exc:  # noqa: BLE001 - shut at the end of the phase
+            if not self.closed:
+                print(f"watch ended: {exc!r}", flush=True)
 
     def _pod(self, pod: dict[str, Any], at: float) -> None:
         if (pod.get("spec") or {}).get("nodeName"):
@@ -278,9 +282,11 @@ class Watcher:
                 self.admitted.setdefault(workload["metadata"]["uid"], at)
 
     def close(self) -> None:
+        """Shut the sockets under the readers (closing the responses would wait for them)."""
+        self.closed = True
         for response in self.responses:
             with contextlib.suppress(Exception):
-                response.close()
+                response.shutdown()
 
 
 def run_kueue(
@@ -561,6 +567,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop what was started
     systems = [s for s in args.systems.split(",") if s]
 
     calibration = kube_scale.calibration() * 1000
