@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test install install-dev browser lint bench bench-kube native clean-native clean kube kube-build
+.PHONY: run test install install-dev browser lint bench bench-kube bench-peers native clean-native clean kube kube-build
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ bench: install-dev
 # 500 kwok nodes on a real control plane (tests/kube/controlplane.py; needs Go once to build it).
 bench-kube: install-dev
 	$(BIN)/python benchmarks/kube_scale.py
+
+# gpuqueue and Kueue side by side on that control plane (builds Kueue once; not part of `test`).
+bench-peers: install-dev
+	$(BIN)/python -m benchmarks.peers.side_by_side
 
 # Optional: the engine and the trace replay compiled with mypyc (needs a C compiler and the
 # Python headers); a Philly replay runs about a quarter faster. `gpuqueue` refuses to import a

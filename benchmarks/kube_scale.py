@@ -200,8 +200,11 @@ def make_backend(kubeconfig: Path, namespaces: list[str]) -> Any:
 # The world ---------------------------------------------------------------------------------
 
 
-def start_cluster(tmp: Path, nodes: int, namespaces: list[str]) -> tuple[Any, Any]:
-    """Step 2: the control plane, its nodes, the team namespaces and their service accounts."""
+def start_cluster(
+    tmp: Path, nodes: int, namespaces: list[str], apiserver_args: tuple[str, ...] = ()
+) -> tuple[Any, Any]:
+    """Step 2: the control plane (kube-apiserver given `apiserver_args` besides its own), its
+    nodes, the team namespaces and their service accounts."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -214,7 +217,7 @@ def start_cluster(tmp: Path, nodes: int, namespaces: list[str]) -> tuple[Any, An
         wait_nodes_ready,
     )
 
-    plane = ControlPlane(tmp / "kube", build())
+    plane = ControlPlane(tmp / "kube", build(), apiserver_args=apiserver_args)
     plane.start()
     api = api_client_for(plane.kubeconfig)
     manifests = [

@@ -291,6 +291,8 @@ class ControlPlane:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     etcd_url: str = ""
     server: str = ""
+    # Further kube-apiserver flags (an audit log: benchmarks/peers counts requests by client).
+    apiserver_args: tuple[str, ...] = ()
 
     @property
     def kubeconfig(self) -> Path:
@@ -399,6 +401,7 @@ class ControlPlane:
             "--max-mutating-requests-inflight=500",
             "--profiling=false",
             "--v=0",
+            *self.apiserver_args,
         )
         self.wait_ready()
 
