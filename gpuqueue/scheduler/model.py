@@ -79,6 +79,7 @@ class Node:
     cpu_used_externally: int = 0
     memory_used_externally: int = 0
     pods_used_externally: int = 0
+    model: str | None = None  # the GPU model (product) of the node's GPUs; None: not known
 
     @property
     def limited(self) -> bool:
@@ -119,6 +120,10 @@ class RunningJob:
     # job several times (the ledger, demand, victim searches).
     workers: int = field(init=False, repr=False, compare=False)
     gpus: int = field(init=False, repr=False, compare=False)
+    # A fractional job (shared_gpus.py): each worker holds `gpu_milli` thousandths of one GPU,
+    # named in `devices` as (node, GPU index on that node), sorted; gpus_per_worker is 1.
+    gpu_milli: int = 0
+    devices: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         workers = sum(n for _, n in self.placement)
@@ -137,8 +142,9 @@ RUNTIME_AGING = 1.0
 UNKNOWN_RUNTIME = 3600.0
 
 # What the engine's steps read of a job that is not starving: team, flavor, workers, GPUs per
-# worker, priority, preemptible, max runtime, CPU and memory per worker (`PendingJob.kind`).
-Kind = tuple[str, str, int, int, int, bool, float | None, int, int]
+# worker, priority, preemptible, max runtime, CPU and memory per worker, thousandths of a GPU
+# per worker and the GPU models it accepts (`PendingJob.kind`).
+Kind = tuple[str, str, int, int, int, bool, float | None, int, int, int, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +170,11 @@ class PendingJob:
     # plus RUNTIME_AGING x its expected runtime), smaller id (ordering.py, rules 3, 5 and 6),
     # made once: a plan sorts every queue by it.
     rank: tuple[int, float, int] = field(init=False, repr=False, compare=False)
+    # 0: whole GPUs (gpus_per_worker of them); 1..999: each worker takes that many thousandths
+    # of one GPU of a shared flavor (Snapshot.shared_flavors), and gpus_per_worker is 1.
+    gpu_milli: int = 0
+    # Empty: any node of the flavor; else only nodes whose `Node.model` is one of these.
+    gpu_models: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.workers * self.gpus_per_worker)
@@ -185,13 +196,23 @@ class PendingJob:
                 self.max_runtime,
                 self.cpu_per_worker,
                 self.memory_per_worker,
+                self.gpu_milli,
+                self.gpu_models,
             ),
         )
+
+    @property
+    def shared(self) -> bool:
+        """Whether it asks for a fraction of a GPU or for given models (shared_gpus.py)."""
+        return bool(self.gpu_milli or self.gpu_models)
 
 
 class PlacementStrategy(str, Enum):  # noqa: UP042 -- callers compare and str() these as is
     BINPACK = "binpack"
     SPREAD = "spread"
+    # The node (and GPU) whose expected fragmentation against the workload grows least
+    # (fragmentation.py; Weng et al., ATC'23).
+    FRAGMENTATION = "fgd"
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +274,8 @@ class Snapshot:
     # decayed (usage.py; positive: owed, negative: in debt). None: no history, and the rules
     # that read it stay off (Policy.share_slice_seconds).
     share_balance: Mapping[tuple[str, str], float] | None = None
+    # Flavors whose GPUs fractional jobs may share; a fractional job of another never fits.
+    shared_flavors: frozenset[str] = frozenset()
 
 
 class ReasonCode(str, Enum):  # noqa: UP042 -- callers compare and str() these as is
@@ -287,6 +310,8 @@ class Admission:
     job_id: int
     placement: Placement
     borrowed: bool = False  # uses capacity above the team's fair share
+    # A fractional admission: (node, GPU index 0..capacity-1 on that node) per worker, sorted.
+    devices: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
