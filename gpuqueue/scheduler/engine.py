@@ -129,7 +129,7 @@ class Cycle:
         if fractional:
             for key, gpus in self.ledger.hold_shared(fractional).items():
                 running[key] = running.get(key, 0) + gpus
-        self.special = Special(snapshot, self.ledger, policy.placement)
+        self.special = Special(snapshot, self.ledger, policy.placement, policy.workload)
         # (team, flavor) -> the team and its department with their quotas (None: no quota).
         self.groups = {
             (team, flavor): [(group, self.quotas.get((group, flavor))) for group in chain]

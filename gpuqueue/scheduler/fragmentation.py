@@ -98,7 +98,7 @@ class Workload:
                     fits_gpu = free_gpus >= gpus
                     unusable = free_total - free_gpus * FULL
                 else:
-                    fits_gpu, unusable = True, 0
+                    fits_gpu, unusable = True, 0  # a CPU-only task strands no GPU it fits
                 if not fits_gpu:
                     value += mass * free_total
                     continue

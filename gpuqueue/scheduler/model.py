@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from gpuqueue.scheduler.fragmentation import Workload
+
 # A placement: (node name, workers on that node), sorted by node name.
 Placement = tuple[tuple[str, int], ...]
 
@@ -261,6 +263,9 @@ class Policy:
     share_borrow_debt_seconds: float = 28800.0
     # How fast a balance is forgotten: the half-life its producer (ShareBalance) decays it with.
     share_half_life_seconds: float = 86400.0
+    # The target workload of the fragmentation strategy (fragmentation.Workload: task shapes and
+    # how often they occur, e.g. from a trace); None: the shapes of the snapshot's jobs.
+    workload: Workload | None = None
 
 
 @dataclass(frozen=True, slots=True)

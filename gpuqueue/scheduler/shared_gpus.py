@@ -59,8 +59,9 @@ def place_workers(
        used GPU with room or a fully free GPU, a whole worker `gpus_per_worker` free GPUs.
     2. Best is, with bin-pack, the partly used GPU with least room left, else the fullest
        node; with spread, the emptiest node, else the GPU with most room; with fragmentation,
-       the smallest `score`. Ties go to the node whose model fewer pending jobs require
-       (`scarcity`), then to the name and the GPU index: the same state, the same choice.
+       the smallest `score`, then the fullest node. Ties go to the node whose model fewer
+       pending jobs require (`scarcity`), then to the name and the GPU index: the same state,
+       the same choice.
     3. A node holds no more workers than its room besides GPUs (`cap`).
     """
     if workers <= 0:
@@ -74,13 +75,20 @@ def place_workers(
     for _ in range(workers):
         best: tuple[tuple[float, ...], str, int] | None = None
         for node in nodes:
-            here = taken.get(node, 0)
-            if cap is not None and cap(node) <= here:
-                continue
             count = free_now[node]
             used: Mapping[int, int] | None = used_now.get(node)
             if used is None:
                 used = shared.get(node, _NONE)
+            # GPUs first: on a busy cluster most nodes have none for the worker, and that is
+            # cheaper to tell than their room.
+            if milli:
+                if count < 1 and all(on_gpu + milli > FULL for on_gpu in used.values()):
+                    continue
+            elif count < gpus_per_worker:
+                continue
+            here = taken.get(node, 0)
+            if cap is not None and cap(node) <= here:
+                continue
             rank = scarce.get(node, 0)
             if milli:
                 for index, on_gpu in used.items():
@@ -90,7 +98,7 @@ def place_workers(
                         after = dict(used)
                         after[index] = on_gpu + milli
                         change = score(node, count, used, count, after, here + 1)
-                        key: tuple[float, ...] = (change, rank, 0.0)
+                        key: tuple[float, ...] = (change, rank, count)
                     elif spread:
                         key = (1.0, on_gpu, rank)
                     else:
@@ -102,7 +110,8 @@ def place_workers(
                     if score is not None:
                         after = dict(used)
                         after[index] = milli
-                        key = (score(node, count, used, count - 1, after, here + 1), rank, 0.0)
+                        change = score(node, count, used, count - 1, after, here + 1)
+                        key = (change, rank, count)
                     elif spread:
                         key = (0.0, -count, rank)
                     else:
@@ -112,7 +121,7 @@ def place_workers(
             elif count >= gpus_per_worker:
                 if score is not None:
                     after_count = count - gpus_per_worker
-                    key = (score(node, count, used, after_count, used, here + 1), rank)
+                    key = (score(node, count, used, after_count, used, here + 1), rank, count)
                 elif spread:
                     key = (-count, rank)
                 else:

@@ -27,6 +27,7 @@ from gpuqueue.scheduler.shared_gpus import FULL, Devices, most_room, place_worke
 class Special:
     __slots__ = (
         "_any_pending",
+        "_never",
         "_nodes",
         "_scarcity",
         "_workloads",
@@ -35,9 +36,16 @@ class Special:
         "required",
         "snapshot",
         "strategy",
+        "workload",
     )
 
-    def __init__(self, snapshot: Snapshot, ledger: Ledger, strategy: PlacementStrategy) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        ledger: Ledger,
+        strategy: PlacementStrategy,
+        workload: Workload | None = None,
+    ) -> None:
         self.snapshot = snapshot
         self.ledger = ledger
         self.strategy = strategy
@@ -50,8 +58,10 @@ class Special:
                     self.required[model] = self.required.get(model, 0) + 1
         self._any_pending: bool | None = None
         self._nodes: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+        self._never: dict[tuple[object, ...], Reason | None] = {}
         self._scarcity: dict[str, dict[str, int]] = {}
         self._workloads: dict[str, Workload] = {}
+        self.workload = workload
 
     @property
     def any_pending(self) -> bool:
@@ -92,7 +102,7 @@ class Special:
 
     def _workload(self, flavor: str) -> Workload:
         """The shapes of the plan's jobs of a flavor, by workers (or Policy's, when given)."""
-        workload = self._workloads.get(flavor)
+        workload = self.workload or self._workloads.get(flavor)
         if workload is None:
             shapes: list[tuple[Shape, float]] = []
             jobs: list[RunningJob | PendingJob] = [*self.snapshot.running, *self.snapshot.pending]
@@ -150,7 +160,22 @@ class Special:
         return FULL // job.gpu_milli if job.gpu_milli else 1
 
     def never_fits(self, job: PendingJob, fl: FlavorLedger | None) -> Reason | None:
-        """Step 1 for such a job: no state of the cluster admits it (the numbers say why)."""
+        """Step 1 for such a job: no state of the cluster admits it (the numbers say why),
+        judged once per shape: it reads only the nodes."""
+        key = (
+            job.flavor,
+            job.workers,
+            job.gpus_per_worker,
+            job.gpu_milli,
+            job.gpu_models,
+            job.cpu_per_worker,
+            job.memory_per_worker,
+        )
+        if key not in self._never:  # its numbers are the shape's: the same for every such job
+            self._never[key] = self._never_fits(job, fl)
+        return self._never[key]
+
+    def _never_fits(self, job: PendingJob, fl: FlavorLedger | None) -> Reason | None:
         if fl is None:
             return reasons.never_fits(job, 0, 0, 0)
         milli, g = job.gpu_milli, job.gpus_per_worker
