@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from gpuqueue.scheduler import plan
 from gpuqueue.scheduler.engine import Cycle
+from gpuqueue.scheduler.fragmentation import Shape, Workload
 from gpuqueue.scheduler.model import (
     Node,
     PendingJob,
@@ -196,6 +197,18 @@ def test_fragmentation_fills_a_partly_used_gpu_rather_than_opening_one_for_whole
     result = plan(snap((gpu_node("n1", 4),), jobs, held), Policy(placement="fgd"))  # type: ignore[arg-type]
     devices = {a.job_id: a.devices for a in result.admissions}
     assert devices[1] == (("n1", 0),)
+
+
+def test_fragmentation_keeps_room_the_workload_uses_where_bin_pack_fills_the_fullest_gpu() -> None:
+    """GPU 0 has 500 free, GPU 1 700, and the workload is half-GPU tasks: 200 more on GPU 0
+    would strand its last 300, on GPU 1 the 500 left still serve a task."""
+    held = (frac_running(10, "a", 500, [("n1", 0)]), frac_running(11, "a", 300, [("n1", 1)]))
+    snapshot = snap((gpu_node("n1", 2),), (frac(1, "a", 200),), held)
+    workload = Workload([(Shape(0, 500, 0, 0), 1.0)])
+    fgd = plan(snapshot, Policy(placement=PlacementStrategy.FRAGMENTATION, workload=workload))
+    binpack = plan(snapshot, Policy(placement=PlacementStrategy.BINPACK))
+    assert fgd.admissions[0].devices == (("n1", 1),)
+    assert binpack.admissions[0].devices == (("n1", 0),)
 
 
 # --- invariants ------------------------------------------------------------------------------
