@@ -187,7 +187,7 @@ def cmd_fillup(args: argparse.Namespace) -> int:
     print("|---|---|---|---|---|---|---|")
     assert 90 in SAMPLED and 100 in SAMPLED
     for strategy in args.policies.split(","):
-        runs = [fill_up(pods, nodes, strategy, seed) for seed in args.seeds]
+        runs = [fill_up(pods, nodes, strategy, seed, weights=args.weights) for seed in args.seeds]
         n = len(runs)
         a100 = sum(r.alloc[100] for r in runs) / n
         a130 = sum(r.alloc[130] for r in runs) / n
@@ -195,8 +195,8 @@ def cmd_fillup(args: argparse.Namespace) -> int:
         ratio = sum(r.frag_ratio[90] for r in runs) / n
         wall = sum(r.wall_seconds for r in runs)
         print(
-            f"| {strategy}, `{args.fractional}` | {n} | {a100:.2f} | {a130:.2f} | {frag:.2f} "
-            f"| {ratio:.1f} | {wall:.1f} |"
+            f"| {strategy}, `{args.fractional}`, {args.weights} | {n} | {a100:.2f} "
+            f"| {a130:.2f} | {frag:.2f} | {ratio:.1f} | {wall:.1f} |"
         )
     for name, (a100s, a130s, frags, ratios) in sorted(fgd.items()):
         print(f"| FGD paper {name} | 10 | {a100s} | {a130s} | {frags} | {ratios} | – |")
@@ -235,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("share", "skip", "round-up"),
         default="share",
         help="GPU-sharing pods: fractions of a GPU, left out, or one whole GPU each",
+    )
+    fill.add_argument(
+        "--weights",
+        choices=("requests", "pods"),
+        default="requests",
+        help="the fragmentation workload's shapes weighed by their requests or by pod count",
     )
     fill.add_argument("--fgd-summary", help="fgd-simulator-expected-results/summary_derived.csv")
     fill.set_defaults(run=cmd_fillup)

@@ -96,4 +96,4 @@ def test_the_fillup_command_prints_one_row_per_placement(
     out = capsys.readouterr().out
     assert code == 0
     assert "4 pods kept (1 GPU-sharing pods share, 1 CPU-only)" in out
-    assert "| binpack, `share` | 1 |" in out and "| fgd, `share` | 1 |" in out
+    assert "| binpack, `share`, requests | 1 |" in out and "| fgd, `share`, requests | 1 |" in out
