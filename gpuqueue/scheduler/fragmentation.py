@@ -14,6 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 FULL = 1000
+# States a workload remembers before it starts afresh: a workload kept across plans (a trace's,
+# Policy.workload) would otherwise grow with every node state it ever saw.
+REMEMBERED = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,9 @@ class Workload:
                     continue
                 fitting = self._mass_fitting(i, cpu_left, memory_left)
                 value += fitting * unusable + (mass - fitting) * free_total
+        if len(self._frag) >= REMEMBERED:
+            self._frag.clear()
+            self._fits.clear()
         self._frag[key] = value
         return value
 
