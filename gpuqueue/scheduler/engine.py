@@ -426,6 +426,8 @@ class Cycle:
             for group, quota in groups:
                 assert quota is not None
                 used = ledger.nonpreemptible.get((group, flavor), 0)
+                if ledger.nonpreemptible_milli:  # fractions, rounded up: exact against integers
+                    used += ceil_gpus(ledger.nonpreemptible_milli.get((group, flavor), 0))
                 if used + gpus > quota.guarantee:
                     return reasons.over_fair_share(job, _scope(job, group), quota.guarantee, used)
         # 4.

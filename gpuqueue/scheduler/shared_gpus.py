@@ -54,6 +54,7 @@ def place_workers(
 ) -> tuple[Placement, Devices] | None:
     """Nodes (and GPUs, for a fractional job) for all `workers`, or None.
 
+    0. With bin-pack, a whole-GPU gang goes to the fullest single node that holds it all.
     1. Each worker in turn takes the best candidate among `nodes` (those whose model the job
        accepts), on the state left by the workers before it: a fractional worker a partly
        used GPU with room or a fully free GPU, a whole worker `gpus_per_worker` free GPUs.
@@ -66,12 +67,25 @@ def place_workers(
     """
     if workers <= 0:
         return None
+    spread = strategy is PlacementStrategy.SPREAD
+    scarce = scarcity or {}
+    if not milli and workers > 1 and score is None and not spread:
+        # Bin-pack's first rule (placement._binpack): the fullest single node that holds the
+        # whole gang, with no traffic between nodes.
+        need = workers * gpus_per_worker
+        whole: tuple[int, int, str] | None = None
+        for node in nodes:
+            count = free.get(node, 0)
+            if count >= need and (cap is None or cap(node) >= workers):
+                here_key = (count, scarce.get(node, 0), node)
+                if whole is None or here_key < whole:
+                    whole = here_key
+        if whole is not None:
+            return ((whole[2], workers),), ()
     free_now = {node: free.get(node, 0) for node in nodes}
     used_now: dict[str, dict[int, int]] = {}
     taken: dict[str, int] = {}
     devices: list[tuple[str, int]] = []
-    spread = strategy is PlacementStrategy.SPREAD
-    scarce = scarcity or {}
     for _ in range(workers):
         best: tuple[tuple[float, ...], str, int] | None = None
         for node in nodes:

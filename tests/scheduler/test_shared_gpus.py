@@ -190,6 +190,15 @@ def test_work_that_accepts_any_model_leaves_the_model_others_require() -> None:
         assert placements == {1: (("n2", 1),), 2: (("n1", 1),)}, strategy
 
 
+def test_with_scarce_models_about_a_bin_packed_gang_still_goes_to_one_node_that_holds_it() -> None:
+    nodes = (gpu_node("n1", 8, "H100-SXM"), gpu_node("n2", 8, "H100-SXM"), gpu_node("n3", 8, "L4"))
+    held = (running(10, "a", {"n1": 1}, gpus=4),)
+    bound = PendingJob(**{**_fields(pending(2, "a", gpus=1, submitted=NOW)), "gpu_models": ("L4",)})
+    result = plan(snap(nodes, (pending(1, "a", workers=2, gpus=4), bound), held))
+    placements = {a.job_id: a.placement for a in result.admissions}
+    assert placements[1] == (("n2", 2),)  # whole on n2, not split over n1 and n2, nor on n3
+
+
 def test_fragmentation_fills_a_partly_used_gpu_rather_than_opening_one_for_whole_gpu_work() -> None:
     held = (frac_running(10, "a", 500, [("n1", 0)]),)
     # The workload: mostly whole GPUs; the half-used GPU is lost to them until it is full.
