@@ -108,8 +108,8 @@ class FillUp:
     capacity: int  # GPUs
     # alloc[k]: GPU thousandths allocated, as % of capacity, once arrived requests reach k %.
     alloc: list[float]
-    # At k = 80, 90, 100: fragmented GPU resource (FGD's, against the pod list's workload) as %
-    # of all GPUs, and as % of the idle GPU resource.
+    # At k = 80, 90, 100: fragmented GPU resource (FgdMeasure) as % of all GPUs, and as % of
+    # the idle GPU resource.
     frag_amount: dict[int, float]
     frag_ratio: dict[int, float]
     pods: int
@@ -160,7 +160,7 @@ def fill_up(
        grows least, then with fewest GPUs free (bin-pack: the one with least CPU left that
        holds it; spread: the most).
     4. After each step: the allocation; at SAMPLED steps, the fragmentation as FGD measures it
-       (against the same target workload, `weights`).
+       (`FgdMeasure`, against FGD's typical pods whatever the placement's `weights`).
     """
     started = time.perf_counter()
     rng = random.Random(seed)
@@ -188,6 +188,7 @@ def fill_up(
         time_based_share=False,
         workload=workload,
     )
+    measure = FgdMeasure(pods)
     teams = (Team("openb", {FLAVOR: Quota(capacity, capacity)}),)
     by_name = {n.name: n for n in nodes}
     others: dict[str, list[int]] = {n.name: [0, 0, 0] for n in nodes}  # CPU-only pods' asks
@@ -268,13 +269,57 @@ def fill_up(
                     others[node][1] += pod.memory
                     others[node][2] += 1
             if step in SAMPLED:
-                frag = sum(state.fragmentation(name, workload) for name in by_name)
+                frag = sum(state.fgd_fragmentation(name, measure) for name in by_name)
                 idle = capacity * FULL - allocated
                 frag_amount[step] = 100.0 * frag / (capacity * FULL)
                 frag_ratio[step] = 100.0 * frag / idle if idle > 0 else 0.0
         alloc[step] = 100.0 * allocated / (capacity * FULL)
     wall = time.perf_counter() - started
     return FillUp(strategy, seed, capacity, alloc, frag_amount, frag_ratio, len(order), wall)
+
+
+# FGD's typical pods (its experiments' `typicalPodsConfig`): CPU-only pods involved, the most
+# frequent shapes that make 95 % of the pods, by pod count.
+POPULARITY = 0.95
+
+
+class FgdMeasure:
+    """Fragmentation as the FGD simulator reports it (pkg/utils/frag.go, `NodeGpuShareFragAmount`
+    summed over nodes, all but the `q3_satisfied` part): against its typical pods, a node's free
+    GPU counts whole for every pod that cannot run there, and for a CPU-only pod (FGD counts
+    those too); for one that can, the GPUs with less free than it asks of one GPU. Memory plays
+    no part, as in FGD."""
+
+    def __init__(self, pods: Sequence[Pod], popularity: float = POPULARITY) -> None:
+        counts: dict[tuple[int, int, int, tuple[str, ...]], int] = {}
+        for pod in pods:
+            # (CPU, thousandths asked of each GPU, GPUs, models); a fraction is one GPU.
+            per_gpu = pod.milli or (FULL if pod.gpus else 0)
+            key = (pod.cpu, per_gpu, pod.gpus or (1 if pod.milli else 0), pod.models)
+            counts[key] = counts.get(key, 0) + 1
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        kept: list[tuple[tuple[int, int, int, tuple[str, ...]], int]] = []
+        covered = 0
+        for shape, count in ranked:
+            if covered >= popularity * len(pods):
+                break
+            kept.append((shape, count))
+            covered += count
+        self.typical = [(shape, count / covered) for shape, count in kept]
+
+    def node(self, left: Sequence[int], cpu_left: int, model: str) -> float:
+        """Fragmented thousandths of a node with `left` free thousandths per GPU."""
+        total = sum(left)
+        frag = 0.0
+        for (cpu, per_gpu, gpus, models), share in self.typical:
+            if per_gpu == 0 or (models and model not in models):
+                frag += share * total
+                continue
+            if sum(1 for x in left if x >= per_gpu) >= gpus and cpu_left >= cpu:
+                frag += share * sum(x for x in left if x < per_gpu)
+            else:
+                frag += share * total
+        return frag
 
 
 class _NodeState:
@@ -313,6 +358,11 @@ class _NodeState:
             self.memory[name] - memory_taken,
             self.nodes[name].model,
         )
+
+    def fgd_fragmentation(self, name: str, measure: FgdMeasure) -> float:
+        used = self.used[name]
+        left = [FULL] * self.free[name] + [FULL - u for u in used.values()]
+        return measure.node(left, self.cpu[name], self.nodes[name].model)
 
     def gpu_left(self, name: str) -> int:
         """Free GPU thousandths on a node."""

@@ -8,7 +8,15 @@ import pytest
 
 from gpuqueue.scheduler.fragmentation import Shape, Workload
 from gpuqueue.sim.cli import main
-from gpuqueue.sim.fillup import MIB, OpenbNode, Pod, fill_up, load_nodes, load_pods
+from gpuqueue.sim.fillup import (
+    MIB,
+    FgdMeasure,
+    OpenbNode,
+    Pod,
+    fill_up,
+    load_nodes,
+    load_pods,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -77,6 +85,19 @@ def test_fragmentation_is_the_free_gpu_the_workload_cannot_use() -> None:
     # A task bound to another model cannot use any of it.
     bound = Workload([(Shape(1, 0, 0, 0, ("A100",)), 1.0)])
     assert bound.fragmentation(2, {}, 1000, 1000, "T4") == 2000
+
+
+def test_fgd_measure_counts_what_fgd_counts() -> None:
+    """Typical pods: a whole GPU (3 of 4 pods) and a CPU-only pod; a node with one free GPU
+    and one 600 used: the 400 free are lost to whole-GPU pods, and everything free counts for
+    the CPU-only pod, as in FGD's frag.go."""
+    pods = [Pod(1000, MIB, 1, 0)] * 3 + [Pod(1000, MIB, 0, 0)]
+    measure = FgdMeasure(pods, popularity=1.0)
+    assert measure.node([1000, 400], 8000, "T4") == pytest.approx(0.75 * 400 + 0.25 * 1400)
+    # Too little CPU for the GPU pod: all 1400 count for it too.
+    assert measure.node([1000, 400], 500, "T4") == pytest.approx(1400)
+    # At 70 % popularity only the whole-GPU shape is typical.
+    assert FgdMeasure(pods, popularity=0.7).node([1000, 400], 8000, "T4") == pytest.approx(400)
 
 
 def test_the_fillup_command_prints_one_row_per_placement(
