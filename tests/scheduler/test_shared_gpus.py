@@ -14,7 +14,7 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuqueue.scheduler import plan
+from gpuqueue.scheduler import forecast, plan
 from gpuqueue.scheduler.engine import Cycle
 from gpuqueue.scheduler.fragmentation import Shape, Workload
 from gpuqueue.scheduler.model import (
@@ -95,6 +95,23 @@ def test_four_quarter_gpu_jobs_share_one_gpu_and_a_fifth_opens_another() -> None
         5: (("n1", 1),)
     }
     assert all(a.placement == (("n1", 1),) for a in result.admissions)
+
+
+def test_a_fraction_that_waits_is_forecast_to_start_when_a_sharer_of_its_gpu_ends() -> None:
+    sharer = RunningJob(
+        **{
+            **{
+                f: getattr(frac_running(10, "a", 500, [("n1", 0)]), f)
+                for f in RunningJob.__dataclass_fields__
+                if RunningJob.__dataclass_fields__[f].init
+            },
+            "expected_runtime": 2 * HOUR,
+        }
+    )
+    jobs = (frac(1, "a", 500, max_runtime=4 * HOUR), frac(2, "a", 500, max_runtime=4 * HOUR))
+    starts = forecast(snap((gpu_node("n1", 1),), jobs, (sharer,)))
+    # Job 1 shares GPU 0 now; job 2 gets the sharer's half when it ends, an hour from now.
+    assert starts == {1: NOW, 2: NOW + HOUR}
 
 
 def test_a_fraction_goes_to_the_partly_used_gpu_with_least_room_left() -> None:
