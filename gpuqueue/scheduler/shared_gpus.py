@@ -60,7 +60,10 @@ def place_workers(
        used GPU with room or a fully free GPU, a whole worker `gpus_per_worker` free GPUs.
     2. Best is, with bin-pack, the partly used GPU with least room left, else the fullest
        node; with spread, the emptiest node, else the GPU with most room; with fragmentation,
-       the smallest `score`, then the fullest node. Ties go to the node whose model fewer
+       the smallest `score`, then the node with most whole GPUs free (on openb's
+       GPU-sharing pod lists it allocates up to a point more than the fullest: a fraction
+       that changes fragmentation no more on either keeps the partly used nodes' GPUs for
+       the fractions that fit them only). Ties go to the node whose model fewer
        pending jobs require (`scarcity`), then to the name and the GPU index: the same state,
        the same choice.
     3. A node holds no more workers than its room besides GPUs (`cap`).
@@ -112,7 +115,7 @@ def place_workers(
                         after = dict(used)
                         after[index] = on_gpu + milli
                         change = score(node, count, used, count, after, here + 1)
-                        key: tuple[float, ...] = (change, rank, count)
+                        key: tuple[float, ...] = (change, rank, -count)
                     elif spread:
                         key = (1.0, on_gpu, rank)
                     else:
@@ -125,7 +128,7 @@ def place_workers(
                         after = dict(used)
                         after[index] = milli
                         change = score(node, count, used, count - 1, after, here + 1)
-                        key = (change, rank, count)
+                        key = (change, rank, -count)
                     elif spread:
                         key = (0.0, -count, rank)
                     else:
@@ -135,7 +138,7 @@ def place_workers(
             elif count >= gpus_per_worker:
                 if score is not None:
                     after_count = count - gpus_per_worker
-                    key = (score(node, count, used, after_count, used, here + 1), rank, count)
+                    key = (score(node, count, used, after_count, used, here + 1), rank, -count)
                 elif spread:
                     key = (-count, rank)
                 else:
