@@ -177,9 +177,13 @@ class PendingJob:
     gpu_milli: int = 0
     # Empty: any node of the flavor; else only nodes whose `Node.model` is one of these.
     gpu_models: tuple[str, ...] = ()
+    # Whether it asks for a fraction of a GPU or for given models (shared_gpus.py), made once:
+    # a plan asks it of every job it considers.
+    shared: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.workers * self.gpus_per_worker)
+        object.__setattr__(self, "shared", bool(self.gpu_milli or self.gpu_models))
         runtime = self.expected_runtime if self.expected_runtime is not None else self.max_runtime
         if runtime is None:
             runtime = UNKNOWN_RUNTIME
@@ -203,10 +207,6 @@ class PendingJob:
             ),
         )
 
-    @property
-    def shared(self) -> bool:
-        """Whether it asks for a fraction of a GPU or for given models (shared_gpus.py)."""
-        return bool(self.gpu_milli or self.gpu_models)
 
 
 class PlacementStrategy(str, Enum):  # noqa: UP042 -- callers compare and str() these as is
