@@ -208,7 +208,6 @@ class PendingJob:
         )
 
 
-
 class PlacementStrategy(str, Enum):  # noqa: UP042 -- callers compare and str() these as is
     BINPACK = "binpack"
     SPREAD = "spread"
