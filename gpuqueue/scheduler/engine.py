@@ -36,6 +36,7 @@ from gpuqueue.scheduler.model import (
     Preemption,
     Reason,
     ReasonCode,
+    RunningJob,
     Snapshot,
     group_chains,
     group_quotas,
@@ -45,6 +46,8 @@ from gpuqueue.scheduler.ordering import Order, QueueJobs
 from gpuqueue.scheduler.placement import fit_gang
 from gpuqueue.scheduler.preemption import PRIORITY, VictimIndex, VictimSearch, victim_key
 from gpuqueue.scheduler.reclaim_wait import ReclaimWaits
+from gpuqueue.scheduler.shared_gpus import FULL, ceil_gpus
+from gpuqueue.scheduler.special import Special
 from gpuqueue.scheduler.starvation import Reserver
 from gpuqueue.scheduler.usage import seconds_to_recover
 
@@ -97,15 +100,36 @@ class Cycle:
             for draining in node.draining:
                 if draining.flavor in capacity and draining.flavor in node.capacity:
                     capacity[draining.flavor] += draining.gpus
+        # Fractional jobs of shared flavors hold thousandths of GPUs (shared_gpus.py): they are
+        # counted apart, and are never victims, reservations' waits or promised GPUs. One on a
+        # flavor that is not shared, or with no devices, counts as whole GPUs (never fewer).
+        whole_running = snapshot.running
+        fractional: list[RunningJob] = []
+        if snapshot.shared_flavors:
+            self.ledger.share(snapshot.shared_flavors)
+            flavors = self.ledger.flavors
+            whole_list: list[RunningJob] = []
+            for job in snapshot.running:
+                fl = flavors.get(job.flavor) if job.gpu_milli and job.devices else None
+                if fl is not None and fl.shared is not None:
+                    fractional.append(job)
+                else:
+                    whole_list.append(job)
+            if fractional:
+                whole_running = tuple(whole_list)
         # Jobs being preempted for a job that is pending: a few, when any.
         preempted = [
             job
-            for job in snapshot.running
+            for job in whole_running
             if job.preempted_for is not None and job.preempting_since is not None
         ]
         pending_ids = {job.id for job in snapshot.pending} if draining_nodes or preempted else set()
         preempted = [job for job in preempted if job.preempted_for in pending_ids]
-        running = self.ledger.hold_running(snapshot.running, {job.id for job in preempted})
+        running = self.ledger.hold_running(whole_running, {job.id for job in preempted})
+        if fractional:
+            for key, gpus in self.ledger.hold_shared(fractional).items():
+                running[key] = running.get(key, 0) + gpus
+        self.special = Special(snapshot, self.ledger, policy.placement, policy.workload)
         # (team, flavor) -> the team and its department with their quotas (None: no quota).
         self.groups = {
             (team, flavor): [(group, self.quotas.get((group, flavor))) for group in chain]
@@ -128,7 +152,7 @@ class Cycle:
         self.guarantees = {key: quota.guarantee for key, quota in self.quotas.items()}
         self.search = VictimSearch(
             self.ledger,
-            VictimIndex(snapshot.running),
+            VictimIndex(whole_running),
             self.fair_share,
             self.chains,
             policy,
@@ -140,9 +164,9 @@ class Cycle:
             self.ledger, self.search, self.fair_share, policy.placement
         )
         self.reserver = Reserver(
-            self.ledger, snapshot.nodes, snapshot.running, policy, self.horizon, memo
+            self.ledger, snapshot.nodes, whole_running, policy, self.horizon, memo
         )
-        self.held_before = HeldBefore(snapshot.running)  # for reasons (`_beyond_share`)
+        self.held_before = HeldBefore(whole_running)  # for reasons (`_beyond_share`)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.pending: list[Pending] = []
@@ -300,7 +324,7 @@ class Cycle:
         of a busy cycle wait, and the same few kinds repeat down each team's queue. A job
         that waits for capacity still gets its own reason (its place behind its team's jobs).
         """
-        if not self.memo or job.id in self.promised:
+        if not self.memo or job.id in self.promised or job.shared:
             return self._decide(job)
         state = self._state()
         hit = self._verdicts.get(job.kind)
@@ -366,6 +390,8 @@ class Cycle:
             # step 8 (or starts on free GPUs, and they are left to the jobs after it).
             for flavor, node, gpus, job_id in self.promised.pop(job.id, ()):
                 ledger.come_back(flavor, node, gpus, job_id)
+        if job.shared:
+            return self._decide_shared(job)
         flavor = job.flavor
         fl = ledger.flavors.get(flavor)
         g = job.gpus_per_worker
@@ -400,6 +426,8 @@ class Cycle:
             for group, quota in groups:
                 assert quota is not None
                 used = ledger.nonpreemptible.get((group, flavor), 0)
+                if ledger.nonpreemptible_milli:  # fractions, rounded up: exact against integers
+                    used += ceil_gpus(ledger.nonpreemptible_milli.get((group, flavor), 0))
                 if used + gpus > quota.guarantee:
                     return reasons.over_fair_share(job, _scope(job, group), quota.guarantee, used)
         # 4.
@@ -418,7 +446,11 @@ class Cycle:
         # 5. (Counting first is cheap; placement only runs when it will succeed.)
         strategy = self.policy.placement
         if fl.total_free >= gpus and fl.fits(g, "", cpu, memory) >= workers:
-            placement = fit_gang(fl, workers, g, strategy, None, cpu, memory)
+            if self.special.places(fl):  # fragmentation, or models that pending jobs require
+                found = self.special.place(job, fl)
+                placement = None if found is None else found[0]
+            else:
+                placement = fit_gang(fl, workers, g, strategy, None, cpu, memory)
             if placement is not None:
                 self._admit(job, placement)
                 return None
@@ -528,6 +560,85 @@ class Cycle:
         # The debt's value, and when it recovers counted from now.
         recovers = self.horizon.read() + wait
         return reasons.in_share_debt(job, share, in_use, debt, threshold, recovers)
+
+    def _decide_shared(self, job: PendingJob) -> Reason | None:
+        """Steps 1-5 and 11 of `_consider` for a job asking a fraction of a GPU or given models
+        (shared_gpus.py), its usage counted in thousandths. It does not preempt, reserve,
+        backfill or claim GPUs coming back: it starts on free room or waits for it."""
+        ledger = self.ledger
+        flavor = job.flavor
+        fl = ledger.flavors.get(flavor)
+        # 1.
+        never = self.special.never_fits(job, fl)
+        if never is not None or fl is None:
+            return never or reasons.never_fits(job, 0, 0, 0)
+        groups = self.groups.get((job.team, flavor)) or [(job.team, None)]
+        # 2.
+        for group, quota in groups:
+            if quota is None:
+                return reasons.no_quota(job, _scope(job, group))
+        ask = job.workers * job.gpu_milli if job.gpu_milli else job.gpus * FULL
+        # 3.
+        if not job.preemptible:
+            for group, quota in groups:
+                assert quota is not None
+                used = ledger.nonpreemptible_in_milli(group, flavor)
+                if used + ask > quota.guarantee * FULL:
+                    why = reasons.over_fair_share(
+                        job, _scope(job, group), quota.guarantee, ceil_gpus(used)
+                    )
+                    return reasons.in_thousandths(why, job, used, ask)
+        # 4.
+        for group, quota in groups:
+            assert quota is not None
+            in_use = ledger.in_use_milli(group, flavor)
+            if in_use + ask > quota.limit * FULL:
+                why = reasons.over_limit(job, _scope(job, group), quota.limit, ceil_gpus(in_use))
+                return reasons.in_thousandths(why, job, in_use, ask)
+        # 4b.
+        if self.balance is not None and self._in_debt(job):
+            return self._in_debt_reason(job)
+        # 5.
+        found = self.special.place(job, fl)
+        if found is not None:
+            placement, devices = found
+            share = self.fair_share.get((job.team, flavor), 0)
+            borrowed = (
+                job.preemptible and ledger.in_use_milli(job.team, flavor) + ask > share * FULL
+            )
+            if job.gpu_milli:
+                ledger.admit_shared(
+                    job.team,
+                    flavor,
+                    job.gpu_milli,
+                    job.preemptible,
+                    placement,
+                    devices,
+                    job.cpu_per_worker,
+                    job.memory_per_worker,
+                )
+            else:
+                ledger.admit(
+                    job.team,
+                    job.user,
+                    flavor,
+                    job.gpus_per_worker,
+                    job.preemptible,
+                    placement,
+                    cpu=job.cpu_per_worker,
+                    memory=job.memory_per_worker,
+                )
+            self.admissions.append(Admission(job.id, placement, borrowed, devices))
+            return None
+        # 11.
+        if not self.explain:
+            return _UNEXPLAINED
+        key = (job.team, flavor)
+        ahead = self.waiting_in_team.get(key, 0)
+        self.waiting_in_team[key] = ahead + 1
+        fit, free, most = self.special.room(job, fl)
+        why = reasons.no_capacity(job, fit, free, ahead, self._beyond_share(job))
+        return reasons.with_shared(why, job, most)
 
     def _admit(
         self, job: PendingJob, placement: Placement, use_held: dict[str, int] | None = None
@@ -756,8 +867,8 @@ class Settled:
 
     def _nothing_left(self) -> bool:
         cycle = self._cycle
-        if cycle.may_search():
-            return False
+        if cycle.may_search() or cycle.special.any_pending:
+            return False  # a fraction may fit on a partly used GPU with no whole GPU free
         for flavor, fl in cycle.ledger.flavors.items():
             smallest = self._smallest.get(flavor)
             if smallest is None:

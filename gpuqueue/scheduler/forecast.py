@@ -83,7 +83,7 @@ def forecast(
             if admission.job_id in awaited:
                 awaited.discard(admission.job_id)
                 starts[admission.job_id] = now
-            running[job.id] = _started(job, admission.placement, now)
+            running[job.id] = _started(job, admission.placement, now, admission.devices)
             _move(asked, held, job)
         for preemption in result.preemptions:
             victim = running[preemption.job_id]
@@ -149,7 +149,12 @@ def _crossings(
     return times
 
 
-def _started(job: PendingJob, placement: tuple[tuple[str, int], ...], now: float) -> RunningJob:
+def _started(
+    job: PendingJob,
+    placement: tuple[tuple[str, int], ...],
+    now: float,
+    devices: tuple[tuple[str, int], ...] = (),
+) -> RunningJob:
     return RunningJob(
         id=job.id,
         team=job.team,
@@ -162,6 +167,8 @@ def _started(job: PendingJob, placement: tuple[tuple[str, int], ...], now: float
         started_at=now,
         max_runtime=job.max_runtime,
         expected_runtime=job.expected_runtime,
+        gpu_milli=job.gpu_milli,
+        devices=devices,
     )
 
 

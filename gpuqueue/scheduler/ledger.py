@@ -18,7 +18,9 @@ its GPUs: CPU, memory and pods left (`room`), and what jobs being preempted give
 is None): placement and counts then walk the free-GPU buckets alone.
 
 Per group (a team, or a department) and flavor it keeps `used` (GPUs held or promised),
-`leaving` (the part of `used` that is being preempted) and `nonpreemptible` usage.
+`leaving` (the part of `used` that is being preempted) and `nonpreemptible` usage, in whole
+GPUs, and what fractional jobs hold in thousandths of a GPU (`used_milli`,
+`nonpreemptible_milli`; shared_gpus.py), so that whole-GPU arithmetic stays in integers.
 
 Every change goes through a method here, which moves `Ledger.stamp` (and the flavor's
 `FlavorLedger.version`): an answer computed from the ledger may be kept while the stamp it was
@@ -117,6 +119,7 @@ class FlavorLedger:
         "others_leave",
         "room",
         "room_incoming",
+        "shared",
         "sizes",
         "total_capacity",
         "total_free",
@@ -157,6 +160,9 @@ class FlavorLedger:
         # and room, kept up to date node by node (`_recount`) rather than counted afresh after
         # every change: a count walks every node with a worker's GPUs free.
         self._capped: dict[tuple[int, int, int], int] = {}
+        # On a shared flavor, node -> GPU index -> thousandths used, for each GPU that
+        # fractional work opened (shared_gpus.py); such a GPU is out of `free`. None: not shared.
+        self.shared: dict[str, dict[int, int]] | None = None
 
     def add_node(self, node: str, free: int, capacity: int) -> None:
         """A schedulable node offering `capacity` GPUs, `free` of them free (setup)."""
@@ -449,6 +455,17 @@ class Short(NamedTuple):
     per_worker: int
 
 
+def _put_gpu(fl: FlavorLedger, node: str, index: int, milli: int | None) -> None:
+    """One GPU's thousandths used (None: nobody uses it), with no undo record."""
+    assert fl.shared is not None
+    gpus = fl.shared.setdefault(node, {})
+    if milli is None:
+        gpus.pop(index, None)
+    else:
+        gpus[index] = milli
+    fl.version += 1
+
+
 def _set_count(table: dict[str, int], node: str, gpus: int) -> None:
     if gpus:
         table[node] = gpus
@@ -470,6 +487,8 @@ class Ledger:
         self.leaving: dict[tuple[str, str], int] = {}
         self.nonpreemptible: dict[tuple[str, str], int] = {}
         self.user_used: dict[tuple[str, str, str], int] = {}
+        self.used_milli: dict[tuple[str, str], int] = {}
+        self.nonpreemptible_milli: dict[tuple[str, str], int] = {}
         self.victims: set[int] = set()
         # Who sits on the incoming GPUs of a node (job ids), to name them in reasons, and those
         # jobs by id: the snapshot's jobs being preempted, then this plan's victims.
@@ -591,9 +610,26 @@ class Ledger:
     # --- queries -----------------------------------------------------------------------------
 
     def in_use(self, group: str, flavor: str) -> int:
-        """GPUs a group is entitled to count as its own: held or promised, minus those leaving."""
+        """GPUs a group is entitled to count as its own: held or promised, minus those leaving;
+        with its fractional jobs' thousandths rounded up, which compares exactly with any whole
+        bound (shared_gpus.ceil_gpus)."""
         key = (group, flavor)
-        return self.used.get(key, 0) - self.leaving.get(key, 0)
+        whole = self.used.get(key, 0) - self.leaving.get(key, 0)
+        if self.used_milli:
+            milli = self.used_milli.get(key, 0)
+            if milli:
+                return whole + -(-milli // 1000)
+        return whole
+
+    def in_use_milli(self, group: str, flavor: str) -> int:
+        """`in_use` exactly, in thousandths of a GPU."""
+        key = (group, flavor)
+        whole = self.used.get(key, 0) - self.leaving.get(key, 0)
+        return whole * 1000 + self.used_milli.get(key, 0)
+
+    def nonpreemptible_in_milli(self, group: str, flavor: str) -> int:
+        key = (group, flavor)
+        return self.nonpreemptible.get(key, 0) * 1000 + self.nonpreemptible_milli.get(key, 0)
 
     # --- changes -----------------------------------------------------------------------------
 
@@ -733,6 +769,89 @@ class Ledger:
             if need:
                 self._set_free(fl, node, fl.free[node] - need)
         self._count(team, user, flavor, total, preemptible)
+
+    def share(self, flavors: Iterable[str]) -> None:
+        """Let fractional work share the GPUs of `flavors` (setup)."""
+        for flavor in flavors:
+            fl = self.flavors.get(flavor)
+            if fl is not None:
+                fl.shared = {}
+
+    def hold_shared(self, jobs: Iterable[RunningJob]) -> dict[tuple[str, str], int]:
+        """Count the running fractional jobs of shared flavors (setup, after `hold_running`):
+        their thousandths on each GPU of their `devices`, one whole GPU out of `free` for each
+        GPU they open, their room and their teams' usage. Returns each team's, rounded up to
+        whole GPUs per flavor (for its demand)."""
+        opened: dict[str, dict[str, int]] = {}
+        by_team: dict[tuple[str, str], int] = {}
+        for job in jobs:
+            fl = self.flavors[job.flavor]
+            assert fl.shared is not None
+            for node, index in job.devices:
+                if node not in fl.free:
+                    continue  # an unschedulable node: its GPUs never come back to the pool
+                gpus = fl.shared.setdefault(node, {})
+                if index not in gpus:
+                    gpus[index] = 0
+                    on_nodes = opened.setdefault(job.flavor, {})
+                    on_nodes[node] = on_nodes.get(node, 0) + 1
+                gpus[index] += job.gpu_milli
+            if fl.room is not None:
+                for node, workers in job.placement:
+                    if node in fl.room:
+                        self._hold_room(job, node, workers, False)
+            milli = job.workers * job.gpu_milli
+            key = (job.team, job.flavor)
+            by_team[key] = by_team.get(key, 0) + milli
+            for group in self.chains.get(job.team, (job.team,)):
+                self._add(self.used_milli, (group, job.flavor), milli)
+                if not job.preemptible:
+                    self._add(self.nonpreemptible_milli, (group, job.flavor), milli)
+        for flavor, on_nodes in opened.items():
+            self.flavors[flavor].take_all(on_nodes)
+        return {key: -(-milli // 1000) for key, milli in by_team.items()}
+
+    def admit_shared(
+        self,
+        team: str,
+        flavor: str,
+        milli: int,
+        preemptible: bool,
+        placement: Placement,
+        devices: Iterable[tuple[str, int]],
+        cpu: int = 0,
+        memory: int = 0,
+    ) -> None:
+        """Take `milli` thousandths on each GPU of `devices` (opening a fully free GPU takes it
+        out of `free`), and on limited nodes the workers' CPU, memory and pods."""
+        fl = self.flavors[flavor]
+        assert fl.shared is not None
+        room = fl.room
+        for node, workers in placement:
+            if room is not None and node in room:
+                self._take_room(node, (workers * cpu, workers * memory, workers), False)
+        workers = 0
+        for node, index in devices:
+            workers += 1
+            gpus = fl.shared.get(node)
+            on_gpu = None if gpus is None else gpus.get(index)
+            if on_gpu is None:
+                self._set_free(fl, node, fl.free[node] - 1)
+                on_gpu = 0
+            self._set_gpu(fl, node, index, on_gpu + milli)
+        for group in self.chains.get(team, (team,)):
+            self._add(self.used_milli, (group, flavor), workers * milli)
+            if not preemptible:
+                self._add(self.nonpreemptible_milli, (group, flavor), workers * milli)
+
+    def _set_gpu(self, fl: FlavorLedger, node: str, index: int, milli: int) -> None:
+        """Set the thousandths used on one GPU of a shared flavor."""
+        assert fl.shared is not None
+        old = fl.shared.get(node, {}).get(index)
+        _put_gpu(fl, node, index, milli)
+        self.stamp += 1
+        if self._depth:
+            self._undo.append(lambda: _put_gpu(fl, node, index, old))
 
     def _take_room(self, node: str, ask: Room, use_incoming: bool) -> None:
         if use_incoming:

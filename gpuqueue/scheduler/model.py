@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from gpuqueue.scheduler.fragmentation import Workload
+
 # A placement: (node name, workers on that node), sorted by node name.
 Placement = tuple[tuple[str, int], ...]
 
@@ -79,7 +81,7 @@ class Node:
     cpu_used_externally: int = 0
     memory_used_externally: int = 0
     pods_used_externally: int = 0
-    model: str | None = None  # the GPU model of the node
+    model: str | None = None  # the GPU model (product) of the node's GPUs; None: not known
 
     @property
     def limited(self) -> bool:
@@ -124,6 +126,10 @@ class RunningJob:
     # job several times (the ledger, demand, victim searches).
     workers: int = field(init=False, repr=False, compare=False)
     gpus: int = field(init=False, repr=False, compare=False)
+    # A fractional job (shared_gpus.py): each worker holds `gpu_milli` thousandths of one GPU,
+    # named in `devices` as (node, GPU index on that node), sorted; gpus_per_worker is 1.
+    gpu_milli: int = 0
+    devices: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         workers = sum(n for _, n in self.placement)
@@ -142,8 +148,9 @@ RUNTIME_AGING = 1.0
 UNKNOWN_RUNTIME = 3600.0
 
 # What the engine's steps read of a job that is not starving: team, flavor, workers, GPUs per
-# worker, priority, preemptible, max runtime, CPU and memory per worker (`PendingJob.kind`).
-Kind = tuple[str, str, int, int, int, bool, float | None, int, int]
+# worker, priority, preemptible, max runtime, CPU and memory per worker, thousandths of a GPU
+# per worker and the GPU models it accepts (`PendingJob.kind`).
+Kind = tuple[str, str, int, int, int, bool, float | None, int, int, int, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +181,18 @@ class PendingJob:
     # plus RUNTIME_AGING x its expected runtime), smaller id (ordering.py, rules 3, 5 and 6),
     # made once: a plan sorts every queue by it.
     rank: tuple[int, float, int] = field(init=False, repr=False, compare=False)
+    # 0: whole GPUs (gpus_per_worker of them); 1..999: each worker takes that many thousandths
+    # of one GPU of a shared flavor (Snapshot.shared_flavors), and gpus_per_worker is 1.
+    gpu_milli: int = 0
+    # Empty: any node of the flavor; else only nodes whose `Node.model` is one of these.
+    gpu_models: tuple[str, ...] = ()
+    # Whether it asks for a fraction of a GPU or for given models (shared_gpus.py), made once:
+    # a plan asks it of every job it considers.
+    shared: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.workers * self.gpus_per_worker)
+        object.__setattr__(self, "shared", bool(self.gpu_milli or self.gpu_models))
         runtime = self.expected_runtime if self.expected_runtime is not None else self.max_runtime
         if runtime is None:
             runtime = UNKNOWN_RUNTIME
@@ -195,6 +211,8 @@ class PendingJob:
                 self.max_runtime,
                 self.cpu_per_worker,
                 self.memory_per_worker,
+                self.gpu_milli,
+                self.gpu_models,
             ),
         )
 
@@ -202,6 +220,9 @@ class PendingJob:
 class PlacementStrategy(str, Enum):  # noqa: UP042 -- callers compare and str() these as is
     BINPACK = "binpack"
     SPREAD = "spread"
+    # The node (and GPU) whose expected fragmentation against the workload grows least
+    # (fragmentation.py; Weng et al., ATC'23).
+    FRAGMENTATION = "fgd"
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +271,9 @@ class Policy:
     share_borrow_debt_seconds: float = 28800.0
     # How fast a balance is forgotten: the half-life its producer (ShareBalance) decays it with.
     share_half_life_seconds: float = 86400.0
+    # The target workload of the fragmentation strategy (fragmentation.Workload: task shapes and
+    # how often they occur, e.g. from a trace); None: the shapes of the snapshot's jobs.
+    workload: Workload | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +287,7 @@ class Snapshot:
     # decayed (usage.py; positive: owed, negative: in debt). None: no history, and the rules
     # that read it stay off (Policy.share_slice_seconds).
     share_balance: Mapping[tuple[str, str], float] | None = None
-    # Flavors whose GPUs may be shared by fractional jobs.
+    # Flavors whose GPUs fractional jobs may share; a fractional job of another never fits.
     shared_flavors: frozenset[str] = frozenset()
 
 
@@ -299,7 +323,7 @@ class Admission:
     job_id: int
     placement: Placement
     borrowed: bool = False  # uses capacity above the team's fair share
-    # (node, GPU index) per worker for a fractional admission.
+    # A fractional admission: (node, GPU index 0..capacity-1 on that node) per worker, sorted.
     devices: tuple[tuple[str, int], ...] = ()
 
 

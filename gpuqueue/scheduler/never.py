@@ -60,7 +60,13 @@ class NeverAdmits:
         fl = self.flavors.get(flavor)
         if gpus <= 0 or fl is None:
             return True
-        if fl.most_workers(job.gpus_per_worker, job.cpu_per_worker, job.memory_per_worker) < (
+        if job.gpu_milli:
+            # A fraction's quota counts in thousandths (rounded up: exact against whole
+            # bounds); its shape the engine's step 1 judges (special.py), not whole workers.
+            gpus = -(-job.workers * job.gpu_milli // 1000)
+        elif job.gpu_models:
+            pass  # its nodes are some of the flavor's: the engine's step 1 judges them
+        elif fl.most_workers(job.gpus_per_worker, job.cpu_per_worker, job.memory_per_worker) < (
             job.workers
         ):
             return True

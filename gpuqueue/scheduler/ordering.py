@@ -277,6 +277,7 @@ class Order:
         ledger = self._ledger
         used = ledger.used
         leaving = ledger.leaving
+        milli = ledger.used_milli  # fractional jobs' thousandths (shared_gpus.py), if any
         while heap:
             key, version, qkey = heap[0]
             queue = queues[qkey]
@@ -289,7 +290,10 @@ class Order:
                 # users needs computing (the entry is replaced before it is compared again).
                 user = heads[0][1]
                 jobs = queue.jobs[user]
-                if used.get(qkey, 0) - leaving.get(qkey, 0) == key[2]:
+                held = used.get(qkey, 0) - leaving.get(qkey, 0)
+                if milli:
+                    held += -(-milli.get(qkey, 0) // 1000)
+                if held == key[2]:
                     yield jobs
                 else:
                     # The team's usage moved since it was keyed (a starving job of the team
@@ -307,5 +311,9 @@ class Order:
                     heapq.heappush(heads, (job_key(jobs[-1], user_used), user))
             # Re-key the team only if its usage moved (most jobs of a busy cycle change
             # nothing): `Ledger.in_use`, read straight from its tables (qkey is (team, flavor)).
-            if heads and used.get(qkey, 0) - leaving.get(qkey, 0) != key[2]:
-                self.touch(queue.team, queue.flavor)
+            if heads:
+                held = used.get(qkey, 0) - leaving.get(qkey, 0)
+                if milli:
+                    held += -(-milli.get(qkey, 0) // 1000)
+                if held != key[2]:
+                    self.touch(queue.team, queue.flavor)

@@ -58,6 +58,13 @@ IN_SHARE_DEBT's seconds are GPU-seconds (usage.py): `debt_seconds` the team's de
 expected under the threshold if the team holds no more than min(in_use, fair_share) until then
 (what it holds less than its share is credited to it, as usage.py does).
 
+A job asking a fraction of a GPU or given GPU models (shared_gpus.py) carries, in NEVER_FITS and
+NO_CAPACITY, `gpu_milli` (thousandths of one GPU per worker; 0: whole GPUs), `gpu_models` (", ";
+empty: any) and `most_gpu_room` (the most thousandths free on one GPU of its nodes now, or 0 in
+NEVER_FITS); NEVER_FITS adds `shared` 0 when its flavor does not share GPUs. In OVER_LIMIT and
+OVER_FAIR_SHARE it carries `in_use_milli` and `requested_milli`, exact where `in_use` is rounded
+up to whole GPUs. Its NEVER_FITS numbers count only the nodes of its models.
+
 WAITING_FOR_RECLAIM: `borrowers` the teams whose jobs reclaim would preempt, `borrowed` the GPUs
 they hold beyond their fair shares, `min_runtime_seconds` the longest minimum runtime among those
 jobs still protected, `reclaim_at` the earliest time enough of them are out of it for the gang.
@@ -91,6 +98,26 @@ def never_fits(
         numbers["short_per_worker"] = short.per_worker
         numbers["short_largest"] = short.allocatable
     return Reason(ReasonCode.NEVER_FITS, numbers)
+
+
+def with_shared(reason: Reason, job: PendingJob, most_room: int, shared: bool = True) -> Reason:
+    """A reason of a fractional or model-bound job, with what it asks of one GPU."""
+    numbers = dict(reason.numbers)
+    numbers["gpu_milli"] = job.gpu_milli
+    numbers["gpu_models"] = ", ".join(job.gpu_models)
+    numbers["most_gpu_room"] = most_room
+    if not shared:
+        numbers["shared"] = 0
+    return Reason(reason.code, numbers, reason.job_ids)
+
+
+def in_thousandths(reason: Reason, job: PendingJob, in_use_milli: int, asked_milli: int) -> Reason:
+    """A quota reason of such a job, with the exact usage and request in thousandths."""
+    numbers = dict(reason.numbers)
+    numbers["in_use_milli"] = in_use_milli
+    numbers["requested_milli"] = asked_milli
+    numbers["gpu_milli"] = job.gpu_milli
+    return Reason(reason.code, numbers, reason.job_ids)
 
 
 def no_quota(job: PendingJob, scope: str) -> Reason:

@@ -159,37 +159,47 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_fillup(args: argparse.Namespace) -> int:
-    from gpuqueue.sim.fillup import fill_up
-    from gpuqueue.sim.traces import load_openb_nodes, load_openb_pods
+    from gpuqueue.sim.fillup import SAMPLED, fill_up, load_nodes, load_pods
 
-    cluster = load_openb_nodes(args.nodes)
-    pods = load_openb_pods(args.trace, fractional=args.fractional)
-    fgd: dict[str, tuple[str, str]] = {}
+    nodes = load_nodes(args.nodes)
+    pods, sharing = load_pods(args.trace, args.fractional)
+    fgd: dict[str, list[str]] = {}
     if args.fgd_summary:
         with open(args.fgd_summary, newline="") as f:
             for row in csv.DictReader(f):
                 if row["workload"] == Path(args.trace).stem:
-                    fgd[row["sc_policy"]] = (
+                    fgd[row["sc_policy"]] = [
                         row["alloc_pct_at_arrived100_mean"],
                         row["alloc_pct_at_arrived130_mean"],
-                    )
+                        row["frag_amount_pct_of_total_gpus_at_arrived100_median"],
+                        row["frag_ratio_pct_at_arrived90_median"],
+                    ]
+    cpu_only = sum(1 for p in pods if not p.gpu_milli)
     print(
-        f"{Path(args.trace).name}: {len(pods.jobs):,} GPU pods kept, "
-        f"{pods.skipped_fractional:,} GPU-sharing pods {args.fractional}, "
-        f"{pods.skipped_cpu_only:,} CPU-only left out; {cluster.capacity():,} GPUs"
+        f"{Path(args.trace).name}: {len(pods):,} pods kept ({sharing:,} GPU-sharing pods "
+        f"{args.fractional}, {cpu_only:,} CPU-only); {sum(n.gpus for n in nodes):,} GPUs "
+        f"on {len(nodes):,} nodes"
     )
-    print("| policy | seeds | alloc % at arrived 100 % | alloc % at arrived 130 % | wall (s) |")
-    print("|---|---|---|---|---|")
-    for policy in args.policies.split(","):
-        runs = [fill_up(pods.jobs, cluster, policy, seed) for seed in args.seeds]
-        a100 = sum(r.alloc[100] for r in runs) / len(runs)
-        a130 = sum(r.alloc[130] for r in runs) / len(runs)
+    print(
+        "| placement | seeds | alloc % at arrived 100 % | alloc % at arrived 130 % "
+        "| frag % of GPUs at 100 % | frag % of idle at 90 % | wall (s) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    assert 90 in SAMPLED and 100 in SAMPLED
+    for strategy in args.policies.split(","):
+        runs = [fill_up(pods, nodes, strategy, seed, weights=args.weights) for seed in args.seeds]
+        n = len(runs)
+        a100 = sum(r.alloc[100] for r in runs) / n
+        a130 = sum(r.alloc[130] for r in runs) / n
+        frag = sum(r.frag_amount[100] for r in runs) / n
+        ratio = sum(r.frag_ratio[90] for r in runs) / n
         wall = sum(r.wall_seconds for r in runs)
         print(
-            f"| {policy} (whole GPUs only) | {len(runs)} | {a100:.2f} | {a130:.2f} | {wall:.1f} |"
+            f"| {strategy}, `{args.fractional}`, {args.weights} | {n} | {a100:.2f} "
+            f"| {a130:.2f} | {frag:.2f} | {ratio:.1f} | {wall:.1f} |"
         )
-    for name, (a100s, a130s) in sorted(fgd.items()):
-        print(f"| FGD paper {name} (with GPU sharing, CPU, memory) | 10 | {a100s} | {a130s} | – |")
+    for name, (a100s, a130s, frags, ratios) in sorted(fgd.items()):
+        print(f"| FGD paper {name} | 10 | {a100s} | {a130s} | {frags} | {ratios} | – |")
     return 0
 
 
@@ -216,9 +226,22 @@ def main(argv: list[str] | None = None) -> int:
     fill = sub.add_parser("fillup", help="openb fill-up beside the FGD paper's allocation ratios")
     fill.add_argument("--trace", required=True, help="openb pod list")
     fill.add_argument("--nodes", required=True, help="openb node list")
-    fill.add_argument("--policies", default="gpuqueue,backfill")
+    fill.add_argument(
+        "--policies", default="binpack,fgd", help="placement strategies: binpack, spread, fgd"
+    )
     fill.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[42])
-    fill.add_argument("--fractional", choices=("skip", "round-up"), default="skip")
+    fill.add_argument(
+        "--fractional",
+        choices=("share", "skip", "round-up"),
+        default="share",
+        help="GPU-sharing pods: fractions of a GPU, left out, or one whole GPU each",
+    )
+    fill.add_argument(
+        "--weights",
+        choices=("requests", "pods"),
+        default="requests",
+        help="the fragmentation workload's shapes weighed by their requests or by pod count",
+    )
     fill.add_argument("--fgd-summary", help="fgd-simulator-expected-results/summary_derived.csv")
     fill.set_defaults(run=cmd_fillup)
 
