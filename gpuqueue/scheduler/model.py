@@ -118,10 +118,6 @@ class RunningJob:
     idle_reclaim_first: bool = False
     cpu_per_worker: int = 0  # millicores each worker (pod) requests
     memory_per_worker: int = 0  # bytes each worker requests
-    # 0: whole GPUs; 1..999: each worker holds that many thousandths of one GPU.
-    gpu_milli: int = 0
-    # (node, GPU index) per worker of a fractional job, sorted.
-    devices: tuple[tuple[str, int], ...] = ()
     # Derived from the placement once, not on every read: a plan reads them for every running
     # job several times (the ledger, demand, victim searches).
     workers: int = field(init=False, repr=False, compare=False)
@@ -168,11 +164,6 @@ class PendingJob:
     expected_runtime: float | None = None
     cpu_per_worker: int = 0  # millicores each worker (pod) requests
     memory_per_worker: int = 0  # bytes each worker requests
-    # 0: whole GPUs (gpus_per_worker of them); 1..999: each worker takes that many thousandths
-    # of one GPU (gpus_per_worker is 1).
-    gpu_milli: int = 0
-    # Empty: any node; else only nodes whose model is one of these.
-    gpu_models: tuple[str, ...] = ()
     gpus: int = field(init=False, repr=False, compare=False)  # workers x GPUs per worker
     # What the engine's steps read of a job that is not starving, made once: a plan looks up
     # the verdict for this kind for every pending job (engine.Cycle._consider).

@@ -12,8 +12,6 @@ import pytest
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Flavor, Job, Node, Quota
-from gpuqueue.scheduler import model as m
-from gpuqueue.scheduler.engine import plan
 from gpuqueue.services.cluster.inventory import flavor_capacity
 from tests.kube.conftest import H100, L4, SHARED, Kube
 
@@ -21,36 +19,6 @@ LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
 A100 = SHARED["nvidia.com/gpu.product"]
 L4_MODEL = L4["nvidia.com/gpu.product"]
 H100_MODEL = H100["nvidia.com/gpu.product"]
-
-
-def _engine_admits(snapshot: m.Snapshot) -> set[int]:
-    return {a.job_id for a in plan(snapshot, m.Policy()).admissions}
-
-
-def _two_gpus(*jobs: m.PendingJob) -> m.Snapshot:
-    """Two nodes of one GPU each, the second of GPU model "other"."""
-    team = m.Team("a", {"f": m.Quota(guarantee=2, limit=8)})
-    nodes = (m.Node("n1", {"f": 1}), m.Node("n2", {"f": 1}, model="other"))
-    return m.Snapshot(0.0, nodes, (team,), (), jobs, shared_flavors=frozenset({"f"}))
-
-
-def _pending(job_id: int, **fields: Any) -> m.PendingJob:
-    return m.PendingJob(job_id, "a", "u", "f", 1, 1, 0, True, 0.0, **fields)
-
-
-# The engine packs fractions and honours models (gpuqueue/scheduler/, changed on its own): until
-# it does, what these tests check cannot happen, and they say so instead of failing.
-# Five halves of a GPU on two GPUs: four run.
-engine_packs_fractions = pytest.mark.skipif(
-    len(_engine_admits(_two_gpus(*(_pending(i, gpu_milli=500) for i in range(1, 6))))) != 4,
-    reason="the engine does not pack fractions of a GPU yet",
-)
-# Bound to model "other": the second node, which best fit alone does not take first.
-engine_binds_models = pytest.mark.skipif(
-    [a.placement for a in plan(_two_gpus(_pending(1, gpu_models=("other",)))).admissions]
-    != [(("n2", 1),)],
-    reason="the engine does not bind jobs to GPU models yet",
-)
 
 
 @pytest.fixture
@@ -91,7 +59,6 @@ def test_the_shared_node_reads_as_one_gpu_of_four_slices(kube: Kube, shared: Fla
     assert flavor_capacity(shared) == 1
 
 
-@engine_packs_fractions
 def test_four_quarter_gpu_jobs_run_together_on_one_shared_gpu_and_a_fifth_waits(
     kube: Kube, submit: Any, shared: Flavor
 ) -> None:
@@ -129,7 +96,6 @@ def test_a_whole_gpu_of_a_shared_flavor_asks_every_slice_of_it(
     assert Job.objects.get(pk=quarter.pk).state == JobState.PENDING
 
 
-@engine_binds_models
 def test_a_job_bound_to_a_gpu_model_lands_on_a_node_of_it_and_asks_the_scheduler_too(
     kube: Kube, submit: Any, world: Any
 ) -> None:
