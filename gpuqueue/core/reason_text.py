@@ -130,6 +130,11 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
     workers, per = n.get("workers", "?"), n.get("gpus_per_worker", "?")
     gpus = workers * per if isinstance(workers, int) and isinstance(per, int) else "?"
     shape = f"{gpus} {flavor} GPUs as {workers} × {per}"
+    milli, models = n.get("gpu_milli") or 0, n.get("gpu_models") or ""
+    if milli:
+        shape = f"{workers} × {milli} thousandths of one {flavor} GPU"
+    if models:
+        shape += f" of model {models}"
     if code == "over_limit":
         limit, requested = n.get("limit"), n.get("requested")
         if isinstance(limit, int) and isinstance(requested, int) and requested > limit:
@@ -169,6 +174,8 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
             f"Waiting for {shape}; {n.get('workers_fit', 0)} of {workers} workers fit now; "
             f"{_plural(n.get('free', 0), 'GPU')} free."
         )
+        if milli:
+            sentence += f" The most free on one GPU: {n.get('most_gpu_room', 0)} thousandths."
         if code == "queued_behind_team":
             sentence += f" Queued behind {_plural(n.get('ahead'), 'earlier job')} of the team."
         return (
@@ -308,6 +315,13 @@ def _never_fits(n: dict[str, Any], flavor: str, per: Any, gpus: Any, shape: str)
     """The real cause first: no node of the flavor, a worker bigger than any node, a gang
     bigger than the whole flavor, or workers that do not divide into its nodes."""
     largest, capacity = n.get("largest_node"), n.get("flavor_capacity")
+    if n.get("shared") == 0:
+        return (
+            f"Can never start: {flavor} GPUs are not shared; ask for whole GPUs, or a flavor "
+            "that shares its GPUs."
+        )
+    if largest == 0 and n.get("gpu_models"):
+        return f"Can never start: no schedulable {flavor} node is of model {n['gpu_models']}."
     if largest == 0:
         return f"Can never start: no schedulable node offers {flavor} GPUs."
     if isinstance(per, int) and isinstance(largest, int) and per > largest:

@@ -333,6 +333,50 @@ from gpuqueue.core.reason_text import describe_reason, reason_label
             },
             "The team holds none of its h100 GPUs, so its oldest job goes first: 1 node is reserved for this job, which should start at 2026-11-18 11:06 UTC.",
         ),
+        (
+            {
+                "code": "no_capacity",
+                "numbers": {
+                    "flavor": "a100",
+                    "workers": 1,
+                    "gpus_per_worker": 1,
+                    "workers_fit": 0,
+                    "free": 0,
+                    "gpu_milli": 500,
+                    "gpu_models": "",
+                    "most_gpu_room": 250,
+                },
+            },
+            "Waiting for 1 × 500 thousandths of one a100 GPU; 0 of 1 workers fit now; 0 GPUs free. The most free on one GPU: 250 thousandths.",
+        ),
+        (
+            {
+                "code": "never_fits",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 1,
+                    "gpus_per_worker": 1,
+                    "gpu_milli": 250,
+                    "shared": 0,
+                    "largest_node": 8,
+                },
+            },
+            "Can never start: h100 GPUs are not shared; ask for whole GPUs, or a flavor that shares its GPUs.",
+        ),
+        (
+            {
+                "code": "never_fits",
+                "numbers": {
+                    "flavor": "h100",
+                    "workers": 1,
+                    "gpus_per_worker": 8,
+                    "gpu_milli": 0,
+                    "gpu_models": "H200",
+                    "largest_node": 0,
+                },
+            },
+            "Can never start: no schedulable h100 node is of model H200.",
+        ),
         (None, "Waiting for the next admission cycle."),
     ],
 )
