@@ -148,7 +148,7 @@ def build_world(flavors: list[tuple[str, int, int]], teams: int, pending: int, s
                 annotations={"gpuqueue.dev/sim-duration-seconds": "36000"},
             )
         )
-    Job.objects.bulk_create(rows, batch_size=5000)
+    Job.objects.bulk_create(rows, batch_size=1000)  # one statement holds at most 65,535 parameters
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -167,7 +167,7 @@ def build_world(job_count: int) -> dict[str, int]:
         job.name = f"job-{i}"
         job.image = "ghcr.io/acme/train:1.0"
         job.command = ["python", "train.py"]
-    Job.objects.bulk_create(rows, batch_size=5000)
+    Job.objects.bulk_create(rows, batch_size=1000)  # one statement holds at most 65,535 parameters
     with connection.cursor() as cursor:
         # Submissions spread over 30 days in id order, as a real queue fills.
         cursor.execute(
