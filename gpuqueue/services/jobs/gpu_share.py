@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuqueue.cluster.base import GPU_MODEL_MAX_CHARS  # a label value's limit, as nodes report it
 from gpuqueue.models import Flavor
 from gpuqueue.services.cluster.inventory import flavor_nodes
 from gpuqueue.services.jobs.validation import FieldErrors, length_errors
 
 MAX_GPU_MODELS = 16
-GPU_MODEL_MAX_CHARS = 63
 MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB: no GPU has more
 LISTED_AT_MOST = 12  # fractions named in a message before it abbreviates
 
