@@ -34,6 +34,7 @@ from gpuqueue.scheduler.model import (
     Plan,
     Policy,
     Preemption,
+    Quota,
     Reason,
     ReasonCode,
     RunningJob,
@@ -44,7 +45,13 @@ from gpuqueue.scheduler.model import (
 from gpuqueue.scheduler.never import NeverAdmits
 from gpuqueue.scheduler.ordering import Order, QueueJobs
 from gpuqueue.scheduler.placement import fit_gang
-from gpuqueue.scheduler.preemption import PRIORITY, VictimIndex, VictimSearch, victim_key
+from gpuqueue.scheduler.preemption import (
+    PRIORITY,
+    RECLAIM,
+    VictimIndex,
+    VictimSearch,
+    victim_key,
+)
 from gpuqueue.scheduler.reclaim_wait import ReclaimWaits
 from gpuqueue.scheduler.shared_gpus import FULL, ceil_gpus
 from gpuqueue.scheduler.special import Special
@@ -563,8 +570,9 @@ class Cycle:
 
     def _decide_shared(self, job: PendingJob) -> Reason | None:
         """Steps 1-5 and 11 of `_consider` for a job asking a fraction of a GPU or given models
-        (shared_gpus.py), its usage counted in thousandths. It does not preempt, reserve,
-        backfill or claim GPUs coming back: it starts on free room or waits for it."""
+        (shared_gpus.py), its usage counted in thousandths; at 5b it claims GPUs coming back
+        (promised to it), or reclaims whole-GPU borrowed work for its guarantee
+        (`_claim_shared`). It does not reserve, backfill or preempt by priority."""
         ledger = self.ledger
         flavor = job.flavor
         fl = ledger.flavors.get(flavor)
@@ -630,6 +638,10 @@ class Cycle:
                 )
             self.admissions.append(Admission(job.id, placement, borrowed, devices))
             return None
+        # 5b.
+        waiting = self._claim_shared(job, fl, ask, groups)
+        if waiting is not None:
+            return waiting
         # 11.
         if not self.explain:
             return _UNEXPLAINED
@@ -639,6 +651,81 @@ class Cycle:
         fit, free, most = self.special.room(job, fl)
         why = reasons.no_capacity(job, fit, free, ahead, self._beyond_share(job))
         return reasons.with_shared(why, job, most)
+
+    def _claim_shared(
+        self,
+        job: PendingJob,
+        fl: FlavorLedger,
+        ask: int,
+        groups: list[tuple[str, Quota | None]],
+    ) -> Reason | None:
+        """Step 5b for a job of `_decide_shared` that free room does not hold: it claims the
+        GPUs coming back that hold it (those promised to it join `incoming` in `_decide`); if
+        they do not, and its gang keeps its team within its guarantee, it reclaims whole-GPU
+        borrowed work on nodes it may use (`VictimSearch.for_room`) and claims what that frees.
+        Either way it waits for them, named in its reason; None: nothing to claim."""
+        special, ledger, policy = self.special, self.ledger, self.policy
+        claim = special.claim(job, fl)
+        victims: list[RunningJob] = []
+        if claim is None:
+            budget = policy.max_preemptions_per_cycle - len(self.preemptions)
+            guarantees = self.search.guarantees
+            if (
+                not policy.reclaim
+                or budget <= 0
+                or self.searches_left <= 0
+                or any(
+                    ledger.in_use_milli(group, job.flavor) + ask
+                    > guarantees.get((group, job.flavor), 0) * FULL
+                    for group, _ in groups
+                )
+            ):
+                return None
+            self.searches_left -= 1
+            eligible = frozenset(special.nodes(fl, job.gpu_models))
+            found = self.search.for_room(
+                job, eligible, lambda: special.claim(job, fl) is not None, budget
+            )
+            if found is None:
+                return None
+            victims = found
+            claim = special.claim(job, fl)
+            assert claim is not None
+        placement, taken = claim
+        waited = set(self._incoming_jobs(job.flavor, placement))
+        if job.gpu_milli:
+            ledger.claim_shared(
+                job.team,
+                job.flavor,
+                job.gpu_milli,
+                job.preemptible,
+                placement,
+                taken,
+                job.cpu_per_worker,
+                job.memory_per_worker,
+            )
+        else:
+            ledger.admit(
+                job.team,
+                job.user,
+                job.flavor,
+                job.gpus_per_worker,
+                job.preemptible,
+                placement,
+                True,
+                cpu=job.cpu_per_worker,
+                memory=job.memory_per_worker,
+            )
+        touched: set[tuple[str, str]] = set()
+        for victim in victims:
+            self.preemptions.append(Preemption(victim.id, job.id, RECLAIM))
+            waited.add(victim.id)
+            ledger.name_incoming(victim)
+            touched.add((victim.team, victim.flavor))
+        assert self.order is not None
+        for team, flavor in sorted(touched):
+            self.order.touch(team, flavor)
+        return self._waiting_for(job, tuple(waited))
 
     def _admit(
         self, job: PendingJob, placement: Placement, use_held: dict[str, int] | None = None

@@ -844,6 +844,34 @@ class Ledger:
             if not preemptible:
                 self._add(self.nonpreemptible_milli, (group, flavor), workers * milli)
 
+    def claim_shared(
+        self,
+        team: str,
+        flavor: str,
+        milli: int,
+        preemptible: bool,
+        placement: Placement,
+        taken: Mapping[str, int],
+        cpu: int = 0,
+        memory: int = 0,
+    ) -> None:
+        """A fractional gang claims GPUs coming back (`taken`, whole GPUs per node) and waits
+        for them: they leave `incoming`, its workers' room is taken (what comes back first),
+        and its team counts its thousandths from now, as `admit` counts a claimed gang."""
+        fl = self.flavors[flavor]
+        room = fl.room
+        workers = 0
+        for node, count in placement:
+            workers += count
+            if room is not None and node in room:
+                self._take_room(node, (count * cpu, count * memory, count), True)
+        for node, gpus in taken.items():
+            self._set_incoming(fl, node, fl.incoming.get(node, 0) - gpus)
+        for group in self.chains.get(team, (team,)):
+            self._add(self.used_milli, (group, flavor), workers * milli)
+            if not preemptible:
+                self._add(self.nonpreemptible_milli, (group, flavor), workers * milli)
+
     def _set_gpu(self, fl: FlavorLedger, node: str, index: int, milli: int) -> None:
         """Set the thousandths used on one GPU of a shared flavor."""
         assert fl.shared is not None

@@ -20,7 +20,7 @@ tried on free plus incoming GPUs, and the whole attempt is rolled back if it doe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from itertools import chain, islice
 
 from gpuqueue.scheduler.horizon import Horizon
@@ -279,6 +279,50 @@ class VictimSearch:
             return self._find(job, fl, limit_ok, reclaim, priority, budget, at)
         finally:
             self.keep = self.fair_share
+
+    def for_room(
+        self,
+        job: PendingJob,
+        eligible: Container[str],
+        fits: Callable[[], bool],
+        budget: int,
+    ) -> list[RunningJob] | None:
+        """Reclaim for a job that `find` cannot serve (a fraction of a GPU, or bound to GPU
+        models: engine `_decide_shared`), within its guarantee: whole-GPU borrowed work of
+        other teams with a worker on an `eligible` node, in rule order, each victim team kept
+        at its fair share and, failing that, at min(guarantee, fair share) as in `find`; taken
+        one by one until `fits()`, at most `budget`. Returns the victims, released in the
+        ledger, or None with the ledger untouched. Fractional work is never a victim: what a
+        fraction frees is part of one GPU, which no incoming count can hold."""
+        ledger = self.ledger
+        passed = self.horizon.passed
+        try:
+            for keep in (self.fair_share, self.guarantee_floor):
+                self.keep = keep
+                mark = ledger.checkpoint()
+                chosen: list[RunningJob] = []
+                for victim, _ in islice(
+                    self._candidates(job, True, False), self.policy.max_victim_candidates
+                ):
+                    if (
+                        victim.id in ledger.victims
+                        or victim.gpu_milli
+                        or not any(node in eligible for node, _ in victim.placement)
+                        or not passed(self.protected_until(victim))
+                        or not self._victim_ok(job, victim)
+                    ):
+                        continue
+                    ledger.release(victim)
+                    chosen.append(victim)
+                    if fits():
+                        ledger.commit(mark)
+                        return chosen
+                    if len(chosen) >= budget:
+                        break
+                ledger.rollback(mark)
+        finally:
+            self.keep = self.fair_share
+        return None
 
     def _find(
         self,

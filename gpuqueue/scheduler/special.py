@@ -155,6 +155,38 @@ class Special:
             score,
         )
 
+    def claim(self, job: PendingJob, fl: FlavorLedger) -> tuple[Placement, dict[str, int]] | None:
+        """Where `job` would run once the GPUs coming back (`fl.incoming`: from its victims, or
+        promised to it) are free: its workers per node and the incoming GPUs each node gives,
+        nodes with most coming back first; None when they are not enough. A fraction counts
+        only whole GPUs coming back (one holds FULL // milli workers); a whole-GPU worker also
+        the node's free GPUs beside them."""
+        incoming = fl.incoming
+        if not incoming:
+            return None
+        milli, g = job.gpu_milli, job.gpus_per_worker
+        per_gpu = FULL // milli if milli else 0
+        cap = fl.caps(job.cpu_per_worker, job.memory_per_worker, True)
+        left = job.workers
+        placement: list[tuple[str, int]] = []
+        taken: dict[str, int] = {}
+        nodes = [n for n in self.nodes(fl, job.gpu_models) if incoming.get(n, 0) > 0]
+        for node in sorted(nodes, key=lambda n: (-incoming[n], n)):
+            back = incoming[node]
+            free = max(fl.free.get(node, 0), 0)
+            here = back * per_gpu if milli else (free + back) // g
+            if cap is not None:
+                here = min(here, cap(node))
+            workers = min(here, left)
+            if workers <= 0:
+                continue
+            placement.append((node, workers))
+            taken[node] = -(-workers // per_gpu) if milli else min(back, workers * g)
+            left -= workers
+            if not left:
+                return tuple(placement), taken
+        return None
+
     def _per_gpu(self, job: PendingJob) -> int:
         """Workers of `job` one GPU holds (a whole worker: 1 per gpus_per_worker GPUs)."""
         return FULL // job.gpu_milli if job.gpu_milli else 1
