@@ -36,9 +36,10 @@ JobKey = tuple[int, int, float, int]
 # gets no exception and waits until its balance recovers. When the owed team has no guarantee
 # of the flavor, that job goes ahead of the other starving jobs (`first`): it has no other way
 # to a GPU under contention, and behind older starving gangs it finds every reservation taken
-# and waits for hours for a turn of about a slice (usage.py). A team with a guarantee keeps
-# the order of submission (putting its big gangs first too drained more nodes at 120 % load:
-# docs/benchmarks.md, "What each rule costs").
+# and waits for hours for a turn of about a slice (usage.py). It gets no such turn while a team
+# below its guarantee of the flavor waits for a job within it: the guarantee comes first. A team
+# with a guarantee keeps the order of submission (putting its big gangs first too drained more
+# nodes at 120 % load: docs/benchmarks.md, "What each rule costs").
 # Neither rule makes a job starving below the highest priority pending in its queue: rule 3
 # holds before any wait. Otherwise a job preempted for a higher-priority job of its team (it
 # keeps its old submission time) would start again, as a starving job, on the GPUs it had just
@@ -169,11 +170,17 @@ class Order:
                 grouped.setdefault((job.team, job.flavor), []).append(job)
             queues = {key: QueueJobs(jobs) for key, jobs in grouped.items()}
         oldest: dict[tuple[str, str], PendingJob] = {}  # of teams that hold nothing (min_one_job)
+        # Flavors where a team below its guarantee waits for a job that keeps it within it: no
+        # owed team without a guarantee goes first there (it would take the GPUs the claim is
+        # entitled to, be reclaimed, requeued and go first again, for ever).
+        claimed: set[str] = set()
         starving = self.starving
         for key, facts in queues.items():
             team, flavor = key
             # The ledger does not change while the order is built.
             in_use = ledger.in_use(team, flavor)
+            if facts.smallest <= guarantees.get(key, 0) - in_use:
+                claimed.add(flavor)
             room = fair_share.get(key, 0) - in_use
             holds_nothing = min_one_job and in_use == 0
             by_balance = holds_nothing and balance is not None
@@ -218,9 +225,11 @@ class Order:
                     if balance is not None:
                         if horizon.below(balance, key, -slice_seconds / 2 * job.gpus):
                             continue  # in debt: it waits for its balance to recover
-                        self.owed.add(job.id)
                         if not guarantees.get(key):
+                            if key[1] in claimed:
+                                continue
                             first.add(job.id)
+                        self.owed.add(job.id)
                     self.starving.append(job)
                     jobs = self._queues[key].jobs[job.user]
                     jobs.remove(job)

@@ -4,11 +4,14 @@ model lands on a node of that model and its pods ask the kube-scheduler for it t
 
 from __future__ import annotations
 
+import base64
 from collections import Counter
 from typing import Any
 
 import pytest
+from django.test import Client
 
+from gpuqueue.cluster.manifests import token_secret_name
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Flavor, Job, Node, Quota
@@ -143,3 +146,50 @@ def test_the_pods_of_a_model_bound_job_carry_the_models_and_still_bind(
         assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H100_MODEL]} in (
             terms[0]["matchExpressions"]
         )
+
+
+def test_a_quarter_gpu_within_its_guarantee_reclaims_the_borrowed_gpu_and_runs_on_it(
+    kube: Kube, submit: Any, world: Any, shared: Flavor, settings: Any
+) -> None:
+    """team-b borrows the shared flavor's one GPU whole; team-a, guaranteed it, asks a quarter:
+    team-b's job is asked to checkpoint, and once it is gone the quarter runs on that GPU."""
+    settings.GPUQUEUE_MIN_RUNTIME_SECONDS = 0
+    Quota.objects.create(team=world.team_b, flavor=shared, guarantee=0, limit=1)
+    borrower = submit(world.carol, team=world.team_b, flavor=shared, annotations=LONG)
+    run_cycle(backend=kube.backend)
+    kube.sync_until(lambda: running(borrower), timeout=60)
+
+    quarter = submit(flavor=shared, gpu_milli=250, annotations=LONG)
+    result = run_cycle(backend=kube.backend)
+    assert result.preempted == [borrower.pk]
+    quarter.refresh_from_db()
+    assert quarter.state == JobState.PENDING
+    assert quarter.pending_reason["code"] == "waiting_for_preemption"
+    [pod] = pods_of(kube, borrower)
+    assert "gpuqueue.dev/checkpoint-requested" in pod["metadata"]["annotations"]
+
+    # The workload's part (kwok runs no containers): it saves and acknowledges.
+    borrower.refresh_from_db()
+    secret = kube.core.read_namespaced_secret(
+        token_secret_name(borrower.pk, borrower.attempts), "team-b"
+    )
+    token = base64.b64decode(secret.data["token"]).decode()
+    response = Client().post(
+        f"/api/v1/jobs/{borrower.pk}/checkpointed/",
+        {"location": "s3://ckpt/notebook"},
+        content_type="application/json",
+        headers={"authorization": f"Bearer {token}"},
+    )
+    assert response.status_code == 200, response.content
+    kube.sync_until(lambda: Job.objects.get(pk=borrower.pk).state == JobState.PENDING)
+
+    def started() -> bool:
+        run_cycle(backend=kube.backend)
+        return running(quarter)
+
+    kube.sync_until(started, timeout=60)
+    quarter.refresh_from_db()
+    assert quarter.gpu_devices == [["a100-shared-0", 0]]
+    assert bound(kube, quarter) == Counter({"a100-shared-0": 1})
+    # The requeued borrower, holding nothing now, did not take the GPU back.
+    assert Job.objects.get(pk=borrower.pk).state == JobState.PENDING

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuqueue.scheduler.model import Policy, Quota, ReasonCode, Team
+from gpuqueue.scheduler.model import Policy, Quota, ReasonCode, RunningJob, Team
 from gpuqueue.scheduler.usage import ShareBalance, entitled_shares, seconds_to_recover
 from tests.scheduler.builders import HOUR, NOW, Case, check, nodes, pending, running, team
 
@@ -70,17 +70,23 @@ def borrower(balance: float, held: int = 2) -> dict[str, object]:
     }
 
 
-def one_reservation(owed: Team) -> dict[str, object]:
+def one_reservation(owed: Team, c_guarantee: int = 8) -> dict[str, object]:
     """Team b holds both nodes with non-preemptible jobs (n1 frees first); team c's gang, within
-    its guarantee, has starved for two hours; team `a` holds nothing, owes nothing and asks for
-    a whole node a minute ago. Only one reservation may be held."""
+    its guarantee (or, with none, within its fair share: it then holds 2 GPUs of a third node),
+    has starved for two hours; team `a` holds nothing, owes nothing and asks for a whole node a
+    minute ago. Only one reservation may be held."""
+    running_jobs: tuple[RunningJob, ...] = (
+        running(10, "b", {"n1": 1}, gpus=8, preemptible=False, max_runtime=HOUR + 1000),
+        running(11, "b", {"n2": 1}, gpus=8, preemptible=False, max_runtime=HOUR + 5000),
+    )
+    if not c_guarantee:
+        running_jobs += (
+            running(12, "c", {"n3": 1}, gpus=2, preemptible=False, max_runtime=HOUR + 9000),
+        )
     return {
-        "nodes": nodes(2, h100=8),
-        "teams": (owed, team("b", guarantee=4), team("c", guarantee=8)),
-        "running": (
-            running(10, "b", {"n1": 1}, gpus=8, preemptible=False, max_runtime=HOUR + 1000),
-            running(11, "b", {"n2": 1}, gpus=8, preemptible=False, max_runtime=HOUR + 5000),
-        ),
+        "nodes": nodes(2 if c_guarantee else 3, h100=8),
+        "teams": (owed, team("b", guarantee=4), team("c", guarantee=c_guarantee)),
+        "running": running_jobs,
         "pending": (
             pending(1, "c", gpus=8, submitted=NOW - 2 * HOUR),
             pending(2, "a", gpus=8, submitted=NOW - 60),
@@ -140,10 +146,16 @@ CASES = [
     Case(
         "the first gang of a team with no guarantee that holds nothing and owes nothing "
         "takes the last reservation before older starving jobs",
-        **one_reservation(team("a", weight=0.0)),  # type: ignore[arg-type]
+        **one_reservation(team("a", weight=0.0), c_guarantee=0),  # type: ignore[arg-type]
         reservations={2: ({"n1": 1}, NOW + 1000)},
         reasons={2: ReasonCode.RESERVED},
         numbers={2: {"team_holds_none": 1}},  # starving for that, not for its wait
+    ),
+    Case(
+        "but not before a gang within its team's guarantee: the guarantee comes first",
+        **one_reservation(team("a", weight=0.0)),  # type: ignore[arg-type]
+        reservations={1: ({"n1": 1}, NOW + 1000)},
+        reasons={1: ReasonCode.RESERVED},
     ),
     Case(
         "a team with a guarantee, owed a gang bigger than its share, keeps its place in time",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -96,6 +97,26 @@ def test_borrowed_work_on_nodes_the_job_may_not_use_is_never_taken() -> None:
     result = plan(snap(nodes, (bound(1, "b", ("A100-80GB",)),), jobs, TEAMS))
     assert result.preemptions == ()
     assert result.pending[0].reason.code is not ReasonCode.WAITING_FOR_PREEMPTION
+
+
+@pytest.mark.parametrize("milli", [0, 250])
+def test_a_requeued_borrower_holding_nothing_does_not_take_back_what_a_guarantee_reclaimed(
+    milli: int,
+) -> None:
+    """Team b (no guarantee, holding nothing, owed by its balance) would go first by the time-
+    based rule and take the free GPU back, be reclaimed, requeued and go first again, for ever:
+    a team below its guarantee waiting for a job within it comes first."""
+    teams = (team("a", guarantee=1, limit=1), team("b", guarantee=0, limit=1))
+    requeued = pending(1, "b", submitted=NOW - 600)
+    claim = (
+        frac(2, "a", milli, submitted=NOW - 60) if milli else pending(2, "a", submitted=NOW - 60)
+    )
+    snapshot = replace(
+        snap((gpu_node("n1", 1),), (requeued, claim), (), teams),
+        share_balance={("a", "h100"): 0.0, ("b", "h100"): 0.0},
+    )
+    result = plan(snapshot)
+    assert [a.job_id for a in result.admissions] == [2]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
