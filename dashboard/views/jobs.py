@@ -27,13 +27,15 @@ from teams.models import Team
 
 @login_required
 @require_GET
-def home(request: HttpRequest) -> HttpResponse:
-    """The jobs of the user's teams, filtered; the table polls itself while a row can change."""
+def job_list(request: HttpRequest) -> HttpResponse:
+    """The jobs of the user's teams, filtered, an array as one row (`?expand=ID` shows its
+    tasks under it); the table polls itself while a row can change."""
     job_filter = JobFilter.parse(request.GET)
     page = job_page(request.user, job_filter)
     context = {
         "page": page,
         "jobs": page.jobs,
+        "toggles": {array_id: job_filter.toggled(array_id) for array_id in page.arrays},
         "filter": job_filter,
         "live": page.live,
         "idle_ids": idle_job_ids([job.pk for job in page.jobs]),
