@@ -32,6 +32,7 @@ class ArraySummary:
     counts: dict[str, int]  # every state, 0 for none
     label: str  # squeue's: 123_[10-99%10]
     outlook: ArrayOutlook
+    held_indices: frozenset[int] = frozenset()  # pending tasks held by the limit
 
     @property
     def limit(self) -> int | None:
@@ -113,5 +114,6 @@ def array_summaries(array_ids: Collection[int], now: datetime) -> dict[int, Arra
             counts=counts[array_id],
             label=slurm_label(array_id, array.spec, pending, array.max_concurrent),
             outlook=outlook(mine, array.max_concurrent, now),
+            held_indices=frozenset(t.index for t in mine if t.held),
         )
     return out
