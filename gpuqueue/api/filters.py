@@ -11,7 +11,6 @@ from gpuqueue.api.filtersets import StateFilter, StrictFilterSet
 from gpuqueue.api.job_ordering import OrderingFilter
 from gpuqueue.models import Job, UtilizationSample
 
-
 # `?expand=tasks`: the job list's arrays as their tasks, one row each.
 EXPAND_TASKS = "tasks"
 
