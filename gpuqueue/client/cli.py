@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuqueue.client import arrays, forecast_text, humane, usage
+from gpuqueue.client import arrays, exit_codes, forecast_text, humane, usage
 from gpuqueue.client.api import ApiError, Client, save_config
 from gpuqueue.client.durations import parse_duration
 from gpuqueue.client.job_ids import parse_ids
@@ -443,7 +443,8 @@ def describe(job: dict[str, Any], now: datetime | None = None) -> str:
     if job.get("attempts"):
         lines.append(f"  attempts: {job['attempts']}")
     if job.get("exit_code") is not None:
-        lines.append(f"  exit code: {job['exit_code']}")
+        hint = exit_codes.exit_hint(job["exit_code"])
+        lines.append(f"  exit code: {job['exit_code']}" + (f", {hint}" if hint else ""))
     if job.get("message"):
         lines.append(f"  message: {job['message']}")
     return "\n".join(lines)
