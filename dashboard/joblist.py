@@ -209,3 +209,11 @@ def active_counts(user: Any) -> dict[str, int]:
     )
     counts = {row["state"]: row["n"] for row in rows}
     return {s.value: counts.get(s.value, 0) for s in JobState if s in ACTIVE}
+
+
+def held_task_note(job: Job) -> TaskNote | None:
+    """For a task its array's limit holds back: when it should start and why then."""
+    if job.hold != JobHold.ARRAY_LIMIT or job.array_id is None or job.state != "PENDING":
+        return None
+    summary = array_summaries([job.array_id], timezone.now()).get(job.array_id)
+    return None if summary is None else task_notes(summary, [job]).get(job.pk)

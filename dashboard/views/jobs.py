@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from dashboard.array_and_dependency_fields import submit_job_or_array
 from dashboard.clone import initial_from
 from dashboard.forms import PRESETS, SubmitForm, curl_command
-from dashboard.joblist import STATE_LABELS, JobFilter, job_page
+from dashboard.joblist import STATE_LABELS, JobFilter, held_task_note, job_page
 from dashboard.sorting import headers
 from dashboard.views.common import INVALID, htmx_redirect, page_or_partial
 from dashboard.views.job_dependencies import dependencies_context
@@ -84,6 +84,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "live": not job.is_final,
         **dependencies_context(request.user, job),
         "gpu_activity": finding_for(job),
+        "slot": held_task_note(job),
     }
     return page_or_partial(
         request,

@@ -76,3 +76,17 @@ def test_the_row_is_the_first_task_the_filter_matches(api: Any, job_body: Any) -
     rows = api("alice").get("/api/v1/jobs/", {"state": "pending"}).json()["results"]
     assert [r["array_index"] for r in rows if r["array"] == array["id"]] == [3]
     assert api("carol").get("/api/v1/jobs/").json()["results"] == []
+
+
+def test_pages_of_one_row_walk_each_array_once_in_any_order(api: Any, job_body: Any) -> None:
+    arrays = [_sweep(api, {**job_body, "name": f"s{i}"}, "0-4") for i in range(2)]
+    singles = [api("alice").post("/api/v1/jobs/", job_body, format="json").json() for _ in range(2)]
+    for ordering in ("-id", "name", "-waited", "state"):
+        seen, url, query = [], "/api/v1/jobs/", {"page_size": 1, "ordering": ordering}
+        while url:
+            page = api("alice").get(url, query).json()
+            seen += [(r["array"], r["id"]) for r in page["results"]]
+            url, query = page["next"], None
+        assert sorted(a for a, _ in seen if a is not None) == sorted(a["id"] for a in arrays)
+        assert {i for a, i in seen if a is None} == {s["id"] for s in singles}
+        assert len(seen) == 4, (ordering, seen)

@@ -99,3 +99,15 @@ def test_the_polling_stops_once_every_task_of_the_array_ended(clients: Any, swee
         state=JobState.SUCCEEDED, finished_at=timezone.now(), hold=JobHold.NONE
     )
     assert clients["alice"].get("/jobs/", HTTP_HX_REQUEST="true").status_code == 286
+
+
+def test_a_held_tasks_page_says_when_it_starts(clients: Any, sweep: Any) -> None:
+    task = Job.objects.get(array=sweep, array_index=2)
+    html = clients["alice"].get(f"/jobs/{task.pk}/").content.decode()
+    slot = html.split('id="job-slot">')[1].split("</dd>")[0]
+    assert "Task 2 of 10: the array runs 2 at a time; it starts as task 1 finishes." in slot
+    eta = html.split('id="job-eta">')[1].split("</dd>")[0]
+    # Task 1 declared 10 minutes and has run 7: in about 3.
+    assert 'data-local="stamp"' in eta and "when its slot frees" in eta
+    running = Job.objects.get(array=sweep, array_index=0)
+    assert 'id="job-slot"' not in clients["alice"].get(f"/jobs/{running.pk}/").content.decode()
