@@ -2,9 +2,8 @@
 
 1. Start PostgreSQL and Redis from their wheels (unless DATABASE_URL / REDIS_URL point at
    servers), with data under GPUQUEUE_DATA_DIR so that a restart finds everything again.
-2. Apply migrations, then start the web server (Granian) and, in the embedded mode, seed the
-   demo world once while it starts (its start took about as long as the seeding).
-3. Start a Celery worker, Celery beat and the cluster watcher.
+2. Apply migrations and, in the embedded mode, seed the demo world once.
+3. Start the web server (Granian), a Celery worker, Celery beat and the cluster watcher.
 4. Print where to sign in, then watch: a process that dies (web server, Celery worker or beat,
    watcher, Redis, PostgreSQL) is restarted with backoff (gpuqueue/ops/supervision.py); one
    that keeps dying stops the launcher, which says which. On Ctrl-C / SIGTERM, stop the
@@ -126,7 +125,15 @@ def main(argv: list[str] | None = None) -> int:
             redis = start_redis(data_dir / "redis", port=port, **run_as)
             env["REDIS_URL"] = redis.url
             print(f"Redis: {redis.url}", flush=True)
-        # The processes' command lines (started in 2. and 3.)
+        # 2. Schema and demo data
+        manage = [python, str(ROOT / "manage.py")]
+        subprocess.run(
+            [*manage, "migrate", "--noinput", "-v", "0"], env=env, check=True, **python_as
+        )
+        seeded = env_bool("GPUQUEUE_DEMO", postgres is not None)
+        if seeded:
+            subprocess.run([*manage, "seed_demo"], env=env, check=True, **python_as)
+        # 3. Processes
         commands = {
             "web": [
                 # Granian: its HTTP layer is Rust, which left a submission about a third
@@ -166,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--schedule",
                 str(data_dir / "celerybeat-schedule"),
             ],
-            "watcher": [python, str(ROOT / "manage.py"), "watch_cluster"],
+            "watcher": [*manage, "watch_cluster"],
         }
         policy = RestartPolicy()
 
@@ -183,18 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                 **python_as,
             )
 
-        # 2. Schema, then the web server (it reads only what a request asks, and the schema
-        #    is there), while the demo is seeded: its start overlaps the seeding.
-        manage = [python, str(ROOT / "manage.py")]
-        subprocess.run(
-            [*manage, "migrate", "--noinput", "-v", "0"], env=env, check=True, **python_as
-        )
-        children.append(("web", spawn("web")))
-        seeded = env_bool("GPUQUEUE_DEMO", postgres is not None)
-        if seeded:
-            subprocess.run([*manage, "seed_demo"], env=env, check=True, **python_as)
-        # 3. The rest: the Celery worker and beat, the cluster watcher.
-        children.extend((name, spawn(name)) for name in commands if name != "web")
+        children.extend((name, spawn(name)) for name in commands)
         # 4. Watch: restart what dies, with backoff; stop when asked or when one keeps dying.
         print(_banner(args.host, args.port, seeded), flush=True)
         due: dict[str, float] = {}  # name -> when to start it again
