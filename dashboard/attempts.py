@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dashboard.job_times import elapsed_seconds
+from gpuqueue.client.exit_codes import without_prefix
 
 HOLDING = ("ADMITTED", "RUNNING", "PREEMPTING")
 
@@ -66,7 +67,8 @@ def attempts_of(
         elif event.to_state in ENDINGS and event.from_state in HOLDING:
             open_.ended_at = event.at
             open_.ending = ENDINGS[event.to_state]
-            open_.why = event.reason
+            # The word is shown before it: "failed: exit code 137", not "failed: failed: …".
+            open_.why = without_prefix(event.reason, open_.ending)
     if out and out[-1].current and not out[-1].placement and current_placement:
         out[-1].placement = sorted((str(n), int(w)) for n, w in current_placement.items())
     return out

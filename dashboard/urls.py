@@ -1,12 +1,13 @@
 from django.urls import path
 
-from dashboard.views import arrays, capacity, jobs, teams, usage
+from dashboard.views import arrays, capacity, front, jobs, teams, usage
 from dashboard.views.job_dependencies import job_dependencies
 from dashboard.views.job_progress import job_progress
 
 app_name = "dashboard"
 urlpatterns = [
-    path("", jobs.home, name="home"),
+    path("", front.home, name="home"),
+    path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/new/", jobs.submit, name="submit"),
     path("jobs/new/curl/", jobs.submit_curl, name="submit-curl"),
     path("jobs/<int:job_id>/", jobs.job_detail, name="job"),

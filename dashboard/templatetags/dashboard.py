@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import shlex
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
 
 from dashboard import geometry, job_times
 from dashboard.joblist import active_counts
-from gpuqueue.client import humane  # the CLI's words for times
+from gpuqueue.client import exit_codes, humane  # the CLI's words for times and exits
 from gpuqueue.client.humane import span as _span
 from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.reason_text import reason_label as label_of
@@ -116,3 +117,23 @@ def seconds(value: int | None) -> str:
 @register.filter
 def get(mapping: dict[Any, Any], key: Any) -> Any:
     return mapping.get(key) if mapping else None
+
+
+@register.filter
+def stamp(at: datetime | None) -> str:
+    """The job page's one way to write a time: <time> with '2026-11-28 16:50:23 UTC', which
+    static/localtime.js rewrites in the same shape in the viewer's zone."""
+    if at is None:
+        return ""
+    utc = at.astimezone(UTC)
+    return format_html(
+        '<time datetime="{}" data-local="stamp">{} UTC</time>',
+        utc.isoformat(),
+        utc.strftime("%Y-%m-%d %H:%M:%S"),
+    )
+
+
+@register.filter
+def exit_hint(code: int | None) -> str:
+    """What the exit code usually means (137: killed, often out of memory); '' for most."""
+    return exit_codes.exit_hint(code)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
 from dashboard.array_and_dependency_fields import submit_job_or_array
+from dashboard.clone import initial_from
 from dashboard.forms import PRESETS, SubmitForm, curl_command
-from dashboard.joblist import STATE_LABELS, JobFilter, job_page
+from dashboard.joblist import STATE_LABELS, JobFilter, held_task_note, job_page
 from dashboard.sorting import headers
 from dashboard.views.common import INVALID, htmx_redirect, page_or_partial
 from dashboard.views.job_dependencies import dependencies_context
@@ -27,13 +28,15 @@ from teams.models import Team
 
 @login_required
 @require_GET
-def home(request: HttpRequest) -> HttpResponse:
-    """The jobs of the user's teams, filtered; the table polls itself while a row can change."""
+def job_list(request: HttpRequest) -> HttpResponse:
+    """The jobs of the user's teams, filtered, an array as one row (`?expand=ID` shows its
+    tasks under it); the table polls itself while a row can change."""
     job_filter = JobFilter.parse(request.GET)
     page = job_page(request.user, job_filter)
     context = {
         "page": page,
         "jobs": page.jobs,
+        "toggles": {array_id: job_filter.toggled(array_id) for array_id in page.arrays},
         "filter": job_filter,
         "live": page.live,
         "idle_ids": idle_job_ids([job.pk for job in page.jobs]),
@@ -74,11 +77,14 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     context = {
         "job": job,
         "events": list(job.events.order_by("at", "id")),
+        # The logs panel's first render (not for the status block's polls).
+        **({} if getattr(request, "htmx", False) else log_context(job, 0)),
         "placement": sorted(job.placement.items()) if job.placement else [],
         "may_cancel": not job.is_final and may_cancel(request.user, job),
         "live": not job.is_final,
         **dependencies_context(request.user, job),
         "gpu_activity": finding_for(job),
+        "slot": held_task_note(job),
     }
     return page_or_partial(
         request,
@@ -93,6 +99,17 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 LOG_LINES = 50
 
 
+def log_context(job: Job, worker: int) -> dict[str, object]:
+    """The logs panel: one worker's last lines, or what keeps them from being read (not
+    started, still starting, the cluster away)."""
+    context: dict[str, object] = {"worker": worker, "workers": range(job.workers)}
+    try:
+        context["log"] = read_job_log(job, worker, tail=LOG_LINES)
+    except (Refused, Unavailable) as exc:
+        context["problem"] = exc.message
+    return context
+
+
 @login_required
 @require_GET
 def job_logs(request: HttpRequest, job_id: int) -> HttpResponse:
@@ -101,17 +118,8 @@ def job_logs(request: HttpRequest, job_id: int) -> HttpResponse:
     (not started, still starting, the cluster away) is said in the panel instead."""
     job = _visible_job(request, job_id)
     asked = request.GET.get("worker", "0")
-    worker = int(asked) if asked.isdigit() else 0
-    context: dict[str, object] = {
-        "job": job,
-        "worker": worker,
-        "workers": range(job.workers),
-        "live": not job.is_final,
-    }
-    try:
-        context["log"] = read_job_log(job, worker, tail=LOG_LINES)
-    except (Refused, Unavailable) as exc:
-        context["problem"] = exc.message
+    worker = int(asked) if asked.isdigit() and len(asked) < 10 else 0
+    context = {"job": job, "live": not job.is_final, **log_context(job, worker)}
     return page_or_partial(
         request,
         "dashboard/job_logs.html",
@@ -188,19 +196,25 @@ def _initial_data(form: SubmitForm) -> dict[str, object]:
 @login_required
 @require_http_methods(["GET", "POST"])
 def submit(request: HttpRequest) -> HttpResponse:
-    """The submit form: presets fill it (?preset=…), the rules the API uses check it, a
-    failed form comes back with 422, a good one opens the new job's page."""
+    """The submit form: presets fill it (?preset=…), or a job to resubmit or clone
+    (?from=ID), the rules the API uses check it, a failed form comes back with 422, a good
+    one opens the new job's page."""
     if request.method == "GET":
         preset = PRESETS.get(request.GET.get("preset", ""), {})
         initial = {k: v for k, v in preset.items() if k != "title"}
+        source = request.GET.get("from", "")
+        if source:  # Resubmit / Clone: a job the viewer may see, else 404
+            if not source.isdigit() or len(source) > 18:
+                raise Http404("No such job.")
+            source_job = _visible_job(request, int(source))
+            initial = initial_from(source_job)
         if request.GET.get("team"):
             initial["team"] = request.GET["team"]
         form = SubmitForm(initial=initial, user=request.user)
+        context = _form_context(request, form)
+        context["source"] = source_job if source else None
         return page_or_partial(
-            request,
-            "dashboard/submit.html",
-            "dashboard/partials/_submit_form.html",
-            _form_context(request, form),
+            request, "dashboard/submit.html", "dashboard/partials/_submit_form.html", context
         )
     form = SubmitForm(data=request.POST, user=request.user)
     data = form.validated_submission()

@@ -11,6 +11,9 @@ from gpuqueue.api.filtersets import StateFilter, StrictFilterSet
 from gpuqueue.api.job_ordering import OrderingFilter
 from gpuqueue.models import Job, UtilizationSample
 
+# `?expand=tasks`: the job list's arrays as their tasks, one row each.
+EXPAND_TASKS = "tasks"
+
 
 class JobFilter(StrictFilterSet):
     team = filters.CharFilter(field_name="team__slug", help_text="team slug")
@@ -27,10 +30,20 @@ class JobFilter(StrictFilterSet):
     finished_after = UtcDateTimeFilter(field_name="finished_at", lookup_expr="gte")
     finished_before = UtcDateTimeFilter(field_name="finished_at", lookup_expr="lt")
     ordering = OrderingFilter()
+    expand = filters.ChoiceFilter(
+        choices=[(EXPAND_TASKS, EXPAND_TASKS)],
+        method="filter_expand",
+        help_text="'tasks': every task of an array as a row of its own. Without it an array "
+        "is one row: the first of its tasks that the other filters match, with the whole "
+        "array in `array_summary`.",
+    )
 
     class Meta:
         model = Job
         fields: list[str] = []
+
+    def filter_expand(self, queryset: Any, name: str, value: str) -> Any:
+        return queryset  # read by JobViewSet.filter_queryset, which collapses arrays unless given
 
     def filter_mine(self, queryset: Any, name: str, value: bool | None) -> Any:
         if value:

@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from gpuqueue.api.activity_fields import GpuActivityField
+from gpuqueue.api.array_summary_fields import ArraySummaryField
 from gpuqueue.api.cached_fields import FieldsBoundOnce
 from gpuqueue.api.fields import (
     DurationSecondsField,
@@ -323,6 +324,7 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
     runtime_prediction = RuntimePredictionField()
     start_band = StartBandField()
     gpu_activity = GpuActivityField()
+    array_summary = ArraySummaryField()
 
     class Meta:
         model = Job
@@ -336,6 +338,7 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
             "idempotency_key",
             "array",
             "array_index",
+            "array_summary",
             "hold",
             "keep_if_unmet",
             "state",

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils import timezone
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -16,7 +17,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gpuqueue.api.filters import JobFilter, UtilizationSampleFilter
+from gpuqueue.api.array_summary_fields import attach
+from gpuqueue.api.filters import EXPAND_TASKS, JobFilter, UtilizationSampleFilter
 from gpuqueue.api.idempotency import body_digest, check_same_body
 from gpuqueue.api.job_ordering import KeysetPagination
 from gpuqueue.api.log_serializers import JobLogSerializer, LogQuerySerializer
@@ -37,6 +39,7 @@ from gpuqueue.models import Flavor, Job, Node, Quota, UtilizationSample
 from gpuqueue.services.cluster.inventory import usage_now
 from gpuqueue.services.cluster.logs import read_job_log
 from gpuqueue.services.cluster.nodes import set_drained
+from gpuqueue.services.jobs.array_rows import array_summaries, one_row_per_array
 from gpuqueue.services.jobs.cancel import cancel_job
 from gpuqueue.services.jobs.dependencies import links, submit_job_after
 from gpuqueue.services.jobs.submit import TeamRequired, previous_submission
@@ -116,6 +119,20 @@ class JobViewSet(
 
     def get_queryset(self) -> QuerySet[Job]:
         return Job.objects.visible_to(self.request.user).select_related("team", "flavor", "user")
+
+    def filter_queryset(self, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        """The list shows an array as one row unless `?expand=tasks` (gpuqueue/api/filters.py)."""
+        queryset = super().filter_queryset(queryset)
+        if self.action == "list" and self.request.query_params.get("expand") != EXPAND_TASKS:
+            queryset = one_row_per_array(queryset)
+        return queryset
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        if request.query_params.get("expand") != EXPAND_TASKS:
+            arrays = {job.array_id for job in page if job.array_id is not None}
+            attach(page, array_summaries(arrays, timezone.now()))
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     @extend_schema(
         request=JobSubmitSerializer,

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuqueue.client import arrays, forecast_text, humane, usage
+from gpuqueue.client import arrays, exit_codes, forecast_text, humane, usage
 from gpuqueue.client.api import ApiError, Client, save_config
 from gpuqueue.client.durations import parse_duration
 from gpuqueue.client.job_ids import parse_ids
@@ -149,6 +149,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mine", action="store_true")
     p.add_argument("--state", action="append", help="default: active (any case; repeatable)")
     p.add_argument("--limit", type=int, default=500)
+    p.add_argument(
+        "--tasks", action="store_true", help="each task of an array on a line of its own"
+    )
     p.set_defaults(handler=cmd_queue)
 
     p = sub.add_parser("list", help="list jobs, newest first")
@@ -351,15 +354,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     print(f"{'ID':>7}  {'STATE':10}  {'TEAM':12}  {'USER':10}  {'GPUS':>9}  NAME")
     for j in jobs:
         gpus = humane.shape(j)
-        print(
-            f"{j['id']:>7}  {j['state']:10}  {j['team']:12}  {j['user']:10}  {gpus:>9}  {j['name']}"
-        )
+        # An array is one line: squeue's label and the array's state (`queue` has its counts).
+        array = j.get("array_summary")
+        ident, state = (array["label"], array["state"]) if array else (j["id"], j["state"])
+        print(f"{ident:>7}  {state:10}  {j['team']:12}  {j['user']:10}  {gpus:>9}  {j['name']}")
     return 0
 
 
 def cmd_queue(args: argparse.Namespace) -> int:
     client = _client(args)
-    filters = {"team": args.team, "flavor": args.flavor, "mine": "true" if args.mine else None}
+    filters = {
+        "team": args.team,
+        "flavor": args.flavor,
+        "mine": "true" if args.mine else None,
+        "expand": "tasks" if args.tasks else None,
+    }
     # Asked sorted, so that --limit keeps what comes first below (the jobs holding GPUs, then
     # the head of the line), not the newest jobs.
     asked = [(["holding"], "submitted_at"), (["pending"], "position")]
@@ -370,6 +379,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
         if len(jobs) < args.limit:
             left = args.limit - len(jobs)
             jobs += client.jobs(limit=left, state=states, ordering=ordering, **filters)
+    jobs = one_line_per_array(jobs)
     if args.json:
         print(json.dumps(jobs, indent=2))
         return 0
@@ -384,6 +394,20 @@ def cmd_queue(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     print(humane.table(humane.QUEUE_COLUMNS, humane.queue_rows(jobs, now)))
     return 0
+
+
+def one_line_per_array(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An array's row comes once from the tasks holding GPUs and again from those waiting:
+    keep the first (its summary covers every task)."""
+    seen: set[int] = set()
+    out = []
+    for job in jobs:
+        if job.get("array_summary"):
+            if job["array"] in seen:
+                continue
+            seen.add(job["array"])
+        out.append(job)
+    return out
 
 
 def describe(job: dict[str, Any], now: datetime | None = None) -> str:
@@ -419,7 +443,8 @@ def describe(job: dict[str, Any], now: datetime | None = None) -> str:
     if job.get("attempts"):
         lines.append(f"  attempts: {job['attempts']}")
     if job.get("exit_code") is not None:
-        lines.append(f"  exit code: {job['exit_code']}")
+        hint = exit_codes.exit_hint(job["exit_code"])
+        lines.append(f"  exit code: {job['exit_code']}" + (f", {hint}" if hint else ""))
     if job.get("message"):
         lines.append(f"  message: {job['message']}")
     return "\n".join(lines)

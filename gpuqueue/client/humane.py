@@ -79,10 +79,58 @@ def elapsed(job: dict[str, Any], now: datetime) -> str:
 QUEUE_COLUMNS = ("ID", "TEAM", "USER", "STATE", "SHAPE", "TIME", "POS", "START", "NAME", "WHY")
 
 
+def clock(at: datetime, now: datetime) -> str:
+    """'14:05' in the viewer's time zone, '+1d' when a day or more away."""
+    return f"{at.astimezone():%H:%M}" + (
+        f" +{(at - now).days}d" if at - now >= timedelta(days=1) else ""
+    )
+
+
+def array_counts(counts: dict[str, int]) -> str:
+    """'2 running, 8 pending, 1 failed' (admitted and preempting count as running)."""
+    held = sum(counts.get(s, 0) for s in ("ADMITTED", "RUNNING", "PREEMPTING"))
+    parts = [f"{held} running"] if held else []
+    parts += [
+        f"{counts[s]} {s.lower()}"
+        for s in ("PENDING", "SUCCEEDED", "FAILED", "CANCELLED")
+        if counts.get(s)
+    ]
+    return ", ".join(parts)
+
+
+def array_row(job: dict[str, Any], now: datetime) -> tuple[str, ...]:
+    """One row for a whole array, as squeue shows `123_[10-99%10]`: its waiting tasks' indices
+    and limit, the next start, its tasks counted and when the last should end."""
+    a = job["array_summary"]
+    start = parse(a.get("next_start"))
+    finish = parse(a.get("estimated_finish"))
+    why = array_counts(a["counts"])
+    if a.get("max_concurrent"):
+        why += f"; {a['max_concurrent']} at a time"
+    if finish is not None:
+        why += f"; done ~{clock(finish, now)}"
+    return (
+        a["label"],
+        job["team"],
+        job["user"],
+        a["state"],
+        f"{a['size']}×{shape(job)}",
+        "",
+        "",
+        "" if start is None else clock(start, now),
+        job["name"],
+        why,
+    )
+
+
 def queue_rows(jobs: list[dict[str, Any]], now: datetime) -> list[tuple[str, ...]]:
-    """One row per job: what squeue shows, plus gpuqueue's position, estimated start and reason."""
+    """One row per job: what squeue shows, plus gpuqueue's position, estimated start and reason;
+    one row per array (the rows the API gives with `array_summary`)."""
     rows = []
     for job in jobs:
+        if job.get("array_summary"):
+            rows.append(array_row(job, now))
+            continue
         position = ""
         if job["state"] == "PENDING" and job.get("queue_position") is not None:
             position = f"{job['queue_position']}/{job.get('cluster_position')}"
@@ -96,10 +144,7 @@ def queue_rows(jobs: list[dict[str, Any]], now: datetime) -> list[tuple[str, ...
                 shape(job),
                 elapsed(job, now),
                 position,
-                ""
-                if start is None
-                else f"{start.astimezone():%H:%M}"
-                + (f" +{(start - now).days}d" if start - now >= timedelta(days=1) else ""),
+                "" if start is None else clock(start, now),
                 job["name"],
                 job.get("pending_reason_label") or "",
             )

@@ -87,3 +87,29 @@ def test_a_pending_job_not_yet_placed_in_line_comes_after_those_that_are(
     lines = capsys.readouterr().out.splitlines()
     at = lines[0].index("NAME")
     assert [line[at:].split()[0] for line in lines[1:]] == ["placed-first", "just-submitted"]
+
+
+def test_queue_shows_an_array_as_one_line_as_squeue_does(
+    cli: Any, api: Any, job_body: Any, capsys: Any
+) -> None:
+    from gpuqueue.services.jobs.arrays import hold_over_limit
+
+    body = {**job_body, "name": "sweep", "array": "0-9%2", "expected_runtime_seconds": "10m"}
+    array = api("alice").post("/api/v1/arrays/", body, format="json").json()
+    now = timezone.now()
+    Job.objects.filter(array_id=array["id"], array_index__lt=2).update(
+        state=JobState.RUNNING, admitted_at=now, started_at=now
+    )
+    hold_over_limit()
+    assert cli("queue") == 0
+    lines = capsys.readouterr().out.splitlines()
+    mine = [line for line in lines[1:] if "sweep" in line]
+    assert len(mine) == 1, lines
+    assert mine[0].startswith(f"{array['id']}_[2-9%2]")
+    assert "2 running, 8 pending; 2 at a time; done ~" in mine[0]
+    assert cli("queue", "--tasks") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len([line for line in lines[1:] if "sweep" in line]) == 10
+    assert cli("list") == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if "sweep" in line]
+    assert len(listed) == 1 and f"{array['id']}_[2-9%2]" in listed[0] and "RUNNING" in listed[0]

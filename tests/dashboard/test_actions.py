@@ -127,8 +127,8 @@ def test_live_regions_poll_until_nothing_can_change(clients: Any, jobs: Any) -> 
     assert 'id="job-counters" class="counters" hx-swap-oob="true"' in live.content.decode()
     final = clients["carol"].get(f"/jobs/{jobs.b_done.pk}/", **HX)
     assert final.status_code == 286 and "hx-trigger" not in final.content.decode()
-    assert clients["root"].get("/?state=finished", **HX).status_code == 286
-    assert clients["root"].get("/?state=active", **HX).status_code == 200
+    assert clients["root"].get("/jobs/?state=finished", **HX).status_code == 286
+    assert clients["root"].get("/jobs/?state=active", **HX).status_code == 200
     for url in ("/queues/", "/cluster/", "/utilization/"):
         partial = clients["alice"].get(url, **HX)
         assert partial.status_code == 200 and "<html" not in partial.content.decode()

@@ -118,7 +118,7 @@ def test_sign_in_submit_and_watch_the_job_run_then_succeed(browser: Any, service
     assert "ADMITTED → RUNNING" in timeline and "RUNNING → SUCCEEDED" in timeline
     shot(browser, "job-succeeded")
 
-    browser.get(f"{service.url}/")
+    browser.get(f"{service.url}/jobs/")
     wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{job_id}"]'))
     shot(browser, "jobs")
 
@@ -145,7 +145,7 @@ def test_a_member_cannot_open_another_teams_job(browser: Any, service: Any) -> N
     browser.get(f"{service.url}/jobs/{job_id}/")
     assert "Not found" in browser.page_source and "Your jobs" in browser.page_source
     assert "alices-secret" not in browser.page_source
-    browser.get(f"{service.url}/")
+    browser.get(f"{service.url}/jobs/")
     assert "alices-secret" not in browser.page_source
 
 

@@ -93,11 +93,13 @@ def test_axe_finds_no_serious_violation_on_any_page(browser: Any, service: Any) 
     pages = [
         f"/arrays/{array['id']}/",
         *PAGES,
-        "/?ordering=-waited&state=active",
+        "/jobs/?ordering=-waited&state=active",
+        f"/jobs/?expand={array['id']}",
         "/jobs/new/?preset=distributed",
         job,
         f"{job}logs/",
         f"{job}cancel/",
+        f"/jobs/new/?from={job.strip('/').rsplit('/', 1)[-1]}",
         "/teams/team-a/",
         "/teams/team-a/quotas/h100/",
         "/usage/",
@@ -169,7 +171,7 @@ def test_a_column_header_sorts_and_says_so(browser: Any, service: Any) -> None:
     from selenium.webdriver.common.by import By
 
     sign_in(browser, service, "root")
-    browser.get(f"{service.url}/")
+    browser.get(f"{service.url}/jobs/")
     ready(browser)
     browser.find_element(By.LINK_TEXT, "GPU-h").click()
     wait(browser, lambda b: "ordering=-gpu_hours" in b.current_url)

@@ -5,6 +5,7 @@ downstream jobs with their states, and the cancellation that follows an unmet de
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -134,3 +135,50 @@ def test_the_job_page_links_upstream_and_downstream_jobs_and_shows_an_unmet_depe
     assert text_of(browser, "job-state") == "CANCELLED"
     assert "a dependency can never be met" in text_of(browser, "timeline")
     assert browser.execute_script("return window.__csp") == []
+
+
+def test_the_job_list_shows_an_array_as_one_row_that_expands_to_its_tasks(
+    signed_in: Any, service: Any, token: str
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser = signed_in
+    array = service.api(
+        "POST",
+        "/api/v1/arrays/",
+        token,
+        job_body("row-sweep", array="0-5%2", expected_runtime_seconds=600),
+    )
+    browser.get(f"{service.url}/jobs/")
+    row = wait(
+        browser, lambda b: b.find_element(By.CSS_SELECTOR, f'tr[data-array-id="{array["id"]}"]')
+    )
+    assert row.text.startswith(f"{array['id']}_[")
+    assert not browser.find_elements(By.CSS_SELECTOR, "tr.task-row")
+    # The cycle starts two tasks and holds four; the row counts them and says the limit.
+    wait(
+        browser,
+        lambda b: (
+            "2 running"
+            in b.find_element(By.CSS_SELECTOR, f'tr[data-array-id="{array["id"]}"]').text
+        ),
+        timeout=60,
+    )
+    assert (
+        "2 at a time"
+        in browser.find_element(By.CSS_SELECTOR, f'tr[data-array-id="{array["id"]}"]').text
+    )
+
+    # Expanding swaps the table in place (no reload) and keeps the URL and the polling.
+    browser.execute_script("window.__sameDocument = true")
+    browser.find_element(By.CSS_SELECTOR, f'tr[data-array-id="{array["id"]}"] a.expand').click()
+    wait(browser, lambda b: len(b.find_elements(By.CSS_SELECTOR, "tr.task-row")) == 6)
+    assert f"expand={array['id']}" in browser.current_url
+    notes = [n.text for n in browser.find_elements(By.CSS_SELECTOR, "tr.task-row .task-note")]
+    assert len(notes) == 4 and all("the array runs 2 at a time" in n for n in notes), notes
+    assert any("starts as task 0 finishes" in n or "starts as task 1 finishes" in n for n in notes)
+    time.sleep(4)  # a poll of the table comes and goes
+    assert len(browser.find_elements(By.CSS_SELECTOR, "tr.task-row")) == 6
+    assert browser.execute_script("return window.__sameDocument === true")
+    assert browser.execute_script("return window.__csp") == []
+    service.api("POST", f"/api/v1/arrays/{array['id']}/cancel/", token, {})

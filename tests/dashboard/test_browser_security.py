@@ -19,7 +19,16 @@ document.addEventListener('securitypolicyviolation', (e) => {
   window.__csp.push(e.violatedDirective + ' ' + (e.blockedURI || 'inline') + ' ' + e.sourceFile);
 });
 """
-PAGES = ["/", "/jobs/new/", "/queues/", "/cluster/", "/utilization/", "/teams/", "/tokens/"]
+PAGES = [
+    "/",
+    "/jobs/",
+    "/jobs/new/",
+    "/queues/",
+    "/cluster/",
+    "/utilization/",
+    "/teams/",
+    "/tokens/",
+]
 
 
 def test_every_page_loads_and_updates_live_without_a_csp_violation(

@@ -33,7 +33,7 @@ def test_the_job_page_and_list_show_times_in_the_viewers_zone(browser: Any, serv
         tokyo = datetime.fromisoformat(at).astimezone(ZoneInfo("Asia/Tokyo"))
         assert tokyo.strftime("%H:%M") in text and "UTC" not in text
         assert tokyo.strftime("%H:%M:%S") in title and "GMT+9" in title
-        browser.get(f"{service.url}/")
+        browser.get(f"{service.url}/jobs/")
         wait(browser, lambda b: b.execute_script(READ, "td time[data-local='hover']"))
         wait(browser, lambda b: "GMT+9" in b.execute_script(READ, "td time[data-local='hover']")[2])
         at, text, title = browser.execute_script(READ, "td time[data-local='hover']")

@@ -54,7 +54,7 @@ def test_wait_run_and_gpu_hours(
 
 
 def test_the_job_list_shows_them_without_breaking_names(clients: Any, jobs: Any) -> None:
-    page = clients["alice"].get("/").content.decode()
+    page = clients["alice"].get("/jobs/").content.decode()
     assert ">Waited</a></th>" in page and ">Ran</a></th>" in page and ">GPU-h</a></th>" in page
     row = page[page.index(f'data-job-id="{jobs.a_running.pk}"') :]
     row = row[: row.index("</tr>")]

@@ -14,7 +14,9 @@ SIGNED_IN = ("alice", "bob", "carol", "root")
 def _url(name: str, world: Any, jobs: Any) -> str:
     return {
         "home": "/",
-        "home_filtered": "/?state=pending&team=team-a&q=a-&mine=1&flavor=h100",
+        "jobs": "/jobs/",
+        "old_job_link": "/?state=pending&team=team-a",
+        "home_filtered": "/jobs/?state=pending&team=team-a&q=a-&mine=1&flavor=h100",
         "submit": "/jobs/new/",
         "submit_preset": "/jobs/new/?preset=distributed",
         "job_a": f"/jobs/{jobs.a_running.pk}/",
@@ -24,7 +26,7 @@ def _url(name: str, world: Any, jobs: Any) -> str:
         "logs_b": f"/jobs/{jobs.b_running.pk}/logs/?worker=0",
         "progress_a": f"/jobs/{jobs.a_running.pk}/progress/",
         "progress_b": f"/jobs/{jobs.b_running.pk}/progress/",
-        "home_sorted": "/?ordering=-gpu_hours&state=active",
+        "home_sorted": "/jobs/?ordering=-gpu_hours&state=active",
         "cancel_a": f"/jobs/{jobs.a_pending.pk}/cancel/",
         "queues": "/queues/",
         "cluster": "/cluster/",
@@ -40,6 +42,9 @@ def _url(name: str, world: Any, jobs: Any) -> str:
 # page -> expected status for alice, bob, carol, root (anonymous is always sent to sign in).
 EXPECTED = {
     "home": (200, 200, 200, 200),
+    "jobs": (200, 200, 200, 200),
+    # `/` was the job list: its old links go on to /jobs/ with their query.
+    "old_job_link": (302, 302, 302, 302),
     "home_filtered": (200, 200, 200, 200),
     "submit": (200, 200, 200, 200),
     "submit_preset": (200, 200, 200, 200),
@@ -78,11 +83,11 @@ def test_every_page_answers_each_persona_as_expected(
 
 
 def test_navigation_shows_the_users_teams_and_role(clients: Any, jobs: Any) -> None:
-    bob = clients["bob"].get("/").content.decode()
+    bob = clients["bob"].get("/jobs/").content.decode()
     assert "team-a" in bob and ">admin<" in bob
-    alice = clients["alice"].get("/").content.decode()
+    alice = clients["alice"].get("/jobs/").content.decode()
     assert "team-a" in alice and ">member<" in alice and "team-b" not in alice.split("<main")[0]
-    root = clients["root"].get("/").content.decode()
+    root = clients["root"].get("/jobs/").content.decode()
     assert "site admin" in root
 
 
@@ -91,13 +96,13 @@ def test_sign_in_page_and_sign_out(client: Any, world: Any) -> None:
     assert page.status_code == 200 and b'for="id_username"' in page.content
     response = client.post("/accounts/login/", {"username": "alice", "password": "alice-pass-1"})
     assert response.status_code == 302
-    assert client.get("/").status_code == 200
+    assert client.get("/jobs/").status_code == 200
     assert client.post("/accounts/logout/").status_code == 302
-    assert client.get("/").status_code == 302
+    assert client.get("/jobs/").status_code == 302
 
 
 def test_job_list_shows_reason_position_and_estimated_start(clients: Any, jobs: Any) -> None:
-    body = clients["alice"].get("/").content.decode()
+    body = clients["alice"].get("/jobs/").content.decode()
     # The reason's word in the list, its sentence on hover (and on the job's page).
     assert (
         '<span class="reason-label" title="Waiting for 32 h100 GPUs as 4 × 8; 1 of 4 workers '
@@ -109,18 +114,18 @@ def test_job_list_shows_reason_position_and_estimated_start(clients: Any, jobs: 
 
 
 def test_job_list_filters(clients: Any, jobs: Any) -> None:
-    pending = clients["alice"].get("/?state=pending").content.decode()
+    pending = clients["alice"].get("/jobs/?state=pending").content.decode()
     assert "a-pending" in pending and "a-running" not in pending
-    root = clients["root"].get("/?team=team-b").content.decode()
+    root = clients["root"].get("/jobs/?team=team-b").content.decode()
     assert "b-running" in root and "a-running" not in root
-    assert "b-done" in clients["root"].get("/?state=finished").content.decode()
+    assert "b-done" in clients["root"].get("/jobs/?state=finished").content.decode()
 
 
 def test_job_list_states_in_any_case_and_a_wrong_one_said(clients: Any, jobs: Any) -> None:
-    upper = clients["alice"].get("/?state=PENDING").content.decode()
+    upper = clients["alice"].get("/jobs/?state=PENDING").content.decode()
     assert "a-pending" in upper and "a-running" not in upper
     assert 'id="filter-problem"' not in upper
-    wrong = clients["alice"].get("/?state=pendin").content.decode()
+    wrong = clients["alice"].get("/jobs/?state=pendin").content.decode()
     assert "Unknown state &#x27;pendin&#x27;: one of active, holding, finished" in wrong
     assert "a-pending" in wrong and "a-running" in wrong  # not filtered by it
 

@@ -213,7 +213,7 @@ def test_the_owner_sees_the_flag_on_the_job_page_and_in_the_job_list(
     page = clients["alice"].get(f"/jobs/{running.pk}/").content.decode()
     words = page.split('id="job-gpu-activity"', 1)[1].split("</dd>", 1)[0]
     assert "Idle: its 8 GPUs have been below 5 % utilization for" in words
-    listing = clients["alice"].get("/").content.decode()
+    listing = clients["alice"].get("/jobs/").content.decode()
     row = listing.split(f'data-job-id="{running.pk}"', 1)[1].split("</tr>", 1)[0]
     assert "idle GPUs" in row
 
@@ -223,7 +223,7 @@ def test_a_busy_job_has_no_marker(running: Any, clients: Any) -> None:
     _tick(1)
     page = clients["alice"].get(f"/jobs/{running.pk}/").content.decode()
     assert "GPU utilization 85 %" in page and "Idle:" not in page
-    assert "idle GPUs" not in clients["alice"].get("/").content.decode()
+    assert "idle GPUs" not in clients["alice"].get("/jobs/").content.decode()
 
 
 def test_the_utilization_page_shows_gpu_hours_held_idle_per_team(

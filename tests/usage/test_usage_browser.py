@@ -59,7 +59,7 @@ def test_an_idle_job_is_flagged_and_its_gpu_hours_reported(browser: Any, service
     assert browser.execute_script("return window.__sameDocument === true")
     shot(browser, "job-idle-gpus")
 
-    browser.get(f"{service.url}/?state=running")
+    browser.get(f"{service.url}/jobs/?state=running")
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{job_id}"]')
     assert "idle GPUs" in row.text
 
