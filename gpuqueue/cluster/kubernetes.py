@@ -42,8 +42,9 @@ from gpuqueue.cluster.base import (
     WorkerLog,
     WorkloadStatus,
 )
+from gpuqueue.cluster.dra import DeviceFlavor, dra_use
 from gpuqueue.cluster.gates import Release, is_gated, releases
-from gpuqueue.cluster.inventory import inventory, not_ready_since
+from gpuqueue.cluster.inventory import inventory, not_ready_since, with_dra
 from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound, load_configuration
 from gpuqueue.cluster.k8s_watch import Store, run_watcher, without_managed_fields
 from gpuqueue.cluster.projection import projector
@@ -91,6 +92,16 @@ def team_namespaces() -> list[str]:
     return sorted(set(Team.objects.values_list("namespace", flat=True)))
 
 
+def device_flavors() -> list[DeviceFlavor]:
+    """The flavors whose GPUs are DRA devices: their DeviceClass and selector."""
+    from gpuqueue.models import Flavor
+
+    return [
+        DeviceFlavor(f.resource_name, f.device_class, f.device_selector)
+        for f in Flavor.objects.exclude(device_class="").order_by("name")
+    ]
+
+
 class KubernetesBackend(ClusterBackend):
     name = "kubernetes"
     withdraws_checkpoints = True
@@ -111,11 +122,14 @@ class KubernetesBackend(ClusterBackend):
         instance: str = "gpuqueue",
         install: str = "",
         records: Callable[[Collection[int], str], Mapping[Key, Record]] = recorded,
+        dra_flavors: Callable[[], list[DeviceFlavor]] = device_flavors,
     ) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
+        self.resource = client.ResourceV1Api(api_client)
+        self.dra_flavors = dra_flavors
         self.options = options or mf.ClusterOptions()
         self.call = caller or Caller()
         self.timeout = timeout_seconds
@@ -289,7 +303,27 @@ class KubernetesBackend(ClusterBackend):
         # observe() in the same pass reads the same copy: one copy of the pods and one
         # sorting out per pass, not one per call.
         self._seen = (pods, ours)
-        return inventory(nodes, pods, live, ours.pod_keys)
+        infos = inventory(nodes, pods, live, ours.pod_keys)
+        if flavors := self.dra_flavors():
+            slices, classes, claims = self._list_dra()
+            use = dra_use(flavors, slices, classes, claims, pods, live, ours.pod_keys)
+            infos = [with_dra(info, use) for info in infos]
+        return infos
+
+    def _list_dra(self) -> tuple[list[Obj], list[Obj], list[Obj]]:
+        """ResourceSlices, DeviceClasses and ResourceClaims (resource.k8s.io/v1), listed only
+        while a flavor is DRA's. A cluster that does not serve the API offers no devices."""
+        try:
+            return (
+                self._list("list resourceslices", self.resource.list_resource_slice)["items"],
+                self._list("list deviceclasses", self.resource.list_device_class)["items"],
+                self._list(
+                    "list resourceclaims", self.resource.list_resource_claim_for_all_namespaces
+                )["items"],
+            )
+        except NotFound as exc:
+            log.warning("DRA flavors, but the cluster serves no resource.k8s.io/v1: %s", exc)
+            return [], [], []
 
     def _remember_nodes(self, nodes: list[Obj]) -> None:
         self._nodes_seen = nodes
