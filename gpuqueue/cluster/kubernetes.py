@@ -526,7 +526,8 @@ class KubernetesBackend(ClusterBackend):
            there (returned either way, for the caller to keep its hash). It owns the other
            two, so deleting it removes everything of the attempt.
         3. The headless Service, the gang's PodDisruptionBudget (with GPUQUEUE_K8S_GANG_PDB),
-           then the Indexed Job, whose pods wait behind the placement gate until the watcher
+           a DRA flavor's ResourceClaimTemplate (each worker's claim for its devices), then
+           the Indexed Job, whose pods wait behind the placement gate until the watcher
            releases the gang (release_gangs).
         4. Anything under the attempt's names that is not gpuqueue's (no proof: someone made
            it to be adopted) is neither adopted nor deleted: Squatted, a failed start. What
@@ -583,6 +584,19 @@ class KubernetesBackend(ClusterBackend):
                     if self.options.gang_pdb
                     else []
                 ),
+                *(
+                    [
+                        (
+                            "resourceclaimtemplate",
+                            self.resource.create_namespaced_resource_claim_template,
+                            self.resource.read_namespaced_resource_claim_template,
+                            mf.claim_template_manifest(spec, owner),
+                            lambda obj: proof.is_our_claim_template(obj, key, record, secret_uid),
+                        )
+                    ]
+                    if spec.device_class
+                    else []
+                ),
                 (
                     "job",
                     self.batch.create_namespaced_job,
@@ -594,7 +608,7 @@ class KubernetesBackend(ClusterBackend):
                 try:
                     obj = self._create(kind, create, spec.namespace, body)
                 except Conflict:
-                    obj = self._read(kind, read, spec.namespace, name)
+                    obj = self._read(kind, read, spec.namespace, body["metadata"]["name"])
                     if not ours(obj):  # 4.
                         raise Squatted(_squatted(kind.title(), spec.namespace, name)) from None
                     log.info(
@@ -798,6 +812,35 @@ class KubernetesBackend(ClusterBackend):
             if service is not None and proof.is_our_service(service, key, record, secret_uid):
                 self._delete(
                     "service", self.core.delete_namespaced_service, namespace, name, _uid(service)
+                )
+            # A DRA flavor's claim template (its Secret's garbage collection removes it
+            # too; deleted here at once, and only when proven gpuqueue's).
+            template_name = mf.claim_template_name(*key)
+            template = (
+                self._get(
+                    "resourceclaimtemplate",
+                    self.resource.read_namespaced_resource_claim_template,
+                    namespace,
+                    template_name,
+                )
+                if self.dra_flavors()
+                else None
+            )
+            if template is not None and proof.is_our_claim_template(
+                template, key, record, secret_uid
+            ):
+                self._delete(
+                    "resourceclaimtemplate",
+                    self.resource.delete_namespaced_resource_claim_template,
+                    namespace,
+                    template_name,
+                    _uid(template),
+                )
+            elif template is not None:
+                log.warning(
+                    "resourceclaimtemplate %s/%s is not gpuqueue's: left alone",
+                    namespace,
+                    template_name,
                 )
         if secret is not None:
             self._delete(
