@@ -21,6 +21,7 @@ import secrets
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -129,6 +130,9 @@ class KubernetesBackend(ClusterBackend):
         self.batch = client.BatchV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
         self.resource = client.ResourceV1Api(api_client)
+        self.scheduling = client.SchedulingV1beta1Api(api_client)
+        # Whether the cluster serves PodGroups (None: not asked yet); see serves_pod_groups.
+        self._pod_groups: bool | None = None
         self.dra_flavors = dra_flavors
         self.options = options or mf.ClusterOptions()
         self.call = caller or Caller()
@@ -299,6 +303,7 @@ class KubernetesBackend(ClusterBackend):
         others, whatever their labels say."""
         nodes, pods, jobs = self._current()
         self._remember_nodes(nodes)
+        self.serves_pod_groups()  # asked at the first pass, for /healthz
         ours = self._ours(jobs, pods)
         # observe() in the same pass reads the same copy: one copy of the pods and one
         # sorting out per pass, not one per call.
@@ -309,6 +314,34 @@ class KubernetesBackend(ClusterBackend):
             use = dra_use(flavors, slices, classes, claims, pods, live, ours.pod_keys)
             infos = [with_dra(info, use) for info in infos]
         return infos
+
+    def serves_pod_groups(self) -> bool:
+        """Whether the API serves scheduling.k8s.io/v1beta1 PodGroups (Kubernetes 1.37 with
+        the Workload API on), asked once per process through discovery and reported on
+        /healthz. An API that cannot be asked now is asked again next time."""
+        if self._pod_groups is None:
+            try:
+                found = _json(
+                    self.call(
+                        "discover scheduling.k8s.io/v1beta1",
+                        self.scheduling.get_api_resources,
+                        _preload_content=False,
+                        _request_timeout=self.timeout,
+                    )
+                )
+                names = {r.get("name") for r in found.get("resources") or []}
+                self._pod_groups = "podgroups" in names
+            except NotFound:
+                self._pod_groups = False
+            except ClusterError as exc:
+                log.warning("cannot tell whether the cluster serves PodGroups: %s", exc)
+                return False
+            from gpuqueue.core.cluster_health import record_features
+
+            record_features({"pod_groups": self._pod_groups})
+            if self._pod_groups:
+                log.info("the cluster serves PodGroups: each gang carries one")
+        return self._pod_groups
 
     def _list_dra(self) -> tuple[list[Obj], list[Obj], list[Obj]]:
         """ResourceSlices, DeviceClasses and ResourceClaims (resource.k8s.io/v1), listed only
@@ -526,8 +559,9 @@ class KubernetesBackend(ClusterBackend):
            there (returned either way, for the caller to keep its hash). It owns the other
            two, so deleting it removes everything of the attempt.
         3. The headless Service, the gang's PodDisruptionBudget (with GPUQUEUE_K8S_GANG_PDB),
-           a DRA flavor's ResourceClaimTemplate (each worker's claim for its devices), then
-           the Indexed Job, whose pods wait behind the placement gate until the watcher
+           the gang's PodGroup where the cluster serves them (serves_pod_groups), a DRA
+           flavor's ResourceClaimTemplate (each worker's claim for its devices), then the
+           Indexed Job, whose pods wait behind the placement gate until the watcher
            releases the gang (release_gangs).
         4. Anything under the attempt's names that is not gpuqueue's (no proof: someone made
            it to be adopted) is neither adopted nor deleted: Squatted, a failed start. What
@@ -541,6 +575,7 @@ class KubernetesBackend(ClusterBackend):
             self._remember_nodes(self.list_raw_nodes()["items"])
         hostnames = {n: self._hostnames.get(n, n) for n in spec.placement}
         record = Record(namespace=spec.namespace, proof=spec.proof)
+        options = replace(self.options, pod_group=self.serves_pod_groups())
         # 2.
         token = f"gqj_{spec.job_id}_{secrets.token_urlsafe(32)}"
         name = mf.token_secret_name(*key)
@@ -587,6 +622,19 @@ class KubernetesBackend(ClusterBackend):
                 *(
                     [
                         (
+                            "podgroup",
+                            self.scheduling.create_namespaced_pod_group,
+                            self.scheduling.read_namespaced_pod_group,
+                            mf.pod_group_manifest(spec, owner),
+                            lambda obj: proof.is_our_pod_group(obj, key, record, secret_uid),
+                        )
+                    ]
+                    if options.pod_group
+                    else []
+                ),
+                *(
+                    [
+                        (
                             "resourceclaimtemplate",
                             self.resource.create_namespaced_resource_claim_template,
                             self.resource.read_namespaced_resource_claim_template,
@@ -601,7 +649,7 @@ class KubernetesBackend(ClusterBackend):
                     "job",
                     self.batch.create_namespaced_job,
                     self.batch.read_namespaced_job,
-                    mf.job_manifest(spec, self.options, hostnames, owner),
+                    mf.job_manifest(spec, options, hostnames, owner),
                     lambda obj: proof.is_our_job(obj, key, record, secret_uid),
                 ),
             ):

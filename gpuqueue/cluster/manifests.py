@@ -118,6 +118,11 @@ class ClusterOptions:
     # A PodDisruptionBudget per gang (GPUQUEUE_K8S_GANG_PDB): `kubectl drain` and autoscalers
     # then wait for gpuqueue to checkpoint and requeue the gang instead of evicting part of it.
     gang_pdb: bool = False
+    # Whether the cluster serves the Workload API's PodGroup (scheduling.k8s.io/v1beta1,
+    # Kubernetes 1.37 with GenericWorkload): each gang then carries one, so that kube-scheduler
+    # binds its pods all together or not at all, a second lock on gpuqueue's own (detected by
+    # the backend, not a setting).
+    pod_group: bool = False
 
 
 def workload_name(job_id: int, attempt: int) -> str:
@@ -271,6 +276,19 @@ def claim_template_manifest(
     }
 
 
+def pod_group_manifest(spec: LaunchSpec, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The gang's PodGroup: kube-scheduler admits its pods only when all `workers` of them can
+    be placed at once (gang policy, minCount = workers), so a pod released alone, by hand or by
+    a fault, waits for the rest instead of holding part of a gang's GPUs. Owned by the
+    attempt's Secret, so it goes with the attempt."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": _metadata(spec, workload_name(spec.job_id, spec.attempt), owner),
+        "spec": {"schedulingPolicy": {"gang": {"minCount": spec.workers}}},
+    }
+
+
 def planned_slots(spec: LaunchSpec, hostnames: Mapping[str, str]) -> list[list[Any]]:
     """The plan as `[[hostname, workers], ...]` in node order: completion index i runs in the
     i-th slot (gpuqueue.cluster.gates.planned_hostname)."""
@@ -353,6 +371,8 @@ def job_manifest(
         ],
     }
     _add_fabric(pod_spec, spec.fabric)
+    if options.pod_group:
+        pod_spec["schedulingGroup"] = {"podGroupName": name}
     if spec.device_class:
         pod_spec["resourceClaims"] = [
             {

@@ -138,6 +138,15 @@ def is_our_service(service: Obj, key: Key, record: Record, secret_uid: str) -> b
     )
 
 
+def is_our_pod_group(group: Obj, key: Key, record: Record, secret_uid: str) -> bool:
+    """The gang's PodGroup (Kubernetes 1.37): proven as the Service is."""
+    return (
+        _in_place(group, record, workload_name(*key))
+        and carries(group, record.proof)
+        and owned_by(group, "Secret", uid=secret_uid)
+    )
+
+
 def is_our_claim_template(template: Obj, key: Key, record: Record, secret_uid: str) -> bool:
     """The attempt's ResourceClaimTemplate (a DRA flavor's devices): proven as the Service is,
     by its name, the attempt's HMAC and its owner, the attempt's Secret. Only such a template
