@@ -79,6 +79,24 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     return found
 
 
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"'}
+
+
+def _unescape(text: str) -> str:
+    """A CEL string literal's body: its backslash escapes, the rest as written (any script)."""
+
+    def one(match: re.Match[str]) -> str:
+        code = match.group(1)
+        if code.startswith("u") and len(code) == 5:
+            return chr(int(code[1:], 16))
+        if code not in _ESCAPES:
+            raise SelectorError(f"Unknown escape \\{code} in a string.")
+        return _ESCAPES[code]
+
+    return _ESCAPE.sub(one, text)
+
+
 def quantity(text: str) -> int:
     """A whole Kubernetes quantity ("40Gi", "80G", "8") in base units."""
     match = _QUANTITY.match(text)
@@ -126,7 +144,7 @@ class _Parser:
         kind, value = self.peek() or ("", "")
         if kind == "string":
             self.at += 1
-            return bytes(value[1:-1], "utf-8").decode("unicode_escape")
+            return _unescape(value[1:-1])
         if kind == "number":
             self.at += 1
             return int(value)
