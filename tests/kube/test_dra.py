@@ -20,12 +20,19 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpuqueue.cluster.base import LaunchSpec
+from gpuqueue.cluster.k8s_calls import Caller
+from gpuqueue.cluster.kubernetes import KubernetesBackend
+from gpuqueue.cluster.manifests import ClusterOptions
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Flavor, Job, Node, Quota
 from gpuqueue.services.cluster.inventory import flavor_capacity
 from tests.kube.conftest import Kube
 from tests.kube.controlplane import ControlPlane, api_client_for, create_nodes, fake_node
+
+# The admission tests' fixtures (a guarded team namespace, the policy, gpuqueue's account).
+from tests.kube.test_admission import GUARDED, guard, guarded, refused_by_policy  # noqa: F401
 
 DRIVER = "gpu.nvidia.com"
 H200 = "NVIDIA H200"
@@ -322,3 +329,63 @@ def test_a_stopped_dra_gang_takes_its_claim_template_with_it(
     with pytest.raises(ApiException) as gone:
         resource.read_namespaced_resource_claim_template(name, "team-a")
     assert gone.value.status == 404
+
+
+def test_under_deploys_rbac_and_policy_gpuqueue_makes_claims_and_nobody_else_does(
+    kube: Kube, request: pytest.FixtureRequest, dra: Any
+) -> None:
+    """As gpuqueue's own ServiceAccount, with deploy/'s admission policy installed: a DRA gang's
+    claim template is made and the resource claim controller makes each worker's claim from it,
+    while a ResourceClaim made by anyone else is still refused."""
+    backend = KubernetesBackend(
+        request.getfixturevalue("guarded"),
+        options=ClusterOptions(public_url="http://gpuqueue.test"),
+        caller=Caller(attempts=1, backoff_seconds=0),
+        namespaces=lambda: [GUARDED],
+        dra_flavors=lambda: [],
+    )
+    backend.launch(
+        LaunchSpec(
+            job_id=990101,
+            attempt=1,
+            team="guarded",
+            namespace=GUARDED,
+            name="dra-through-the-queue",
+            image="ghcr.io/acme/train:1",
+            command=[],
+            env={},
+            labels={},
+            annotations={},
+            workers=2,
+            gpus_per_worker=2,
+            resource_name="dra.gpuqueue.dev/h200",
+            placement={"dra-0": 2},
+            checkpoint_grace_seconds=30,
+            max_runtime_seconds=None,
+            device_class="gpu.nvidia.com",
+            device_selector=dra.h200.device_selector,
+        )
+    )
+
+    def claimed() -> bool:
+        pods = kube.pods(GUARDED, selector="gpuqueue.dev/job-id=990101")
+        return len(pods) == 2 and all(
+            (p.get("status") or {}).get("resourceClaimStatuses") for p in pods
+        )
+
+    kube.wait(claimed, timeout=30)
+    assert len(claims(kube, GUARDED)) == 2
+    theirs = {
+        "metadata": {"name": "around-the-queue"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}
+                ]
+            }
+        },
+    }
+    refused_by_policy(
+        lambda: client.ResourceV1Api(kube.api).create_namespaced_resource_claim(GUARDED, theirs),
+        says="ResourceClaim",
+    )
