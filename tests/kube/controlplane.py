@@ -120,7 +120,8 @@ def build(log: Any = sys.stderr) -> Path:
     """Build the missing binaries into the cache (a lock keeps two builds apart); returns it.
 
     1. etcd and the three Kubernetes commands from our module (one `go build`).
-    2. kwok with `go install` at its pinned version (its module has no replacements).
+    2. kwok with `go install` at its pinned version (its module has no replacements), once
+       into ~/.cache/gpuqueue/kwok-<version>, copied from there into each release's folder.
     """
     target = cache_dir()
     if not missing_binaries(target):
@@ -141,8 +142,13 @@ def build(log: Any = sys.stderr) -> Path:
             built = [name for name in missing if name in GO_PACKAGES]
             if built:  # one build: the packages share most of their dependencies
                 _go_build(go, {name: GO_PACKAGES[name] for name in built}, staging)
-            if "kwok" in missing:
-                _go_install(go, f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}", staging)
+            if "kwok" in missing:  # one build of kwok serves every release
+                kwok = install_binary(
+                    f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
+                    "kwok",
+                    target.parent / f"kwok-{KWOK_VERSION}",
+                )
+                shutil.copy2(kwok, staging / "kwok")
             for name in missing:
                 (staging / name).rename(target / name)
         finally:
