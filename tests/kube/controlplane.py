@@ -63,6 +63,9 @@ KUBE_MODULE = MODULES[KUBE_VERSION]
 # control plane beyond its defaults: on 1.37 the Workload and PodGroup API, beta but off.
 FEATURE_GATES = {"v1.37.2": "GenericWorkload=true"}
 RUNTIME_CONFIG = {"v1.37.2": "scheduling.k8s.io/v1beta1=true"}
+# Further kube-apiserver flags of a release: 1.37 refuses a loopback advertise address to the
+# endpoint reconciler of the `kubernetes` Service, which nothing on this control plane reads.
+APISERVER_FLAGS = {"v1.37.2": ("--endpoint-reconciler-type=none",)}
 KWOK_VERSION = "v0.8.0"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # What scripts/controlplane/go.mod builds: binary -> (package, the file name `go build` gives it).
@@ -435,6 +438,7 @@ class ControlPlane:
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16",
             *_release_flags(),
+            *APISERVER_FLAGS.get(KUBE_VERSION, ()),
             *(
                 [f"--runtime-config={RUNTIME_CONFIG[KUBE_VERSION]}"]
                 if KUBE_VERSION in RUNTIME_CONFIG
