@@ -41,7 +41,7 @@ KUBE_NEXT ?= v1.37.2
 KUBE_NEXT_TESTS ?= tests/kube/test_dra.py tests/kube/test_pod_groups.py
 test: install-dev browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
-	$(if $(PYTEST_ARGS),,GPUQUEUE_KUBE_VERSION=$(KUBE_NEXT) $(BIN)/python -m pytest -p no:randomly $(KUBE_NEXT_TESTS))
+	$(if $(PYTEST_ARGS),,GPUQUEUE_KUBE_VERSION=$(KUBE_NEXT) $(BIN)/python -m pytest $(KUBE_NEXT_TESTS))
 
 lint: install-dev
 	$(BIN)/ruff check .
