@@ -300,8 +300,9 @@ def test_devices_another_pods_claim_holds_are_planned_around(
 def test_quotas_hold_across_dra_and_extended_resource_flavors(
     kube: Kube, submit: Any, dra: Any
 ) -> None:
-    """Team A's limits: 8 H200 (DRA), 32 H100 (extended resource). Each flavor's limit counts
-    its own GPUs: 8 H200 and 8 H100 run together, a ninth H200 waits for its quota."""
+    """Team A's limits: 4 H200 (DRA), 32 H100 (extended resource). Each flavor's limit counts
+    its own GPUs: 4 H200 and 8 H100 run together; a fifth H200 waits for its quota although
+    4 H200 are free."""
     Quota.objects.filter(team=dra.team_a, flavor=dra.h200).update(guarantee=4, limit=4)
     dra_job = submit(flavor=dra.h200, gpus_per_worker=4, annotations=LONG)
     h100_job = submit(flavor=dra.h100, gpus_per_worker=8, annotations=LONG)
