@@ -34,8 +34,14 @@ browser:
 		|| ./scripts/install-test-packages.sh \
 		|| echo "WARNING: could not install chromium or prometheus; browser tests will be skipped" >&2
 
+# The whole suite on the control plane of Kubernetes v1.34.4, then (a full run only) the DRA and
+# PodGroup tests on v1.37.2: its control plane is built once into ~/.cache/gpuqueue beside the
+# other (tests/kube/controlplane.py; GPUQUEUE_KUBE_VERSION chooses the release).
+KUBE_NEXT ?= v1.37.2
+KUBE_NEXT_TESTS ?= tests/kube/test_dra.py tests/kube/test_pod_groups.py
 test: install-dev browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(if $(PYTEST_ARGS),,GPUQUEUE_KUBE_VERSION=$(KUBE_NEXT) $(BIN)/python -m pytest $(KUBE_NEXT_TESTS))
 
 lint: install-dev
 	$(BIN)/ruff check .

@@ -8,6 +8,7 @@ class FlavorAdmin(admin.ModelAdmin):
     list_display = [
         "name",
         "resource_name",
+        "device_class",
         "node_selector",
         "tolerations",
         "cpu_millicores_per_gpu",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,18 +14,21 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Cast
 
+from gpuqueue.core.device_selector import selector_errors
 from gpuqueue.core.fabric import fabric_errors
-from gpuqueue.core.gpu_resources import is_gpu_resource
+from gpuqueue.core.gpu_resources import dra_resource_name, is_dra_resource, is_gpu_resource
 from gpuqueue.core.states import ACTIVE, FINAL, HOLDING, JobState
 from gpuqueue.core.taints import EXISTS, schedulable_for, toleration_errors
 from teams.models import Team
 
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # The largest uid or gid a pod may run as (a non-negative 32-bit signed integer).
 MAX_ID = 2**31 - 1
 
 
 class Flavor(models.Model):
-    """A kind of schedulable GPU: a Kubernetes resource name plus a node label selector."""
+    """A kind of schedulable GPU: a Kubernetes resource name plus a node label selector, or
+    (with a device class) devices that Dynamic Resource Allocation hands out by ResourceClaim."""
 
     name = models.SlugField(max_length=63, unique=True)
     resource_name = models.CharField(
@@ -68,6 +72,20 @@ class Flavor(models.Model):
         '"annotations": {"k8s.v1.cni.cncf.io/networks": "ib-a"}, "runtime_class": "nvidia", '
         '"volumes": [{"name": "ib", "host_path": "/dev/infiniband", '
         '"mount_path": "/dev/infiniband"}]}',
+    )
+    # A DRA flavor: its workers' GPUs come from ResourceClaims for devices of this DeviceClass
+    # (gpu.nvidia.com, mig.nvidia.com), narrowed by the selector, a CEL expression over the
+    # devices' attributes (gpuqueue.core.device_selector). Its resource_name is then gpuqueue's
+    # own count of those devices (gpuqueue.core.gpu_resources.dra_resource_name).
+    device_class = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="a DeviceClass: its GPUs are DRA devices (empty: an extended resource)",
+    )
+    device_selector = models.TextField(
+        blank=True,
+        help_text="CEL over the devices, e.g. "
+        "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'",
     )
     description = models.CharField(max_length=200, blank=True)
     # Idle GPUs (gpuqueue/services/accounting/gpu_activity.py): null takes GPUQUEUE_IDLE_* settings.
@@ -159,9 +177,44 @@ class Flavor(models.Model):
             **({"fabric": found} if (found := self.fabric_errors()) else {}),
             **self.security_profile_errors(),
             **self.sharing_errors(),
+            **self.device_errors(),
         }
         if errors:
             raise ValidationError(errors)
+
+    @property
+    def is_dra(self) -> bool:
+        return bool(self.device_class)
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.device_class:  # its devices are counted under a name of gpuqueue's own
+            self.resource_name = dra_resource_name(self.name)
+        super().save(*args, **kwargs)
+
+    def device_errors(self) -> dict[str, list[str]]:
+        """A DeviceClass name, a selector gpuqueue can evaluate, whole devices only, and
+        gpuqueue's own resource names for DRA flavors alone."""
+        errors: dict[str, list[str]] = {}
+        if not self.device_class:
+            if self.device_selector:
+                errors["device_selector"] = ["Only a flavor with a device class has a selector."]
+            if is_dra_resource(self.resource_name or ""):
+                errors["resource_name"] = [
+                    "Names under dra.gpuqueue.dev/ count DRA flavors' devices; set a device "
+                    "class instead."
+                ]
+            return errors
+        if not _DNS_SUBDOMAIN.match(self.device_class) or len(self.device_class) > 253:
+            errors["device_class"] = [
+                "A DeviceClass name: lowercase letters, digits, '-' and '.', e.g. gpu.nvidia.com."
+            ]
+        if found := selector_errors(self.device_selector or ""):
+            errors["device_selector"] = found
+        if self.shareable:
+            errors["shareable"] = [
+                "A DRA flavor hands out whole devices (a MIG device is one): not shareable."
+            ]
+        return errors
 
     def fabric_errors(self) -> list[str]:
         return fabric_errors(

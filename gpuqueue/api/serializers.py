@@ -23,6 +23,7 @@ from gpuqueue.api.fields import (
 )
 from gpuqueue.api.node_draining import DrainingField, NodeListSerializer
 from gpuqueue.api.prediction_fields import RuntimePredictionField, StartBandField
+from gpuqueue.core.gpu_resources import dra_resource_name, is_dra_resource
 from gpuqueue.core.reason_text import describe_reason, reason_label
 from gpuqueue.core.states import JobState
 from gpuqueue.core.taints import toleration_errors
@@ -476,8 +477,12 @@ class FlavorSerializer(serializers.ModelSerializer):
             "shareable",
             "slices_per_gpu",
             "gpu_memory_mib",
+            "device_class",
+            "device_selector",
         ]
         read_only_fields = ["id"]
+        # A DRA flavor's resource name is gpuqueue's own (set on save).
+        extra_kwargs = {"resource_name": {"required": False}}
 
     def to_internal_value(self, data: Any) -> Any:
         reject_unknown_fields(self, data)
@@ -496,6 +501,23 @@ class FlavorSerializer(serializers.ModelSerializer):
         if errors:
             raise serializers.ValidationError(errors)
         return name
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """A resource name, unless the flavor's GPUs are DRA devices (a device class)."""
+        device_class = attrs.get(
+            "device_class", self.instance.device_class if self.instance is not None else ""
+        )
+        if device_class:
+            attrs["resource_name"] = dra_resource_name(
+                attrs.get("name", self.instance.name if self.instance is not None else "")
+            )
+        elif not attrs.get("resource_name") and (
+            self.instance is None or is_dra_resource(self.instance.resource_name)
+        ):
+            raise serializers.ValidationError(
+                {"resource_name": ["A resource name, or a device class for DRA devices."]}
+            )
+        return attrs
 
     def validate_node_selector(self, selector: dict[str, str]) -> dict[str, str]:
         return _checked(selector, v.label_errors)

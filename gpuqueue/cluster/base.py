@@ -108,6 +108,10 @@ class LaunchSpec:
 
     # The flavor's fabric (gpuqueue.core.fabric): network devices, capabilities and the like.
     fabric: Fabric = NO_FABRIC
+    # A DRA flavor's DeviceClass and CEL selector: each worker's GPUs come from a claim of
+    # `resource_per_worker` devices of that class, not from `resource_name` in its limits.
+    device_class: str = ""
+    device_selector: str = ""
 
 
 class Phase(enum.StrEnum):

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
 from gpuqueue.cluster.base import NodeInfo, gpu_model_of
+from gpuqueue.cluster.dra import DraUse
 from gpuqueue.cluster.status import parse_time
 from gpuqueue.core.gpu_resources import is_gpu_resource
 
@@ -283,6 +284,23 @@ def inventory(
             )
         )
     return sorted(infos, key=lambda info: info.name)
+
+
+def with_dra(info: NodeInfo, use: DraUse) -> NodeInfo:
+    """The node with its DRA flavors' devices (gpuqueue.cluster.dra): offered, held by
+    others, and held by gpuqueue's own stopping attempts, beside its extended resources."""
+    name = info.name
+    if not (name in use.capacity or name in use.external or name in use.draining):
+        return info
+    draining = {job: dict(held) for job, held in info.draining.items()}
+    for job, held in (use.draining.get(name) or {}).items():
+        draining.setdefault(job, {}).update(held)
+    return replace(
+        info,
+        capacity={**info.capacity, **(use.capacity.get(name) or {})},
+        used_externally={**info.used_externally, **(use.external.get(name) or {})},
+        draining=dict(sorted(draining.items())),
+    )
 
 
 def hostname_of(node: Mapping[str, Any]) -> str:

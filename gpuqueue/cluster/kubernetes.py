@@ -21,6 +21,7 @@ import secrets
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,8 +43,9 @@ from gpuqueue.cluster.base import (
     WorkerLog,
     WorkloadStatus,
 )
+from gpuqueue.cluster.dra import DeviceFlavor, dra_use
 from gpuqueue.cluster.gates import Release, is_gated, releases
-from gpuqueue.cluster.inventory import inventory, not_ready_since
+from gpuqueue.cluster.inventory import inventory, not_ready_since, with_dra
 from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound, load_configuration
 from gpuqueue.cluster.k8s_watch import Store, run_watcher, without_managed_fields
 from gpuqueue.cluster.projection import projector
@@ -91,6 +93,16 @@ def team_namespaces() -> list[str]:
     return sorted(set(Team.objects.values_list("namespace", flat=True)))
 
 
+def device_flavors() -> list[DeviceFlavor]:
+    """The flavors whose GPUs are DRA devices: their DeviceClass and selector."""
+    from gpuqueue.models import Flavor
+
+    return [
+        DeviceFlavor(f.resource_name, f.device_class, f.device_selector)
+        for f in Flavor.objects.exclude(device_class="").order_by("name")
+    ]
+
+
 class KubernetesBackend(ClusterBackend):
     name = "kubernetes"
     withdraws_checkpoints = True
@@ -111,11 +123,17 @@ class KubernetesBackend(ClusterBackend):
         instance: str = "gpuqueue",
         install: str = "",
         records: Callable[[Collection[int], str], Mapping[Key, Record]] = recorded,
+        dra_flavors: Callable[[], list[DeviceFlavor]] = device_flavors,
     ) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
+        self.resource = client.ResourceV1Api(api_client)
+        self.scheduling = client.SchedulingV1beta1Api(api_client)
+        # Whether the cluster serves PodGroups (None: not asked yet); see serves_pod_groups.
+        self._pod_groups: bool | None = None
+        self.dra_flavors = dra_flavors
         self.options = options or mf.ClusterOptions()
         self.call = caller or Caller()
         self.timeout = timeout_seconds
@@ -285,11 +303,60 @@ class KubernetesBackend(ClusterBackend):
         others, whatever their labels say."""
         nodes, pods, jobs = self._current()
         self._remember_nodes(nodes)
+        self.serves_pod_groups()  # asked at the first pass, for /healthz
         ours = self._ours(jobs, pods)
         # observe() in the same pass reads the same copy: one copy of the pods and one
         # sorting out per pass, not one per call.
         self._seen = (pods, ours)
-        return inventory(nodes, pods, live, ours.pod_keys)
+        infos = inventory(nodes, pods, live, ours.pod_keys)
+        if flavors := self.dra_flavors():
+            slices, classes, claims = self._list_dra()
+            use = dra_use(flavors, slices, classes, claims, pods, live, ours.pod_keys)
+            infos = [with_dra(info, use) for info in infos]
+        return infos
+
+    def serves_pod_groups(self) -> bool:
+        """Whether the API serves scheduling.k8s.io/v1beta1 PodGroups (Kubernetes 1.37 with
+        the Workload API on), asked once per process through discovery and reported on
+        /healthz. An API that cannot be asked now is asked again next time."""
+        if self._pod_groups is None:
+            try:
+                found = _json(
+                    self.call(
+                        "discover scheduling.k8s.io/v1beta1",
+                        self.scheduling.get_api_resources,
+                        _preload_content=False,
+                        _request_timeout=self.timeout,
+                    )
+                )
+                names = {r.get("name") for r in found.get("resources") or []}
+                self._pod_groups = "podgroups" in names
+            except NotFound:
+                self._pod_groups = False
+            except ClusterError as exc:
+                log.warning("cannot tell whether the cluster serves PodGroups: %s", exc)
+                return False
+            from gpuqueue.core.cluster_health import record_features
+
+            record_features({"pod_groups": self._pod_groups})
+            if self._pod_groups:
+                log.info("the cluster serves PodGroups: each gang carries one")
+        return self._pod_groups
+
+    def _list_dra(self) -> tuple[list[Obj], list[Obj], list[Obj]]:
+        """ResourceSlices, DeviceClasses and ResourceClaims (resource.k8s.io/v1), listed only
+        while a flavor is DRA's. A cluster that does not serve the API offers no devices."""
+        try:
+            return (
+                self._list("list resourceslices", self.resource.list_resource_slice)["items"],
+                self._list("list deviceclasses", self.resource.list_device_class)["items"],
+                self._list(
+                    "list resourceclaims", self.resource.list_resource_claim_for_all_namespaces
+                )["items"],
+            )
+        except NotFound as exc:
+            log.warning("DRA flavors, but the cluster serves no resource.k8s.io/v1: %s", exc)
+            return [], [], []
 
     def _remember_nodes(self, nodes: list[Obj]) -> None:
         self._nodes_seen = nodes
@@ -492,7 +559,9 @@ class KubernetesBackend(ClusterBackend):
            there (returned either way, for the caller to keep its hash). It owns the other
            two, so deleting it removes everything of the attempt.
         3. The headless Service, the gang's PodDisruptionBudget (with GPUQUEUE_K8S_GANG_PDB),
-           then the Indexed Job, whose pods wait behind the placement gate until the watcher
+           the gang's PodGroup where the cluster serves them (serves_pod_groups), a DRA
+           flavor's ResourceClaimTemplate (each worker's claim for its devices), then the
+           Indexed Job, whose pods wait behind the placement gate until the watcher
            releases the gang (release_gangs).
         4. Anything under the attempt's names that is not gpuqueue's (no proof: someone made
            it to be adopted) is neither adopted nor deleted: Squatted, a failed start. What
@@ -506,6 +575,7 @@ class KubernetesBackend(ClusterBackend):
             self._remember_nodes(self.list_raw_nodes()["items"])
         hostnames = {n: self._hostnames.get(n, n) for n in spec.placement}
         record = Record(namespace=spec.namespace, proof=spec.proof)
+        options = replace(self.options, pod_group=self.serves_pod_groups())
         # 2.
         token = f"gqj_{spec.job_id}_{secrets.token_urlsafe(32)}"
         name = mf.token_secret_name(*key)
@@ -549,18 +619,44 @@ class KubernetesBackend(ClusterBackend):
                     if self.options.gang_pdb
                     else []
                 ),
+                *(
+                    [
+                        (
+                            "podgroup",
+                            self.scheduling.create_namespaced_pod_group,
+                            self.scheduling.read_namespaced_pod_group,
+                            mf.pod_group_manifest(spec, owner),
+                            lambda obj: proof.is_our_pod_group(obj, key, record, secret_uid),
+                        )
+                    ]
+                    if options.pod_group
+                    else []
+                ),
+                *(
+                    [
+                        (
+                            "resourceclaimtemplate",
+                            self.resource.create_namespaced_resource_claim_template,
+                            self.resource.read_namespaced_resource_claim_template,
+                            mf.claim_template_manifest(spec, owner),
+                            lambda obj: proof.is_our_claim_template(obj, key, record, secret_uid),
+                        )
+                    ]
+                    if spec.device_class
+                    else []
+                ),
                 (
                     "job",
                     self.batch.create_namespaced_job,
                     self.batch.read_namespaced_job,
-                    mf.job_manifest(spec, self.options, hostnames, owner),
+                    mf.job_manifest(spec, options, hostnames, owner),
                     lambda obj: proof.is_our_job(obj, key, record, secret_uid),
                 ),
             ):
                 try:
                     obj = self._create(kind, create, spec.namespace, body)
                 except Conflict:
-                    obj = self._read(kind, read, spec.namespace, name)
+                    obj = self._read(kind, read, spec.namespace, body["metadata"]["name"])
                     if not ours(obj):  # 4.
                         raise Squatted(_squatted(kind.title(), spec.namespace, name)) from None
                     log.info(
@@ -764,6 +860,35 @@ class KubernetesBackend(ClusterBackend):
             if service is not None and proof.is_our_service(service, key, record, secret_uid):
                 self._delete(
                     "service", self.core.delete_namespaced_service, namespace, name, _uid(service)
+                )
+            # A DRA flavor's claim template (its Secret's garbage collection removes it
+            # too; deleted here at once, and only when proven gpuqueue's).
+            template_name = mf.claim_template_name(*key)
+            template = (
+                self._get(
+                    "resourceclaimtemplate",
+                    self.resource.read_namespaced_resource_claim_template,
+                    namespace,
+                    template_name,
+                )
+                if self.dra_flavors()
+                else None
+            )
+            if template is not None and proof.is_our_claim_template(
+                template, key, record, secret_uid
+            ):
+                self._delete(
+                    "resourceclaimtemplate",
+                    self.resource.delete_namespaced_resource_claim_template,
+                    namespace,
+                    template_name,
+                    _uid(template),
+                )
+            elif template is not None:
+                log.warning(
+                    "resourceclaimtemplate %s/%s is not gpuqueue's: left alone",
+                    namespace,
+                    template_name,
                 )
         if secret is not None:
             self._delete(

@@ -118,6 +118,11 @@ class ClusterOptions:
     # A PodDisruptionBudget per gang (GPUQUEUE_K8S_GANG_PDB): `kubectl drain` and autoscalers
     # then wait for gpuqueue to checkpoint and requeue the gang instead of evicting part of it.
     gang_pdb: bool = False
+    # Whether the cluster serves the Workload API's PodGroup (scheduling.k8s.io/v1beta1,
+    # Kubernetes 1.37 with GenericWorkload): each gang then carries one, so that kube-scheduler
+    # binds its pods all together or not at all, a second lock on gpuqueue's own (detected by
+    # the backend, not a setting).
+    pod_group: bool = False
 
 
 def workload_name(job_id: int, attempt: int) -> str:
@@ -128,6 +133,14 @@ def workload_name(job_id: int, attempt: int) -> str:
 
 def token_secret_name(job_id: int, attempt: int) -> str:
     return f"{workload_name(job_id, attempt)}-token"
+
+
+def claim_template_name(job_id: int, attempt: int) -> str:
+    return f"{workload_name(job_id, attempt)}-gpus"
+
+
+# The name of a DRA flavor's claim in each worker's pod and of its one device request.
+DEVICE_CLAIM = "gpus"
 
 
 def owner_labels(spec: LaunchSpec) -> dict[str, str]:
@@ -238,6 +251,44 @@ def pdb_manifest(spec: LaunchSpec, owner: Mapping[str, Any] | None = None) -> di
     }
 
 
+def claim_template_manifest(
+    spec: LaunchSpec, owner: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A DRA flavor's ResourceClaimTemplate: each worker's pod gets a claim of its own from it
+    (the resource claim controller makes them) for `resource_per_worker` devices of the
+    flavor's DeviceClass that match its selector; kube-scheduler allocates them on the node the
+    placement gate pins the pod to. Owned by the attempt's Secret, so it goes with the attempt."""
+    exactly: dict[str, Any] = {
+        "deviceClassName": spec.device_class,
+        "allocationMode": "ExactCount",
+        "count": spec.resource_per_worker,
+    }
+    if spec.device_selector.strip():
+        exactly["selectors"] = [{"cel": {"expression": spec.device_selector}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": _metadata(spec, claim_template_name(spec.job_id, spec.attempt), owner),
+        "spec": {
+            "metadata": {"labels": owner_labels(spec)},
+            "spec": {"devices": {"requests": [{"name": DEVICE_CLAIM, "exactly": exactly}]}},
+        },
+    }
+
+
+def pod_group_manifest(spec: LaunchSpec, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The gang's PodGroup: kube-scheduler admits its pods only when all `workers` of them can
+    be placed at once (gang policy, minCount = workers), so a pod released alone, by hand or by
+    a fault, waits for the rest instead of holding part of a gang's GPUs. Owned by the
+    attempt's Secret, so it goes with the attempt."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": _metadata(spec, workload_name(spec.job_id, spec.attempt), owner),
+        "spec": {"schedulingPolicy": {"gang": {"minCount": spec.workers}}},
+    }
+
+
 def planned_slots(spec: LaunchSpec, hostnames: Mapping[str, str]) -> list[list[Any]]:
     """The plan as `[[hostname, workers], ...]` in node order: completion index i runs in the
     i-th slot (gpuqueue.cluster.gates.planned_hostname)."""
@@ -320,6 +371,16 @@ def job_manifest(
         ],
     }
     _add_fabric(pod_spec, spec.fabric)
+    if options.pod_group:
+        pod_spec["schedulingGroup"] = {"podGroupName": name}
+    if spec.device_class:
+        pod_spec["resourceClaims"] = [
+            {
+                "name": DEVICE_CLAIM,
+                "resourceClaimTemplateName": claim_template_name(spec.job_id, spec.attempt),
+            }
+        ]
+        pod_spec["containers"][0]["resources"]["claims"] = [{"name": DEVICE_CLAIM}]
     if spec.service_account:
         pod_spec["serviceAccountName"] = spec.service_account
     if priority_class := spec.priority_class or options.priority_class:
@@ -454,8 +515,9 @@ def _resources(spec: LaunchSpec) -> dict[str, dict[str, str]]:
     surprise OOM kill because a neighbour used more. With CPU and memory limits equal to the
     requests the pod is Guaranteed QoS, the last evicted."""
     gpus = str(spec.resource_per_worker)
-    requests = {spec.resource_name: gpus}
-    limits = {spec.resource_name: gpus}
+    # A DRA flavor's GPUs come from the pod's claim (job_manifest), not from a resource.
+    requests = {} if spec.device_class else {spec.resource_name: gpus}
+    limits = dict(requests)
     if spec.cpu_millicores:
         requests["cpu"] = f"{spec.cpu_millicores}m"
     if spec.cpu_limit_millicores:

@@ -39,6 +39,7 @@ from gpuqueue.cluster.manifests import (
     MANAGED_BY_VALUE,
     PROOF_ANNOTATION,
     attempt_of,
+    claim_template_name,
     token_secret_name,
     workload_name,
 )
@@ -134,6 +135,27 @@ def is_our_service(service: Obj, key: Key, record: Record, secret_uid: str) -> b
         _in_place(service, record, workload_name(*key))
         and carries(service, record.proof)
         and owned_by(service, "Secret", uid=secret_uid)
+    )
+
+
+def is_our_pod_group(group: Obj, key: Key, record: Record, secret_uid: str) -> bool:
+    """The gang's PodGroup (Kubernetes 1.37): proven as the Service is."""
+    return (
+        _in_place(group, record, workload_name(*key))
+        and carries(group, record.proof)
+        and owned_by(group, "Secret", uid=secret_uid)
+    )
+
+
+def is_our_claim_template(template: Obj, key: Key, record: Record, secret_uid: str) -> bool:
+    """The attempt's ResourceClaimTemplate (a DRA flavor's devices): proven as the Service is,
+    by its name, the attempt's HMAC and its owner, the attempt's Secret. Only such a template
+    is adopted by a relaunch or deleted by a stop: one a tenant made under that name could ask
+    devices of any class."""
+    return (
+        _in_place(template, record, claim_template_name(*key))
+        and carries(template, record.proof)
+        and owned_by(template, "Secret", uid=secret_uid)
     )
 
 

@@ -15,6 +15,9 @@ from django.core.cache import cache
 
 log = logging.getLogger(__name__)
 CLUSTER_KEY = "health:cluster"
+# What the cluster serves that changes how gangs are launched ({"pod_groups": bool}), as the
+# backend found it when it started.
+FEATURES_KEY = "health:cluster-features"
 # A healthy API is re-recorded at most this often (every call reports; Redis need not hear it).
 _REFRESH_SECONDS = 10.0
 _last_written: dict[str, Any] = {"ok": None, "at": 0.0}
@@ -35,6 +38,21 @@ def record_cluster(ok: bool, detail: str = "", *, backend: str = "kubernetes") -
     _last_written.update(ok=ok, at=now)
 
 
+def record_features(features: dict[str, Any]) -> None:
+    """Note what the backend found the cluster serves; never raises."""
+    try:
+        cache.set(FEATURES_KEY, features, timeout=None)
+    except Exception as exc:
+        log.warning("cannot record the cluster's features: %s", exc)
+
+
+def cluster_features() -> dict[str, Any]:
+    try:
+        return dict(cache.get(FEATURES_KEY) or {})
+    except Exception:
+        return {}
+
+
 def cluster_status() -> dict[str, Any]:
     """{"status": "ok" | "unreachable" | "unknown", ...}; unknown when nothing recent was
     recorded (the simulated cluster records nothing: it cannot be unreachable)."""
@@ -51,4 +69,6 @@ def cluster_status() -> dict[str, Any]:
         "backend": value.get("backend", ""),
         "detail": value.get("detail", ""),
         "checked_at": value.get("at"),
+        # pod_groups: each gang carries a PodGroup (Kubernetes 1.37's Workload API)
+        **({"features": features} if (features := cluster_features()) else {}),
     }

@@ -123,6 +123,8 @@ def launch_spec(job: Job, record: WorkloadRecord | None = None) -> LaunchSpec:
         proof=proof_of(record, settings.GPUQUEUE_INSTANCE),
         resource_count=pod_spec.resource_per_worker(job, flavor),
         gpu_models=tuple(job.gpu_models),
+        device_class=flavor.device_class,
+        device_selector=flavor.device_selector,
     )
 
 

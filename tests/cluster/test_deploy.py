@@ -138,8 +138,12 @@ def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def test_rbac_reads_nodes_and_pods_cluster_wide_and_nothing_more() -> None:
+    """Nodes and pods, and DRA's devices, classes and claims (listed only)."""
     assert grants(rules_of("ClusterRole", "gpuqueue-cluster-reader")) == {
         ("", resource, verb) for resource in ("nodes", "pods") for verb in ("get", "list", "watch")
+    } | {
+        ("resource.k8s.io", resource, "list")
+        for resource in ("resourceslices", "deviceclasses", "resourceclaims")
     }
 
 
@@ -162,6 +166,13 @@ def test_rbac_writes_only_what_the_backend_needs_in_team_namespaces() -> None:
         # the attempt's Secret that owns it.
         ("policy", "poddisruptionbudgets", "create"),
         ("policy", "poddisruptionbudgets", "get"),
+        # A DRA flavor's claim template and a gang's PodGroup (Kubernetes 1.37): made, adopted
+        # (the template deleted) only with the attempt's proof; they go with its Secret.
+        ("resource.k8s.io", "resourceclaimtemplates", "create"),
+        ("resource.k8s.io", "resourceclaimtemplates", "delete"),
+        ("resource.k8s.io", "resourceclaimtemplates", "get"),
+        ("scheduling.k8s.io", "podgroups", "create"),
+        ("scheduling.k8s.io", "podgroups", "get"),
         ("", "pods", "patch"),
         ("", "pods/log", "get"),
         ("", "events", "list"),

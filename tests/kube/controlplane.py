@@ -5,7 +5,11 @@ kube-scheduler and kwok (fake kubelets), built from Go modules and cached outsid
     python -m tests.kube.controlplane up        # build, start with GPU nodes, print KUBECONFIG
 
 The components are pinned in scripts/controlplane/ (go.mod for Kubernetes and etcd, KWOK_VERSION
-for kwok); the cache's folder name carries a digest of those pins, so changing one rebuilds.
+for kwok); the cache's folder name carries the release and a digest of those pins, so changing
+one rebuilds. Two releases are pinned, each cached in its own folder: v1.34.4 (the default;
+scripts/controlplane/go.mod) and v1.37.2 (scripts/controlplane/v1.37.2/go.mod). The environment
+variable GPUQUEUE_KUBE_VERSION chooses one for the whole process; on 1.37 the Workload API
+(scheduling.k8s.io/v1beta1, feature gate GenericWorkload, beta and off by default) is turned on.
 kwok plays every node annotated `kwok.x-k8s.io/node=fake` by the stages in
 scripts/controlplane/kwok.yaml: a pod runs as soon as it is bound, finishes after the seconds of
 its `gpuqueue.dev/sim-duration-seconds` annotation with the exit code of
@@ -46,7 +50,22 @@ from gpuqueue.cluster.simulated import load_cluster_file
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "scripts" / "controlplane"
 KWOK_CONFIG = MODULE / "kwok.yaml"
-KUBE_VERSION = "v1.34.4"
+# The Kubernetes releases the tests build, each from its own pins (a go.mod and go.sum).
+MODULES = {"v1.34.4": MODULE, "v1.37.2": MODULE / "v1.37.2"}
+DEFAULT_KUBE_VERSION = "v1.34.4"
+KUBE_VERSION = os.environ.get("GPUQUEUE_KUBE_VERSION") or DEFAULT_KUBE_VERSION
+if KUBE_VERSION not in MODULES:
+    raise SystemExit(
+        f"GPUQUEUE_KUBE_VERSION={KUBE_VERSION}: the tests pin {', '.join(sorted(MODULES))}"
+    )
+KUBE_MODULE = MODULES[KUBE_VERSION]
+# The feature gates (on every component) and API versions (runtime-config) of a release's test
+# control plane beyond its defaults: on 1.37 the Workload and PodGroup API, beta but off.
+FEATURE_GATES = {"v1.37.2": "GenericWorkload=true"}
+RUNTIME_CONFIG = {"v1.37.2": "scheduling.k8s.io/v1beta1=true"}
+# Further kube-apiserver flags of a release: 1.37 refuses a loopback advertise address to the
+# endpoint reconciler of the `kubernetes` Service, which nothing on this control plane reads.
+APISERVER_FLAGS = {"v1.37.2": ("--endpoint-reconciler-type=none",)}
 KWOK_VERSION = "v0.8.0"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # What scripts/controlplane/go.mod builds: binary -> (package, the file name `go build` gives it).
@@ -60,6 +79,7 @@ GO_PACKAGES = {
 # kubectl of the same release, from a module of its own (scripts/kubectl): built only when the
 # test of the documented install asks for it.
 KUBECTL_MODULE = ROOT / "scripts" / "kubectl"
+KUBECTL_VERSION = "v1.34.4"  # scripts/kubectl/go.mod's
 ADMIN_TOKEN = "gpuqueue-test-admin"  # noqa: S105 - a loopback-only test cluster's token
 FAKE_NODE = {"kwok.x-k8s.io/node": "fake"}
 DEFAULT_NODES = ROOT / "gpuqueue" / "cluster" / "default_cluster.yaml"
@@ -73,12 +93,13 @@ class Unavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """Where the binaries live: $GPUQUEUE_KUBE_CACHE, else ~/.cache/gpuqueue/controlplane-<pins>."""
+    """Where the binaries live: $GPUQUEUE_KUBE_CACHE, else
+    ~/.cache/gpuqueue/controlplane-<release>-<pins>."""
     if explicit := os.environ.get("GPUQUEUE_KUBE_CACHE"):
         return Path(explicit)
     pins = hashlib.sha256()
     for name in ("go.mod", "go.sum"):
-        pins.update((MODULE / name).read_bytes())
+        pins.update((KUBE_MODULE / name).read_bytes())
     pins.update(KWOK_VERSION.encode())
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "gpuqueue" / f"controlplane-{KUBE_VERSION}-{pins.hexdigest()[:12]}"
@@ -102,7 +123,8 @@ def build(log: Any = sys.stderr) -> Path:
     """Build the missing binaries into the cache (a lock keeps two builds apart); returns it.
 
     1. etcd and the three Kubernetes commands from our module (one `go build`).
-    2. kwok with `go install` at its pinned version (its module has no replacements).
+    2. kwok with `go install` at its pinned version (its module has no replacements), once
+       into ~/.cache/gpuqueue/kwok-<version>, copied from there into each release's folder.
     """
     target = cache_dir()
     if not missing_binaries(target):
@@ -123,8 +145,13 @@ def build(log: Any = sys.stderr) -> Path:
             built = [name for name in missing if name in GO_PACKAGES]
             if built:  # one build: the packages share most of their dependencies
                 _go_build(go, {name: GO_PACKAGES[name] for name in built}, staging)
-            if "kwok" in missing:
-                _go_install(go, f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}", staging)
+            if "kwok" in missing:  # one build of kwok serves every release
+                kwok = install_binary(
+                    f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
+                    "kwok",
+                    target.parent / f"kwok-{KWOK_VERSION}",
+                )
+                shutil.copy2(kwok, staging / "kwok")
             for name in missing:
                 (staging / name).rename(target / name)
         finally:
@@ -139,7 +166,7 @@ def kubectl_binary() -> Path:
     pins = hashlib.sha256()
     for name in ("go.mod", "go.sum"):
         pins.update((KUBECTL_MODULE / name).read_bytes())
-    target = cache_dir().parent / f"kubectl-{KUBE_VERSION}-{pins.hexdigest()[:12]}"
+    target = cache_dir().parent / f"kubectl-{KUBECTL_VERSION}-{pins.hexdigest()[:12]}"
     binary = target / "kubectl"
     if binary.is_file():
         return binary
@@ -153,7 +180,7 @@ def kubectl_binary() -> Path:
             staging = Path(tempfile.mkdtemp(prefix="build-", dir=target))
             try:
                 kubectl = {"kubectl": ("k8s.io/kubernetes/cmd/kubectl", "kubectl")}
-                _go_build(go, kubectl, staging, module=KUBECTL_MODULE)
+                _go_build(go, kubectl, staging, module=KUBECTL_MODULE, version=KUBECTL_VERSION)
                 (staging / "kubectl").rename(binary)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -161,15 +188,20 @@ def kubectl_binary() -> Path:
 
 
 def _go_build(
-    go: str, packages: Mapping[str, tuple[str, str]], staging: Path, module: Path = MODULE
+    go: str,
+    packages: Mapping[str, tuple[str, str]],
+    staging: Path,
+    module: Path | None = None,
+    version: str | None = None,
 ) -> None:
     """One `go build` in `module` of packages (name -> package, the file `go build` names),
     each into staging/<name>, stamped with KUBE_VERSION as the release's own build stamps it."""
+    module, version = module or KUBE_MODULE, version or KUBE_VERSION
     ldflags = (
         "-s -w"
-        f" -X k8s.io/component-base/version.gitVersion={KUBE_VERSION}"
+        f" -X k8s.io/component-base/version.gitVersion={version}"
         f" -X k8s.io/component-base/version.gitMajor=1"
-        f" -X k8s.io/component-base/version.gitMinor={KUBE_VERSION.split('.')[1]}"
+        f" -X k8s.io/component-base/version.gitMinor={version.split('.')[1]}"
     )
     # A build cache of its own, removed with the staging folder: 3.4 GB that nothing reuses
     # once the binaries are cached.
@@ -282,6 +314,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _release_flags() -> list[str]:
+    """The feature gates the release's test control plane turns on (FEATURE_GATES)."""
+    gates = FEATURE_GATES.get(KUBE_VERSION)
+    return [f"--feature-gates={gates}"] if gates else []
+
+
 @dataclass
 class ControlPlane:
     """One running control plane; `start()` returns once the API answers and kwok plays nodes."""
@@ -351,6 +389,7 @@ class ControlPlane:
             f"--root-ca-file={pki / 'apiserver.crt'}",
             # Each controller as itself, as kubeadm runs them.
             "--use-service-account-credentials=true",
+            *_release_flags(),
             "--concurrent-job-syncs=20",
             "--kube-api-qps=200",
             "--kube-api-burst=400",
@@ -359,6 +398,7 @@ class ControlPlane:
         self._spawn(
             "kube-scheduler",
             f"--kubeconfig={kubeconfig}",
+            *_release_flags(),
             "--leader-elect=false",
             "--secure-port=0",
             "--kube-api-qps=200",
@@ -397,6 +437,13 @@ class ControlPlane:
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16",
+            *_release_flags(),
+            *APISERVER_FLAGS.get(KUBE_VERSION, ()),
+            *(
+                [f"--runtime-config={RUNTIME_CONFIG[KUBE_VERSION]}"]
+                if KUBE_VERSION in RUNTIME_CONFIG
+                else []
+            ),
             "--max-requests-inflight=1000",
             "--max-mutating-requests-inflight=500",
             "--profiling=false",

@@ -31,6 +31,8 @@ def flavor_state(flavor: Flavor) -> dict[str, Any]:
         "slices_per_gpu": flavor.slices_per_gpu,
         "gpu_memory_mib": flavor.gpu_memory_mib,
         "fabric": flavor.fabric,
+        "device_class": flavor.device_class,
+        "device_selector": flavor.device_selector,
     }
 
 
@@ -79,6 +81,18 @@ def save_flavor(actor: Any, flavor: Flavor | None, **fields: Any) -> Flavor:
                 )
         if fabric_errors := flavor.fabric_errors():
             raise Refused("The fabric is invalid.", fields={"fabric": fabric_errors})
+        if device_errors := flavor.device_errors():
+            raise Refused("The devices of the flavor are invalid.", fields=device_errors)
+        if before is not None and bool(before["device_class"]) != flavor.is_dra:
+            active = Job.objects.active().filter(flavor=flavor).count()
+            if active:
+                raise Refused(
+                    f"{active} active job{'s' if active > 1 else ''} of {flavor.name} hold or "
+                    "wait for its GPUs: whether they are DRA devices cannot change until they end.",
+                    fields={"device_class": ["Jobs of this flavor are active."]},
+                    status=409,
+                    code="in_use",
+                )
         flavor.save()
         AuditEntry.objects.create(
             actor=actor,
