@@ -222,7 +222,11 @@ class Cycle:
             self.horizon,
             self.never,
             self.guarantees,
+            self.policy.hold_for_older or self.policy.reserve_for_overtaken,
+            self._newer_gpus if self.policy.reserve_for_overtaken else None,
         )
+        # Rule 1b (ordering.py): the jobs with their team's turn, while they are pending.
+        self.turns = self.order.turns if self.policy.hold_for_older else {}
         self.starving = {job.id for job in self.order.starving}
         self.owed = self.order.owed
         # Phase 4: each job. Phase 5: a job left pending gets its positions at once: the jobs
@@ -230,6 +234,8 @@ class Cycle:
         ledger = self.ledger
         for job in self.order.starving:
             why = self._decide(job)
+            if self.turns:
+                self._turn_taken(job, why)
             if why is not None:
                 self._left_pending(job, why)
         consider = self._consider
@@ -324,6 +330,12 @@ class Cycle:
         of a busy cycle wait, and the same few kinds repeat down each team's queue. A job
         that waits for capacity still gets its own reason (its place behind its team's jobs).
         """
+        turns = self.turns
+        if turns and (job.team, job.flavor) in turns:
+            # Its queue has a turn (step 4c): what it reads besides its kind, its age.
+            why = self._decide(job)
+            self._turn_taken(job, why)
+            return why
         if not self.memo or job.id in self.promised or job.shared:
             return self._decide(job)
         state = self._state()
@@ -343,6 +355,20 @@ class Cycle:
                 verdict = (state, reason, 0, 0)
             self._verdicts[job.kind] = verdict
         return reason
+
+    def _turn_taken(self, job: PendingJob, why: Reason | None) -> None:
+        """Once the job with its team's turn is admitted or has claimed its GPUs (it now
+        counts in its team's use), the team's newer jobs are held for it no more."""
+        key = (job.team, job.flavor)
+        if self.turns.get(key) is job and (
+            why is None or why.code == ReasonCode.WAITING_FOR_PREEMPTION
+        ):
+            del self.turns[key]
+
+    def _newer_gpus(self, team: str, flavor: str, since: float) -> int:
+        """GPUs the team holds of the flavor in jobs started after `since`."""
+        in_use = self.ledger.in_use(team, flavor)
+        return max(in_use - self.held_before.gpus(team, flavor, since), 0)
 
     def _state(self) -> State:
         """What steps 1-11 of `_consider` read besides the job: the ledger (its stamp, which
@@ -438,7 +464,29 @@ class Cycle:
                 waiting = self._preempt(job, fl, reclaim=False)
                 if waiting is not None:
                     return waiting
-                return reasons.over_limit(job, _scope(job, group), quota.limit, in_use)
+                newer = 0
+                if self.turns and self.turns.get((job.team, flavor)) is job and group == job.team:
+                    newer = self._newer_gpus(job.team, flavor, job.submitted_at)
+                return reasons.over_limit(job, _scope(job, group), quota.limit, in_use, newer)
+        # 4c. The team's turn (ordering.py, rule 1b): a newer job of no higher priority starts
+        #     only while it leaves the older job room under the team's limit, or when its max
+        #     runtime ends before the older job's reservation starts (a backfill).
+        if self.turns:
+            turn = self.turns.get((job.team, flavor))
+            if (
+                turn is not None
+                and turn is not job
+                and job.priority <= turn.priority
+                and (job.submitted_at, job.id) > (turn.submitted_at, turn.id)
+            ):
+                quota = self.quotas.get((job.team, flavor))
+                in_use = ledger.in_use(job.team, flavor)
+                if (
+                    quota is not None
+                    and in_use + gpus + turn.gpus > quota.limit
+                    and not self.reserver.ends_before(turn.id, job.max_runtime)
+                ):
+                    return reasons.held_for_older(job, turn, quota.limit, in_use)
         # 4b. Time-based fair share: a team that owes GPU-time borrows no more (`_in_debt`).
         if self.balance is not None and self._in_debt(job):
             return self._in_debt_reason(job)
@@ -500,11 +548,16 @@ class Cycle:
         if job.id in self.starving:
             reservation = self.reserver.reserve(job)
             if reservation is not None:
+                assert self.order is not None
+                newer = 0
+                if job.id in self.order.overtaken:
+                    newer = self._newer_gpus(job.team, flavor, job.submitted_at)
                 return reasons.reserved(
                     job,
                     reservation.expected_start,
                     len(reservation.placement),
                     team_holds_none=job.id in self.owed,
+                    newer_gpus=newer,
                 )
         # 11. (When reclaim can start only explains: rolled back what-ifs.)
         blocked = None
