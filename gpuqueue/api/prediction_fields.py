@@ -16,7 +16,8 @@ from gpuqueue.services.forecasts.runtime_history import runtime_prediction_of, s
 class RuntimePredictionField(serializers.Field):
     """{p10, p50, p90 (seconds), source, samples} while the job has not finished, as the last
     forecast used it: `source` is "declared" (its expected runtime) or the level of history it
-    came from (user_name, user_image, team_shape, flavor); null when neither was known."""
+    came from (user_name, user_image, team_shape, flavor_shape, flavor); null when neither was
+    known."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(source="*", read_only=True, **kwargs)

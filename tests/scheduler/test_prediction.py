@@ -16,6 +16,7 @@ from gpuqueue.scheduler.model import Plan, Policy, Snapshot
 from gpuqueue.scheduler.never import never_admitted
 from gpuqueue.scheduler.prediction import (
     FLAVOR,
+    FLAVOR_SHAPE,
     MIN_RANKS,
     TEAM_SHAPE,
     USER_IMAGE,
@@ -95,6 +96,33 @@ def test_the_most_specific_level_with_enough_runtimes_is_used() -> None:
     got = history.predict(facts(user="bob", name="train"))
     assert got is not None and got.source == TEAM_SHAPE
     assert RuntimeHistory().predict(facts()) is None  # nothing finished yet
+
+
+def test_a_gangs_prediction_is_not_learnt_from_one_gpu_sweep_tasks() -> None:
+    """A user's 200 one-GPU sweep tasks of 5 min, of the same name, image and flavor as their
+    3 x 8 gang, say nothing of how long the gang runs: the gang is predicted from gangs."""
+
+    def gang(user: str = "alice", team: str = "team-a", workers: int = 3) -> JobFacts:
+        return JobFacts(user, team, "h100", workers, 8, name="train", image="img")
+
+    history = RuntimeHistory()
+    for _ in range(200):
+        history.record(JobFacts("alice", "team-a", "h100", 1, 1, "train", "img"), 300.0)
+    assert history.predict(gang()) is None  # no job of its size has finished
+    history.record(gang(user="bob", team="team-b", workers=4), 86400.0)
+    got = history.predict(gang())
+    assert got is not None and (got.source, got.runtimes) == (FLAVOR, (86400.0,))
+    for hours in (20, 30, 40):
+        history.record(gang(user="bob", team="team-b"), hours * 3600.0)
+    got = history.predict(gang())
+    assert got is not None and got.source == FLAVOR_SHAPE and got.quantile(0.5) == 30 * 3600.0
+    for hours in (10, 12, 14):
+        history.record(gang(), hours * 3600.0)
+    got = history.predict(gang())
+    assert got is not None and got.source == USER_NAME and got.quantile(0.5) == 12 * 3600.0
+    # The sweep's own tasks are still predicted from the sweep.
+    sweep = history.predict(JobFacts("alice", "team-a", "h100", 1, 1, "train", "img"))
+    assert sweep is not None and sweep.source == USER_NAME and sweep.quantile(0.5) == 300.0
 
 
 def test_the_band_spans_the_start_at_the_10th_and_90th_percentile_runtimes() -> None:
