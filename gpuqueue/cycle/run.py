@@ -335,8 +335,10 @@ def refresh_forecasts(now: datetime | None = None) -> int:
     # The most likely start at predicted median runtimes, and its band (scheduler/band.py).
     with paused_gc():
         predictions = predictions_for(snapshot)
-        levels = runtime_history().band_levels()  # calibrated (scheduler/prediction.py)
-        bands = forecast_band(snapshot, predictions, policy, levels=levels)
+        history = runtime_history()
+        levels = history.band_levels()  # calibrated (scheduler/prediction.py)
+        declared = history.declared_spread(levels)
+        bands = forecast_band(snapshot, predictions, policy, levels=levels, declared=declared)
     # Stretched by what earlier bands missed by (scheduler/band_misses.py), which learns from
     # the bands as forecast: those are what is kept.
     keep_samples(snapshot.now, bands)

@@ -51,6 +51,12 @@ SOURCES = (USER_NAME, USER_IMAGE, TEAM_SHAPE, FLAVOR_SHAPE, FLAVOR)
 LOW, MEDIAN, HIGH = 0.1, 0.5, 0.9
 # Ranks kept for `RuntimeHistory.calibrated`, and how many it needs before it trusts them.
 RANKS, MIN_RANKS = 1000, 50
+# Declared runtimes are guesses too: the band widens a declared runtime by where the runtimes
+# of jobs that declared one fell against it (`RuntimeHistory.declared_spread`), once this many
+# have finished; before, by DECLARED_PRIOR (the actual runtime over the declared one, at the
+# band's two ends): users round up, and jobs fail early.
+MIN_DECLARED = 20
+DECLARED_PRIOR = (0.5, 1.2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +180,8 @@ class RuntimeHistory:
         self._by: dict[tuple[object, ...], _Window] = {}
         # Where the last `ranks` finished runtimes fell in their facts' predictions.
         self._ranks = _Window(ranks)
+        # Of the last `ranks` finished jobs that declared a runtime, runtime / declared.
+        self._declared = _Window(ranks)
         self.recorded = 0
 
     @staticmethod
@@ -189,10 +197,13 @@ class RuntimeHistory:
         keys.append((FLAVOR, (FLAVOR, flavor, size(workers, per))))
         return keys
 
-    def record(self, facts: JobFacts, runtime: float) -> None:
-        """A job of `facts` finished after running `runtime` seconds (<= 0 is ignored)."""
+    def record(self, facts: JobFacts, runtime: float, declared: float | None = None) -> None:
+        """A job of `facts` finished after running `runtime` seconds (<= 0 is ignored), having
+        declared `declared` seconds (None: no runtime declared)."""
         if not runtime > 0:
             return
+        if declared is not None and declared > 0:
+            self._declared.add(runtime / declared)
         keys = self._keys(facts)
         found = self._answering(keys)  # what `predict` read for these facts until now
         if found is not None:
@@ -205,9 +216,10 @@ class RuntimeHistory:
                 window = by[key] = _Window(self.window)
             window.add(runtime)
 
-    def record_all(self, finished: Iterable[tuple[JobFacts, float]]) -> None:
-        for facts, runtime in finished:
-            self.record(facts, runtime)
+    def record_all(self, finished: Iterable[tuple[JobFacts, float, float | None]]) -> None:
+        """(facts, runtime, declared runtime or None) of finished jobs, oldest first."""
+        for facts, runtime, declared in finished:
+            self.record(facts, runtime, declared)
 
     def predict(self, facts: JobFacts) -> Prediction | None:
         """The distribution at the most specific level with enough runtimes; None when no
@@ -234,6 +246,14 @@ class RuntimeHistory:
         if len(ranks) < MIN_RANKS:
             return q
         return _quantile(ranks, q)
+
+    def declared_spread(self, levels: tuple[float, float] = (LOW, HIGH)) -> tuple[float, float]:
+        """Actual over declared runtime at the band's two levels, from the finished jobs that
+        declared one (DECLARED_PRIOR with fewer than MIN_DECLARED of them)."""
+        ratios = self._declared.sorted
+        if len(ratios) < MIN_DECLARED:
+            return DECLARED_PRIOR
+        return _quantile(ratios, levels[0]), _quantile(ratios, levels[1])
 
     def band_levels(self) -> tuple[float, float]:
         """The levels to read the band's 10th and 90th percentiles at (band.py)."""

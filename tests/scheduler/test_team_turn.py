@@ -74,8 +74,7 @@ CASES = [
         nodes=nodes(3, h100=8),
         teams=(team("a", guarantee=24, limit=28),),
         running=tuple(
-            running(100 + i, "a", {"n1": 1}, started=NOW - 600, max_runtime=HOUR)
-            for i in range(4)
+            running(100 + i, "a", {"n1": 1}, started=NOW - 600, max_runtime=HOUR) for i in range(4)
         ),
         pending=(
             pending(1, "a", workers=3, gpus=8, submitted=NOW - 2 * HOUR),

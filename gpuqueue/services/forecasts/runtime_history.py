@@ -61,12 +61,14 @@ def runtime_history() -> RuntimeHistory:
             state=JobState.SUCCEEDED, started_at__isnull=False, finished_at__isnull=False
         )
         .order_by("-finished_at", "-id")
-        .values_list(*_FACT_FIELDS, "image", "started_at", "finished_at")[:HISTORY_JOBS]
+        .values_list(
+            *_FACT_FIELDS, "image", "started_at", "finished_at", "expected_runtime_seconds"
+        )[:HISTORY_JOBS]
     )
     history = RuntimeHistory()
     history.record_all(  # oldest first: each key keeps its most recent runtimes
-        (_facts_from(facts), (finished - started).total_seconds())
-        for *facts, started, finished in reversed(list(rows))
+        (_facts_from(facts), (finished - started).total_seconds(), declared)
+        for *facts, started, finished, declared in reversed(list(rows))
     )
     _history.put("history", _ALWAYS, history)
     return history
