@@ -29,7 +29,9 @@ class RuntimePredictionField(serializers.Field):
 @extend_schema_field(serializers.JSONField(allow_null=True))
 class StartBandField(serializers.Field):
     """While PENDING: {early, late (ISO times, late null when beyond the forecast's horizon),
-    why_none (a code when there is no estimate), why_none_text (that as a sentence)}."""
+    why_none (a code when there is no estimate), why_none_text (that as a sentence),
+    moved_later (how many times the estimated start moved later), moved_later_text (that and
+    its last cause as a sentence, or null)}."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(source="*", read_only=True, **kwargs)
