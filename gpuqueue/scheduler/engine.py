@@ -330,12 +330,14 @@ class Cycle:
         of a busy cycle wait, and the same few kinds repeat down each team's queue. A job
         that waits for capacity still gets its own reason (its place behind its team's jobs).
         """
-        turns = self.turns
-        if turns and (job.team, job.flavor) in turns:
-            # Its queue has a turn (step 4c): what it reads besides its kind, its age.
-            why = self._decide(job)
-            self._turn_taken(job, why)
-            return why
+        if self.turns:
+            turn = self.turns.get((job.team, job.flavor))
+            # The job with its team's turn, or a newer one it may hold (step 4c): what they
+            # read besides their kind, their age.
+            if turn is not None and (turn is job or self._held_for(job, turn)):
+                why = self._decide(job)
+                self._turn_taken(job, why)
+                return why
         if not self.memo or job.id in self.promised or job.shared:
             return self._decide(job)
         state = self._state()
@@ -364,6 +366,18 @@ class Cycle:
             why is None or why.code == ReasonCode.WAITING_FOR_PREEMPTION
         ):
             del self.turns[key]
+
+    def _held_for(self, job: PendingJob, turn: PendingJob) -> bool:
+        """Whether `job` is newer than `turn`, of no higher priority, and would leave it no room
+        under their team's limit (step 4c, before a backfill)."""
+        if job is turn or job.priority > turn.priority:
+            return False
+        if (job.submitted_at, job.id) < (turn.submitted_at, turn.id):
+            return False
+        quota = self.quotas.get((job.team, job.flavor))
+        if quota is None:
+            return False
+        return self.ledger.in_use(job.team, job.flavor) + job.gpus + turn.gpus > quota.limit
 
     def _newer_gpus(self, team: str, flavor: str, since: float) -> int:
         """GPUs the team holds of the flavor in jobs started after `since`."""
@@ -475,18 +489,11 @@ class Cycle:
             turn = self.turns.get((job.team, flavor))
             if (
                 turn is not None
-                and turn is not job
-                and job.priority <= turn.priority
-                and (job.submitted_at, job.id) > (turn.submitted_at, turn.id)
+                and self._held_for(job, turn)
+                and not self.reserver.ends_before(turn.id, job.max_runtime)
             ):
-                quota = self.quotas.get((job.team, flavor))
-                in_use = ledger.in_use(job.team, flavor)
-                if (
-                    quota is not None
-                    and in_use + gpus + turn.gpus > quota.limit
-                    and not self.reserver.ends_before(turn.id, job.max_runtime)
-                ):
-                    return reasons.held_for_older(job, turn, quota.limit, in_use)
+                limit = self.quotas[(job.team, flavor)].limit
+                return reasons.held_for_older(job, turn, limit, ledger.in_use(job.team, flavor))
         # 4b. Time-based fair share: a team that owes GPU-time borrows no more (`_in_debt`).
         if self.balance is not None and self._in_debt(job):
             return self._in_debt_reason(job)
