@@ -249,10 +249,6 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
         why = (
             f"The team holds none of its {flavor} GPUs, so its oldest job goes first"
             if n.get("team_holds_none")
-            else f"The team's jobs started since this one was submitted hold "
-            f"{n.get('newer_gpus')} of its {flavor} GPUs, and it has waited past the "
-            f"starvation threshold"
-            if n.get("newer_gpus")
             else "Waited past the starvation threshold"
         )
         nodes = n.get("nodes")

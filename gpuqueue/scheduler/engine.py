@@ -222,8 +222,7 @@ class Cycle:
             self.horizon,
             self.never,
             self.guarantees,
-            self.policy.hold_for_older or self.policy.reserve_for_overtaken,
-            self._newer_gpus if self.policy.reserve_for_overtaken else None,
+            self.policy.hold_for_older,
         )
         # Rule 1b (ordering.py): the jobs with their team's turn, while they are pending.
         self.turns = self.order.turns if self.policy.hold_for_older else {}
@@ -555,16 +554,11 @@ class Cycle:
         if job.id in self.starving:
             reservation = self.reserver.reserve(job)
             if reservation is not None:
-                assert self.order is not None
-                newer = 0
-                if job.id in self.order.overtaken:
-                    newer = self._newer_gpus(job.team, flavor, job.submitted_at)
                 return reasons.reserved(
                     job,
                     reservation.expected_start,
                     len(reservation.placement),
                     team_holds_none=job.id in self.owed,
-                    newer_gpus=newer,
                 )
         # 11. (When reclaim can start only explains: rolled back what-ifs.)
         blocked = None

@@ -264,12 +264,9 @@ class Policy:
     share_half_life_seconds: float = 86400.0
     # A team's turn (ordering.py, rule 1b): once its oldest job at its top priority has waited
     # starvation_seconds, the team's newer jobs of no higher priority start only while they
-    # leave that job room under the team's limit (`hold_for_older`), and it counts as starving
-    # (it reserves nodes) when the GPUs its team's newer jobs hold would make room for it
-    # within the team's fair share (`reserve_for_overtaken`). Without them a gang at its
-    # team's limit or share waits for as long as the team's newer, smaller jobs keep coming.
+    # leave that job room under the team's limit. Without it a gang at its team's limit waits
+    # for as long as the team's newer, smaller jobs keep coming.
     hold_for_older: bool = True
-    reserve_for_overtaken: bool = True
     # The target workload of the fragmentation strategy (fragmentation.Workload: task shapes and
     # how often they occur, e.g. from a trace); None: the shapes of the snapshot's jobs.
     workload: Workload | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from operator import attrgetter
 
 from gpuqueue.scheduler.horizon import Horizon
@@ -51,13 +51,14 @@ def starving_key(job: PendingJob) -> tuple[float, int]:
 # Rule 1b. A team's turn: once the oldest job at its queue's top priority has waited past the
 # starvation threshold, that job has the team's turn (`Order.turns`). The team's newer jobs of
 # no higher priority then start only while they leave it room under the team's own limit
-# (engine.py, step 4c; Policy.hold_for_older), and it counts as starving when the GPUs its
-# team's jobs started since its submission hold would make room for it within the team's
-# fair share (Policy.reserve_for_overtaken): it then reserves nodes like any starving job.
-# Without this a gang at its team's limit or share is overtaken for as long as the team's
-# newer, smaller jobs keep taking each GPU the team gets back; with it, the team's newer jobs
-# pass it for at most the starvation threshold, plus the runtime of the team's jobs running
-# then while the team drains to make it room (tests/scheduler/test_team_turn.py).
+# (engine.py, step 4c; Policy.hold_for_older), or end before its reservation starts. Without
+# this a gang at its team's limit is overtaken for as long as the team's newer, smaller jobs
+# keep taking each GPU the team gets back; with it, they pass it for at most the starvation
+# threshold, plus the runtime of the team's jobs running then while the team drains to make
+# it room, plus that of the jobs on the nodes it then reserves (tests/scheduler/
+# test_team_turn.py). Counting such a job as starving when its team's newer jobs hold its room
+# within the fair share (rather than the limit) tripled preemptions in a Philly replay: it
+# borrows, is reclaimed, and starves again (docs/benchmarks.md, "The worst waits").
 def turn_of(jobs: list[PendingJob], top: int) -> PendingJob:
     """The oldest job of a queue at its top priority (`_top_priority`, whose jobs some state
     admits): the one that may have the team's turn."""
@@ -161,7 +162,6 @@ class Order:
         never: NeverAdmits | None = None,
         guarantees: Mapping[tuple[str, str], int] | None = None,
         turns: bool = False,
-        newer_gpus: Callable[[str, str, float], int] | None = None,
     ) -> None:
         """`queues`: the pending jobs per (team, flavor) when the caller has grouped them (the
         order depends neither on the order of the jobs in the snapshot nor on that of the
@@ -169,8 +169,7 @@ class Order:
         (Policy.share_slice_seconds). `never`: the engine's test for jobs that can never start
         (made from the snapshot when a queue first needs it if not given). `guarantees`: per
         (team, flavor), for the owed teams' turn (none: no team has one). `turns`: whether
-        teams' turns are found (rule 1b); with `newer_gpus(team, flavor, since)`, the GPUs the
-        team's jobs started after `since` hold, an overtaken job counts as starving."""
+        teams' turns are found (rule 1b)."""
         self._ledger = ledger
         self._fair_share = fair_share
         self._weights = weights
@@ -179,11 +178,8 @@ class Order:
         self.starving: list[PendingJob] = []
         # Jobs starving by the balance rule (rule 1): they may reclaim beyond their share.
         self.owed: set[int] = set()
-        # Rule 1b: (team, flavor) -> the job with the team's turn; and of them, those that
-        # count as starving because their team's newer jobs hold their room (`overtaken`).
+        # Rule 1b: (team, flavor) -> the job with the team's turn.
         self.turns: dict[tuple[str, str], PendingJob] = {}
-        self.overtaken: set[int] = set()
-        overtaken: dict[tuple[str, str], PendingJob] = {}
         horizon = horizon or Horizon(snapshot.now)
         starved = horizon.passed  # whether the clock has reached a time
         guarantees = guarantees or {}
@@ -214,12 +210,6 @@ class Order:
                     turn = turn_of(facts.jobs, top)
                     if not never(turn) and starved(turn.submitted_at + starving_after):
                         self.turns[key] = turn
-                        if (
-                            newer_gpus is not None
-                            and room < turn.gpus <= fair_share.get(key, 0)
-                            and turn.gpus <= room + newer_gpus(team, flavor, turn.submitted_at)
-                        ):
-                            overtaken[key] = turn
             # Most queues of a busy cycle have no starving job: the team is at its fair share
             # (no job fits the room) or nothing has waited long enough. Their jobs are only
             # grouped by user and sorted, which the queue's facts have done already.
@@ -263,14 +253,6 @@ class Order:
                         self.owed.add(job.id)
                         if not guarantees.get(key):
                             first.add(job.id)
-                    self.starving.append(job)
-                    self._take(key, job)
-        if overtaken:
-            # Only when the team has no other starving job: it would take the room first.
-            teams_starving = {(job.team, job.flavor) for job in self.starving}
-            for key, job in sorted(overtaken.items()):
-                if key not in teams_starving:
-                    self.overtaken.add(job.id)
                     self.starving.append(job)
                     self._take(key, job)
         self.starving.sort(key=lambda job: (job.id not in first, *starving_key(job)))

@@ -29,7 +29,7 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 |                        | have stopped: stopping; job_ids: the jobs being preempted           |
 | BEHIND_RESERVATION     | flavor, expected_start; job_ids: the jobs holding the reservations  |
 | RESERVED               | flavor, expected_start (math.inf when unknown), nodes; and          |
-|                        | team_holds_none or newer_gpus when it starves by an exception       |
+|                        | team_holds_none when it starves by that exception                   |
 | IN_SHARE_DEBT          | flavor, fair_share, in_use, requested, debt_seconds, threshold_seconds, |
 |                        | recovers_at (math.inf when never)                                   |
 | WAITING_FOR_RECLAIM    | flavor, workers, gpus_per_worker, free, borrowers (team ids, ", "), |
@@ -293,11 +293,9 @@ def reserved(
     nodes: int,
     *,
     team_holds_none: bool = False,
-    newer_gpus: int = 0,
 ) -> Reason:
     """`team_holds_none`: it starves because its team holds none of the flavor and is owed
-    GPU-time (ordering.py, rule 1), however short its wait. `newer_gpus`: it starves because
-    its team's jobs started since its submission hold that many GPUs of its room (rule 1b)."""
+    GPU-time (ordering.py, rule 1), however short its wait."""
     numbers: dict[str, int | float | str] = {
         "flavor": job.flavor,
         "expected_start": expected_start,
@@ -305,8 +303,6 @@ def reserved(
     }
     if team_holds_none:
         numbers["team_holds_none"] = 1
-    if newer_gpus:
-        numbers["newer_gpus"] = newer_gpus
     return Reason(ReasonCode.RESERVED, numbers)
 
 

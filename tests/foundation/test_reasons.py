@@ -406,18 +406,6 @@ from gpuqueue.core.reason_text import describe_reason, reason_label
             },
             "Over the team's limit: 20 of 24 h100 GPUs in use and this job asks for 24. 20 of them are held by the team's jobs started since this one was submitted; it has waited longest, so the team's newer jobs now start only while they leave it room.",
         ),
-        (
-            {
-                "code": "reserved",
-                "numbers": {
-                    "flavor": "h100",
-                    "nodes": 2,
-                    "expected_start": 1795000000.0,
-                    "newer_gpus": 16,
-                },
-            },
-            "The team's jobs started since this one was submitted hold 16 of its h100 GPUs, and it has waited past the starvation threshold: 2 nodes are reserved for this job, which should start at 2026-11-18 11:06 UTC.",
-        ),
         (None, "Waiting for the next admission cycle."),
     ],
 )

@@ -22,7 +22,7 @@ from tests.scheduler.builders import (
     team,
 )
 
-OFF = Policy(hold_for_older=False, reserve_for_overtaken=False)
+OFF = Policy(hold_for_older=False)
 
 
 def at_limit(*queued: object, gang_waited: float = 2 * HOUR) -> dict[str, object]:
@@ -71,56 +71,26 @@ CASES = [
     ),
     Case(
         "a newer job that ends before the gang's reservation starts backfills",
-        nodes=nodes(3, h100=8),
-        teams=(team("a", guarantee=24, limit=28),),
-        running=tuple(
-            running(100 + i, "a", {"n1": 1}, started=NOW - 600, max_runtime=HOUR) for i in range(4)
+        nodes=nodes(4, h100=8),
+        teams=(team("a", guarantee=28, limit=28), team("b", guarantee=4, limit=8)),
+        running=(
+            *(
+                running(100 + i, "a", {"n1": 1}, started=NOW - 600, max_runtime=HOUR)
+                for i in range(4)
+            ),
+            running(200, "b", {"n4": 1}, gpus=4, started=NOW - 600, max_runtime=2 * HOUR),
         ),
         pending=(
             pending(1, "a", workers=3, gpus=8, submitted=NOW - 2 * HOUR),
             pending(2, "a", gpus=1, submitted=NOW - 100, max_runtime=600),
             pending(3, "a", gpus=1, submitted=NOW - 90),
         ),
-        # The team's 4 newer GPUs hold the gang's room in its share (24): it starves and
-        # reserves; the short job backfills, the other newer job would leave it no room
-        # under the limit (28) and waits.
+        # 24 GPUs are free, but no 3 nodes are: the gang fits its team's share and limit with
+        # the 4 GPUs in use, starves and reserves n1-n3; the short job backfills, the other newer job would leave it no
+        # room under the limit (28) and waits.
         reservations={1: ({"n1": 1, "n2": 1, "n3": 1}, NOW + 3000)},
         admitted={2},
         reasons={1: ReasonCode.RESERVED, 3: ReasonCode.HELD_FOR_OLDER},
-    ),
-    Case(
-        "a gang whose team's newer jobs hold its room within the share reserves nodes",
-        nodes=nodes(4, h100=8),
-        teams=(team("a", guarantee=16), team("b", guarantee=16)),
-        running=(
-            running(10, "a", {"n1": 1}, gpus=8, started=NOW - 600, max_runtime=HOUR),
-            running(11, "a", {"n2": 1}, gpus=8, started=NOW - 600, max_runtime=HOUR),
-            running(20, "b", {"n3": 1}, gpus=8, started=NOW - 600, max_runtime=2 * HOUR),
-            running(21, "b", {"n4": 1}, gpus=8, started=NOW - 600, max_runtime=2 * HOUR),
-        ),
-        pending=(
-            pending(1, "a", workers=2, gpus=8, submitted=NOW - 2 * HOUR),
-            pending(2, "a", gpus=8, submitted=NOW - 100),
-            pending(3, "b", gpus=8, submitted=NOW - 100),
-        ),
-        reservations={1: ({"n1": 1, "n2": 1}, NOW + 3000)},
-        reasons={1: ReasonCode.RESERVED},
-        numbers={1: {"newer_gpus": 16}},
-    ),
-    Case(
-        "without the rule that gang waits for capacity, with no reservation",
-        nodes=nodes(4, h100=8),
-        teams=(team("a", guarantee=16), team("b", guarantee=16)),
-        running=(
-            running(10, "a", {"n1": 1}, gpus=8, started=NOW - 600, max_runtime=HOUR),
-            running(11, "a", {"n2": 1}, gpus=8, started=NOW - 600, max_runtime=HOUR),
-            running(20, "b", {"n3": 1}, gpus=8, started=NOW - 600, max_runtime=2 * HOUR),
-            running(21, "b", {"n4": 1}, gpus=8, started=NOW - 600, max_runtime=2 * HOUR),
-        ),
-        pending=(pending(1, "a", workers=2, gpus=8, submitted=NOW - 2 * HOUR),),
-        policy=OFF,
-        reservations={},
-        reasons={1: ReasonCode.NO_CAPACITY},
     ),
 ]
 
