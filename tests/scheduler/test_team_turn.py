@@ -86,8 +86,8 @@ CASES = [
             pending(3, "a", gpus=1, submitted=NOW - 90),
         ),
         # 24 GPUs are free, but no 3 nodes are: the gang fits its team's share and limit with
-        # the 4 GPUs in use, starves and reserves n1-n3; the short job backfills, the other newer job would leave it no
-        # room under the limit (28) and waits.
+        # the 4 GPUs in use, starves and reserves n1-n3; the short job backfills, the other
+        # newer job would leave it no room under the limit (28) and waits.
         reservations={1: ({"n1": 1, "n2": 1, "n3": 1}, NOW + 3000)},
         admitted={2},
         reasons={1: ReasonCode.RESERVED, 3: ReasonCode.HELD_FOR_OLDER},
