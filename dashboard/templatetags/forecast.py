@@ -22,6 +22,13 @@ def start_band(job: Job) -> str:
 
 
 @register.filter
+def estimate_moves(job: Job) -> str:
+    """'Estimate moved later 3 times; last: …', while PENDING; '' when it never moved later."""
+    band = start_band_of(job)
+    return (band or {}).get("moved_later_text") or ""
+
+
+@register.filter
 def runtime_prediction(job: Job) -> str:
     """The runtime the last forecast used and where it came from, until the job finishes."""
     return forecast_text.runtime_text(runtime_prediction_of(job))

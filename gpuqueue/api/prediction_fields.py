@@ -16,7 +16,8 @@ from gpuqueue.services.forecasts.runtime_history import runtime_prediction_of, s
 class RuntimePredictionField(serializers.Field):
     """{p10, p50, p90 (seconds), source, samples} while the job has not finished, as the last
     forecast used it: `source` is "declared" (its expected runtime) or the level of history it
-    came from (user_name, user_image, team_shape, flavor); null when neither was known."""
+    came from (user_name, user_image, team_shape, flavor_shape, flavor); null when neither was
+    known."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(source="*", read_only=True, **kwargs)
@@ -28,7 +29,9 @@ class RuntimePredictionField(serializers.Field):
 @extend_schema_field(serializers.JSONField(allow_null=True))
 class StartBandField(serializers.Field):
     """While PENDING: {early, late (ISO times, late null when beyond the forecast's horizon),
-    why_none (a code when there is no estimate), why_none_text (that as a sentence)}."""
+    why_none (a code when there is no estimate), why_none_text (that as a sentence),
+    moved_later (how many times the estimated start moved later), moved_later_text (that and
+    its last cause as a sentence, or null)}."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(source="*", read_only=True, **kwargs)

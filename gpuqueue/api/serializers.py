@@ -317,7 +317,8 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
     )
     pending_reason_label = serializers.SerializerMethodField(
         help_text="The pending reason as one word for lists: Resources, TeamQueue, Limit, "
-        "NeverUnderLimit, NoQuota, Guarantee, FairShare, Reclaim, Preempting, Priority, "
+        "NeverUnderLimit, NewerTeamJobs, OlderTeamJob, NoQuota, Guarantee, FairShare, Reclaim, "
+        "Preempting, Priority, "
         "Reserved, NeverFits, BackOff, Dependency, DependencyNeverMet, ArrayLimit or Cycle "
         "(null unless PENDING)."
     )

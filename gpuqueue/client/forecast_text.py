@@ -14,7 +14,8 @@ SOURCES = {
     "user_name": "finished jobs of the same user and name",
     "user_image": "finished jobs of the same user and image",
     "team_shape": "finished jobs of the same team and shape",
-    "flavor": "finished jobs of the same flavor",
+    "flavor_shape": "finished jobs of the same flavor and shape",
+    "flavor": "finished jobs of the same flavor and size",
 }
 
 

@@ -97,6 +97,7 @@ LABELS = {
     "behind_reservation": "Priority",
     "reserved": "Reserved",
     "never_fits": "NeverFits",
+    "held_for_older": "OlderTeamJob",
     BACKING_OFF: "BackOff",
     DEPENDENCIES: "Dependency",
     DEPENDENCY_UNMET: "DependencyNeverMet",
@@ -115,7 +116,33 @@ def reason_label(reason: dict[str, Any] | None) -> str:
         limit, requested = numbers.get("limit"), numbers.get("requested")
         if isinstance(limit, int) and isinstance(requested, int) and requested > limit:
             return "NeverUnderLimit"
+    if _blocked_by_newer(code, numbers):
+        return NEWER_TEAM_JOBS
     return LABELS.get(code, "Pending")
+
+
+# A job whose room its own team's newer jobs hold (the engine's `newer_gpus`).
+NEWER_TEAM_JOBS = "NewerTeamJobs"
+
+
+def _blocked_by_newer(code: str, n: dict[str, Any]) -> bool:
+    """Whether the team's jobs started since this one hold the room it waits for: without
+    them it would be within its team's limit (over_limit) or fair share (no_capacity)."""
+    newer = n.get("newer_gpus")
+    if not isinstance(newer, int) or newer <= 0:
+        return False
+    if code == "over_limit":
+        bound, in_use = n.get("limit"), n.get("in_use")
+        asked = n.get("requested")
+    elif code in ("no_capacity", "queued_behind_team"):
+        bound, in_use = n.get("fair_share"), n.get("team_in_use")
+        workers, per = n.get("workers"), n.get("gpus_per_worker")
+        asked = workers * per if isinstance(workers, int) and isinstance(per, int) else None
+    else:
+        return False
+    if not all(isinstance(v, int) for v in (bound, in_use, asked)):
+        return False
+    return in_use - newer + asked <= bound and asked > bound - in_use
 
 
 def describe_reason(reason: dict[str, Any] | None) -> str:
@@ -142,10 +169,18 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
                 f"Can never start under the {_scope(n)} limit: the job asks for {requested} "
                 f"{flavor} GPUs and the limit is {limit}; ask an admin to raise it."
             )
-        return (
+        sentence = (
             f"Over the {_scope(n)} limit: {n.get('in_use')} of {limit} {flavor} GPUs "
             f"in use and this job asks for {requested}."
         )
+        newer = n.get("newer_gpus")
+        if isinstance(newer, int) and newer > 0:
+            sentence += (
+                f" {newer} of them are held by the team's jobs started since this one was "
+                f"submitted; it has waited longest, so the team's newer jobs now start only "
+                f"while they leave it room."
+            )
+        return sentence
     if code == "no_quota":
         return f"The {_scope(n)} quota has no {flavor} GPUs."
     if code == "over_fair_share":
@@ -201,6 +236,14 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
         return (
             f"The free {flavor} GPUs are reserved for starving job {holders}, expected to start "
             f"at {when(n.get('expected_start'))}."
+        )
+    if code == "held_for_older":
+        older = ", ".join(f"#{j}" for j in jobs) or "an older job"
+        return (
+            f"Held for the team's older job {older} ({n.get('older_gpus')} {flavor} GPUs, "
+            f"waiting since {when(n.get('older_submitted_at'))}), which has waited longest: "
+            f"{n.get('in_use')} of the team's limit of {n.get('limit')} are in use, and this "
+            f"job's {n.get('requested')} would leave it no room."
         )
     if code == "reserved":
         why = (

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -56,6 +57,7 @@ from gpuqueue.scheduler.band import forecast_band
 from gpuqueue.scheduler.band_misses import widen
 from gpuqueue.scheduler.runtime import paused_gc
 from gpuqueue.services.forecasts.band_samples import band_stretch, keep_samples
+from gpuqueue.services.forecasts.moves import moves
 from gpuqueue.services.forecasts.runtime_history import (
     predictions_for,
     runtime_history,
@@ -335,8 +337,10 @@ def refresh_forecasts(now: datetime | None = None) -> int:
     # The most likely start at predicted median runtimes, and its band (scheduler/band.py).
     with paused_gc():
         predictions = predictions_for(snapshot)
-        levels = runtime_history().band_levels()  # calibrated (scheduler/prediction.py)
-        bands = forecast_band(snapshot, predictions, policy, levels=levels)
+        history = runtime_history()
+        levels = history.band_levels()  # calibrated (scheduler/prediction.py)
+        declared = history.declared_spread(levels)
+        bands = forecast_band(snapshot, predictions, policy, levels=levels, declared=declared)
     # Stretched by what earlier bands missed by (scheduler/band_misses.py), which learns from
     # the bands as forecast: those are what is kept.
     keep_samples(snapshot.now, bands)
@@ -352,9 +356,17 @@ def refresh_forecasts(now: datetime | None = None) -> int:
         start = starts.get(job_id)
         known = start is not None and math.isfinite(start)
         estimates[job_id] = datetime.fromtimestamp(start, tz=UTC) if known else None
+    # Estimates that moved later since the previous forecast, and why (forecasts/moves.py).
+    since = _forecast_at(None) or now - FORECAST_WINDOW
+    pending_facts = [(j.id, j.team, j.flavor, j.submitted_at) for j in snapshot.pending]
+    forecasts = {job_id: (start, data) for job_id, start, data in rows}
+    later = moves(pending_facts, forecasts, estimates, since, now)
+    _forecast_at(now)
     # Nothing the cycle reads: the change feed's trigger leaves these rows unmarked.
     with transaction.atomic():
-        store_forecasts(snapshot, bands, predictions, {job_id: data for job_id, _, data in rows})
+        store_forecasts(
+            snapshot, bands, predictions, {job_id: data for job_id, _, data in rows}, later
+        )
         update_estimated_starts(
             [(job_id, start) for job_id, start in estimates.items() if start != stored[job_id]]
         )
@@ -376,6 +388,22 @@ def forecast_due(now: float, last_finished: float | None, last_seconds: float) -
 
 
 FORECAST_TIMING_KEY = "gpuqueue:forecast:last"  # (finished at, seconds taken)
+# The time of the last forecast, from which the next finds why an estimate moved later; with
+# none known, the jobs admitted in the last FORECAST_WINDOW are read.
+FORECAST_AT_KEY = "gpuqueue:forecast:at"
+FORECAST_WINDOW = timedelta(minutes=10)
+
+
+def _forecast_at(now: datetime | None) -> datetime | None:
+    """Record `now` as the last forecast's time, or (None) read it; None when unknown."""
+    try:
+        if now is None:
+            at = cache.get(FORECAST_AT_KEY)
+            return at if isinstance(at, datetime) else None
+        cache.set(FORECAST_AT_KEY, now, timeout=86400)
+    except Exception:  # noqa: BLE001
+        log.warning("the last forecast's time is unavailable", exc_info=True)
+    return None
 
 
 def refresh_forecasts_when_due() -> int | None:
@@ -383,8 +411,6 @@ def refresh_forecasts_when_due() -> int | None:
     exceed its share of the worker (`forecast_due`); None when skipped. The timing lives in
     the cache (Redis) so that every worker process sees it; without Redis, forecasts run on
     the beat's period."""
-    from django.core.cache import cache
-
     try:
         last = cache.get(FORECAST_TIMING_KEY)
     except Exception:  # noqa: BLE001

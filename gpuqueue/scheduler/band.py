@@ -7,7 +7,11 @@ and the band (10th to 90th percentile) widens the wait by the spread of those di
 (`forecast_band`), read at the levels where the runtimes finished so far actually fell 10 %
 and 90 % of the time (prediction.py, `RuntimeHistory.calibrated`). What is shown is that band
 stretched or shrunk by how far such bands missed the starts of the last week
-(band_misses.py). A job with no start gets the reason why, as a code:
+(band_misses.py). A declared runtime is widened too, by how far the runtimes of jobs that
+declared one fell from it (`RuntimeHistory.declared_spread`), and a band is never narrower than
+an admission cycle on either side of its most likely start (`at_least_a_cycle`): starts fall on
+the cycle's grid, and a band that is one instant is missed by any start a cycle late. A job with
+no start gets the reason why, as a code:
 
 | why_none        | meaning                                                              |
 | --------------- | -------------------------------------------------------------------- |
@@ -26,8 +30,10 @@ from typing import NamedTuple
 from gpuqueue.scheduler.forecast import forecast
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot
 from gpuqueue.scheduler.never import never_admitted
-from gpuqueue.scheduler.prediction import HIGH, LOW, MEDIAN, Prediction
+from gpuqueue.scheduler.prediction import DECLARED_PRIOR, HIGH, LOW, MEDIAN, Prediction
 
+# Seconds: one admission cycle, the least a band reaches on either side of its most likely start.
+CYCLE = 60.0
 NEVER_FITS = "never_fits"
 UNKNOWN_RUNTIME = "unknown_runtime"
 BEYOND_HORIZON = "beyond_horizon"
@@ -69,14 +75,20 @@ def spread(
     snapshot: Snapshot,
     predictions: Mapping[int, Prediction],
     levels: tuple[float, float] = (LOW, HIGH),
+    declared: tuple[float, float] = DECLARED_PRIOR,
 ) -> dict[str, tuple[float, float]]:
     """Per flavor, how much shorter and longer than their medians the runtimes of the jobs
     there may be: the GPU-weighted median over its jobs of (10th percentile / median) and of
     (90th percentile / median), each percentile read at its calibrated level in `levels`
-    (`RuntimeHistory.calibrated`). (1, 1) for a flavor with no prediction."""
+    (`RuntimeHistory.calibrated`); for a job that declared its runtime, `declared` (the
+    actual over the declared runtime at those levels: `RuntimeHistory.declared_spread`).
+    (1, 1) for a flavor with neither."""
     low, high = levels
     ratios: dict[str, list[_Ratios]] = {}
     for job in _jobs(snapshot):
+        if job.expected_runtime is not None and job.id not in predictions:
+            ratios.setdefault(job.flavor, []).append(_Ratios(*declared, job.gpus))
+            continue
         prediction = predictions.get(job.id)
         if prediction is None or job.expected_runtime is not None:
             continue
@@ -132,6 +144,7 @@ def forecast_band(
     max_steps: int = 200,
     precision: float = 0.1,
     levels: tuple[float, float] = (LOW, HIGH),
+    declared: tuple[float, float] = DECLARED_PRIOR,
 ) -> dict[int, Estimate]:
     """An Estimate per pending job.
 
@@ -142,7 +155,9 @@ def forecast_band(
        forecasts, one per quantile, cost three times as much: 10 s of CPU at 5,000 pending.)
        The percentiles are read at `levels`, the history's calibrated 10th and 90th
        (`RuntimeHistory.calibrated`): where runtimes drift past their history, wider.
-    3. A job with no likely start gets why.
+       A declared runtime spreads by `declared` (`spread`).
+    3. The band reaches at least a cycle either side of the most likely start.
+    4. A job with no likely start gets why.
     """
     policy = policy or Policy()
     now = snapshot.now
@@ -158,7 +173,7 @@ def forecast_band(
         j.expected_runtime is None and j.max_runtime is None and j.id not in predictions
         for j in _jobs(snapshot)
     )
-    ratios = spread(snapshot, predictions, levels)
+    ratios = spread(snapshot, predictions, levels, declared)
     flavors = {job.id: job.flavor for job in snapshot.pending}
     out: dict[int, Estimate] = {}
     for job_id, likely in likely_by_id.items():
@@ -168,5 +183,18 @@ def forecast_band(
             continue
         low, high = ratios.get(flavors[job_id], (1.0, 1.0))
         wait = max(likely - now, 0.0)
-        out[job_id] = Estimate(likely, now + wait * min(low, 1.0), now + wait * max(high, 1.0))
+        band = Estimate(likely, now + wait * min(low, 1.0), now + wait * max(high, 1.0))
+        out[job_id] = at_least_a_cycle(band, now)
     return out
+
+
+def at_least_a_cycle(estimate: Estimate, now: float) -> Estimate:
+    """The band widened to reach at least CYCLE before (not before `now`) and after its most
+    likely start: never a single instant."""
+    likely, early, late = estimate.likely, estimate.early, estimate.late
+    if likely is None or early is None:
+        return estimate
+    early = min(early, max(now, likely - CYCLE))
+    if late is not None:
+        late = max(late, likely + CYCLE)
+    return Estimate(likely, early, late, estimate.why_none)

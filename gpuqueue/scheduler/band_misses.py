@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpuqueue.scheduler.band import Estimate
+from gpuqueue.scheduler.band import Estimate, at_least_a_cycle
 
 LEVEL = 0.8  # the share of starts the band should hold: a 10th to 90th percentile band
 WINDOW = 7 * 86400.0  # the forecasts learnt from: the last week's
@@ -133,7 +133,8 @@ def widening(
 
 def widen(estimate: Estimate, now: float, by: float | None) -> Estimate:
     """`estimate`'s band stretched by the log-factor `by` around its waits (None: as it is);
-    the most likely start stays inside. An infinite stretch opens the band: from now, no
+    the most likely start stays inside, and a band that shrinks still reaches a cycle either
+    side of it (band.at_least_a_cycle). An infinite stretch opens the band: from now, no
     late end."""
     if by is None or estimate.likely is None or estimate.early is None:
         return estimate
@@ -145,4 +146,4 @@ def widen(estimate: Estimate, now: float, by: float | None) -> Estimate:
     late = None
     if estimate.late is not None:
         late = now + max((estimate.late - now) * factor, likely - now)
-    return Estimate(likely, early, late)
+    return at_least_a_cycle(Estimate(likely, early, late), now)

@@ -229,7 +229,10 @@ class Cycle:
             self.horizon,
             self.never,
             self.guarantees,
+            self.policy.hold_for_older,
         )
+        # Rule 1b (ordering.py): the jobs with their team's turn, while they are pending.
+        self.turns = self.order.turns if self.policy.hold_for_older else {}
         self.starving = {job.id for job in self.order.starving}
         self.owed = self.order.owed
         # Phase 4: each job. Phase 5: a job left pending gets its positions at once: the jobs
@@ -237,6 +240,8 @@ class Cycle:
         ledger = self.ledger
         for job in self.order.starving:
             why = self._decide(job)
+            if self.turns:
+                self._turn_taken(job, why)
             if why is not None:
                 self._left_pending(job, why)
         consider = self._consider
@@ -331,6 +336,14 @@ class Cycle:
         of a busy cycle wait, and the same few kinds repeat down each team's queue. A job
         that waits for capacity still gets its own reason (its place behind its team's jobs).
         """
+        if self.turns:
+            turn = self.turns.get((job.team, job.flavor))
+            # The job with its team's turn, or a newer one it may hold (step 4c): what they
+            # read besides their kind, their age.
+            if turn is not None and (turn is job or self._held_for(job, turn)):
+                why = self._decide(job)
+                self._turn_taken(job, why)
+                return why
         if not self.memo or job.id in self.promised or job.shared:
             return self._decide(job)
         state = self._state()
@@ -350,6 +363,32 @@ class Cycle:
                 verdict = (state, reason, 0, 0)
             self._verdicts[job.kind] = verdict
         return reason
+
+    def _turn_taken(self, job: PendingJob, why: Reason | None) -> None:
+        """Once the job with its team's turn is admitted or has claimed its GPUs (it now
+        counts in its team's use), the team's newer jobs are held for it no more."""
+        key = (job.team, job.flavor)
+        if self.turns.get(key) is job and (
+            why is None or why.code == ReasonCode.WAITING_FOR_PREEMPTION
+        ):
+            del self.turns[key]
+
+    def _held_for(self, job: PendingJob, turn: PendingJob) -> bool:
+        """Whether `job` is newer than `turn`, of no higher priority, and would leave it no room
+        under their team's limit (step 4c, before a backfill)."""
+        if job is turn or job.priority > turn.priority:
+            return False
+        if (job.submitted_at, job.id) < (turn.submitted_at, turn.id):
+            return False
+        quota = self.quotas.get((job.team, job.flavor))
+        if quota is None:
+            return False
+        return self.ledger.in_use(job.team, job.flavor) + job.gpus + turn.gpus > quota.limit
+
+    def _newer_gpus(self, team: str, flavor: str, since: float) -> int:
+        """GPUs the team holds of the flavor in jobs started after `since`."""
+        in_use = self.ledger.in_use(team, flavor)
+        return max(in_use - self.held_before.gpus(team, flavor, since), 0)
 
     def _state(self) -> State:
         """What steps 1-11 of `_consider` read besides the job: the ledger (its stamp, which
@@ -445,7 +484,22 @@ class Cycle:
                 waiting = self._preempt(job, fl, reclaim=False)
                 if waiting is not None:
                     return waiting
-                return reasons.over_limit(job, _scope(job, group), quota.limit, in_use)
+                newer = 0
+                if self.turns and self.turns.get((job.team, flavor)) is job and group == job.team:
+                    newer = self._newer_gpus(job.team, flavor, job.submitted_at)
+                return reasons.over_limit(job, _scope(job, group), quota.limit, in_use, newer)
+        # 4c. The team's turn (ordering.py, rule 1b): a newer job of no higher priority starts
+        #     only while it leaves the older job room under the team's limit, or when its max
+        #     runtime ends before the older job's reservation starts (a backfill).
+        if self.turns:
+            turn = self.turns.get((job.team, flavor))
+            if (
+                turn is not None
+                and self._held_for(job, turn)
+                and not self.reserver.ends_before(turn.id, job.max_runtime)
+            ):
+                limit = self.quotas[(job.team, flavor)].limit
+                return reasons.held_for_older(job, turn, limit, ledger.in_use(job.team, flavor))
         # 4b. Time-based fair share: a team that owes GPU-time borrows no more (`_in_debt`).
         if self.balance is not None and self._in_debt(job):
             return self._in_debt_reason(job)

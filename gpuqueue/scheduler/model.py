@@ -262,6 +262,11 @@ class Policy:
     share_borrow_debt_seconds: float = 28800.0
     # How fast a balance is forgotten: the half-life its producer (ShareBalance) decays it with.
     share_half_life_seconds: float = 86400.0
+    # A team's turn (ordering.py, rule 1b): once its oldest job at its top priority has waited
+    # starvation_seconds, the team's newer jobs of no higher priority start only while they
+    # leave that job room under the team's limit. Without it a gang at its team's limit waits
+    # for as long as the team's newer, smaller jobs keep coming.
+    hold_for_older: bool = True
     # The target workload of the fragmentation strategy (fragmentation.Workload: task shapes and
     # how often they occur, e.g. from a trace); None: the shapes of the snapshot's jobs.
     workload: Workload | None = None
@@ -298,6 +303,9 @@ class ReasonCode(str, Enum):  # noqa: UP042 -- callers compare and str() these a
     # Within its guarantee, but the borrowed GPUs it could reclaim are held by jobs inside
     # their minimum runtime (reclaim_wait.py).
     WAITING_FOR_RECLAIM = "waiting_for_reclaim"
+    # The team's older job has its turn (ordering.py, rule 1b): this newer job of the team
+    # would leave it no room under the team's limit.
+    HELD_FOR_OLDER = "held_for_older"
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,23 @@ def starving_key(job: PendingJob) -> tuple[float, int]:
     return (job.submitted_at, job.id)
 
 
+# Rule 1b. A team's turn: once the oldest job at its queue's top priority has waited past the
+# starvation threshold, that job has the team's turn (`Order.turns`). The team's newer jobs of
+# no higher priority then start only while they leave it room under the team's own limit
+# (engine.py, step 4c; Policy.hold_for_older), or end before its reservation starts. Without
+# this a gang at its team's limit is overtaken for as long as the team's newer, smaller jobs
+# keep taking each GPU the team gets back; with it, they pass it for at most the starvation
+# threshold, plus the runtime of the team's jobs running then while the team drains to make
+# it room, plus that of the jobs on the nodes it then reserves (tests/scheduler/
+# test_team_turn.py). Counting such a job as starving when its team's newer jobs hold its room
+# within the fair share (rather than the limit) tripled preemptions in a Philly replay: it
+# borrows, is reclaimed, and starves again (docs/benchmarks.md, "The worst waits").
+def turn_of(jobs: list[PendingJob], top: int) -> PendingJob:
+    """The oldest job of a queue at its top priority (`_top_priority`, whose jobs some state
+    admits): the one that may have the team's turn."""
+    return min((job for job in jobs if job.priority == top), key=starving_key)
+
+
 # Rule 2. Between teams, the team furthest below its fair share goes next (GPUs in use divided by
 # fair share; a team with no fair share goes last), then the larger weight, then fewer GPUs in
 # use (which only separates teams with no fair share), then the team id.
@@ -145,13 +162,15 @@ class Order:
         horizon: Horizon | None = None,
         never: NeverAdmits | None = None,
         guarantees: Mapping[tuple[str, str], int] | None = None,
+        turns: bool = False,
     ) -> None:
         """`queues`: the pending jobs per (team, flavor) when the caller has grouped them (the
         order depends neither on the order of the jobs in the snapshot nor on that of the
         queues). `balance`: the snapshot's `share_balance`, with `slice_seconds`
         (Policy.share_slice_seconds). `never`: the engine's test for jobs that can never start
         (made from the snapshot when a queue first needs it if not given). `guarantees`: per
-        (team, flavor), for the owed teams' turn (none: no team has one)."""
+        (team, flavor), for the owed teams' turn (none: no team has one). `turns`: whether
+        teams' turns are found (rule 1b)."""
         self._ledger = ledger
         self._fair_share = fair_share
         self._weights = weights
@@ -160,6 +179,8 @@ class Order:
         self.starving: list[PendingJob] = []
         # Jobs starving by the balance rule (rule 1): they may reclaim beyond their share.
         self.owed: set[int] = set()
+        # Rule 1b: (team, flavor) -> the job with the team's turn.
+        self.turns: dict[tuple[str, str], PendingJob] = {}
         horizon = horizon or Horizon(snapshot.now)
         starved = horizon.passed  # whether the clock has reached a time
         guarantees = guarantees or {}
@@ -186,17 +207,28 @@ class Order:
             by_balance = holds_nothing and balance is not None
             queue = self._queues[key] = _Queue(team, flavor)
             users = queue.jobs
+            due = starved(facts.oldest + starving_after)
+            top: int | None = None
+            if turns and due:
+                if never is None:
+                    never = NeverAdmits.of(snapshot)
+                top = _top_priority(facts.jobs, never)
+                if top is not None:
+                    turn = turn_of(facts.jobs, top)
+                    if not never(turn) and starved(turn.submitted_at + starving_after):
+                        self.turns[key] = turn
             # Most queues of a busy cycle have no starving job: the team is at its fair share
             # (no job fits the room) or nothing has waited long enough. Their jobs are only
             # grouped by user and sorted, which the queue's facts have done already.
             fits_room = holds_nothing or facts.smallest <= room
-            if not fits_room or (not holds_nothing and not starved(facts.oldest + starving_after)):
+            if not fits_room or (not holds_nothing and not due):
                 users.update(facts.by_user())
                 queue.sorted = True
                 continue
             if never is None:
                 never = NeverAdmits.of(snapshot)
-            top = _top_priority(facts.jobs, never)
+            if top is None:
+                top = _top_priority(facts.jobs, never)
             for job in facts.jobs:
                 at_top = job.priority == top
                 waited = at_top and starved(job.submitted_at + starving_after)
@@ -231,10 +263,7 @@ class Order:
                             first.add(job.id)
                         self.owed.add(job.id)
                     self.starving.append(job)
-                    jobs = self._queues[key].jobs[job.user]
-                    jobs.remove(job)
-                    if not jobs:
-                        del self._queues[key].jobs[job.user]
+                    self._take(key, job)
         self.starving.sort(key=lambda job: (job.id not in first, *starving_key(job)))
         for key in sorted(self._queues):
             queue = self._queues[key]
@@ -251,6 +280,13 @@ class Order:
                 queue.heads.append((job_key(jobs[-1], used), user))
             heapq.heapify(queue.heads)
             self.touch(*key)
+
+    def _take(self, key: tuple[str, str], job: PendingJob) -> None:
+        """Take a job that starves by an exception out of its queue."""
+        jobs = self._queues[key].jobs[job.user]
+        jobs.remove(job)
+        if not jobs:
+            del self._queues[key].jobs[job.user]
 
     def touch(self, team: str, flavor: str) -> None:
         queue = self._queues.get((team, flavor))

@@ -2,12 +2,19 @@
 
 Users rarely give a runtime, yet the starvation guard, backfill and the forecast need one. A
 job's runtime distribution is taken from the jobs that finished before it, at the most specific
-level that has enough of them:
+level that has enough of them, every level keyed by the job's shape as well:
 
-1. the same user and job name (or, failing that, the same user and image): a user re-running
-   one experiment is the best guide to its next run;
+1. the same user, job name and shape (or, failing that, the same user, image and shape): a user
+   re-running one experiment is the best guide to its next run;
 2. the same team and shape (flavor, workers, GPUs per worker);
-3. the flavor.
+3. the same flavor and shape, whatever the team;
+4. the flavor's jobs of the same size: one GPU, one worker of several GPUs, or several workers.
+
+A shape is part of every key because runtime follows it: a sweep's one-GPU tasks and a 3 x 8
+training gang of the same user, image and flavor run for minutes and for days, and a gang's
+prediction learnt from the sweep would put its estimated start, and the starts it holds nodes
+for, hours off. A shape with no history falls back to jobs of its size; a size with none has
+no prediction (its job's max runtime, if any, stands in).
 
 Each level keeps the last `window` runtimes of each key (recent behaviour beats old), and a
 prediction is those runtimes sorted: any quantile can be read from it.
@@ -36,13 +43,20 @@ from dataclasses import dataclass
 USER_NAME = "user_name"
 USER_IMAGE = "user_image"
 TEAM_SHAPE = "team_shape"
-FLAVOR = "flavor"
-SOURCES = (USER_NAME, USER_IMAGE, TEAM_SHAPE, FLAVOR)
+FLAVOR_SHAPE = "flavor_shape"
+FLAVOR = "flavor"  # the flavor's jobs of the same size (`size`)
+SOURCES = (USER_NAME, USER_IMAGE, TEAM_SHAPE, FLAVOR_SHAPE, FLAVOR)
 
 # The quantiles the forecast's band is read at, and its most likely time.
 LOW, MEDIAN, HIGH = 0.1, 0.5, 0.9
 # Ranks kept for `RuntimeHistory.calibrated`, and how many it needs before it trusts them.
 RANKS, MIN_RANKS = 1000, 50
+# Declared runtimes are guesses too: the band widens a declared runtime by where the runtimes
+# of jobs that declared one fell against it (`RuntimeHistory.declared_spread`), once this many
+# have finished; before, by DECLARED_PRIOR (the actual runtime over the declared one, at the
+# band's two ends): users round up, and jobs fail early.
+MIN_DECLARED = 20
+DECLARED_PRIOR = (0.5, 1.2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +112,13 @@ class Prediction:
             "source": self.source,
             "samples": self.samples,
         }
+
+
+def size(workers: int, gpus_per_worker: int) -> str:
+    """A job's size, the last level of prediction: one GPU, one worker, or several workers."""
+    if workers <= 1:
+        return "one_gpu" if gpus_per_worker <= 1 else "one_worker"
+    return "workers"
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -159,24 +180,30 @@ class RuntimeHistory:
         self._by: dict[tuple[object, ...], _Window] = {}
         # Where the last `ranks` finished runtimes fell in their facts' predictions.
         self._ranks = _Window(ranks)
+        # Of the last `ranks` finished jobs that declared a runtime, runtime / declared.
+        self._declared = _Window(ranks)
         self.recorded = 0
 
     @staticmethod
     def _keys(facts: JobFacts) -> list[tuple[str, tuple[object, ...]]]:
         keys: list[tuple[str, tuple[object, ...]]] = []
+        flavor, workers, per = facts.flavor, facts.workers, facts.gpus_per_worker
         if facts.name:
-            keys.append((USER_NAME, (USER_NAME, facts.user, facts.name)))
+            keys.append((USER_NAME, (USER_NAME, facts.user, facts.name, flavor, workers, per)))
         if facts.image:
-            keys.append((USER_IMAGE, (USER_IMAGE, facts.user, facts.image)))
-        shape = (TEAM_SHAPE, facts.team, facts.flavor, facts.workers, facts.gpus_per_worker)
-        keys.append((TEAM_SHAPE, shape))
-        keys.append((FLAVOR, (FLAVOR, facts.flavor)))
+            keys.append((USER_IMAGE, (USER_IMAGE, facts.user, facts.image, flavor, workers, per)))
+        keys.append((TEAM_SHAPE, (TEAM_SHAPE, facts.team, flavor, workers, per)))
+        keys.append((FLAVOR_SHAPE, (FLAVOR_SHAPE, flavor, workers, per)))
+        keys.append((FLAVOR, (FLAVOR, flavor, size(workers, per))))
         return keys
 
-    def record(self, facts: JobFacts, runtime: float) -> None:
-        """A job of `facts` finished after running `runtime` seconds (<= 0 is ignored)."""
+    def record(self, facts: JobFacts, runtime: float, declared: float | None = None) -> None:
+        """A job of `facts` finished after running `runtime` seconds (<= 0 is ignored), having
+        declared `declared` seconds (None: no runtime declared)."""
         if not runtime > 0:
             return
+        if declared is not None and declared > 0:
+            self._declared.add(runtime / declared)
         keys = self._keys(facts)
         found = self._answering(keys)  # what `predict` read for these facts until now
         if found is not None:
@@ -189,13 +216,14 @@ class RuntimeHistory:
                 window = by[key] = _Window(self.window)
             window.add(runtime)
 
-    def record_all(self, finished: Iterable[tuple[JobFacts, float]]) -> None:
-        for facts, runtime in finished:
-            self.record(facts, runtime)
+    def record_all(self, finished: Iterable[tuple[JobFacts, float, float | None]]) -> None:
+        """(facts, runtime, declared runtime or None) of finished jobs, oldest first."""
+        for facts, runtime, declared in finished:
+            self.record(facts, runtime, declared)
 
     def predict(self, facts: JobFacts) -> Prediction | None:
-        """The distribution at the most specific level with enough runtimes; None when the
-        flavor has no finished job yet."""
+        """The distribution at the most specific level with enough runtimes; None when no
+        finished job of the flavor has the job's size (`size`)."""
         found = self._answering(self._keys(facts))
         return None if found is None else Prediction(tuple(found[1].sorted), found[0])
 
@@ -218,6 +246,14 @@ class RuntimeHistory:
         if len(ranks) < MIN_RANKS:
             return q
         return _quantile(ranks, q)
+
+    def declared_spread(self, levels: tuple[float, float] = (LOW, HIGH)) -> tuple[float, float]:
+        """Actual over declared runtime at the band's two levels, from the finished jobs that
+        declared one (DECLARED_PRIOR with fewer than MIN_DECLARED of them)."""
+        ratios = self._declared.sorted
+        if len(ratios) < MIN_DECLARED:
+            return DECLARED_PRIOR
+        return _quantile(ratios, levels[0]), _quantile(ratios, levels[1])
 
     def band_levels(self) -> tuple[float, float]:
         """The levels to read the band's 10th and 90th percentiles at (band.py)."""

@@ -11,7 +11,10 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 |                        | short, short_per_worker, short_largest                              |
 | NO_QUOTA               | flavor, scope ("team" or "department")                             |
 | OVER_FAIR_SHARE        | flavor, scope, guarantee, in_use (non-preemptible), requested       |
-| OVER_LIMIT             | flavor, scope, limit, in_use, requested                             |
+| OVER_LIMIT             | flavor, scope, limit, in_use, requested; for a job with its team's  |
+|                        | turn: newer_gpus (held by the team's jobs started since)            |
+| HELD_FOR_OLDER         | flavor, limit, in_use, requested, older_gpus, older_submitted_at;   |
+|                        | job_ids: the team's older job with the turn (ordering.py, rule 1b)  |
 | NO_CAPACITY            | flavor, workers, gpus_per_worker, workers_fit, free; and when the   |
 |                        | job would take its team past its fair share: fair_share,            |
 |                        | team_in_use, newer_gpus; and when it fits within its team's         |
@@ -25,7 +28,8 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 |                        | every victim's checkpoint grace is known: saving_until; when some   |
 |                        | have stopped: stopping; job_ids: the jobs being preempted           |
 | BEHIND_RESERVATION     | flavor, expected_start; job_ids: the jobs holding the reservations  |
-| RESERVED               | flavor, expected_start (math.inf when unknown), nodes               |
+| RESERVED               | flavor, expected_start (math.inf when unknown), nodes; and          |
+|                        | team_holds_none when it starves by that exception                   |
 | IN_SHARE_DEBT          | flavor, fair_share, in_use, requested, debt_seconds, threshold_seconds, |
 |                        | recovers_at (math.inf when never)                                   |
 | WAITING_FOR_RECLAIM    | flavor, workers, gpus_per_worker, free, borrowers (team ids, ", "), |
@@ -159,16 +163,34 @@ def in_share_debt(
     )
 
 
-def over_limit(job: PendingJob, scope: str, limit: int, in_use: int) -> Reason:
+def over_limit(job: PendingJob, scope: str, limit: int, in_use: int, newer: int = 0) -> Reason:
+    """`newer`: of `in_use`, the GPUs held by the team's jobs started since this job (which
+    has the team's turn) was submitted."""
+    numbers: dict[str, int | float | str] = {
+        "flavor": job.flavor,
+        "scope": scope,
+        "limit": limit,
+        "in_use": in_use,
+        "requested": job.gpus,
+    }
+    if newer:
+        numbers["newer_gpus"] = newer
+    return Reason(ReasonCode.OVER_LIMIT, numbers)
+
+
+def held_for_older(job: PendingJob, older: PendingJob, limit: int, in_use: int) -> Reason:
+    """A newer job of the team held while `older` has the team's turn (ordering.py, rule 1b)."""
     return Reason(
-        ReasonCode.OVER_LIMIT,
+        ReasonCode.HELD_FOR_OLDER,
         {
             "flavor": job.flavor,
-            "scope": scope,
             "limit": limit,
             "in_use": in_use,
             "requested": job.gpus,
+            "older_gpus": older.gpus,
+            "older_submitted_at": older.submitted_at,
         },
+        (older.id,),
     )
 
 
@@ -266,7 +288,11 @@ def behind_reservation(job: PendingJob, expected_start: float, job_ids: tuple[in
 
 
 def reserved(
-    job: PendingJob, expected_start: float, nodes: int, *, team_holds_none: bool = False
+    job: PendingJob,
+    expected_start: float,
+    nodes: int,
+    *,
+    team_holds_none: bool = False,
 ) -> Reason:
     """`team_holds_none`: it starves because its team holds none of the flavor and is owed
     GPU-time (ordering.py, rule 1), however short its wait."""

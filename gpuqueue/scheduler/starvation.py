@@ -178,6 +178,16 @@ class Reserver:
             self.node_owner[(job.flavor, node)] = reservation
         return reservation
 
+    def ends_before(self, job_id: int, runtime: float | None) -> bool:
+        """Whether a job of this max runtime, started now, ends before the reservation of
+        `job_id` is expected to start (False when it has none)."""
+        if runtime is None:
+            return False
+        for reservation in self.reservations:  # a few (Policy.max_reservations)
+            if reservation.job_id == job_id:
+                return self.horizon.within(runtime, reservation.expected_start)
+        return False
+
     def _current(self, flavor: str) -> tuple[int, int]:
         return (self.ledger.flavors[flavor].version, len(self.reservations))
 

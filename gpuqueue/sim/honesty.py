@@ -73,7 +73,8 @@ class ForecastSampler:
         )
         levels = self.runtimes.history.band_levels()
         now = snapshot.now
-        estimates = forecast_band(bare, predictions, policy, levels=levels)
+        declared = self.runtimes.history.declared_spread(levels)
+        estimates = forecast_band(bare, predictions, policy, levels=levels, declared=declared)
         by = widening(self._learnt_from(now), now)
         waiting = {
             j.id: estimates[j.id] for j in snapshot.pending if runs[j.id].first_start is None

@@ -72,7 +72,7 @@ def test_the_band_is_worded_by_its_width() -> None:
 
 def test_a_prediction_names_its_source_and_how_many_jobs_it_came_from() -> None:
     assert runtime_text(PREDICTED) == (
-        "about 2 min (10-90 %: 1 min to 5 min), from 1 finished job of the same flavor"
+        "about 2 min (10-90 %: 1 min to 5 min), from 1 finished job of the same flavor and size"
     )
     declared = {"p10": 900, "p50": 900, "p90": 900, "source": "declared", "samples": 0}
     assert runtime_text(declared) == "declared: 15 min"

@@ -377,6 +377,35 @@ from gpuqueue.core.reason_text import describe_reason, reason_label
             },
             "Can never start: no schedulable h100 node is of model H200.",
         ),
+        (
+            {
+                "code": "held_for_older",
+                "numbers": {
+                    "flavor": "h100",
+                    "limit": 24,
+                    "in_use": 20,
+                    "requested": 1,
+                    "older_gpus": 24,
+                    "older_submitted_at": 1795000000.0,
+                },
+                "job_ids": [7],
+            },
+            "Held for the team's older job #7 (24 h100 GPUs, waiting since 2026-11-18 11:06 UTC), which has waited longest: 20 of the team's limit of 24 are in use, and this job's 1 would leave it no room.",
+        ),
+        (
+            {
+                "code": "over_limit",
+                "numbers": {
+                    "flavor": "h100",
+                    "scope": "team",
+                    "limit": 24,
+                    "in_use": 20,
+                    "requested": 24,
+                    "newer_gpus": 20,
+                },
+            },
+            "Over the team's limit: 20 of 24 h100 GPUs in use and this job asks for 24. 20 of them are held by the team's jobs started since this one was submitted; it has waited longest, so the team's newer jobs now start only while they leave it room.",
+        ),
         (None, "Waiting for the next admission cycle."),
     ],
 )
@@ -391,6 +420,36 @@ def test_a_reason_reads_as_a_sentence_with_its_numbers(reason: dict | None, sent
         ({"code": "queued_behind_team", "numbers": {}}, "TeamQueue"),
         ({"code": "over_limit", "numbers": {"limit": 32, "requested": 8, "in_use": 30}}, "Limit"),
         ({"code": "over_limit", "numbers": {"limit": 32, "requested": 64}}, "NeverUnderLimit"),
+        # Without the team's newer jobs (20 GPUs) the 24-GPU gang would be within the limit.
+        (
+            {
+                "code": "over_limit",
+                "numbers": {"limit": 24, "requested": 24, "in_use": 20, "newer_gpus": 20},
+            },
+            "NewerTeamJobs",
+        ),
+        # Newer jobs hold 4 of 20, but the older ones' 16 leave the 24-GPU gang no room.
+        (
+            {
+                "code": "over_limit",
+                "numbers": {"limit": 24, "requested": 24, "in_use": 20, "newer_gpus": 4},
+            },
+            "Limit",
+        ),
+        (
+            {
+                "code": "no_capacity",
+                "numbers": {
+                    "workers": 4,
+                    "gpus_per_worker": 8,
+                    "fair_share": 38,
+                    "team_in_use": 36,
+                    "newer_gpus": 30,
+                },
+            },
+            "NewerTeamJobs",
+        ),
+        ({"code": "held_for_older", "numbers": {}}, "OlderTeamJob"),
         ({"code": "no_quota", "numbers": {}}, "NoQuota"),
         ({"code": "over_fair_share", "numbers": {}}, "Guarantee"),
         ({"code": "in_share_debt", "numbers": {}}, "FairShare"),

@@ -6,16 +6,21 @@ from __future__ import annotations
 import importlib
 import math
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpuqueue.scheduler.band import forecast_band, with_runtimes
+from gpuqueue.scheduler.band import CYCLE, forecast_band, with_runtimes
+from gpuqueue.scheduler.band_misses import widen
 from gpuqueue.scheduler.model import Plan, Policy, Snapshot
 from gpuqueue.scheduler.never import never_admitted
 from gpuqueue.scheduler.prediction import (
+    DECLARED_PRIOR,
     FLAVOR,
+    FLAVOR_SHAPE,
+    MIN_DECLARED,
     MIN_RANKS,
     TEAM_SHAPE,
     USER_IMAGE,
@@ -95,6 +100,33 @@ def test_the_most_specific_level_with_enough_runtimes_is_used() -> None:
     got = history.predict(facts(user="bob", name="train"))
     assert got is not None and got.source == TEAM_SHAPE
     assert RuntimeHistory().predict(facts()) is None  # nothing finished yet
+
+
+def test_a_gangs_prediction_is_not_learnt_from_one_gpu_sweep_tasks() -> None:
+    """A user's 200 one-GPU sweep tasks of 5 min, of the same name, image and flavor as their
+    3 x 8 gang, say nothing of how long the gang runs: the gang is predicted from gangs."""
+
+    def gang(user: str = "alice", team: str = "team-a", workers: int = 3) -> JobFacts:
+        return JobFacts(user, team, "h100", workers, 8, name="train", image="img")
+
+    history = RuntimeHistory()
+    for _ in range(200):
+        history.record(JobFacts("alice", "team-a", "h100", 1, 1, "train", "img"), 300.0)
+    assert history.predict(gang()) is None  # no job of its size has finished
+    history.record(gang(user="bob", team="team-b", workers=4), 86400.0)
+    got = history.predict(gang())
+    assert got is not None and (got.source, got.runtimes) == (FLAVOR, (86400.0,))
+    for hours in (20, 30, 40):
+        history.record(gang(user="bob", team="team-b"), hours * 3600.0)
+    got = history.predict(gang())
+    assert got is not None and got.source == FLAVOR_SHAPE and got.quantile(0.5) == 30 * 3600.0
+    for hours in (10, 12, 14):
+        history.record(gang(), hours * 3600.0)
+    got = history.predict(gang())
+    assert got is not None and got.source == USER_NAME and got.quantile(0.5) == 12 * 3600.0
+    # The sweep's own tasks are still predicted from the sweep.
+    sweep = history.predict(JobFacts("alice", "team-a", "h100", 1, 1, "train", "img"))
+    assert sweep is not None and sweep.source == USER_NAME and sweep.quantile(0.5) == 300.0
 
 
 def test_the_band_spans_the_start_at_the_10th_and_90th_percentile_runtimes() -> None:
@@ -228,6 +260,58 @@ def test_every_band_holds_its_most_likely_start_and_declared_runtimes_stay(
         assert est.early is not None and est.early <= est.likely
         assert est.late is None or est.likely <= est.late
         assert math.isfinite(est.likely)
+
+
+def test_when_every_job_in_the_way_declares_its_runtime_the_band_is_not_one_instant() -> None:
+    """n1 is held by a job that declared 1,000 s; the waiting job's band spreads by how far
+    declared runtimes missed (the prior until MIN_DECLARED finished), then by what they
+    showed: jobs ran 0.8-1.0 x what they declared."""
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=(node("n1", h100=8),),
+        teams=(team("a", guarantee=8), team("b")),
+        running=(running(10, "a", {"n1": 1}, gpus=8, started=NOW, expected_runtime=1000.0),),
+        pending=(pending(1, "b", gpus=8, expected_runtime=600.0),),
+    )
+    history = RuntimeHistory()
+    band = forecast_band(snapshot, {}, declared=history.declared_spread())[1]
+    low, high = DECLARED_PRIOR
+    assert (band.early, band.likely, band.late) == (NOW + 1000 * low, NOW + 1000, NOW + 1200)
+    assert high == 1.2
+    for i in range(MIN_DECLARED):
+        history.record(facts(name="x"), 800.0 + 200.0 * i / (MIN_DECLARED - 1), declared=1000.0)
+    low, high = history.declared_spread()
+    assert 0.8 < low < high < 1.0
+    band = forecast_band(snapshot, {}, declared=(low, high))[1]
+    # Every job in the way ran no longer than it declared: the band ends a cycle after.
+    assert band.early == pytest.approx(NOW + 1000 * low)
+    assert band.late == NOW + 1000 + CYCLE
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshots(), st.floats(-3.0, 3.0), st.booleans())
+def test_a_band_is_never_one_instant(snapshot: Snapshot, by: float, declared: bool) -> None:
+    """Whatever the snapshot, with every runtime declared or none, and however much the band
+    is stretched or shrunk by its misses (band_misses.widen): it reaches at least a cycle after
+    the most likely start, and a cycle before it unless that is now."""
+    if declared:
+        snapshot = replace(
+            snapshot,
+            running=tuple(replace(j, expected_runtime=600.0) for j in snapshot.running),
+            pending=tuple(replace(j, expected_runtime=900.0) for j in snapshot.pending),
+        )
+        known: dict[int, Prediction] = {}
+    else:
+        known = {
+            j.id: Prediction((600.0,), TEAM_SHAPE) for j in (*snapshot.running, *snapshot.pending)
+        }
+    for band in forecast_band(snapshot, known, declared=(1.0, 1.0)).values():
+        for est in (band, widen(band, snapshot.now, by)):
+            if est.likely is None or est.early is None:
+                continue
+            assert est.late is None or est.late >= est.likely + CYCLE
+            assert est.early <= max(snapshot.now, est.likely - CYCLE)
+            assert est.late is None or est.late > est.early
 
 
 def test_inside_a_team_a_job_of_unknown_runtime_takes_its_turn_as_if_it_ran_an_hour() -> None:

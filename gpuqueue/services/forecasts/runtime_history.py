@@ -26,6 +26,7 @@ from gpuqueue.models import Job
 from gpuqueue.scheduler.band import Estimate, with_runtimes
 from gpuqueue.scheduler.model import PendingJob, RunningJob, Snapshot
 from gpuqueue.scheduler.prediction import MEDIAN, JobFacts, Prediction, RuntimeHistory
+from gpuqueue.services.forecasts.moves import later_text
 from gpuqueue.services.jobs.pending import update_still_pending
 
 HISTORY_JOBS = 5000
@@ -61,12 +62,14 @@ def runtime_history() -> RuntimeHistory:
             state=JobState.SUCCEEDED, started_at__isnull=False, finished_at__isnull=False
         )
         .order_by("-finished_at", "-id")
-        .values_list(*_FACT_FIELDS, "image", "started_at", "finished_at")[:HISTORY_JOBS]
+        .values_list(
+            *_FACT_FIELDS, "image", "started_at", "finished_at", "expected_runtime_seconds"
+        )[:HISTORY_JOBS]
     )
     history = RuntimeHistory()
     history.record_all(  # oldest first: each key keeps its most recent runtimes
-        (_facts_from(facts), (finished - started).total_seconds())
-        for *facts, started, finished in reversed(list(rows))
+        (_facts_from(facts), (finished - started).total_seconds(), declared)
+        for *facts, started, finished, declared in reversed(list(rows))
     )
     _history.put("history", _ALWAYS, history)
     return history
@@ -217,8 +220,10 @@ def store_forecasts(
     estimates: Mapping[int, Estimate],
     predictions: Mapping[int, Prediction],
     stored: Mapping[int, Any],
+    later: Mapping[int, dict[str, Any] | None] | None = None,
 ) -> int:
-    """Write each pending job's forecast where it moved (`stored`: job id -> what it holds)."""
+    """Write each pending job's forecast where it moved (`stored`: job id -> what it holds),
+    with its record of estimates that moved later (`later`: forecasts/moves.py)."""
     declared = {j.id: j.expected_runtime for j in snapshot.pending if j.expected_runtime}
     rows = []
     for job_id, estimate in estimates.items():
@@ -230,6 +235,9 @@ def store_forecasts(
         elif job_id in predictions:
             runtime = predictions[job_id].as_data()
         data = forecast_data(estimate, runtime)
+        moved = later.get(job_id) if later else None
+        if moved:
+            data["later"] = moved
         if stored.get(job_id) != data:
             rows.append((job_id, data))
     return len(update_still_pending(("forecast",), rows))
@@ -255,16 +263,21 @@ def why_none_text(code: str | None) -> str | None:
 
 def start_band_of(job: Job) -> dict[str, Any] | None:
     """While PENDING and once forecast: {early, late (ISO times, late None beyond the
-    forecast's horizon), why_none (a code when there is no estimate), why_none_text}."""
+    forecast's horizon), why_none (a code when there is no estimate), why_none_text,
+    moved_later (how often the estimate moved later), moved_later_text (that and the last
+    cause as a sentence, or None): forecasts/moves.py}."""
     forecast = job.forecast
     if job.state != JobState.PENDING or not isinstance(forecast, dict):
         return None
     why = forecast.get("why_none")
+    later = forecast.get("later")
     return {
         "early": forecast.get("early"),
         "late": forecast.get("late"),
         "why_none": why,
         "why_none_text": why_none_text(why),
+        "moved_later": later.get("count", 0) if isinstance(later, dict) else 0,
+        "moved_later_text": later_text(later if isinstance(later, dict) else None) or None,
     }
 
 
