@@ -603,11 +603,11 @@ class KubernetesBackend(ClusterBackend):
                     transient=True,
                 )
             if (job.get("status") or {}).get("startTime"):
-                # Suspended, but the Job controller has not stopped the last attempt yet: its
-                # pod template may change only once it has (Kubernetes' rule).
-                raise ClusterError(
-                    f"Job {spec.namespace}/{spec.source} is still stopping", transient=True
-                )
+                # Stopped by a preemption: its pod template may change only without a start
+                # time (Kubernetes' rule), which the Job controller leaves; clear it (as the
+                # stop does, in case that was cut short) and read the Job again.
+                self._clear_start_time(spec.namespace, spec.source)
+                continue
             patch = sources.admission_patch(job, spec, self.options, hostnames)
             try:
                 self.call(
@@ -656,6 +656,24 @@ class KubernetesBackend(ClusterBackend):
                 )
         if record.cancelled:
             self._delete("job", self.batch.delete_namespaced_job, namespace, name, record.job_uid)
+        else:
+            self._clear_start_time(namespace, name)
+
+    def _clear_start_time(self, namespace: str, name: str) -> None:
+        """Take the start time off a suspended Job's status, so that its next admission may
+        write its pod template (Kubernetes allows that only to a suspended Job without one;
+        the Job controller sets it on every start and never clears it). Kueue does the same."""
+        with contextlib.suppress(NotFound):
+            self.call(
+                f"clear the start time of job {namespace}/{name}",
+                self.batch.patch_namespaced_job_status,
+                name,
+                namespace,
+                {"status": {"startTime": None}},
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
 
     def list_sources(self) -> list[Obj]:
         """The Jobs labelled with a queue in every team namespace this install claimed; a

@@ -40,7 +40,8 @@ Obj = Mapping[str, Any]
 # there, and never lets them change afterwards).
 QUEUE_LABEL = "gpuqueue.dev/queue"  # the team whose queue the Job waits in
 FLAVOR_LABEL = "gpuqueue.dev/flavor"  # optional: the flavor's name
-PRIORITY_LABEL = "gpuqueue.dev/priority"  # optional: an integer, as a submission's
+# optional annotation (a label value cannot be negative): an integer, as a submission's
+PRIORITY_ANNOTATION = "gpuqueue.dev/priority"
 MAX_RUNTIME_ANNOTATION = "gpuqueue.dev/max-runtime-seconds"  # optional
 # optional: the creator's Kubernetes user name, which the policy checks against the request's
 USER_ANNOTATION = "gpuqueue.dev/user"
@@ -131,7 +132,9 @@ def read_job(job: Obj) -> SourceShape | str:
         return "its parallelism is 0: nothing to run"
     try:
         priority = (
-            _integer(labels[PRIORITY_LABEL], PRIORITY_LABEL) if PRIORITY_LABEL in labels else None
+            _integer(annotations[PRIORITY_ANNOTATION], PRIORITY_ANNOTATION)
+            if PRIORITY_ANNOTATION in annotations
+            else None
         )
         runtime = (
             _integer(annotations[MAX_RUNTIME_ANNOTATION], MAX_RUNTIME_ANNOTATION)

@@ -41,10 +41,13 @@ def labelled_job(
     suspend: bool = True,
     user: str = "",
     indexed: bool = True,
+    priority: int | None = None,
     **labels: str,
 ) -> dict[str, Any]:
     """A Job as a pipeline writes it, with the queue label (the manifest of docs/kubernetes.md)."""
     annotations = {"gpuqueue.dev/user": user} if user else {}
+    if priority is not None:
+        annotations["gpuqueue.dev/priority"] = str(priority)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -89,6 +92,7 @@ def cluster(kube: Kube, guarded: client.ApiClient, settings: Any) -> Iterator[Ku
     """Team namespaces labelled with their team, alice and carol allowed to make Jobs in their
     own, the policy in force, and gpuqueue acting as its ServiceAccount."""
     settings.GPUQUEUE_MIN_RUNTIME_SECONDS = 0
+    settings.GPUQUEUE_RECLAIM_MIN_RUNTIME_SECONDS = 0
     settings.GPUQUEUE_DEFAULT_CHECKPOINT_GRACE_SECONDS = 0
     rbac = client.RbacAuthorizationV1Api(kube.api)
     for person, namespace in PEOPLE.items():
@@ -155,7 +159,11 @@ def test_a_labelled_job_waits_suspended_runs_as_planned_is_preempted_resumes_and
     cluster: Kube, submit: Any, world: Any
 ) -> None:
     kube = cluster
-    # Team-b's own Job takes every H100 GPU, borrowing above its guarantee of 8.
+    # Team-a's jobs take every H100 GPU.
+    blocker = submit(world.alice, workers=4, gpus_per_worker=8, annotations=LONG)
+    run_cycle(backend=kube.backend)
+    kube.sync_until(lambda: state(blocker) == JobState.RUNNING)
+    # Team-b's own Job asks every H100 GPU, borrowing above its guarantee of 8.
     made = as_person(kube, "carol").create_namespaced_job(
         "team-b",
         labelled_job(
@@ -165,6 +173,7 @@ def test_a_labelled_job_waits_suspended_runs_as_planned_is_preempted_resumes_and
             8,
             user="carol",
             indexed=False,
+            priority=-10,
             **{"gpuqueue.dev/flavor": "h100"},
         ),
     )
@@ -176,12 +185,9 @@ def test_a_labelled_job_waits_suspended_runs_as_planned_is_preempted_resumes_and
         4,
         8,
     )
-    assert job.flavor == world.h100
+    assert job.flavor == world.h100 and job.priority == -10
 
     # Before admission: suspended, no pod, and the object tells why (annotation and event).
-    blocker = submit(world.alice, workers=4, gpus_per_worker=8, annotations=LONG)
-    run_cycle(backend=kube.backend)
-    kube.sync_until(lambda: state(blocker) == JobState.RUNNING)
     run_cycle(backend=kube.backend)
     kube.sync_until(
         lambda: (
@@ -201,7 +207,7 @@ def test_a_labelled_job_waits_suspended_runs_as_planned_is_preempted_resumes_and
 
     # The room comes: admitted, every pod on its planned node.
     cancel_job(world.alice, blocker)
-    kube.wait(lambda: not kube.pods("team-a", selector=f"gpuqueue.dev/job-id={blocker.pk}"))
+    kube.sync_until(lambda: not kube.pods("team-a", selector=f"gpuqueue.dev/job-id={blocker.pk}"))
 
     def running() -> bool:
         run_cycle(backend=kube.backend)
@@ -212,14 +218,17 @@ def test_a_labelled_job_waits_suspended_runs_as_planned_is_preempted_resumes_and
     assert Counter(p["spec"]["nodeName"] for p in pods) == Counter(job.placement)
     assert len(pods) == 4 and all(p["status"]["phase"] == "Running" for p in pods)
 
-    # Team-a reclaims its guarantee: the Job is suspended (its pods go) and its job requeued.
-    guaranteed = submit(world.alice, workers=1, gpus_per_worker=8, annotations=LONG)
+    # A job of team-b's of a higher priority preempts it: the Job is suspended (its pods go)
+    # and its job requeued.
+    urgent = submit(world.carol, team=world.team_b, workers=1, gpus_per_worker=8, priority=10)
     run_cycle(backend=kube.backend)
+    urgent.refresh_from_db()
+    assert state(job) == JobState.PREEMPTING, urgent.pending_reason
     kube.sync_until(lambda: state(job) == JobState.PENDING)
     kube.wait(lambda: read(kube, "pretrain", "team-b")["spec"]["suspend"] is True)
     kube.wait(lambda: pods_of(kube, "pretrain", "team-b") == [])
     # ... and resumes, as a second attempt, once the room is back.
-    cancel_job(world.alice, guaranteed)
+    cancel_job(world.carol, urgent)
     kube.sync_until(running, timeout=60)
     assert job.attempts == 2
     assert len(pods_of(kube, "pretrain", "team-b")) == 4
