@@ -687,12 +687,17 @@ class KubernetesBackend(ClusterBackend):
                 unseen.add(namespace)
                 continue
             try:
-                found += self._list(
+                listed = self._list(
                     f"list queued jobs in {namespace}",
                     self.batch.list_namespaced_job,
                     namespace,
                     label_selector=sources.QUEUE_LABEL,
                 )["items"]
+                found += [
+                    job
+                    for job in listed
+                    if sources.QUEUE_LABEL in ((job.get("metadata") or {}).get("labels") or {})
+                ]
             except ClusterError as exc:
                 if exc.transient:
                     raise

@@ -247,13 +247,31 @@ def test_a_labelled_job_waits_suspended_runs_as_planned_is_preempted_resumes_and
 def test_deleting_a_waiting_labelled_job_cancels_its_job(cluster: Kube, world: Any) -> None:
     kube = cluster
     made = as_person(kube, "alice").create_namespaced_job(
-        "team-a", labelled_job("too-big", "team-a", 8, 8, **{"gpuqueue.dev/flavor": "h100"})
+        "team-a", labelled_job("waits", "team-a", 2, 8, **{"gpuqueue.dev/flavor": "h100"})
     )
     job = mirrored(kube, made.metadata.uid)
     # No gpuqueue.dev/user annotation: the team's pipeline identity owns it.
     assert job.user.username == "pipeline@team-a" and job.team == world.team_a
-    kube.batch.delete_namespaced_job("too-big", "team-a")
+    kube.batch.delete_namespaced_job("waits", "team-a")
     kube.sync_until(lambda: state(job) == JobState.CANCELLED)
+
+
+def test_a_labelled_job_gpuqueue_cannot_queue_is_told_why(cluster: Kube) -> None:
+    kube = cluster
+    made = as_person(kube, "alice").create_namespaced_job(
+        "team-a", labelled_job("which-gpu", "team-a", 1, 8)
+    )
+    why = "not queued: several flavors serve nvidia.com/gpu (h100, l4)"
+
+    def told() -> bool:
+        annotations = read(kube, "which-gpu", "team-a")["metadata"].get("annotations") or {}
+        return annotations.get(STATUS_ANNOTATION, "").startswith(why)
+
+    kube.sync_until(told)
+    assert any(
+        e.startswith(f"NotQueued: {why}") for e in events_of(kube, made.metadata.uid, "team-a")
+    )
+    assert not JobSource.objects.filter(uid=made.metadata.uid).exists()
 
 
 def test_the_policy_refuses_unlabelled_foreign_team_and_running_gpu_jobs(cluster: Kube) -> None:
