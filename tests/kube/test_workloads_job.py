@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -27,6 +29,7 @@ from tests.kube.test_admission import (  # noqa: F401 - the fixtures, used by na
     refused_by_policy,
 )
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md"
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
 # Who may create Jobs in which team namespace: the cluster's RBAC, as a platform team grants it.
 PEOPLE = {"alice": "team-a", "carol": "team-b"}
@@ -244,15 +247,23 @@ def test_a_labelled_job_waits_suspended_runs_as_planned_is_preempted_resumes_and
     )
 
 
-def test_deleting_a_waiting_labelled_job_cancels_its_job(cluster: Kube, world: Any) -> None:
+def documented_manifest() -> dict[str, Any]:
+    """The Job of docs/kubernetes.md's "Your own Jobs through the queue", as written."""
+    text = DOC.read_text().split("## Your own Jobs through the queue", 1)[1]
+    return yaml.safe_load(text.split("```yaml\n", 1)[1].split("```", 1)[0])
+
+
+def test_the_documented_job_is_queued_and_deleting_it_cancels_its_job(
+    cluster: Kube, world: Any
+) -> None:
     kube = cluster
-    made = as_person(kube, "alice").create_namespaced_job(
-        "team-a", labelled_job("waits", "team-a", 2, 8, **{"gpuqueue.dev/flavor": "h100"})
-    )
+    made = as_person(kube, "alice").create_namespaced_job("team-a", documented_manifest())
     job = mirrored(kube, made.metadata.uid)
     # No gpuqueue.dev/user annotation: the team's pipeline identity owns it.
     assert job.user.username == "pipeline@team-a" and job.team == world.team_a
-    kube.batch.delete_namespaced_job("waits", "team-a")
+    assert (job.workers, job.gpus_per_worker, job.flavor.name) == (2, 8, "h100")
+    assert (job.priority, job.max_runtime_seconds, job.state) == (10, 86400, JobState.PENDING)
+    kube.batch.delete_namespaced_job("finetune", "team-a")
     kube.sync_until(lambda: state(job) == JobState.CANCELLED)
 
 
