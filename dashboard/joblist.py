@@ -121,7 +121,7 @@ def job_page(user: Any, job_filter: JobFilter) -> JobPage:
     keeps the page fast with 100,000 jobs."""
     jobs = job_filter.apply(Job.objects.visible_to(user), user)
     offset = (job_filter.page - 1) * PAGE_SIZE
-    jobs = jobs.select_related("team", "flavor", "user").defer(
+    jobs = jobs.select_related("team", "flavor", "user", "source").defer(
         "env", "labels", "annotations", "command", "checkpoint_token_hash"
     )
     stop = offset + PAGE_SIZE + 1

@@ -115,7 +115,9 @@ class JobViewSet(
     lookup_value_regex = r"\d+"
 
     def get_queryset(self) -> QuerySet[Job]:
-        return Job.objects.visible_to(self.request.user).select_related("team", "flavor", "user")
+        return Job.objects.visible_to(self.request.user).select_related(
+            "team", "flavor", "user", "source"
+        )
 
     @extend_schema(
         request=JobSubmitSerializer,
