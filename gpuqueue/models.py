@@ -917,3 +917,21 @@ class WorkloadRecord(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id}#{self.attempt} in {self.namespace}"
+
+
+class JobSource(models.Model):
+    """The user's own Kubernetes object a job mirrors (gpuqueue/cluster/sources.py): a Job
+    created with the queue label in its team's namespace. Its namespace, name and uid, recorded
+    when it was mirrored, are what proves the object is that job's workload; labels never do."""
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="source")
+    kind = models.CharField(max_length=63)
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64, unique=True)
+    # Who created it, as the admission policy checked it (its gpuqueue.dev/user annotation).
+    creator = models.CharField(max_length=253, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"

@@ -284,6 +284,15 @@ def _checked(value: Any, rule: Any) -> Any:
     return value
 
 
+class JobSourceSerializer(serializers.Serializer):
+    """The user's own Kubernetes object a job mirrors (docs/kubernetes.md, "Your own Jobs
+    through the queue")."""
+
+    kind = serializers.CharField(read_only=True)
+    namespace = serializers.CharField(read_only=True)
+    name = serializers.CharField(read_only=True)
+
+
 class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
     """A job as read back: state, the pending reason as a sentence and as data, positions,
     estimated start, placement, attempts."""
@@ -327,11 +336,18 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
     start_band = StartBandField()
     gpu_activity = GpuActivityField()
     array_summary = ArraySummaryField()
+    source = JobSourceSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="The Kubernetes object (a labelled Job) the job mirrors; null for a job "
+        "submitted through gpuqueue.",
+    )
 
     class Meta:
         model = Job
         fields = [
             "id",
+            "source",
             "team",
             "user",
             "flavor",

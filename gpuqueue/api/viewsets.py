@@ -118,7 +118,9 @@ class JobViewSet(
     lookup_value_regex = r"\d+"
 
     def get_queryset(self) -> QuerySet[Job]:
-        return Job.objects.visible_to(self.request.user).select_related("team", "flavor", "user")
+        return Job.objects.visible_to(self.request.user).select_related(
+            "team", "flavor", "user", "source"
+        )
 
     def filter_queryset(self, queryset: QuerySet[Job]) -> QuerySet[Job]:
         """The list shows an array as one row unless `?expand=tasks` (gpuqueue/api/filters.py)."""

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from gpuqueue.core.fabric import NO_FABRIC, Fabric
 
@@ -112,6 +113,10 @@ class LaunchSpec:
     # `resource_per_worker` devices of that class, not from `resource_name` in its limits.
     device_class: str = ""
     device_selector: str = ""
+    # A user's own Job that the job mirrors (gpuqueue.cluster.sources): its name and the uid
+    # recorded when it was mirrored; "" for a job whose workload gpuqueue writes itself.
+    source: str = ""
+    source_uid: str = ""
 
 
 class Phase(enum.StrEnum):
@@ -269,6 +274,22 @@ class ClusterBackend(abc.ABC):
         """Team namespaces whose workloads the last observe() could not see (the sync leaves
         their jobs as they are rather than take them for gone)."""
         return ()
+
+    def list_sources(self) -> list[Mapping[str, Any]] | None:
+        """The users' own Jobs labelled with a queue (gpuqueue.cluster.sources), in every team
+        namespace this backend can read; None where the backend has no such objects."""
+        return None
+
+    def unseen_source_namespaces(self) -> Collection[str]:
+        """Team namespaces whose labelled Jobs the last list_sources() could not read."""
+        return ()
+
+    def describe_source(
+        self, namespace: str, name: str, uid: str, job_id: int | None, text: str
+    ) -> None:
+        """Write where the object stands onto it (an annotation and an Event), so that
+        `kubectl describe` says why it waits; `job_id`: the job it became (None: refused)."""
+        return None
 
     def release_gangs(self) -> int:
         """Let launched gangs that wait for their placement start (Kubernetes: pods behind a

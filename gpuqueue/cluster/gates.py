@@ -71,11 +71,14 @@ def is_gated(pod: Obj) -> bool:
     return any(gate.get("name") == PLACEMENT_GATE for gate in gates)
 
 
-def planned_hostname(pod: Obj) -> str | None:
-    """The hostname of this worker's slot in the plan, or None when the pod says nothing."""
+def planned_hostname(pod: Obj, position: int | None = None) -> str | None:
+    """The hostname of this worker's slot in the plan, or None when the pod says nothing.
+    A pod without a completion index (a user's NonIndexed Job) takes the slot of its
+    `position` among its gang's gated pods, in name order."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
-        index = int(annotations[COMPLETION_INDEX_ANNOTATION])
+        found = annotations.get(COMPLETION_INDEX_ANNOTATION)
+        index = int(found if found is not None else position)  # type: ignore[arg-type]
         plan = json.loads(annotations[PLACEMENT_ANNOTATION])
     except (KeyError, TypeError, ValueError):
         return None
@@ -298,8 +301,8 @@ def releases(
             continue  # the Job controller is still creating the gang's pods
         need: dict[tuple[str, str], int] = defaultdict(int)
         targets = []
-        for pod in gated[key]:
-            hostname = planned_hostname(pod)
+        for position, pod in enumerate(sorted(gated[key], key=lambda p: p["metadata"]["name"])):
+            hostname = planned_hostname(pod, position)
             if hostname is None:
                 held[key] = f"pod {pod['metadata']['name']} carries no planned node"
                 break

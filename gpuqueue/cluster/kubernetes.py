@@ -29,7 +29,7 @@ from django.utils import timezone
 from kubernetes import client
 
 from gpuqueue.cluster import manifests as mf
-from gpuqueue.cluster import proof
+from gpuqueue.cluster import proof, sources
 from gpuqueue.cluster.base import (
     Claimed,
     ClusterBackend,
@@ -155,6 +155,7 @@ class KubernetesBackend(ClusterBackend):
         self._observed: tuple[list[Obj], list[Obj], Ours] | None = None
         self._held: dict[Key, str] = {}
         self._unseen: frozenset[str] = frozenset()
+        self._unseen_sources: frozenset[str] = frozenset()
         self._refused: dict[Key, str] = {}
         self._refusals_checked: dict[str, datetime] = {}
         self._first_seen: dict[tuple[int, int], datetime] = {}
@@ -574,6 +575,8 @@ class KubernetesBackend(ClusterBackend):
         if any(n not in self._hostnames for n in spec.placement):
             self._remember_nodes(self.list_raw_nodes()["items"])
         hostnames = {n: self._hostnames.get(n, n) for n in spec.placement}
+        if spec.source:
+            return self._admit_source(spec, hostnames)
         record = Record(namespace=spec.namespace, proof=spec.proof)
         options = replace(self.options, pod_group=self.serves_pod_groups())
         # 2.
@@ -674,6 +677,185 @@ class KubernetesBackend(ClusterBackend):
                 )
             raise
         return Launched(token=token, secret_uid=secret_uid, job_uid=made.get("job", ""))
+
+    def _admit_source(self, spec: LaunchSpec, hostnames: Mapping[str, str]) -> Launched:
+        """Admit the user's suspended Job the job mirrors (gpuqueue.cluster.sources): the plan,
+        gpuqueue's labels and the placement gate into its pod template, and `suspend: false`,
+        in one compare-and-swap update. Only the Job recorded when it was mirrored (its name
+        and uid) is touched. Already admitted as this attempt is success (a relaunch).
+        Nothing else is made: no Secret, so the workload gets no checkpoint token (its
+        preemption waits out the grace period)."""
+        key = (spec.job_id, spec.attempt)
+        for _ in range(3):
+            job = self._get("job", self.batch.read_namespaced_job, spec.namespace, spec.source)
+            if job is None or _uid(job) != spec.source_uid:
+                # Deleted (or replaced under its name): the sync cancels the job.
+                raise ClusterError(f"Job {spec.namespace}/{spec.source} is gone", transient=True)
+            if not sources.is_suspended(job):
+                if mf.attempt_of(job) == key:
+                    return Launched(token=secrets.token_urlsafe(32), job_uid=spec.source_uid)
+                raise ClusterError(
+                    f"Job {spec.namespace}/{spec.source} still runs its previous attempt",
+                    transient=True,
+                )
+            if (job.get("status") or {}).get("startTime"):
+                # Stopped by a preemption: its pod template may change only without a start
+                # time (Kubernetes' rule), which the Job controller leaves; clear it (as the
+                # stop does, in case that was cut short) and read the Job again.
+                self._clear_start_time(spec.namespace, spec.source)
+                continue
+            patch = sources.admission_patch(job, spec, self.options, hostnames)
+            try:
+                self.call(
+                    f"admit job {spec.namespace}/{spec.source}",
+                    self.batch.patch_namespaced_job,
+                    spec.source,
+                    spec.namespace,
+                    patch,
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                )
+            except Conflict:
+                continue  # changed since it was read: read it again
+            except NotFound:
+                raise ClusterError(
+                    f"Job {spec.namespace}/{spec.source} is gone", transient=True
+                ) from None
+            # No token is handed out: the hash kept is of one nobody holds.
+            return Launched(token=secrets.token_urlsafe(32), job_uid=spec.source_uid)
+        raise ClusterError(f"Job {spec.namespace}/{spec.source} keeps changing", transient=True)
+
+    def _stop_source(self, record: Record, key: Key) -> None:
+        """Stop the user's Job an attempt admitted: suspend it (the Job controller deletes its
+        pods; the job waits in the queue again), and when the job was cancelled, delete it
+        too. Only the Job recorded when it was mirrored, and only while it is still this
+        attempt's and unfinished: a finished Job, or one already back in the queue, is the
+        user's to keep."""
+        namespace, name = record.namespace, record.source
+        job = self._get("job", self.batch.read_namespaced_job, namespace, name)
+        if job is None or _uid(job) != record.job_uid:
+            return
+        if mf.attempt_of(job) != key and not record.cancelled:
+            return  # already admitted again as a later attempt
+        if not sources.is_suspended(job) and not sources.is_finished(job):
+            with contextlib.suppress(NotFound):
+                self.call(
+                    f"suspend job {namespace}/{name}",
+                    self.batch.patch_namespaced_job,
+                    name,
+                    namespace,
+                    {"spec": {"suspend": True}},
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                )
+        if record.cancelled:
+            self._delete("job", self.batch.delete_namespaced_job, namespace, name, record.job_uid)
+        else:
+            self._clear_start_time(namespace, name)
+
+    def _clear_start_time(self, namespace: str, name: str) -> None:
+        """Take the start time off a suspended Job's status, so that its next admission may
+        write its pod template (Kubernetes allows that only to a suspended Job without one;
+        the Job controller sets it on every start and never clears it). Kueue does the same."""
+        with contextlib.suppress(NotFound):
+            self.call(
+                f"clear the start time of job {namespace}/{name}",
+                self.batch.patch_namespaced_job_status,
+                name,
+                namespace,
+                {"status": {"startTime": None}},
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+
+    def list_sources(self) -> list[Obj]:
+        """The Jobs labelled with a queue in every team namespace this install claimed; a
+        namespace that cannot be read is left out (unseen_source_namespaces)."""
+        found: list[Obj] = []
+        unseen: set[str] = set()
+        namespaces = [ns for ns in self.namespaces() if ns not in self.refused]
+        self.claim(namespaces)
+        for namespace in namespaces:
+            if namespace not in self._claimed:
+                unseen.add(namespace)
+                continue
+            try:
+                listed = self._list(
+                    f"list queued jobs in {namespace}",
+                    self.batch.list_namespaced_job,
+                    namespace,
+                    label_selector=sources.QUEUE_LABEL,
+                )["items"]
+                found += [
+                    job
+                    for job in listed
+                    if sources.QUEUE_LABEL in ((job.get("metadata") or {}).get("labels") or {})
+                ]
+            except ClusterError as exc:
+                if exc.transient:
+                    raise
+                log.warning("queued jobs in %s cannot be read: %s", namespace, exc)
+                unseen.add(namespace)
+        self._unseen_sources = frozenset(unseen)
+        return found
+
+    def unseen_source_namespaces(self) -> Collection[str]:
+        return self._unseen_sources
+
+    def describe_source(
+        self, namespace: str, name: str, uid: str, job_id: int | None, text: str
+    ) -> None:
+        """The status annotation on the Job (only while it is still the one with `uid`), and
+        an Event on it with the same sentence: `kubectl describe job` shows both."""
+        if job_id is not None:
+            patch = sources.status_patch(job_id, text)
+        else:
+            patch = sources.refusal_patch(text)
+        patch["metadata"]["uid"] = uid  # a precondition: another Job under the name is refused
+        try:
+            self.call(
+                f"describe job {namespace}/{name}",
+                self.batch.patch_namespaced_job,
+                name,
+                namespace,
+                patch,
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        except (NotFound, Conflict, ClusterError) as exc:  # gone, replaced, or the API away
+            log.info("job %s/%s not described: %s", namespace, name, exc)
+            return
+        now = self.clock()
+        event = {
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
+            },
+            "reason": "Queued" if job_id is not None else "NotQueued",
+            "message": text[:1024],
+            "type": "Normal" if job_id is not None else "Warning",
+            "source": {"component": "gpuqueue"},
+            "firstTimestamp": mf.rfc3339(now),
+            "lastTimestamp": mf.rfc3339(now),
+            "count": 1,
+        }
+        with contextlib.suppress(ClusterError):
+            self.call(
+                f"event on job {namespace}/{name}",
+                self.core.create_namespaced_event,
+                namespace,
+                event,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
 
     def _read(self, kind: str, fn: Callable[..., Any], namespace: str, name: str) -> Obj:
         """An object a create just found (409); gone meanwhile (deleted between the two calls)
@@ -842,6 +1024,9 @@ class KubernetesBackend(ClusterBackend):
                 attempt,
                 job_id,
             )
+            return
+        if record.source:
+            self._stop_source(record, key)
             return
         namespace, name = record.namespace, mf.workload_name(*key)
         secret_name = mf.token_secret_name(*key)

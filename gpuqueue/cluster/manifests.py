@@ -346,7 +346,7 @@ def job_manifest(
                 }
             }
         },
-        "tolerations": _tolerations(spec, options),
+        "tolerations": worker_tolerations(spec, options),
         "containers": [_container(spec, options, name)],
         "volumes": [
             _shm_volume(spec),
@@ -460,7 +460,7 @@ def _add_fabric(pod_spec: dict[str, Any], fabric: Fabric) -> None:
         )
 
 
-def _tolerations(spec: LaunchSpec, options: ClusterOptions) -> list[dict[str, Any]]:
+def worker_tolerations(spec: LaunchSpec, options: ClusterOptions) -> list[dict[str, Any]]:
     """The GPU taint for scheduling only (NoSchedule): a NoExecute taint on a GPU node, a
     maintenance drain, still evicts. The not-ready and unreachable taints for the node-loss
     grace, so that the node lifecycle controller does not evict before gpuqueue decides. Then

@@ -107,7 +107,8 @@ JOB: Shape = {
         "creationTimestamp": ALL,
         "deletionTimestamp": ALL,
     },
-    "spec": {"parallelism": ALL},
+    # A user's Job that a job mirrors is its workload only while not suspended.
+    "spec": {"parallelism": ALL, "suspend": ALL},
     "status": {
         "completionTime": ALL,
         "conditions": {**CONDITION, "lastTransitionTime": ALL},

@@ -19,7 +19,11 @@ namespace, a random nonce, and the uids the API gave the attempt's Secret and Jo
    install (`install_key`) over the namespace, the job, the attempt, the instance and the
    record's nonce: no tenant can compute it, and one copied from another object names another
    attempt.
-4. Jobs labelled as this install's that no record proves are `unproven`: they never make a
+4. A user's own Job that a job mirrors (gpuqueue.cluster.sources) counts for an attempt only
+   in the namespace and under the name recorded when it was mirrored, with the uid recorded
+   then; while it is suspended (waiting in the queue, or stopped by a preemption) it is no
+   attempt's workload.
+5. Jobs labelled as this install's that no record proves are `unproven`: they never make a
    status, never count as a live job's, and are never deleted as orphans (a database restored
    from a backup has no record of what was launched after the backup).
 
@@ -59,6 +63,10 @@ class Record:
     proof: str  # the HMAC every object of the attempt carries
     secret_uid: str = ""  # "" until the launch returned
     job_uid: str = ""
+    # A user's Job the job mirrors (rule 4): its name ("": gpuqueue's own Job), and whether the
+    # job was cancelled (then stopping it deletes it; otherwise stopping it suspends it).
+    source: str = ""
+    cancelled: bool = False
 
 
 def install_key(secret_key: str, instance: str) -> bytes:
@@ -119,6 +127,12 @@ def is_our_secret(secret: Obj, key: Key, record: Record) -> bool:
 def is_our_job(job: Obj, key: Key, record: Record, secret_uid: str = "") -> bool:
     """The attempt's Job (rule 1). `secret_uid`: the owner to require when the record has none
     yet (a relaunch that just adopted or created the Secret)."""
+    if record.source:
+        return (
+            _in_place(job, record, record.source)
+            and bool(record.job_uid)
+            and _meta(job).get("uid") == record.job_uid
+        )
     if not _in_place(job, record, workload_name(*key)):
         return False
     owner = record.secret_uid or secret_uid
@@ -194,8 +208,11 @@ def why_unproven(job: Obj, key: Key, record: Record | None) -> str:
         )
     if meta.get("namespace") != record.namespace:
         return f"attempt {key[1]} of job {key[0]} was launched in {record.namespace}"
-    if meta.get("name") != workload_name(*key):
-        return f"attempt {key[1]} of job {key[0]} is named {workload_name(*key)}"
+    name = record.source or workload_name(*key)
+    if meta.get("name") != name:
+        return f"attempt {key[1]} of job {key[0]} is named {name}"
+    if record.source:
+        return "its uid is not the one recorded when gpuqueue mirrored the Job"
     if not owned_by(job, "Secret", uid=record.secret_uid, name=token_secret_name(*key)):
         return "it is not owned by the Secret gpuqueue made for the attempt"
     if record.job_uid:
@@ -204,7 +221,7 @@ def why_unproven(job: Obj, key: Key, record: Record | None) -> str:
 
 
 def sort_out(jobs: Iterable[Obj], pods: Iterable[Obj], records: Mapping[Key, Record]) -> Ours:
-    """Which Jobs and pods are gpuqueue's, by attempt (rules 1, 2 and 4)."""
+    """Which Jobs and pods are gpuqueue's, by attempt (rules 1, 2, 4 and 5)."""
     ours: dict[Key, Obj] = {}
     unproven: list[tuple[Obj, str]] = []
     for job in jobs:
@@ -213,6 +230,8 @@ def sort_out(jobs: Iterable[Obj], pods: Iterable[Obj], records: Mapping[Key, Rec
             continue
         record = records.get(key)
         if record is not None and is_our_job(job, key, record):
+            if record.source and (job.get("spec") or {}).get("suspend"):
+                continue  # a user's Job back in the queue: no workload (rule 4)
             ours[key] = job
         else:
             unproven.append((job, why_unproven(job, key, record)))
@@ -224,8 +243,9 @@ def sort_out(jobs: Iterable[Obj], pods: Iterable[Obj], records: Mapping[Key, Rec
     # A stopped attempt's Job is deleted at once (background propagation) while its pods
     # terminate: they are still proven by the Job uid recorded at launch, for the inventory
     # (their GPUs come back), though they make no status.
+    # (A user's Job serves every attempt of its job under one uid: by uid and attempt.)
     gone = {
-        (record.namespace, record.job_uid): key
+        (record.namespace, record.job_uid, key): key
         for key, record in records.items()
         if record.job_uid and key not in ours
     }
@@ -241,7 +261,7 @@ def sort_out(jobs: Iterable[Obj], pods: Iterable[Obj], records: Mapping[Key, Rec
                 if key is not None and attempt_of(pod) == key:
                     by_key[key].append(pod)
                     pod_keys[(namespace, str(meta.get("name") or ""))] = key
-                elif (key := gone.get(owner)) is not None and attempt_of(pod) == key:
+                elif (key := gone.get((*owner, attempt_of(pod)))) is not None:
                     pod_keys[(namespace, str(meta.get("name") or ""))] = key
                 break
     return Ours(jobs=ours, pods=by_key, pod_keys=pod_keys, unproven=unproven)

@@ -15,7 +15,8 @@ from django.db import IntegrityError, transaction
 
 from gpuqueue.cluster.base import ClusterError
 from gpuqueue.cluster.proof import Key, Record, attempt_proof, install_key
-from gpuqueue.models import Install, WorkloadRecord
+from gpuqueue.core.states import JobState
+from gpuqueue.models import Install, JobSource, WorkloadRecord
 
 
 def proof_of(record: WorkloadRecord, instance: str) -> str:
@@ -30,15 +31,27 @@ def recorded(job_ids: Collection[int], instance: str) -> dict[Key, Record]:
     """The records of every attempt of these jobs (one query)."""
     if not job_ids:
         return {}
-    return {
-        (row.job_id, row.attempt): Record(
+    ids = sorted(set(job_ids))
+    # Jobs that mirror a user's Job: every attempt's workload is that Job, proven by the
+    # name and uid recorded when it was mirrored (one more query).
+    sources = {
+        source.job_id: (source.name, source.uid, state == JobState.CANCELLED)
+        for source, state in (
+            (s, s.job.state) for s in JobSource.objects.filter(job_id__in=ids).select_related("job")
+        )
+    }
+    out = {}
+    for row in WorkloadRecord.objects.filter(job_id__in=ids):
+        name, uid, cancelled = sources.get(row.job_id, ("", row.job_uid, False))
+        out[(row.job_id, row.attempt)] = Record(
             namespace=row.namespace,
             proof=proof_of(row, instance),
             secret_uid=row.secret_uid,
-            job_uid=row.job_uid,
+            job_uid=uid,
+            source=name,
+            cancelled=cancelled,
         )
-        for row in WorkloadRecord.objects.filter(job_id__in=sorted(set(job_ids)))
-    }
+    return out
 
 
 def this_install(instance: str) -> Install:

@@ -18,6 +18,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError, NodeInfo, Phase,
 from gpuqueue.core.locks import try_xact_lock
 from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.cycle.launch import launch_admitted
+from gpuqueue.cycle.source_sync import sync_sources
 from gpuqueue.log_config import SUMMARY_LOGGER
 from gpuqueue.models import Job, Node
 from gpuqueue.services.jobs.checkpoint import acknowledge_checkpoint, requeue
@@ -105,7 +106,9 @@ def sync_nodes(nodes: list[NodeInfo]) -> None:
 def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncResult:
     """One pass over the cluster.
 
-    1. Under the cluster-sync advisory lock (one pass at a time), refresh the node inventory:
+    0. Under the cluster-sync advisory lock (one pass at a time), mirror the users' own
+       labelled Jobs as jobs, and cancel those whose Job was deleted (`sync_sources`).
+    1. Refresh the node inventory:
        GPUs held by anything but the attempts of jobs that hold GPUs count as used by others.
     2. Read the phase of every gpuqueue workload; jobs in namespaces the backend cannot see
        now are left as they are.
@@ -121,6 +124,7 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
        it proves this database launched (gpuqueue.cluster.proof), so an orphan is always one
        the database recorded: a gang it has no record of (a database restored from an older
        backup, another install) is never stopped.
+       Then tell the labelled Jobs where their jobs stand.
     5. Release the gangs whose pods wait for their placement.
     """
     now = now or timezone.now()
@@ -131,6 +135,7 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
     with transaction.atomic():
         if not try_xact_lock("cluster_sync"):
             return SyncResult(ran=False)
+        described = sync_sources(backend)
         holding = list(Job.objects.holding().select_related("team").order_by("id"))
         live = {(job.pk, job.attempts) for job in holding}
         nodes = backend.list_nodes(live)
@@ -179,6 +184,8 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
             log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
     if to_launch:
         launch_admitted(to_launch, backend)
+    for describe in described:
+        describe.apply(backend)
     result.relaunched = to_launch
     result.orphans_stopped = len(orphans)
     try:  # 5.

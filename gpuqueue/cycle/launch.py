@@ -15,7 +15,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError, Launched, Launch
 from gpuqueue.cluster.records import proof_of
 from gpuqueue.core import fabric
 from gpuqueue.core.states import JobState
-from gpuqueue.models import Job, WorkloadRecord
+from gpuqueue.models import Job, JobSource, WorkloadRecord
 from gpuqueue.services.jobs import pod_spec
 from gpuqueue.services.jobs.start_failures import requeue_after_start_failure
 from gpuqueue.services.jobs.transitions import transition
@@ -56,9 +56,12 @@ def workload_records(jobs: Sequence[Job]) -> dict[int, WorkloadRecord]:
     return {key[0]: record for key, record in found.items()}
 
 
-def launch_spec(job: Job, record: WorkloadRecord | None = None) -> LaunchSpec:
+def launch_spec(
+    job: Job, record: WorkloadRecord | None = None, source: JobSource | None = None
+) -> LaunchSpec:
     """What the backend needs to launch the job's current attempt, in the namespace its record
-    names, with the proof its objects carry (the record is made here when none is given)."""
+    names, with the proof its objects carry (the record is made here when none is given), and
+    the user's Job it admits when it mirrors one (`source`: the caller reads them in bulk)."""
     record = record or workload_records([job])[job.pk]
     flavor = job.flavor
     requests = pod_spec.worker_requests(
@@ -125,6 +128,8 @@ def launch_spec(job: Job, record: WorkloadRecord | None = None) -> LaunchSpec:
         gpu_models=tuple(job.gpu_models),
         device_class=flavor.device_class,
         device_selector=flavor.device_selector,
+        source=source.name if source is not None else "",
+        source_uid=source.uid if source is not None else "",
     )
 
 
@@ -180,7 +185,8 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
     )
     jobs = still_allowed(jobs)
     records = workload_records(jobs)
-    specs = [launch_spec(job, records[job.pk]) for job in jobs]
+    sources = {s.job_id: s for s in JobSource.objects.filter(job_id__in=[job.pk for job in jobs])}
+    specs = [launch_spec(job, records[job.pk], sources.get(job.pk)) for job in jobs]
 
     # 2.
     outcomes = backend.launch_all(specs)

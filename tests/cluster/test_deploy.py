@@ -154,6 +154,11 @@ def test_rbac_writes_only_what_the_backend_needs_in_team_namespaces() -> None:
         ("batch", "jobs", "get"),
         ("batch", "jobs", "list"),
         ("batch", "jobs", "watch"),
+        # The users' own labelled Jobs: admitted, suspended and described by a patch; a
+        # preempted one's start time cleared (gpuqueue/cluster/sources.py).
+        ("batch", "jobs", "patch"),
+        ("batch", "jobs/status", "patch"),
+        ("", "events", "create"),
         ("", "services", "create"),
         ("", "services", "delete"),
         ("", "services", "get"),  # a relaunch adopts, and a stop deletes, only its own

@@ -125,7 +125,8 @@ def test_a_job_keeps_its_identity_parallelism_and_conditions() -> None:
             ],
             "creationTimestamp": meta["creationTimestamp"],
         },
-        "spec": {"parallelism": 2},
+        # Whether it is suspended: a user's labelled Job is a workload only while it is not.
+        "spec": {"parallelism": 2, "suspend": job["spec"]["suspend"]},
         "status": {},
     }
     assert len(kept["metadata"]["labels"]) == 3

@@ -72,7 +72,7 @@ def test_make_kube_installs_what_deploy_installs_and_gpuqueue_runs_as_its_servic
     review = client.AuthenticationV1Api(as_gpuqueue).create_self_subject_review({})
     assert review.status.user_info.username == "system:serviceaccount:gpuqueue:gpuqueue"
     labels = kube.core.read_namespace("team-a").metadata.labels
-    assert labels["gpuqueue.dev/team"] == "true"
+    assert labels["gpuqueue.dev/team"] == "team-a"
     # The policy is in force: the admin's GPU pod in a team namespace is refused ...
     kube.wait(lambda: _refused(kube) is not None and _refused(kube).status == 403)
     # ... while gpuqueue, with its ServiceAccount's rights alone, runs a gang to RUNNING.

@@ -201,6 +201,9 @@ def submit_job(
     job.pk, taken = inserted
     if taken is not None:
         job.team = taken
+    # A job just submitted mirrors no Kubernetes object (JobSource): told to the ORM, so that
+    # the answer that reads it back costs no query for it.
+    Job.source.related.set_cached_value(job, None)
     event.job_id = job.pk
     return Submitted(job, created=True)
 
