@@ -160,7 +160,11 @@ def job_page(user: Any, job_filter: JobFilter) -> JobPage:
     keeps the page fast with 100,000 jobs."""
     visible = job_filter.apply(Job.objects.visible_to(user), user)
     offset = (job_filter.page - 1) * PAGE_SIZE
-    jobs = one_row_per_array(visible).select_related("team", "flavor", "user", "source").defer(*DEFERRED)
+    jobs = (
+        one_row_per_array(visible)
+        .select_related("team", "flavor", "user", "source")
+        .defer(*DEFERRED)
+    )
     stop = offset + PAGE_SIZE + 1
     now = timezone.now()
     rows = list(job_filter.ordering.page(jobs, now, offset, stop))[: PAGE_SIZE + 1]
