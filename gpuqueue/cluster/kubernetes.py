@@ -480,7 +480,8 @@ class KubernetesBackend(ClusterBackend):
         return refused
 
     def launch(self, spec: LaunchSpec) -> Launched:
-        """Create the attempt's Secret, then its Service and Job owned by the Secret; what is
+        """Create the attempt's Secret, then its Service (for more than one worker) and Job
+        owned by the Secret; what is
         already there is adopted only if it carries the attempt's proof, so launching twice is
         harmless, and a launch cut short is completed by the next sync (no Job yet: it
         launches again). Returns the token in the Secret and the uids of the Secret and the
@@ -491,7 +492,8 @@ class KubernetesBackend(ClusterBackend):
         2. The token Secret: a new token, or the one an earlier launch of this attempt stored
            there (returned either way, for the caller to keep its hash). It owns the other
            two, so deleting it removes everything of the attempt.
-        3. The headless Service, the gang's PodDisruptionBudget (with GPUQUEUE_K8S_GANG_PDB),
+        3. The headless Service (a gang's: one worker has no one to find), the gang's
+           PodDisruptionBudget (with GPUQUEUE_K8S_GANG_PDB),
            then the Indexed Job, whose pods wait behind the placement gate until the watcher
            releases the gang (release_gangs).
         4. Anything under the attempt's names that is not gpuqueue's (no proof: someone made
@@ -527,12 +529,18 @@ class KubernetesBackend(ClusterBackend):
         made: dict[str, str] = {}
         try:
             for kind, create, read, body, ours in (
-                (
-                    "service",
-                    self.core.create_namespaced_service,
-                    self.core.read_namespaced_service,
-                    mf.service_manifest(spec, owner),
-                    lambda obj: proof.is_our_service(obj, key, record, secret_uid),
+                *(
+                    [
+                        (
+                            "service",
+                            self.core.create_namespaced_service,
+                            self.core.read_namespaced_service,
+                            mf.service_manifest(spec, owner),
+                            lambda obj: proof.is_our_service(obj, key, record, secret_uid),
+                        )
+                    ]
+                    if mf.has_service(spec)
+                    else []
                 ),
                 *(
                     [

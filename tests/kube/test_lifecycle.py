@@ -255,6 +255,29 @@ def test_a_finished_job_s_objects_and_pods_are_kept_for_their_logs_then_deleted(
     )
 
 
+def test_a_one_worker_job_is_a_secret_and_a_job_without_a_service(
+    kube: Kube, submit: Any
+) -> None:
+    """A single worker has no peer to find: no headless Service (one API request fewer per
+    job), its rendezvous address is itself, and it still runs and is stopped as a gang is."""
+    job = submit(workers=1, gpus_per_worker=1, annotations=LONG)
+    run_cycle(backend=kube.backend)
+    kube.sync_until(lambda: state(job) == JobState.RUNNING)
+    selector = f"gpuqueue.dev/job-id={job.pk}"
+    assert kube.core.list_namespaced_service("team-a", label_selector=selector).items == []
+    assert len(kube.core.list_namespaced_secret("team-a", label_selector=selector).items) == 1
+    assert env_of(kube, job)["MASTER_ADDR"] == "127.0.0.1"
+    (pod,) = kube.pods("team-a", selector=selector)
+    assert pod["spec"]["nodeName"] and not pod["spec"].get("subdomain")
+    kube.backend.stop(job.pk, job.attempts)
+    kube.wait(
+        lambda: (
+            not kube.jobs("team-a")
+            and not kube.core.list_namespaced_secret("team-a", label_selector=selector).items
+        )
+    )
+
+
 def test_pods_are_listed_in_pages_and_kept_without_their_managed_fields(kube: Kube) -> None:
     for i in range(7):
         kube.external_pod(f"paged-{i}", f"h100-{i % 4}", 1)
