@@ -56,6 +56,9 @@ BENCH_AGENT = "peers-bench"  # the benchmark's own clients (driving Kueue, readi
 GPUQUEUE_AGENT = "gpuqueue"
 KUEUE_AGENT = "kueue"
 RUN_LABEL = "peers-run"
+# A preempted workload saves and stops in this long: kwok deletes a pod this long after its
+# deletion began (scripts/controlplane/kwok.yaml); gpuqueue's acknowledges its checkpoint so.
+SAVE_SECONDS = 0.5
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -388,27 +391,131 @@ def wait_contended(
 # gpuqueue ----------------------------------------------------------------------------------
 
 
+class Service:
+    """gpuqueue as it is deployed: the watcher (a thread here, its own backend following the
+    cluster by watches and running a sync pass after every change: jobs' states, gangs
+    released, checkpoint deadlines, finished work) and the worker's admission cycles (this
+    thread, another backend: launches), both sending the user agent GPUQUEUE_AGENT."""
+
+    def __init__(self, plane: Any, namespaces: list[str], nodes: int) -> None:
+        self.watching = kube_scale.make_backend(plane.kubeconfig, namespaces)
+        self.launching = kube_scale.make_backend(plane.kubeconfig, namespaces)
+        for backend in (self.watching, self.launching):
+            backend.api_client.user_agent = GPUQUEUE_AGENT
+        kube_scale.take_inventory(self.launching, nodes)
+        self.stopping = False
+        self.syncs = 0
+        self.acker: threading.Thread | None = None
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        from django.db import connection
+
+        from gpuqueue.cycle.cluster_sync import sync_cluster
+
+        def sync() -> None:
+            try:
+                sync_cluster(self.watching)
+                self.syncs += 1
+            except Exception as exc:  # noqa: BLE001 - the watcher goes on, as the service's
+                print(f"sync failed: {exc!r}", flush=True)
+
+        try:
+            self.watching.watch(
+                lambda: self.stopping,
+                sync,
+                sync_seconds=1.0,
+                resync_seconds=300.0,
+                watch_seconds=240.0,
+            )
+        finally:
+            connection.close()
+
+    def cycle(self, admitted: list[tuple[float, int]], started: float) -> None:
+        """One admission cycle while jobs are pending, as the worker runs them; a short wait
+        when there is nothing to do or nothing was admitted."""
+        from gpuqueue.core.states import JobState
+        from gpuqueue.cycle.run import run_cycle
+        from gpuqueue.models import Job
+
+        if Job.objects.filter(state=JobState.PENDING).exists():
+            result = run_cycle(backend=self.launching)
+            if result.admitted:
+                persisted = sum(v for k, v in result.phase_seconds.items() if k <= "4_persist")
+                at = time.perf_counter() - started - sum(result.phase_seconds.values())
+                admitted.append((at + persisted, len(result.admitted)))
+                return
+        time.sleep(0.2)
+
+    def acknowledge_checkpoints(self, after: float = SAVE_SECONDS) -> None:
+        """Play the workloads' part of the checkpoint protocol, as gpuqueue's helper does: a
+        preempted job says it saved `after` seconds after it was asked (what kwok gives a pod
+        that got SIGTERM, Kueue's signal, to exit: the same workload, saving as fast)."""
+        self.acker = threading.Thread(target=self._acknowledge, args=(after,), daemon=True)
+        self.acker.start()
+
+    def _acknowledge(self, after: float) -> None:
+        from datetime import timedelta
+
+        from django.db import connection
+        from django.utils import timezone
+
+        from gpuqueue.core.states import JobState
+        from gpuqueue.models import Job
+        from gpuqueue.services.jobs.checkpoint import acknowledge_checkpoint
+
+        try:
+            while not self.stopping:
+                asked_before = timezone.now() - timedelta(seconds=after)
+                for job in Job.objects.filter(
+                    state=JobState.PREEMPTING,
+                    checkpoint_acked_at__isnull=True,
+                    checkpoint_requested_at__lte=asked_before,
+                ):
+                    acknowledge_checkpoint(job, f"s3://bench/{job.pk}", "workload")
+                time.sleep(0.1)
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.thread.join(30)
+        if self.acker is not None:
+            self.acker.join(5)
+
+
+def submit_all(
+    world: Any, label: str, jobs: tuple[shapes.JobShape, ...], extra: dict[str, Any]
+) -> None:
+    from gpuqueue.services.jobs.submit import submit_job
+
+    flavor, user, teams = world
+    fields = {"name": label, "image": "ghcr.io/acme/train:1", **extra}
+    for j in jobs:
+        shaped = {"workers": j.workers, "gpus_per_worker": j.gpus, "annotations": sim(j.seconds)}
+        submit_job(user, teams[j.team], flavor, {**fields, **shaped})
+
+
 def run_gpuqueue(
     args: argparse.Namespace, tmp: Path, scenario: shapes.Scenario, world: Any
 ) -> list[dict[str, Any]]:
     from kubernetes import client
 
-    flavor, user, teams = world
+    _, _, teams = world
     namespaces = list(teams)
     audit = Audit(tmp / "audit")
     plane, admin = kube_scale.start_cluster(
         tmp, scenario.nodes, namespaces, apiserver_args=audit.apiserver_args()
     )
     admin.user_agent = BENCH_AGENT
-    results = []
+    results: list[dict[str, Any]] = []
     try:
         core, batch = client.CoreV1Api(admin), client.BatchV1Api(admin)
         for i, phase in enumerate(scenario.phases):
             if i:
                 kube_scale.empty_cluster(core, batch, namespaces)
-            backend = kube_scale.make_backend(plane.kubeconfig, namespaces)
-            backend.api_client.user_agent = GPUQUEUE_AGENT
-            kube_scale.take_inventory(backend, scenario.nodes)
+            service = Service(plane, namespaces, scenario.nodes)
             pids = services_pids({p.pid for p in plane.processes.values()})
             cpu = Cpu({"system": pids, **plane_groups(plane)}).start()
             mark = audit.mark()
@@ -416,111 +523,92 @@ def run_gpuqueue(
                 "labels": {RUN_LABEL: phase.label},
                 "checkpoint_grace_seconds": scenario.grace_seconds,
             }
+            watcher = Watcher(plane.kubeconfig, phase.label, args.timeout, workloads=False)
+            admitted: list[tuple[float, int]] = []
+            try:
+                started = time.perf_counter()
+                submit_all(world, phase.label, phase.jobs, extra)
+                submitted = time.perf_counter() - started
+                print(f"[gpuqueue {phase.label}] submitted in {submitted:.1f} s", flush=True)
+                step = functools.partial(service.cycle, admitted, started)
+                if phase.later:
+                    service.acknowledge_checkpoints()
+                    out = wait_contended(
+                        "gpuqueue",
+                        watcher,
+                        scenario,
+                        phase,
+                        started,
+                        functools.partial(submit_all, world, phase.label, phase.later, extra),
+                        step,
+                        args.timeout,
+                    )
+                else:
+                    wait_bound("gpuqueue", watcher, phase, started, step, args.timeout)
+            finally:
+                watcher.close()
+                service.stop()
+            seconds = cpu.stop()
+            agents = audit.count(mark)
             if phase.later:
                 results.append(
-                    contend_gpuqueue(args, plane, backend, scenario, phase, world, extra)
-                )
-                results[-1].update(
-                    requests(audit.count(mark), GPUQUEUE_AGENT, 1), cpu_s=rounded(cpu.stop())
+                    {
+                        "system": "gpuqueue",
+                        "phase": phase.label,
+                        "admitted": sum(n for _, n in admitted),
+                        **out,
+                        **requests(agents, GPUQUEUE_AGENT, 1),
+                        "cpu_s": rounded(seconds),
+                    }
                 )
                 print_contended(results[-1])
                 continue
-            shaped = [(teams[j.team], j.workers, j.gpus, sim(j.seconds)) for j in phase.jobs]
-            run = kube_scale.run_phase(
-                phase.label, backend, admin, user, flavor, [], 0, 0, 0, args.timeout, shaped, extra
-            )
-            seconds = cpu.stop()
-            agents = audit.count(mark)
-            admitted, last = 0, 0.0
-            for at, n, laps in run["cycles"]:
-                if n:
-                    admitted += n
-                    last = at + sum(v for k, v in laps.items() if k <= "4_persist")
             results.append(
                 summary(
                     "gpuqueue",
                     phase.label,
                     len(phase.jobs),
-                    run["pods"],
-                    run["bound"],
-                    run["wall_s"],
-                    run["submit_s"],
-                    admitted,
-                    last,
+                    sum(j.workers for j in phase.jobs),
+                    len(watcher.bound),
+                    max(watcher.bound.values(), default=float("nan")) - started,
+                    submitted,
+                    sum(n for _, n in admitted),
+                    max((at for at, _ in admitted), default=0.0),
                     agents,
                     GPUQUEUE_AGENT,
                     seconds,
                 )
             )
-            results[-1]["backend_seconds"] = {
-                k: round(v, 1) for k, v in run["backend_seconds"].items()
-            }
-            results[-1]["cycles"] = [
-                (round(at, 1), n, {k: round(v, 2) for k, v in laps.items()})
-                for at, n, laps in run["cycles"]
-                if n
-            ]
             print_summary(results[-1])
     finally:
         plane.stop()
     return results
 
 
-def contend_gpuqueue(
-    args: argparse.Namespace,
-    plane: Any,
-    backend: Any,
-    scenario: shapes.Scenario,
+def wait_bound(
+    system: str,
+    watcher: Watcher,
     phase: shapes.Phase,
-    world: Any,
-    extra: dict[str, Any],
-) -> dict[str, Any]:
-    """The contended mix through gpuqueue: cycles and syncs as the service runs them."""
-    from gpuqueue.core.states import JobState
-    from gpuqueue.cycle.cluster_sync import sync_cluster
-    from gpuqueue.cycle.run import run_cycle
-    from gpuqueue.models import Job
-    from gpuqueue.services.jobs.submit import submit_job
-
-    flavor, user, teams = world
-    fields = {"name": phase.label, "image": "ghcr.io/acme/train:1", **extra}
-
-    def submit(jobs: tuple[shapes.JobShape, ...]) -> None:
-        for j in jobs:
-            shaped = {
-                "workers": j.workers,
-                "gpus_per_worker": j.gpus,
-                "annotations": sim(j.seconds),
-            }
-            submit_job(user, teams[j.team], flavor, {**fields, **shaped})
-
-    admitted = Counter[str]()
-
-    def step() -> None:
-        if Job.objects.filter(state=JobState.PENDING).exists():
-            result = run_cycle(backend=backend)
-            admitted["jobs"] += len(result.admitted)
-        result = sync_cluster(backend)
-        if not result.released and not result.transitions:
-            time.sleep(0.2)
-
-    watcher = Watcher(plane.kubeconfig, phase.label, args.timeout, workloads=False)
-    started = time.perf_counter()
-    submit(phase.jobs)
-    try:
-        out = wait_contended(
-            "gpuqueue",
-            watcher,
-            scenario,
-            phase,
-            started,
-            lambda: submit(phase.later),
-            step,
-            args.timeout,
-        )
-    finally:
-        watcher.close()
-    return {"system": "gpuqueue", "phase": phase.label, "admitted": admitted["jobs"], **out}
+    started: float,
+    step: Any,
+    timeout: float,
+) -> None:
+    """Drive (`step`) until every pod of the phase has been seen bound."""
+    wanted = sum(j.workers for j in phase.jobs)
+    reported = 0.0
+    while True:
+        now = time.perf_counter() - started
+        with watcher.lock:
+            bound = len(watcher.bound)
+        if bound >= wanted:
+            return
+        if now > timeout:
+            print(f"[{system} {phase.label}] timed out: {bound} of {wanted} bound", flush=True)
+            return
+        if now - reported >= 5:
+            print(f"[{system} {phase.label}] {now:7.1f} s: {bound} bound", flush=True)
+            reported = now
+        step()
 
 
 # Kueue -------------------------------------------------------------------------------------
@@ -910,6 +998,10 @@ def main() -> int:
         scenario = shapes.baseline(args.scale)
     else:
         scenario = shapes.contended(args.nodes or 16, args.grace)
+        # Kueue preempts a workload however long it has run: so does gpuqueue here (its
+        # defaults spare a job its first minute, and one above its guarantee its first 4 h).
+        os.environ["GPUQUEUE_MIN_RUNTIME_SECONDS"] = "0"
+        os.environ["GPUQUEUE_RECLAIM_MIN_RUNTIME_SECONDS"] = "0"
 
     print(f"cores {os.cpu_count()}; scenario {scenario.name}: {scenario.nodes} nodes × 8 GPUs")
     binary = kueue.build() if "kueue" in systems else None
