@@ -279,7 +279,6 @@ def job_manifest(
         # names a ServiceAccount of its team to act as.
         "automountServiceAccountToken": bool(spec.service_account),
         "securityContext": _pod_security_context(spec),
-        "schedulingGates": [{"name": PLACEMENT_GATE}],
         # SIGTERM comes this long before SIGKILL: the grace of workloads that only handle SIGTERM.
         "terminationGracePeriodSeconds": spec.checkpoint_grace_seconds,
         "affinity": {
@@ -324,6 +323,13 @@ def job_manifest(
             ),
         ],
     }
+    if spec.workers == 1 and len(slots) == 1:
+        # One pod cannot land half-way: pinned to its node from the start, it needs no gate
+        # (no release PATCH); kube-scheduler binds it once the room is there, and one it
+        # cannot bind counts as a released worker that cannot be (gpuqueue.cluster.status).
+        pod_spec["nodeSelector"] = {"kubernetes.io/hostname": slots[0][0]}
+    else:
+        pod_spec["schedulingGates"] = [{"name": PLACEMENT_GATE}]
     _add_fabric(pod_spec, spec.fabric)
     if has_service(spec):
         pod_spec["subdomain"] = name  # the headless Service's: `<job>-<index>.<job>` resolves
