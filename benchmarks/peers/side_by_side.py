@@ -315,7 +315,7 @@ class Watcher:
                     out[namespace] += gpus
         return out
 
-    def shares(self, started: float, until: float, step: float = 1.0) -> list[dict[str, Any]]:
+    def shares(self, started: float, until: float, step: float = 0.5) -> list[dict[str, Any]]:
         """Each team's GPUs every `step` seconds from `started`."""
         samples = []
         t = 0.0
@@ -948,7 +948,7 @@ def print_contended(r: dict[str, Any]) -> None:
     )
 
 
-def contended_table(results: list[dict[str, Any]], every: float = 5.0) -> str:
+def contended_table(results: list[dict[str, Any]], every: float = 1.0) -> str:
     """The contended mix: per system its times, then each team's GPUs every `every` s."""
     rows = [
         "| measure | " + " | ".join(r["system"] for r in results) + " |",
