@@ -59,6 +59,7 @@ RUN_LABEL = "peers-run"
 # A preempted workload saves and stops in this long: kwok deletes a pod this long after its
 # deletion began (scripts/controlplane/kwok.yaml); gpuqueue's acknowledges its checkpoint so.
 SAVE_SECONDS = 0.5
+CYCLE_EVERY = 1.0  # seconds: the service's nudges are debounced to one a second
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -406,6 +407,7 @@ class Service:
         self.stopping = False
         self.syncs = 0
         self.acker: threading.Thread | None = None
+        self.last_cycle = 0.0
         self.thread = threading.Thread(target=self._watch, daemon=True)
         self.thread.start()
 
@@ -433,13 +435,18 @@ class Service:
             connection.close()
 
     def cycle(self, admitted: list[tuple[float, int]], started: float) -> None:
-        """One admission cycle while jobs are pending, as the worker runs them; a short wait
-        when there is nothing to do or nothing was admitted."""
+        """One admission cycle while jobs are pending, at most one a second: the service's
+        pace when nudged all the time (a nudge at most each second, else its beat each 3 s)."""
         from gpuqueue.core.states import JobState
         from gpuqueue.cycle.run import run_cycle
         from gpuqueue.models import Job
 
+        wait = self.last_cycle + CYCLE_EVERY - time.perf_counter()
+        if wait > 0:
+            time.sleep(min(wait, 0.2))
+            return
         if Job.objects.filter(state=JobState.PENDING).exists():
+            self.last_cycle = time.perf_counter()
             result = run_cycle(backend=self.launching)
             if result.admitted:
                 persisted = sum(v for k, v in result.phase_seconds.items() if k <= "4_persist")
