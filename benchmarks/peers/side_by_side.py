@@ -229,48 +229,53 @@ class Watcher:
         api = api_client_for(kubeconfig)
         api.user_agent = BENCH_AGENT
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-        follow = [
-            (
-                core.list_pod_for_all_namespaces(
-                    label_selector=f"{RUN_LABEL}={label}",
-                    watch=True,
-                    timeout_seconds=seconds,
-                    _preload_content=False,
-                ),
-                self._pod,
-            )
-        ]
-        if workloads:
-            follow.append(
-                (
-                    custom.list_cluster_custom_object(
-                        "kueue.x-k8s.io",
-                        "v1beta2",
-                        "workloads",
-                        watch=True,
-                        timeout_seconds=seconds,
-                        _preload_content=False,
-                    ),
-                    self._workload,
-                )
-            )
-        self.responses = [response for response, _ in follow]
-        for response, seen in follow:
-            threading.Thread(target=self._follow, args=(response, seen), daemon=True).start()
 
-    def _follow(self, response: Any, seen: Any) -> None:
-        buffer = b""
-        try:
-            for chunk in response.stream(65536):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    event = json.loads(line) if line.strip() else {}
-                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                        seen(event["object"], time.perf_counter(), event["type"])
-        except Exception as exc:  # noqa: BLE001 - shut at the end of the phase
-            if not self.closed:
-                print(f"watch ended: {exc!r}", flush=True)
+        def pods() -> Any:
+            return core.list_pod_for_all_namespaces(
+                label_selector=f"{RUN_LABEL}={label}",
+                watch=True,
+                timeout_seconds=seconds,
+                _preload_content=False,
+            )
+
+        def workload_list() -> Any:
+            return custom.list_cluster_custom_object(
+                "kueue.x-k8s.io",
+                "v1beta2",
+                "workloads",
+                watch=True,
+                timeout_seconds=seconds,
+                _preload_content=False,
+            )
+
+        follow: list[tuple[Any, Any]] = [(pods, self._pod)]
+        if workloads:
+            follow.append((workload_list, self._workload))
+        for start, seen in follow:
+            threading.Thread(target=self._follow, args=(start, seen), daemon=True).start()
+
+    def _follow(self, start: Any, seen: Any) -> None:
+        """Follow a watch; one the server ends (an ERROR event, a closed stream) starts again
+        (its first events list what exists, which changes no first-seen time)."""
+        while not self.closed:
+            buffer = b""
+            try:
+                response = start()
+                with self.lock:
+                    self.responses.append(response)
+                for chunk in response.stream(65536):
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        event = json.loads(line) if line.strip() else {}
+                        if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                            seen(event["object"], time.perf_counter(), event["type"])
+                        elif event.get("type") == "ERROR":
+                            print(f"watch error: {event.get('object')}", flush=True)
+            except Exception as exc:  # noqa: BLE001 - shut at the end of the phase
+                if not self.closed:
+                    print(f"watch ended: {exc!r}; again", flush=True)
+                    time.sleep(0.5)
 
     def _pod(self, pod: dict[str, Any], at: float, kind: str) -> None:
         meta, spec = pod["metadata"], pod.get("spec") or {}
@@ -328,7 +333,9 @@ class Watcher:
     def close(self) -> None:
         """Shut the sockets under the readers (closing the responses would wait for them)."""
         self.closed = True
-        for response in self.responses:
+        with self.lock:
+            responses = list(self.responses)
+        for response in responses:
             with contextlib.suppress(Exception):
                 response.shutdown()
 
