@@ -55,9 +55,12 @@ bench: install-dev
 bench-kube: install-dev
 	$(BIN)/python benchmarks/kube_scale.py
 
-# gpuqueue and Kueue side by side on that control plane (builds Kueue once; not part of `test`).
+# gpuqueue and Kueue side by side on that control plane (builds Kueue once; not part of `test`):
+# the contended mix, Kueue's baseline scaled, KAI's scale test; each system on a fresh cluster.
 bench-peers: install-dev
-	$(BIN)/python -m benchmarks.peers.side_by_side
+	$(BIN)/python -m benchmarks.peers.side_by_side --scenario contended
+	$(BIN)/python -m benchmarks.peers.side_by_side --scenario baseline --systems kueue,gpuqueue
+	$(BIN)/python -m benchmarks.peers.side_by_side --scenario kai
 
 # Optional: the engine and the trace replay compiled with mypyc (needs a C compiler and the
 # Python headers); a Philly replay runs about a quarter faster. `gpuqueue` refuses to import a

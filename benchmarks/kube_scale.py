@@ -290,29 +290,31 @@ def run_phase(
     workers: int,
     gpus_per_worker: int,
     timeout: float,
+    shapes: list[tuple[Any, int, int, dict[str, str]]] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Submit `count` jobs, cycle and sync until every pod is bound; returns the figures."""
+    """Submit `count` jobs, cycle and sync until every pod is bound; returns the figures.
+    `shapes`: instead, one job per (team, workers, GPUs per worker, annotations); `extra`: more
+    fields of every job (labels, checkpoint grace)."""
     from gpuqueue.core.states import JobState
     from gpuqueue.cycle.cluster_sync import sync_cluster
     from gpuqueue.cycle.run import run_cycle
     from gpuqueue.models import Job
     from gpuqueue.services.jobs.submit import submit_job
 
-    pods_wanted = count * workers
+    if shapes is None:
+        shapes = [(teams[i % len(teams)], workers, gpus_per_worker, SIM) for i in range(count)]
+    count = len(shapes)
+    pods_wanted = sum(shape[1] for shape in shapes)
     before_server = apiserver_requests(admin)
     before_ours = backend.requests.snapshot()
     backend.seconds.clear()
     backend.calls.clear()
-    fields = {
-        "name": label,
-        "image": "ghcr.io/acme/train:1",
-        "workers": workers,
-        "gpus_per_worker": gpus_per_worker,
-        "annotations": SIM,
-    }
+    fields = {"name": label, "image": "ghcr.io/acme/train:1", **(extra or {})}
     started = time.perf_counter()
-    for i in range(count):
-        submit_job(user, teams[i % len(teams)], flavor, fields)
+    for team, shape_workers, gpus, notes in shapes:
+        shaped = {"workers": shape_workers, "gpus_per_worker": gpus, "annotations": notes}
+        submit_job(user, team, flavor, {**fields, **shaped})
     submitted = time.perf_counter() - started
     print(f"[{label}] {count} submitted in {submitted:.1f} s", flush=True)
     cycles: list[tuple[float, int, dict[str, float]]] = []  # (at, admitted, phases)

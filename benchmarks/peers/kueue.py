@@ -264,9 +264,11 @@ def job_manifest(
     gpus: int,
     labels: Mapping[str, str],
     annotations: Mapping[str, str],
+    grace_seconds: int | None = None,
 ) -> dict[str, Any]:
     """A batch/v1 Job for Kueue: created suspended with the queue label (what Kueue's webhook
-    would make of it), `workers` pods of `gpus` GPUs each, all admitted as one Workload."""
+    would make of it), `workers` pods of `gpus` GPUs each, all admitted as one Workload.
+    `grace_seconds`: the pods' termination grace (what a preempted pod gets to save in)."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -284,6 +286,11 @@ def job_manifest(
                 "metadata": {"labels": dict(labels), "annotations": dict(annotations)},
                 "spec": {
                     "restartPolicy": "Never",
+                    **(
+                        {"terminationGracePeriodSeconds": grace_seconds}
+                        if grace_seconds is not None
+                        else {}
+                    ),
                     "containers": [
                         {
                             "name": "main",

@@ -548,7 +548,8 @@ class KubernetesBackend(ClusterBackend):
         return refused
 
     def launch(self, spec: LaunchSpec) -> Launched:
-        """Create the attempt's Secret, then its Service and Job owned by the Secret; what is
+        """Create the attempt's Secret, then its Service (for more than one worker) and Job
+        owned by the Secret; what is
         already there is adopted only if it carries the attempt's proof, so launching twice is
         harmless, and a launch cut short is completed by the next sync (no Job yet: it
         launches again). Returns the token in the Secret and the uids of the Secret and the
@@ -559,10 +560,11 @@ class KubernetesBackend(ClusterBackend):
         2. The token Secret: a new token, or the one an earlier launch of this attempt stored
            there (returned either way, for the caller to keep its hash). It owns the other
            two, so deleting it removes everything of the attempt.
-        3. The headless Service, the gang's PodDisruptionBudget (with GPUQUEUE_K8S_GANG_PDB),
-           the gang's PodGroup where the cluster serves them (serves_pod_groups), a DRA
-           flavor's ResourceClaimTemplate (each worker's claim for its devices), then the
-           Indexed Job, whose pods wait behind the placement gate until the watcher
+        3. The headless Service (a gang's: one worker has no one to find), the gang's
+           PodDisruptionBudget (with GPUQUEUE_K8S_GANG_PDB), the gang's PodGroup where the
+           cluster serves them (serves_pod_groups), a DRA flavor's ResourceClaimTemplate (each
+           worker's claim for its devices), then the Indexed Job, whose pods (a gang's) wait
+           behind the placement gate until the watcher
            releases the gang (release_gangs).
         4. Anything under the attempt's names that is not gpuqueue's (no proof: someone made
            it to be adopted) is neither adopted nor deleted: Squatted, a failed start. What
@@ -600,12 +602,18 @@ class KubernetesBackend(ClusterBackend):
         made: dict[str, str] = {}
         try:
             for kind, create, read, body, ours in (
-                (
-                    "service",
-                    self.core.create_namespaced_service,
-                    self.core.read_namespaced_service,
-                    mf.service_manifest(spec, owner),
-                    lambda obj: proof.is_our_service(obj, key, record, secret_uid),
+                *(
+                    [
+                        (
+                            "service",
+                            self.core.create_namespaced_service,
+                            self.core.read_namespaced_service,
+                            mf.service_manifest(spec, owner),
+                            lambda obj: proof.is_our_service(obj, key, record, secret_uid),
+                        )
+                    ]
+                    if mf.has_service(spec)
+                    else []
                 ),
                 *(
                     [

@@ -210,6 +210,12 @@ def secret_manifest(spec: LaunchSpec, token: str) -> dict[str, Any]:
     }
 
 
+def has_service(spec: LaunchSpec) -> bool:
+    """Workers find each other by the headless Service; a single worker has no one to find
+    (its MASTER_ADDR is itself), so a one-worker attempt is a Secret and a Job only."""
+    return spec.workers > 1
+
+
 def service_manifest(spec: LaunchSpec, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Headless, so that each worker has a stable DNS name `<job>-<index>.<service>`; it
     publishes not-ready addresses because workers must find the leader before they are ready."""
@@ -324,10 +330,8 @@ def job_manifest(
         # names a ServiceAccount of its team to act as.
         "automountServiceAccountToken": bool(spec.service_account),
         "securityContext": _pod_security_context(spec),
-        "schedulingGates": [{"name": PLACEMENT_GATE}],
         # SIGTERM comes this long before SIGKILL: the grace of workloads that only handle SIGTERM.
         "terminationGracePeriodSeconds": spec.checkpoint_grace_seconds,
-        "subdomain": name,
         "affinity": {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -370,6 +374,13 @@ def job_manifest(
             ),
         ],
     }
+    if spec.workers == 1 and len(slots) == 1:
+        # One pod cannot land half-way: pinned to its node from the start, it needs no gate
+        # (no release PATCH); kube-scheduler binds it once the room is there, and one it
+        # cannot bind counts as a released worker that cannot be (gpuqueue.cluster.status).
+        pod_spec["nodeSelector"] = {"kubernetes.io/hostname": slots[0][0]}
+    else:
+        pod_spec["schedulingGates"] = [{"name": PLACEMENT_GATE}]
     _add_fabric(pod_spec, spec.fabric)
     if options.pod_group:
         pod_spec["schedulingGroup"] = {"podGroupName": name}
@@ -381,6 +392,8 @@ def job_manifest(
             }
         ]
         pod_spec["containers"][0]["resources"]["claims"] = [{"name": DEVICE_CLAIM}]
+    if has_service(spec):
+        pod_spec["subdomain"] = name  # the headless Service's: `<job>-<index>.<job>` resolves
     if spec.service_account:
         pod_spec["serviceAccountName"] = spec.service_account
     if priority_class := spec.priority_class or options.priority_class:
@@ -571,7 +584,9 @@ def _env(spec: LaunchSpec, options: ClusterOptions, name: str) -> list[dict[str,
                 "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}
             }
         },
-        "MASTER_ADDR": {"value": f"{name}-0.{name}.{spec.namespace}.svc"},
+        "MASTER_ADDR": {
+            "value": f"{name}-0.{name}.{spec.namespace}.svc" if has_service(spec) else "127.0.0.1"
+        },
         "MASTER_PORT": {"value": str(options.master_port)},
         "GPUQUEUE_JOB_ID": {"value": str(spec.job_id)},
         "GPUQUEUE_URL": {"value": options.public_url.rstrip("/")},

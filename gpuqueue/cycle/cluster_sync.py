@@ -15,7 +15,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from gpuqueue.cluster.base import ClusterBackend, ClusterError, NodeInfo, Phase, WorkloadStatus
-from gpuqueue.core.locks import try_xact_lock
+from gpuqueue.core.locks import held_by_others, try_xact_lock
 from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.cycle.launch import launch_admitted
 from gpuqueue.cycle.source_sync import sync_sources
@@ -118,7 +118,8 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
        as the cycle preempts, with a checkpoint request, and requeued whole after it; a gang
        that never started there is requeued at once.
     4. After commit: stop what must stop, relaunch admitted jobs that have no workload (a
-       crash between admission and launch, or a launch cut short before its Job), stop
+       crash between admission and launch, or a launch cut short before its Job; none while
+       another process is launching: it holds the shared "launching" lock), stop
        workloads that belong to no live job (a finished one once it has been kept
        GPUQUEUE_K8S_KEEP_FINISHED_SECONDS, for its logs). The backend reports only workloads
        it proves this database launched (gpuqueue.cluster.proof), so an orphan is always one
@@ -182,6 +183,10 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
             backend.request_checkpoint(job_id, attempt, deadline)
         except ClusterError as exc:
             log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
+    if to_launch and held_by_others("launching"):
+        # A launch is under way (a cycle's, just committed): these are most likely its own
+        # jobs; launching them here too would only meet its objects. Left to the next pass.
+        to_launch = []
     if to_launch:
         launch_admitted(to_launch, backend)
     for describe in described:

@@ -14,6 +14,7 @@ from gpuqueue.cluster import get_backend
 from gpuqueue.cluster.base import ClusterBackend, ClusterError, Launched, LaunchSpec, Squatted
 from gpuqueue.cluster.records import proof_of
 from gpuqueue.core import fabric
+from gpuqueue.core.locks import shared_session_lock
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, JobSource, WorkloadRecord
 from gpuqueue.services.jobs import pod_spec
@@ -168,7 +169,7 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
        make the record of each one's attempt (namespace and nonce: what its
        proof covers) and build their launch specs (this thread: the database).
     2. Call the backend (`ClusterBackend.launch_all`: in bulk where it can, else up to its
-       `launch_concurrency` at once).
+       `launch_concurrency` at once), holding the shared "launching" lock.
     3. Keep the hash of each token the workloads were given, and the uids of what each launch
        made in its record (what the sync believes afterwards), in bulk updates. A launch that
        found another's object under its attempt's name (Squatted) is a failed start: requeued
@@ -188,8 +189,10 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
     sources = {s.job_id: s for s in JobSource.objects.filter(job_id__in=[job.pk for job in jobs])}
     specs = [launch_spec(job, records[job.pk], sources.get(job.pk)) for job in jobs]
 
-    # 2.
-    outcomes = backend.launch_all(specs)
+    # 2. Under the shared "launching" lock: the cluster sync leaves admitted jobs without a
+    # workload to a launch in progress instead of launching them a second time.
+    with shared_session_lock("launching"):
+        outcomes = backend.launch_all(specs)
     # 3.
     with_token, made = [], []
     for job, outcome in zip(jobs, outcomes, strict=True):

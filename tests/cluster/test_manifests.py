@@ -122,6 +122,21 @@ def pod_of(spec: LaunchSpec) -> dict[str, Any]:
     return mf.job_manifest(spec, OPTIONS, HOSTNAMES)["spec"]["template"]["spec"]
 
 
+def test_a_single_worker_has_no_service_no_gate_and_is_its_own_master() -> None:
+    alone = replace(SPEC, workers=1, placement={"gpu-node-a": 1})
+    pod = mf.job_manifest(alone, OPTIONS, {})["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert not mf.has_service(alone) and mf.has_service(SPEC)
+    assert "subdomain" not in pod
+    assert env["MASTER_ADDR"]["value"] == "127.0.0.1"
+    # One pod cannot land half-way: pinned from the start, no gate to release.
+    assert "schedulingGates" not in pod
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-a"}
+    gang = mf.job_manifest(SPEC, OPTIONS, {})["spec"]["template"]["spec"]
+    assert gang["schedulingGates"] == [{"name": mf.PLACEMENT_GATE}] and "nodeSelector" not in gang
+    assert mf.job_manifest(SPEC, OPTIONS, {})["spec"]["template"]["spec"]["subdomain"] == "gq-42-2"
+
+
 def test_each_worker_gets_the_flavor_s_cpu_and_memory_a_dev_shm_and_no_api_token() -> None:
     pod = pod_of(replace(SPEC, cpu_limit_millicores=0))
     resources = pod["containers"][0]["resources"]

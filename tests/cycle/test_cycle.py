@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from datetime import timedelta
@@ -125,6 +126,49 @@ def test_an_admitted_job_lost_before_launch_is_launched_by_the_next_sync(
 
     result = sync_cluster(backend)
     assert result.relaunched == [job.pk]
+    sync_cluster(backend)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.attempts == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_during_a_cycle_s_launch_does_not_launch_its_jobs_a_second_time(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    """The watcher's pass runs while the worker is still launching what its cycle admitted:
+    it must leave those jobs to it (twice the requests otherwise), and launch them itself
+    only once no launch is under way (the launching process died)."""
+    sync_cluster(backend)
+    job = submit()
+    entered, go_on = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    class SlowBackend(type(backend)):  # type: ignore[misc]
+        def launch_all(self, specs: Any) -> Any:
+            calls.append("cycle")
+            entered.set()
+            go_on.wait(10)
+            raise SystemExit("the worker died while launching")
+
+    slow = SlowBackend(backend.cluster_file, startup_seconds=0, checkpoint_seconds=0)
+
+    def cycle() -> None:
+        try:
+            with contextlib.suppress(SystemExit):
+                run_cycle(backend=slow)
+        finally:
+            connection.close()  # the session, and its locks, end with the process
+
+    thread = threading.Thread(target=cycle)
+    thread.start()
+    assert entered.wait(10)
+    result = sync_cluster(backend)
+    assert result.relaunched == [] and calls == ["cycle"]
+    assert not SimulatedWorkload.objects.filter(job_id=job.pk).exists()
+    go_on.set()
+    thread.join(10)
+
+    assert sync_cluster(backend).relaunched == [job.pk]
     sync_cluster(backend)
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.attempts == 1

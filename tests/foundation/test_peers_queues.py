@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from benchmarks.peers.kueue import COHORT, QUEUE, TeamQuota, job_manifest, queue_objects
+from collections import Counter
+from types import SimpleNamespace
+
+from benchmarks.peers import shapes
+from benchmarks.peers.kueue import (
+    COHORT,
+    QUEUE,
+    TeamQuota,
+    job_manifest,
+    queue_objects,
+    quotas_of,
+)
 
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
@@ -62,3 +73,68 @@ def test_a_gang_is_one_suspended_job_of_all_its_workers() -> None:
     assert job["spec"]["parallelism"] == job["spec"]["completions"] == 8
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["resources"]["requests"] == {"nvidia.com/gpu": "8"}
+
+
+def test_a_preempted_pod_of_kueue_gets_the_same_grace_as_gpuqueue_s_checkpoint() -> None:
+    job = job_manifest("g", "ns-a", 1, 8, labels={}, annotations={}, grace_seconds=5)
+    assert job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 5
+    assert shapes.contended().grace_seconds == 5
+
+
+def rows(specs: tuple[shapes.TeamSpec, ...]) -> list[SimpleNamespace]:
+    """Quota rows as the benchmark's build_teams writes them (namespace = slug, flavor h100)."""
+    flavor = SimpleNamespace(name="h100", resource_name="nvidia.com/gpu")
+    return [
+        SimpleNamespace(
+            team=SimpleNamespace(slug=s.slug, namespace=s.slug),
+            flavor=flavor,
+            guarantee=s.guarantee,
+            limit=s.limit,
+            weight=s.weight,
+        )
+        for s in specs
+    ]
+
+
+def nominal_and_borrowing(spec: dict) -> tuple[str, str]:
+    (group,) = spec["resourceGroups"]
+    (flavor,) = group["flavors"]
+    (resource,) = flavor["resources"]
+    return resource["nominalQuota"], resource["borrowingLimit"]
+
+
+def test_the_contended_mix_gives_kueue_gpuqueue_s_quotas_and_needs_a_reclaim() -> None:
+    scenario = shapes.contended(nodes=16)
+    gpus = scenario.nodes * shapes.GPUS_PER_NODE
+    queues = by_kind(queue_objects(quotas_of(rows(scenario.teams)), {"h100": H100}), "ClusterQueue")
+    assert {name: nominal_and_borrowing(q["spec"]) for name, q in queues.items()} == {
+        "team-a": ("48", "80"),
+        "team-b": ("48", "80"),
+        "team-c": ("32", "96"),
+    }
+    for q in queues.values():  # one cohort; a queue under its nominal quota takes it back
+        assert q["spec"]["cohortName"] == COHORT
+        assert q["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
+        assert q["spec"]["fairSharing"] == {"weight": "1"}
+    assert sum(t.guarantee for t in scenario.teams) == gpus
+    (phase,) = scenario.phases
+    asked = Counter[str]()
+    for job in phase.jobs:
+        asked[job.team] += job.workers * job.gpus
+    # A and B each ask for the whole cluster; C comes later for exactly its guarantee.
+    assert asked == {"team-a": gpus, "team-b": gpus}
+    assert {j.team for j in phase.later} == {"team-c"}
+    assert sum(j.workers * j.gpus for j in phase.later) == scenario.teams[2].guarantee
+
+
+def test_kueue_s_baseline_scaled_keeps_its_queues_quotas_and_sizes() -> None:
+    scenario = shapes.baseline(scale=10)
+    (phase,) = scenario.phases
+    assert len(scenario.teams) == 30 and len(phase.jobs) == 1500
+    assert scenario.nodes * shapes.GPUS_PER_NODE == 30 * 20  # nominal quotas fill the cluster
+    queues = by_kind(queue_objects(quotas_of(rows(scenario.teams)), {"h100": H100}), "ClusterQueue")
+    assert {nominal_and_borrowing(q["spec"]) for q in queues.values()} == {("20", "100")}
+    sizes = Counter((j.workers * j.gpus, j.seconds) for j in phase.jobs)
+    assert sizes == {(1, 2.0): 30 * 35, (5, 5.0): 30 * 10, (20, 10.0): 30 * 5}
+    per_queue = Counter(j.team for j in phase.jobs)
+    assert set(per_queue.values()) == {50}

@@ -71,11 +71,11 @@ def test_a_hold_read_by_another_process_before_the_gang_started_stops_nothing(
     """A second process's backend (a Celery worker's) held a gang on an earlier pass; the
     watcher released it once its node freed, and it runs. The second process's next pass must
     not read its old hold as a failed start and stop the gang."""
-    job = submit(workers=1, gpus_per_worker=8, annotations=LONG)
+    job = submit(workers=2, gpus_per_worker=4, annotations=LONG)  # a gang, gated
     run_cycle(backend=kube.backend)
     job.refresh_from_db()
     (node,) = job.placement
-    kube.wait(lambda: len(gang_pods(kube, job)) == 1)
+    kube.wait(lambda: len(gang_pods(kube, job)) == 2)
     # Someone takes the planned node before the gang is released: the gang is held.
     kube.external_pod("hog", node, 8)
     kube.wait(
@@ -101,11 +101,11 @@ def test_a_gang_whose_planned_node_is_held_only_by_terminating_pods_waits_for_th
 ) -> None:
     """A victim's pods save their checkpoint for up to its grace: the gang planned onto their
     GPUs waits, and that is no failed start (which would count toward the job's cap)."""
-    job = submit(workers=1, gpus_per_worker=8, annotations=LONG)
+    job = submit(workers=2, gpus_per_worker=4, annotations=LONG)  # a gang, gated
     run_cycle(backend=kube.backend)
     job.refresh_from_db()
     (node,) = job.placement
-    kube.wait(lambda: len(gang_pods(kube, job)) == 1)
+    kube.wait(lambda: len(gang_pods(kube, job)) == 2)
     # Before the gang is released, a pod on its node that is still terminating (a finalizer
     # keeps it, as a real kubelet keeps a pod through its grace).
     leaving = {

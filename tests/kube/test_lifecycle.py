@@ -255,6 +255,35 @@ def test_a_finished_job_s_objects_and_pods_are_kept_for_their_logs_then_deleted(
     )
 
 
+def test_a_one_worker_job_is_a_secret_and_an_ungated_job_without_a_service(
+    kube: Kube, submit: Any
+) -> None:
+    """A single worker has no peer to find and cannot land half-way: no headless Service and
+    no placement gate (two API requests fewer per job), its rendezvous address is itself, and
+    it still runs where planned and is stopped as a gang is."""
+    job = submit(workers=1, gpus_per_worker=1, annotations=LONG)
+    run_cycle(backend=kube.backend)
+    kube.sync_until(lambda: state(job) == JobState.RUNNING)
+    selector = f"gpuqueue.dev/job-id={job.pk}"
+    assert kube.core.list_namespaced_service("team-a", label_selector=selector).items == []
+    assert len(kube.core.list_namespaced_secret("team-a", label_selector=selector).items) == 1
+    assert env_of(kube, job)["MASTER_ADDR"] == "127.0.0.1"
+    (pod,) = kube.pods("team-a", selector=selector)
+    # Pinned to its planned node from the start: no gate to take off, no release PATCH.
+    assert not pod["spec"].get("schedulingGates") and not pod["spec"].get("subdomain")
+    job.refresh_from_db()
+    (node,) = job.placement  # the test nodes' hostname labels are their names
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": node}
+    assert pod["spec"]["nodeName"] == node
+    kube.backend.stop(job.pk, job.attempts)
+    kube.wait(
+        lambda: (
+            not kube.jobs("team-a")
+            and not kube.core.list_namespaced_secret("team-a", label_selector=selector).items
+        )
+    )
+
+
 def test_pods_are_listed_in_pages_and_kept_without_their_managed_fields(kube: Kube) -> None:
     for i in range(7):
         kube.external_pod(f"paged-{i}", f"h100-{i % 4}", 1)

@@ -53,7 +53,7 @@ def sync_for(kube: Kube, seconds: float, job: Job) -> None:
 def test_a_released_worker_that_cannot_be_bound_for_a_few_seconds_still_runs(
     kube: Kube, submit: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = submit(workers=1, gpus_per_worker=8, cpu_millicores=1000, annotations=LONG)
+    job = submit(workers=2, gpus_per_worker=4, cpu_millicores=1000, annotations=LONG)
     run_cycle(backend=kube.backend)
     job.refresh_from_db()
     (node,) = job.placement
