@@ -49,6 +49,7 @@ from gpuqueue.scheduler.reclaim_wait import ReclaimWaits
 from gpuqueue.scheduler.shared_gpus import FULL, ceil_gpus
 from gpuqueue.scheduler.special import Special
 from gpuqueue.scheduler.starvation import Reserver
+from gpuqueue.scheduler.topology import Topology
 from gpuqueue.scheduler.usage import seconds_to_recover
 
 # A pending job's queue (team, flavor): a plan groups the snapshot's jobs by runs of one queue.
@@ -130,6 +131,7 @@ class Cycle:
             for key, gpus in self.ledger.hold_shared(fractional).items():
                 running[key] = running.get(key, 0) + gpus
         self.special = Special(snapshot, self.ledger, policy.placement, policy.workload)
+        self.topology = Topology(snapshot.nodes, snapshot.topologies)
         # (team, flavor) -> the team and its department with their quotas (None: no quota).
         self.groups = {
             (team, flavor): [(group, self.quotas.get((group, flavor))) for group in chain]
@@ -164,17 +166,18 @@ class Cycle:
             self.ledger, self.search, self.fair_share, policy.placement
         )
         self.reserver = Reserver(
-            self.ledger, snapshot.nodes, whole_running, policy, self.horizon, memo
+            self.ledger, snapshot.nodes, whole_running, policy, self.horizon, memo, self.topology
         )
         self.held_before = HeldBefore(whole_running)  # for reasons (`_beyond_share`)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.pending: list[Pending] = []
         self.searches_left = policy.max_victim_searches_per_cycle
-        # (team, flavor, gpus per worker, priority, reclaim) -> fewest workers a victim search
-        # failed for. Nothing frees GPUs during a cycle, so a bigger gang of the same kind
-        # would fail too: it is not searched for, and spends none of the search budget.
-        self.failed_search: dict[tuple[str, str, int, int, bool], int] = {}
+        # (team, flavor, gpus per worker, priority, reclaim, topology level, required) ->
+        # fewest workers a victim search failed for. Nothing frees GPUs during a cycle, so a
+        # bigger gang of the same kind would fail too: it is not searched for, and spends none
+        # of the search budget.
+        self.failed_search: dict[tuple[str, str, int, int, bool, str, bool], int] = {}
         self.waiting_in_team: dict[tuple[str, str], int] = {}
         self._in_team: dict[str, int] = {}  # jobs left pending so far, per team (positions)
         self.order: Order | None = None
@@ -414,6 +417,11 @@ class Cycle:
             most = fl.most_workers(g, cpu, memory) if g > 0 else 0
             short = fl.never_short(g, cpu, memory) if g > 0 else None
             return reasons.never_fits(job, fl.max_node, fl.total_capacity, most, short)
+        topology = self.topology if job.topology_level else None
+        if topology is not None and job.topology_required:
+            never = topology.never(fl, job)
+            if never is not None:
+                return reasons.no_domain(job, never, fl.fits(g, "", cpu, memory), fl.total_free)
         groups = self.groups.get((job.team, flavor))
         if groups is None:  # a team the snapshot does not list: no quota anywhere
             groups = [(job.team, None)]
@@ -446,21 +454,28 @@ class Cycle:
         # 5. (Counting first is cheap; placement only runs when it will succeed.)
         strategy = self.policy.placement
         if fl.total_free >= gpus and fl.fits(g, "", cpu, memory) >= workers:
-            if self.special.places(fl):  # fragmentation, or models that pending jobs require
+            domain = ""
+            if topology is not None:  # one domain of its level (topology.py)
+                placement, domain = self._in_domain(job, fl, None)
+            elif self.special.places(fl):  # fragmentation, or models that pending jobs require
                 found = self.special.place(job, fl)
                 placement = None if found is None else found[0]
             else:
                 placement = fit_gang(fl, workers, g, strategy, None, cpu, memory)
             if placement is not None:
-                self._admit(job, placement)
+                self._admit(job, placement, domain=domain)
                 return None
         if fl.held:
             # 6.
             room = self.reserver.backfill_room(job)
             if room and fl.workers_fit(g, room, cpu, memory) >= workers:
-                placement = fit_gang(fl, workers, g, strategy, room, cpu, memory)
+                domain = ""
+                if topology is not None:
+                    placement, domain = self._in_domain(job, fl, room)
+                else:
+                    placement = fit_gang(fl, workers, g, strategy, room, cpu, memory)
                 if placement is not None:
-                    self._admit(job, placement, use_held=room)
+                    self._admit(job, placement, use_held=room, domain=domain)
                     return None
             # 7. Naming every reservation of the flavor is enough for the reason; finding the
             #    exact nodes would cost a placement per blocked job.
@@ -468,7 +483,10 @@ class Cycle:
                 return self.reserver.behind(job)
         # 8.
         if fl.incoming and fl.fits(g, "incoming", cpu, memory) >= workers:
-            placement = fit_gang(fl, workers, g, strategy, fl.incoming, cpu, memory, True)
+            if topology is not None:
+                placement, _ = self._in_domain(job, fl, fl.incoming, True)
+            else:
+                placement = fit_gang(fl, workers, g, strategy, fl.incoming, cpu, memory, True)
             if placement is not None:
                 waited = self._incoming_jobs(job.flavor, placement)
                 ledger.admit(
@@ -517,7 +535,31 @@ class Cycle:
                 return why
             blocked = self.reclaim_waits.blocked(job)
         fit = fl.fits(g, "", cpu, memory)
+        if topology is not None and job.topology_required and self.explain:
+            # Its level is what it waits for: how close the best domain comes.
+            best = topology.best(fl, job, fl.caps(cpu, memory))
+            return reasons.no_domain(job, best, fit, fl.total_free)
         return self._waits_for_capacity(job, fit, fl.total_free, blocked)
+
+    def _in_domain(
+        self,
+        job: PendingJob,
+        fl: FlavorLedger,
+        extra: dict[str, int] | None,
+        incoming: bool = False,
+    ) -> tuple[Placement | None, str]:
+        """Steps 5, 6 and 8 for a job with a topology level: one domain of its level (a
+        preferred level: of an outer level, else anywhere, as any job)."""
+        cpu, memory = job.cpu_per_worker, job.memory_per_worker
+        cap = fl.caps(cpu, memory, incoming)
+        found = self.topology.place(fl, job, self.policy.placement, extra, cap)
+        if found is not None:
+            return found.placement, found.domain
+        if job.topology_required and self.topology.level_of(job) >= 0:
+            return None, ""
+        strategy = self.policy.placement
+        g = job.gpus_per_worker
+        return fit_gang(fl, job.workers, g, strategy, extra, cpu, memory, incoming), ""
 
     def may_search(self) -> bool:
         """Whether a victim search may still run in this cycle (its budgets, step 9)."""
@@ -641,7 +683,11 @@ class Cycle:
         return reasons.with_shared(why, job, most)
 
     def _admit(
-        self, job: PendingJob, placement: Placement, use_held: dict[str, int] | None = None
+        self,
+        job: PendingJob,
+        placement: Placement,
+        use_held: dict[str, int] | None = None,
+        domain: str = "",
     ) -> None:
         fair_share = self.fair_share.get((job.team, job.flavor), 0)
         borrowed = (
@@ -658,7 +704,7 @@ class Cycle:
             cpu=job.cpu_per_worker,
             memory=job.memory_per_worker,
         )
-        self.admissions.append(Admission(job.id, placement, borrowed))
+        self.admissions.append(Admission(job.id, placement, borrowed, domain=domain))
 
     def _limit_ok(self, job: PendingJob) -> Callable[[], bool]:
         """Whether the team (and department) would stay within its limit with `job` admitted,
@@ -693,7 +739,15 @@ class Cycle:
         priority = priority and self.search.has_lower(job)
         if not (priority or reclaim):
             return None
-        key = (job.team, job.flavor, job.gpus_per_worker, job.priority, reclaim)
+        key = (
+            job.team,
+            job.flavor,
+            job.gpus_per_worker,
+            job.priority,
+            reclaim,
+            job.topology_level,
+            job.topology_required,
+        )
         if self.failed_search.get(key, job.workers + 1) <= job.workers:
             return None
         self.searches_left -= 1
@@ -703,16 +757,24 @@ class Cycle:
         victims = self.search.find(job, fl, self._limit_ok(job), reclaim, priority, budget)
         placement = None
         if victims is not None:
-            placement = fit_gang(
-                fl,
-                job.workers,
-                g,
-                policy.placement,
-                fl.incoming,
-                job.cpu_per_worker,
-                job.memory_per_worker,
-                True,
-            )
+            if job.topology_level:
+                placement, _ = self._in_domain(job, fl, fl.incoming, True)
+            else:
+                placement = fit_gang(
+                    fl,
+                    job.workers,
+                    g,
+                    policy.placement,
+                    fl.incoming,
+                    job.cpu_per_worker,
+                    job.memory_per_worker,
+                    True,
+                )
+        if (victims is None or placement is None) and job.topology_required:
+            # A required level: victims inside one domain, so that a whole domain frees.
+            ledger.rollback(mark)
+            mark = ledger.checkpoint()
+            victims, placement = self._victims_in_domain(job, fl, reclaim, priority, budget)
         if victims is None or placement is None:
             ledger.rollback(mark)
             if job.workers < self.failed_search.get(key, job.workers + 1):
@@ -742,6 +804,34 @@ class Cycle:
         for team, flavor in sorted(touched):
             self.order.touch(team, flavor)
         return self._waiting_for(job, tuple(waited))
+
+    def _victims_in_domain(
+        self, job: PendingJob, fl: FlavorLedger, reclaim: bool, priority: bool, budget: int
+    ) -> tuple[list[tuple[RunningJob, str]] | None, Placement | None]:
+        """Step 9 for a required level whose flavor-wide search found no room in one domain
+        (topology.py)."""
+        if self.topology.level_of(job) < 0:
+            return None, None
+        search = self.search
+        cap = fl.caps(job.cpu_per_worker, job.memory_per_worker, True)
+        found = search.each_floor(
+            job,
+            reclaim,
+            lambda: self.topology.victims_in_domain(
+                fl,
+                self.ledger,
+                job,
+                search.eligible(job, reclaim, priority),
+                lambda victim, kind: search.take(job, fl, victim, kind),
+                self._limit_ok(job),
+                budget,
+                self.policy.placement,
+                cap,
+            ),
+        )
+        if found is None:
+            return None, None
+        return found[0], found[1].placement
 
     def _draining_jobs(self) -> dict[int, tuple[int, str | None]]:
         """Job id -> the GPUs its terminating pods hold, and its team when it is pending."""
