@@ -14,6 +14,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Cast
 
 from gpuqueue.core.fabric import fabric_errors
+from gpuqueue.core.topology_levels import level_errors, normalized
 from gpuqueue.core.gpu_resources import is_gpu_resource
 from gpuqueue.core.states import ACTIVE, FINAL, HOLDING, JobState
 from gpuqueue.core.taints import EXISTS, schedulable_for, toleration_errors
@@ -68,6 +69,15 @@ class Flavor(models.Model):
         '"annotations": {"k8s.v1.cni.cncf.io/networks": "ib-a"}, "runtime_class": "nvidia", '
         '"volumes": [{"name": "ib", "host_path": "/dev/infiniband", '
         '"mount_path": "/dev/infiniband"}]}',
+    )
+    # Its topology levels, node label keys outermost first, as Kueue's Topology lists them
+    # (gpuqueue/core/topology_levels.py): a job may require or prefer one domain of a level.
+    topology_levels = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="node label keys, outermost first, e.g. "
+        '["network.topology.nvidia.com/spine", "example.com/rack", "nvidia.com/gpu.clique", '
+        '"kubernetes.io/hostname"]',
     )
     description = models.CharField(max_length=200, blank=True)
     # Idle GPUs (gpuqueue/services/accounting/gpu_activity.py): null takes GPUQUEUE_IDLE_* settings.
@@ -154,9 +164,13 @@ class Flavor(models.Model):
             self.tolerations = []
         if self.fabric is None:
             self.fabric = {}
+        self.topology_levels = normalized(
+            [] if self.topology_levels is None else self.topology_levels
+        )
         errors = {
             **({"tolerations": found} if (found := toleration_errors(self.tolerations)) else {}),
             **({"fabric": found} if (found := self.fabric_errors()) else {}),
+            **({"topology_levels": found} if (found := level_errors(self.topology_levels)) else {}),
             **self.security_profile_errors(),
             **self.sharing_errors(),
         }
@@ -389,6 +403,13 @@ class Job(models.Model):
     gpu_milli = models.PositiveSmallIntegerField(default=0)
     # Node GPU models the job may run on (Node.gpu_model); empty: any.
     gpu_models = ArrayField(models.CharField(max_length=63), default=list, blank=True)
+    # One of its flavor's topology levels (Flavor.topology_levels): all its workers in one
+    # domain of it, required or only preferred; "": anywhere.
+    topology_level = models.CharField(max_length=317, blank=True, default="")
+    topology_required = models.BooleanField(default=False)
+    # The domain its gang was placed in, "label=value" (the innermost of its levels that holds
+    # it, scheduler/topology.py), set at admission with the placement; "": none.
+    placement_domain = models.CharField(max_length=400, blank=True, default="")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
     priority = models.IntegerField(default=0)
     preemptible = models.BooleanField(default=True)

@@ -316,7 +316,7 @@ def no_domain(job: PendingJob, best: DomainBest, workers_fit: int, free: int) ->
             "gpus_per_worker": job.gpus_per_worker,
             "level": best.level,
             "domains": best.domains,
-            "best_fit": best.now,
+            "best_fit": best.fit,
             "largest": best.empty,
             "workers_fit": min(workers_fit, job.workers),
             "free": free,
@@ -330,7 +330,7 @@ class DomainBest(Protocol):
     @property
     def level(self) -> str: ...
     @property
-    def now(self) -> int: ...
+    def fit(self) -> int: ...
     @property
     def empty(self) -> int: ...
     @property

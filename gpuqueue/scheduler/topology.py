@@ -52,7 +52,7 @@ class Best:
     """For a reason: the most workers one domain of a level holds now and when empty."""
 
     level: str
-    now: int
+    fit: int
     empty: int
     domains: int
 
@@ -166,7 +166,7 @@ class Topology:
         level = self.level_of(job)
         name = self.levels[fl.name][level]
         g = job.gpus_per_worker
-        now = empty = 0
+        most = empty = 0
         domains = self.domains(fl, level)
         capacity = fl.capacity
         for domain in domains:
@@ -179,9 +179,9 @@ class Topology:
                     per_node = min(per_node, cap(node))
                 fit += per_node
                 whole += capacity.get(node, 0) // g
-            now = max(now, fit)
+            most = max(most, fit)
             empty = max(empty, whole)
-        return Best(name, now, empty, len(domains))
+        return Best(name, most, empty, len(domains))
 
     def never(self, fl: FlavorLedger, job: PendingJob) -> Best | None:
         """For a required level: its numbers when no domain of it could hold the gang even
