@@ -14,10 +14,10 @@ from django.db.models import F, Q
 from django.db.models.functions import Cast
 
 from gpuqueue.core.fabric import fabric_errors
-from gpuqueue.core.topology_levels import level_errors, normalized
 from gpuqueue.core.gpu_resources import is_gpu_resource
 from gpuqueue.core.states import ACTIVE, FINAL, HOLDING, JobState
 from gpuqueue.core.taints import EXISTS, schedulable_for, toleration_errors
+from gpuqueue.core.topology_levels import level_errors, normalized
 from teams.models import Team
 
 # The largest uid or gid a pod may run as (a non-negative 32-bit signed integer).

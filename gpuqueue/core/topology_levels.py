@@ -29,9 +29,7 @@ def normalized(levels: Any) -> Any:
     """Kueue's [{"nodeLabel": key}] as [key]; anything else as given (for `level_errors`)."""
     if isinstance(levels, list):
         return [
-            level["nodeLabel"]
-            if isinstance(level, dict) and set(level) == {"nodeLabel"}
-            else level
+            level["nodeLabel"] if isinstance(level, dict) and set(level) == {"nodeLabel"} else level
             for level in levels
         ]
     return levels

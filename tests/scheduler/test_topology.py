@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuqueue.scheduler import plan
 from gpuqueue.scheduler.model import (
@@ -58,9 +59,7 @@ def plan_of(
     running_jobs: tuple[RunningJob, ...] = (),
     policy: Policy | None = None,
 ) -> Plan:
-    snapshot = Snapshot(
-        NOW, nodes, (team("a"), team("b")), running_jobs, jobs, topologies=LEVELS
-    )
+    snapshot = Snapshot(NOW, nodes, (team("a"), team("b")), running_jobs, jobs, topologies=LEVELS)
     return plan(snapshot, policy)
 
 
