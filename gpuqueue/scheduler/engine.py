@@ -131,7 +131,7 @@ class Cycle:
             for key, gpus in self.ledger.hold_shared(fractional).items():
                 running[key] = running.get(key, 0) + gpus
         self.special = Special(snapshot, self.ledger, policy.placement, policy.workload)
-        self.topology = Topology(snapshot.nodes, snapshot.topologies)
+        self.topology = Topology(snapshot.nodes, snapshot.topologies, memo)
         # (team, flavor) -> the team and its department with their quotas (None: no quota).
         self.groups = {
             (team, flavor): [(group, self.quotas.get((group, flavor))) for group in chain]
@@ -417,7 +417,10 @@ class Cycle:
             most = fl.most_workers(g, cpu, memory) if g > 0 else 0
             short = fl.never_short(g, cpu, memory) if g > 0 else None
             return reasons.never_fits(job, fl.max_node, fl.total_capacity, most, short)
-        topology = self.topology if job.topology_level else None
+        # A level of its flavor (else, levels changed since it was submitted: anywhere).
+        topology = (
+            self.topology if job.topology_level and self.topology.level_of(job) >= 0 else None
+        )
         if topology is not None and job.topology_required:
             never = topology.never(fl, job)
             if never is not None:
@@ -537,7 +540,7 @@ class Cycle:
         fit = fl.fits(g, "", cpu, memory)
         if topology is not None and job.topology_required and self.explain:
             # Its level is what it waits for: how close the best domain comes.
-            best = topology.best(fl, job, fl.caps(cpu, memory))
+            best = topology.best(fl, job)
             return reasons.no_domain(job, best, fit, fl.total_free)
         return self._waits_for_capacity(job, fit, fl.total_free, blocked)
 
@@ -551,11 +554,10 @@ class Cycle:
         """Steps 5, 6 and 8 for a job with a topology level: one domain of its level (a
         preferred level: of an outer level, else anywhere, as any job)."""
         cpu, memory = job.cpu_per_worker, job.memory_per_worker
-        cap = fl.caps(cpu, memory, incoming)
-        found = self.topology.place(fl, job, self.policy.placement, extra, cap)
+        found = self.topology.place(fl, job, self.policy.placement, extra, incoming)
         if found is not None:
             return found.placement, found.domain
-        if job.topology_required and self.topology.level_of(job) >= 0:
+        if job.topology_required:
             return None, ""
         strategy = self.policy.placement
         g = job.gpus_per_worker
@@ -757,7 +759,7 @@ class Cycle:
         victims = self.search.find(job, fl, self._limit_ok(job), reclaim, priority, budget)
         placement = None
         if victims is not None:
-            if job.topology_level:
+            if job.topology_level and self.topology.level_of(job) >= 0:
                 placement, _ = self._in_domain(job, fl, fl.incoming, True)
             else:
                 placement = fit_gang(
@@ -770,7 +772,11 @@ class Cycle:
                     job.memory_per_worker,
                     True,
                 )
-        if (victims is None or placement is None) and job.topology_required:
+        if (
+            (victims is None or placement is None)
+            and job.topology_required
+            and self.topology.level_of(job) >= 0
+        ):
             # A required level: victims inside one domain, so that a whole domain frees.
             ledger.rollback(mark)
             mark = ledger.checkpoint()

@@ -58,14 +58,26 @@ class Best:
 
 
 class Topology:
-    """The domains of every flavor's levels in one plan, built when a job first asks."""
+    """The domains of every flavor's levels in one plan, built when a job first asks.
 
-    __slots__ = ("_domains", "_labels", "levels")
+    Per (flavor, level, GPUs, CPU and memory per worker) it keeps each domain's available GPUs
+    and workers, tightest first, while the flavor's ledger is at the version they were counted
+    at (`FlavorLedger.version` moves with every change of it): the jobs of a cycle ask again
+    and again of the same state. `memo=False` counts afresh every time.
+    """
 
-    def __init__(self, nodes: Sequence[Node], levels: Mapping[str, tuple[str, ...]]) -> None:
+    __slots__ = ("_counted", "_domains", "_labels", "_largest", "_member", "levels", "memo")
+
+    def __init__(
+        self, nodes: Sequence[Node], levels: Mapping[str, tuple[str, ...]], memo: bool = True
+    ) -> None:
         self.levels = levels
+        self.memo = memo
         self._labels = {n.name: n.labels for n in nodes} if levels else {}
         self._domains: dict[tuple[str, int], list[Domain]] = {}
+        self._member: dict[tuple[str, int], dict[str, Domain]] = {}
+        self._largest: dict[tuple[str, int, int], int] = {}
+        self._counted: dict[tuple[str, int, int, int, int], tuple[int, Counts]] = {}
 
     def level_of(self, job: PendingJob) -> int:
         """The index of the job's level among its flavor's, or -1 (none, or not a level of it:
@@ -91,7 +103,13 @@ class Topology:
                     members.setdefault(path, []).append(node)
             found = [Domain(path, tuple(sorted(n))) for path, n in sorted(members.items())]
             self._domains[key] = found
+            self._member[key] = {node: d for d in found for node in d.nodes}
         return found
+
+    def domain_of(self, fl: FlavorLedger, level: int) -> dict[str, Domain]:
+        """Node -> its domain of `level` (nodes in none left out)."""
+        self.domains(fl, level)
+        return self._member[(fl.name, level)]
 
     def place(
         self,
@@ -99,15 +117,22 @@ class Topology:
         job: PendingJob,
         strategy: PlacementStrategy,
         extra: Mapping[str, int] | None = None,
-        cap: Cap | None = None,
+        incoming: bool = False,
     ) -> Found | None:
         """The job's gang in the tightest domain of its level that holds it (a preferred
-        level: of the first level, going outwards, where one does); None when none does."""
+        level: of the first level, going outwards, where one does); None when none does.
+        `extra` adds GPUs per node (held or incoming ones), `incoming` the room besides GPUs of
+        jobs being preempted."""
         level = self.level_of(job)
-        free = fl.free
-        extra = extra or _NONE
-        avail = {n: (f if f > 0 else 0) + extra.get(n, 0) for n, f in free.items()}
-        return self.place_on(fl, job, avail, strategy, cap, level)
+        if level < 0:
+            return None
+        cap = fl.caps(job.cpu_per_worker, job.memory_per_worker, incoming)
+        if extra or incoming:
+            free = fl.free
+            extra = extra or _NONE
+            avail = {n: (f if f > 0 else 0) + extra.get(n, 0) for n, f in free.items()}
+            return self.place_on(fl, job, avail, strategy, cap, level)
+        return self._place(fl, job, None, strategy, cap, level)
 
     def place_on(
         self,
@@ -123,73 +148,105 @@ class Topology:
             level = self.level_of(job)
         if level < 0:
             return None
+        return self._place(fl, job, avail, strategy, cap, level)
+
+    def _place(
+        self,
+        fl: FlavorLedger,
+        job: PendingJob,
+        avail: Mapping[str, int] | None,
+        strategy: PlacementStrategy,
+        cap: Cap | None,
+        level: int,
+    ) -> Found | None:
         g = job.gpus_per_worker
         workers = job.workers
-        need = workers * g
         levels = range(level, level + 1) if job.topology_required else range(level, -1, -1)
         for lvl in levels:
-            domains = self.domains(fl, lvl)
-            if not domains:
+            counts = self._counts(fl, job, lvl, avail, cap)
+            domain = counts.tightest(workers, workers * g)
+            if domain is None:
                 continue
-            # GPUs available per domain of every level down to this one (keys: paths).
-            totals: dict[tuple[str, ...], int] = {}
-            fitting: list[tuple[int, Domain]] = []
-            for domain in domains:
-                total = 0
-                fit = 0
-                for node in domain.nodes:
-                    count = avail.get(node, 0)
-                    total += count
-                    per_node = count // g
-                    if cap is not None and per_node > 0:
-                        per_node = min(per_node, cap(node))
-                    fit += per_node
-                path = domain.path
-                for depth in range(1, len(path)):
-                    outer = path[:depth]
-                    totals[outer] = totals.get(outer, 0) + total
-                if total >= need and fit >= workers:
-                    fitting.append((total, domain))
-            if not fitting:
-                continue
-            # The tightest: its own GPUs, then its parent's, grandparent's (`totals` is
-            # complete once every domain was counted), then its path.
-            chosen = min(fitting, key=lambda t: (t[0], *_outer_key(t[1], totals)))[1]
-            sub = {n: avail.get(n, 0) for n in chosen.nodes}
+            if avail is None:
+                sub = {n: max(fl.free.get(n, 0), 0) for n in domain.nodes}
+            else:
+                sub = {n: avail.get(n, 0) for n in domain.nodes}
             placement = fit_on(sub, workers, g, strategy, cap)
             if placement is not None:
-                return Found(placement, f"{self.levels[fl.name][lvl]}={chosen.path[-1]}")
+                return Found(placement, f"{self.levels[fl.name][lvl]}={domain.path[-1]}")
         return None
 
-    def best(self, fl: FlavorLedger, job: PendingJob, cap: Cap | None) -> Best:
+    def _counts(
+        self,
+        fl: FlavorLedger,
+        job: PendingJob,
+        lvl: int,
+        avail: Mapping[str, int] | None,
+        cap: Cap | None,
+    ) -> Counts:
+        """The GPUs and workers available in each domain of `lvl` (and GPUs in each domain
+        around them): given `avail`, counted afresh; else the flavor's free GPUs, kept per
+        (flavor, level, worker shape) and moved node by node as the ledger tells what changed
+        (`FlavorLedger.changed`)."""
+        domains = self.domains(fl, lvl)
+        member = self._member[(fl.name, lvl)]
+        g = job.gpus_per_worker
+        if avail is not None or not self.memo:
+            counts = Counts(domains, g, cap)
+            counts.fill(member, fl.free if avail is None else avail)
+            return counts
+        key = (fl.name, lvl, g, job.cpu_per_worker, job.memory_per_worker)
+        kept = self._counted.get(key)
+        if fl.changed is None:
+            fl.changed = []
+        changed = fl.changed
+        free = fl.free
+        if kept is None:
+            counts = Counts(domains, g, cap)
+            counts.fill(member, free)
+            self._counted[key] = (len(changed), counts)
+            return counts
+        seen, counts = kept
+        if seen < len(changed):
+            counts.cap = cap
+            for node in set(changed[seen:]):
+                domain = member.get(node)
+                if domain is not None:
+                    counts.set(domain, node, free.get(node, 0))
+            self._counted[key] = (len(changed), counts)
+        return counts
+
+    def largest(self, fl: FlavorLedger, job: PendingJob) -> int:
+        """The most workers of the job's GPUs one domain of its level holds when empty."""
+        level = self.level_of(job)
+        g = job.gpus_per_worker
+        key = (fl.name, level, g)
+        most = self._largest.get(key)
+        if most is None:
+            capacity = fl.capacity
+            most = max(
+                (sum(capacity[n] // g for n in d.nodes) for d in self.domains(fl, level)),
+                default=0,
+            )
+            self._largest[key] = most
+        return most
+
+    def best(self, fl: FlavorLedger, job: PendingJob) -> Best:
         """How close the job's level comes: the most workers one domain holds now, and empty."""
         level = self.level_of(job)
+        cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
+        counts = self._counts(fl, job, level, None, cap)
         name = self.levels[fl.name][level]
-        g = job.gpus_per_worker
-        most = empty = 0
-        domains = self.domains(fl, level)
-        capacity = fl.capacity
-        for domain in domains:
-            fit = 0
-            whole = 0
-            for node in domain.nodes:
-                free = fl.free.get(node, 0)
-                per_node = (free if free > 0 else 0) // g
-                if cap is not None and per_node > 0:
-                    per_node = min(per_node, cap(node))
-                fit += per_node
-                whole += capacity.get(node, 0) // g
-            most = max(most, fit)
-            empty = max(empty, whole)
-        return Best(name, most, empty, len(domains))
+        return Best(name, counts.most(), self.largest(fl, job), len(counts.domains))
 
     def never(self, fl: FlavorLedger, job: PendingJob) -> Best | None:
         """For a required level: its numbers when no domain of it could hold the gang even
         empty (the job can never start), else None."""
         if not job.topology_required or self.level_of(job) < 0:
             return None
-        best = self.best(fl, job, None)
-        return best if best.empty < job.workers else None
+        if self.largest(fl, job) >= job.workers:
+            return None
+        return self.best(fl, job)
 
     def victims_in_domain(
         self,
@@ -213,24 +270,27 @@ class Topology:
         half a rack for the job and half a rack for nobody.
         """
         level = self.level_of(job)
+        member = self.domain_of(fl, level)
+        inside: dict[tuple[str, ...], list[tuple[RunningJob, str]]] = {}
+        for victim, kind in candidates:
+            found = {member.get(n) for n, _ in victim.placement}
+            if len(found) == 1 and (domain := found.pop()) is not None:
+                inside.setdefault(domain.path, []).append((victim, kind))
         order: list[tuple[int, Domain, list[tuple[RunningJob, str]]]] = []
         for domain in self.domains(fl, level):
-            members = set(domain.nodes)
-            inside = [
-                (v, kind) for v, kind in candidates if all(n in members for n, _ in v.placement)
-            ]
-            if not inside:
+            theirs = inside.get(domain.path)
+            if not theirs:
                 continue
             here = sum(max(fl.free.get(n, 0), 0) + fl.incoming.get(n, 0) for n in domain.nodes)
-            gain = sum(v.gpus for v, _ in inside)
+            gain = sum(v.gpus for v, _ in theirs)
             if here + gain >= job.gpus:
-                order.append((-(here + gain), domain, inside))
+                order.append((-(here + gain), domain, theirs))
         order.sort(key=lambda t: (t[0], t[1].path))
-        for _, domain, inside in order:
+        for _, domain, theirs in order:
             mark = ledger.checkpoint()
             chosen: list[tuple[RunningJob, str]] = []
             found = None
-            for victim, kind in inside:
+            for victim, kind in theirs:
                 if len(chosen) >= budget:
                     break
                 if not take(victim, kind):
@@ -279,7 +339,86 @@ def _value(labels: Mapping[str, str], key: str, node: str) -> str:
     return value
 
 
-def _outer_key(domain: Domain, totals: Mapping[tuple[str, ...], int]) -> tuple[object, ...]:
-    """The parent domain's available GPUs, then the grandparent's, and so on, then the path."""
-    path = domain.path
-    return (*(totals.get(path[:depth], 0) for depth in range(len(path) - 1, 0, -1)), path)
+class Counts:
+    """GPUs and workers of one shape available per domain of a level, node by node, and GPUs
+    available per domain around them (by path prefix), for the tightest domain that holds a
+    gang: its own GPUs fewest, then its parent's, its grandparent's, then its path."""
+
+    __slots__ = ("by_node", "cap", "domains", "fit", "g", "total")
+
+    def __init__(self, domains: Sequence[Domain], g: int, cap: Cap | None) -> None:
+        self.domains = domains
+        self.g = g
+        self.cap = cap
+        self.by_node: dict[str, tuple[int, int]] = {}  # node -> (GPUs, workers) counted
+        self.total: dict[tuple[str, ...], int] = {}  # domain or outer path -> GPUs
+        self.fit: dict[tuple[str, ...], int] = {}  # domain path -> workers
+        for domain in domains:
+            path = domain.path
+            self.fit[path] = 0
+            for depth in range(1, len(path) + 1):
+                self.total[path[:depth]] = 0
+
+    def fill(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
+        """Count every node of `member` (node -> its domain) afresh, with `source`'s GPUs."""
+        g, cap = self.g, self.cap
+        by_node, fit = self.by_node, self.fit
+        own: dict[tuple[str, ...], int] = {}
+        for node, domain in member.items():
+            count = source.get(node, 0)
+            if count <= 0:
+                continue
+            per_node = count // g
+            if cap is not None and per_node > 0:
+                per_node = min(per_node, cap(node))
+            by_node[node] = (count, per_node)
+            path = domain.path
+            fit[path] += per_node
+            own[path] = own.get(path, 0) + count
+        total = self.total
+        for path, count in own.items():
+            for depth in range(1, len(path) + 1):
+                total[path[:depth]] += count
+
+    def set(self, domain: Domain, node: str, count: int) -> None:
+        """Count `node` of `domain` with `count` GPUs available (its room from `cap`)."""
+        count = count if count > 0 else 0
+        per_node = count // self.g
+        if self.cap is not None and per_node > 0:
+            per_node = min(per_node, self.cap(node))
+        old_count, old_fit = self.by_node.get(node, (0, 0))
+        if (count, per_node) == (old_count, old_fit):
+            return
+        self.by_node[node] = (count, per_node)
+        path = domain.path
+        self.fit[path] += per_node - old_fit
+        if count != old_count:
+            total = self.total
+            for depth in range(1, len(path) + 1):
+                total[path[:depth]] += count - old_count
+
+    def tightest(self, workers: int, need: int) -> Domain | None:
+        total, fit = self.total, self.fit
+        fewest = None  # the fewest GPUs of a domain that holds the gang, and such domains
+        tied: list[Domain] = []
+        for domain in self.domains:
+            path = domain.path
+            here = total[path]
+            if here < need or fit[path] < workers or (fewest is not None and here > fewest):
+                continue
+            if here == fewest:
+                tied.append(domain)
+            else:
+                fewest, tied = here, [domain]
+        if len(tied) <= 1:
+            return tied[0] if tied else None
+        return min(tied, key=self._outer)
+
+    def _outer(self, domain: Domain) -> tuple[object, ...]:
+        """Its parent's GPUs, its grandparent's, and so on, then its path."""
+        path = domain.path
+        total = self.total
+        return (*(total[path[:depth]] for depth in range(len(path) - 1, 0, -1)), path)
+
+    def most(self) -> int:
+        return max(self.fit.values(), default=0)

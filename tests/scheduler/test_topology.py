@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuqueue.scheduler import plan
+from gpuqueue.scheduler.engine import Cycle
 from gpuqueue.scheduler.model import (
     Node,
     PendingJob,
@@ -179,7 +180,7 @@ def racked(draw: st.DrawFn) -> Snapshot:
         nodes.append(replace(node, labels=labels))
     pending_jobs = []
     for job in snapshot.pending:
-        level = draw(st.sampled_from(["", RACK, RACK, BLOCK, HOST]))
+        level = draw(st.sampled_from(["", RACK, RACK, BLOCK, HOST, "example.com/spine"]))
         pending_jobs.append(
             replace(job, topology_level=level, topology_required=draw(st.booleans()))
         )
@@ -201,7 +202,7 @@ def test_a_required_gang_never_spans_two_domains_and_the_invariants_hold(
     labels = {n.name: n.labels for n in snapshot.nodes}
     for admission in result.admissions:
         job = jobs[admission.job_id]
-        if job.topology_required and job.topology_level:
+        if job.topology_required and job.topology_level in (BLOCK, RACK, HOST):
             key = job.topology_level
             paths = {
                 (labels[n].get(BLOCK), labels[n].get(RACK) if key != BLOCK else None)
@@ -213,6 +214,8 @@ def test_a_required_gang_never_spans_two_domains_and_the_invariants_hold(
             if key == RACK:
                 assert all(labels[n].get(RACK) for n, _ in admission.placement)
             assert admission.domain.startswith(f"{key}=")
+    # The domains' kept counts (topology.Counts) change no plan.
+    assert Cycle(snapshot, policy, memo=False).run() == result
     test_properties.test_every_plan_keeps_the_invariants.hypothesis.inner_test(  # type: ignore[attr-defined]
         snapshot, policy
     )
