@@ -10,6 +10,7 @@ class FlavorAdmin(admin.ModelAdmin):
         "resource_name",
         "node_selector",
         "tolerations",
+        "topology_levels",
         "cpu_millicores_per_gpu",
         "memory_mib_per_gpu",
         "allow_root",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 
 from gpuqueue.client.cli import describe
 from gpuqueue.cycle.cluster_sync import sync_cluster
@@ -145,3 +146,17 @@ def test_a_required_level_no_domain_meets_waits_with_the_level_and_the_numbers(
         f"Can never start: it requires one rack ({RACK}), and no rack has room for 4 workers "
         "of 8 h100 GPUs even when empty; the largest holds 3."
     )
+
+
+def test_the_django_admins_form_checks_the_levels_as_the_api_does(world: Any) -> None:
+    """The admin saves through the model's full_clean: the same rules, Kueue's form taken."""
+    flavor = world.h100
+    flavor.topology_levels = [HOST, RACK]
+    with pytest.raises(ValidationError) as refused:
+        flavor.full_clean()
+    assert refused.value.message_dict["topology_levels"] == [
+        f"{HOST} is the innermost level: put it last."
+    ]
+    flavor.topology_levels = [{"nodeLabel": RACK}, {"nodeLabel": HOST}]
+    flavor.full_clean()
+    assert flavor.topology_levels == [RACK, HOST]

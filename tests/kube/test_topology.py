@@ -56,7 +56,7 @@ def bound(kube: Kube, job: Job) -> Counter[str]:
             if p["spec"].get("nodeName")
         )
 
-    kube.wait(lambda: sum(nodes().values()) == job.workers, timeout=60)
+    kube.sync_until(lambda: sum(nodes().values()) == job.workers, timeout=60)
     return nodes()
 
 
