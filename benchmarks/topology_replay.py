@@ -6,7 +6,8 @@ requiring one.
 
 Prints one JSON line per mode: the mean and maximum queueing delay (hours), the gangs of
 several workers, how many of them could fit one rack (workers x GPUs within a rack's GPUs),
-and how many of those were placed in one rack every time they started. Targets: with every
+and how many of those were placed in one rack every time they started. Mode `none` replays the
+same nodes with no levels. Targets: with every
 gang preferring a rack, at least 95 % of those that could fit one placed in one, and the mean
 and maximum delay within 5 % of the replay without levels.
 """
@@ -19,7 +20,7 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 
-from gpuqueue.sim.cluster import RACK_LABEL
+from gpuqueue.sim.cluster import RACK_LABEL, Cluster
 from gpuqueue.sim.simulator import SimConfig, simulate
 from gpuqueue.sim.workload import build_cluster, load_jobs, workload
 
@@ -44,10 +45,13 @@ def main() -> None:
     base = SimConfig(record_segments=True)
     for mode in args.modes.split(","):
         config = base
-        if mode != "none":
+        cluster = w.cluster
+        if mode == "none":  # the same nodes with no levels: the engine knows no racks
+            cluster = Cluster(tuple(replace(n, labels=()) for n in w.cluster.nodes))
+        else:
             config = replace(base, gang_level="rack", gang_level_required=mode == "require")
         started = time.perf_counter()
-        result = simulate(w.jobs, w.cluster, w.teams, "gpuqueue", config)
+        result = simulate(w.jobs, cluster, w.teams, "gpuqueue", config)
         wall = time.perf_counter() - started
         # Each start of a job: the racks of its segments that began at that time.
         racks: dict[tuple[int, float], set[str]] = defaultdict(set)

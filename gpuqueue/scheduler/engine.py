@@ -464,7 +464,14 @@ class Cycle:
                 found = self.special.place(job, fl)
                 placement = None if found is None else found[0]
             else:
-                placement = fit_gang(fl, workers, g, strategy, None, cpu, memory)
+                # On a flavor with levels, in the tightest rack (topology.py, `pack`): racks
+                # already broken into fill up, and whole ones stay whole for the gangs.
+                packed = self.topology.pack(fl, job, strategy) if self.topology.levels else None
+                placement = (
+                    packed.placement
+                    if packed is not None
+                    else fit_gang(fl, workers, g, strategy, None, cpu, memory)
+                )
             if placement is not None:
                 self._admit(job, placement, domain=domain)
                 return None

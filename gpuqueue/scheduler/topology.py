@@ -134,6 +134,22 @@ class Topology:
             return self.place_on(fl, job, avail, strategy, cap, level)
         return self._place(fl, job, None, strategy, cap, level)
 
+    def pack(self, fl: FlavorLedger, job: PendingJob, strategy: PlacementStrategy) -> Found | None:
+        """A job with no level, on a flavor with levels: in the tightest domain of the
+        innermost level above the host that holds it (then outwards), as if it preferred that
+        level, so that small jobs fill racks already broken into and leave whole racks whole;
+        None when no domain holds it (then anywhere)."""
+        levels = self.levels.get(fl.name)
+        if not levels:
+            return None
+        level = len(levels) - 1
+        if levels[level] == HOSTNAME:
+            level -= 1
+        if level < 0:
+            return None
+        cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
+        return self._place(fl, job, None, strategy, cap, level)
+
     def place_on(
         self,
         fl: FlavorLedger,
