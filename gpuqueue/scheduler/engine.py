@@ -16,7 +16,7 @@ Phases (each a method below):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from itertools import groupby
 from operator import attrgetter
 
@@ -330,7 +330,8 @@ class Cycle:
         if not self.memo or job.id in self.promised or job.shared:
             return self._decide(job)
         state = self._state()
-        hit = self._verdicts.get(job.kind)
+        key = self._kind(job)
+        hit = self._verdicts.get(key)
         if hit is not None and hit[0] == state:
             if hit[1] is not None:
                 return hit[1]
@@ -344,8 +345,29 @@ class Cycle:
                 verdict = (state, None, fit, fl.total_free)
             else:
                 verdict = (state, reason, 0, 0)
-            self._verdicts[job.kind] = verdict
+            self._verdicts[key] = verdict
         return reason
+
+    def _kind(self, job: PendingJob) -> Hashable:
+        """What the verdict of `job` is kept by: its kind, and for a gang preferring a level
+        whether it still holds out for one domain (`_holds_out`), which its kind does not say."""
+        if job.topology_level and not job.topology_required:
+            return (job.kind, self._holds_out(job))
+        return job.kind
+
+    def _holds_out(self, job: PendingJob) -> bool:
+        """A gang preferring a level, within Policy.topology_patience_seconds of its
+        submission, that one domain of the level could hold: it waits for one, as if it
+        required the level."""
+        patience = self.policy.topology_patience_seconds
+        if patience <= 0 or self.horizon.passed(job.submitted_at + patience):
+            return False
+        fl = self.ledger.flavors.get(job.flavor)
+        return (
+            fl is not None
+            and self.topology.level_of(job) >= 0
+            and self.topology.largest(fl, job) >= job.workers
+        )
 
     def _state(self) -> State:
         """What steps 1-11 of `_consider` read besides the job: the ledger (its stamp, which
@@ -421,6 +443,7 @@ class Cycle:
         topology = (
             self.topology if job.topology_level and self.topology.level_of(job) >= 0 else None
         )
+        strict = topology is not None and (job.topology_required or self._holds_out(job))
         if topology is not None and job.topology_required:
             never = topology.never(fl, job)
             if never is not None:
@@ -545,7 +568,8 @@ class Cycle:
                 return why
             blocked = self.reclaim_waits.blocked(job)
         fit = fl.fits(g, "", cpu, memory)
-        if topology is not None and job.topology_required and self.explain:
+        if strict and self.explain:
+            assert topology is not None
             # Its level is what it waits for: how close the best domain comes.
             best = topology.best(fl, job)
             return reasons.no_domain(job, best, fit, fl.total_free)
@@ -561,10 +585,11 @@ class Cycle:
         """Steps 5, 6 and 8 for a job with a topology level: one domain of its level (a
         preferred level: of an outer level, else anywhere, as any job)."""
         cpu, memory = job.cpu_per_worker, job.memory_per_worker
-        found = self.topology.place(fl, job, self.policy.placement, extra, incoming)
+        strict = job.topology_required or self._holds_out(job)
+        found = self.topology.place(fl, job, self.policy.placement, extra, incoming, strict)
         if found is not None:
             return found.placement, found.domain
-        if job.topology_required:
+        if strict:
             return None, ""
         strategy = self.policy.placement
         g = job.gpus_per_worker

@@ -273,6 +273,11 @@ class Policy:
     share_borrow_debt_seconds: float = 28800.0
     # How fast a balance is forgotten: the half-life its producer (ShareBalance) decays it with.
     share_half_life_seconds: float = 86400.0
+    # A gang that prefers one domain of a topology level holds out for one this long after its
+    # submission (as Slurm's --switches=N@max-time), then takes the next level out, or any
+    # nodes. 0: it takes what fits at once. An hour: in a Philly replay on racks it put every
+    # gang that fits a rack in one, where taking what fits at once put 58 % there.
+    topology_patience_seconds: float = 3600.0
     # The target workload of the fragmentation strategy (fragmentation.Workload: task shapes and
     # how often they occur, e.g. from a trace); None: the shapes of the snapshot's jobs.
     workload: Workload | None = None

@@ -118,21 +118,25 @@ class Topology:
         strategy: PlacementStrategy,
         extra: Mapping[str, int] | None = None,
         incoming: bool = False,
+        strict: bool | None = None,
     ) -> Found | None:
         """The job's gang in the tightest domain of its level that holds it (a preferred
         level: of the first level, going outwards, where one does); None when none does.
         `extra` adds GPUs per node (held or incoming ones), `incoming` the room besides GPUs of
-        jobs being preempted."""
+        jobs being preempted. `strict`: one domain of its level only (None: if it requires it).
+        """
         level = self.level_of(job)
         if level < 0:
             return None
         cap = fl.caps(job.cpu_per_worker, job.memory_per_worker, incoming)
+        if strict is None:
+            strict = job.topology_required
         if extra or incoming:
             free = fl.free
             extra = extra or _NONE
             avail = {n: (f if f > 0 else 0) + extra.get(n, 0) for n, f in free.items()}
-            return self.place_on(fl, job, avail, strategy, cap, level)
-        return self._place(fl, job, None, strategy, cap, level)
+            return self._place(fl, job, avail, strategy, cap, level, strict)
+        return self._place(fl, job, None, strategy, cap, level, strict)
 
     def pack(self, fl: FlavorLedger, job: PendingJob, strategy: PlacementStrategy) -> Found | None:
         """A job with no level, on a flavor with levels: in the tightest domain of the
@@ -148,7 +152,7 @@ class Topology:
         if level < 0:
             return None
         cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
-        return self._place(fl, job, None, strategy, cap, level)
+        return self._place(fl, job, None, strategy, cap, level, False)
 
     def place_on(
         self,
@@ -164,7 +168,7 @@ class Topology:
             level = self.level_of(job)
         if level < 0:
             return None
-        return self._place(fl, job, avail, strategy, cap, level)
+        return self._place(fl, job, avail, strategy, cap, level, job.topology_required)
 
     def _place(
         self,
@@ -174,10 +178,11 @@ class Topology:
         strategy: PlacementStrategy,
         cap: Cap | None,
         level: int,
+        strict: bool,
     ) -> Found | None:
         g = job.gpus_per_worker
         workers = job.workers
-        levels = range(level, level + 1) if job.topology_required else range(level, -1, -1)
+        levels = range(level, level + 1) if strict else range(level, -1, -1)
         for lvl in levels:
             counts = self._counts(fl, job, lvl, avail, cap)
             domain = counts.tightest(workers, workers * g)

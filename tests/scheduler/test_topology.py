@@ -110,6 +110,22 @@ def test_a_preferred_rack_gang_takes_two_racks_only_when_no_rack_holds_it() -> N
     assert admission.domain == f"{BLOCK}=b1"  # the next level out holds it
 
 
+def test_a_preferred_gang_holds_out_for_one_rack_for_an_hour_then_takes_two() -> None:
+    """r1 and r2 of 3 nodes, one node of each busy: a gang of 3 waits for a rack while it is
+    younger than Policy.topology_patience_seconds, then starts on two racks."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False),
+    )
+    young = plan_of(nodes, (gang(1, 3, submitted=NOW - 600),), busy)
+    assert young.admissions == ()
+    assert young.pending[0].reason.code is ReasonCode.NO_DOMAIN
+    old = plan_of(nodes, (gang(1, 3, submitted=NOW - 7200),), busy)
+    (admission,) = old.admissions
+    assert racks_of(admission.placement) == {"r1", "r2"}
+
+
 def test_a_preferred_gang_that_no_block_holds_goes_anywhere() -> None:
     nodes = cluster({"r1": ("b1", 2), "r3": ("b2", 2)})
     (admission,) = plan_of(nodes, (gang(1, 3),)).admissions
