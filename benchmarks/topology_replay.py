@@ -20,6 +20,7 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 
+from gpuqueue.scheduler.model import Policy
 from gpuqueue.sim.cluster import RACK_LABEL, Cluster
 from gpuqueue.sim.simulator import SimConfig, simulate
 from gpuqueue.sim.workload import build_cluster, load_jobs, workload
@@ -33,6 +34,9 @@ def main() -> None:
     parser.add_argument("--cluster", default="80x8:rack=8:block=4")
     parser.add_argument("--sample", type=float)
     parser.add_argument("--modes", default="none,prefer,require")
+    parser.add_argument(
+        "--patience", type=float, help="Policy.topology_patience_seconds (default: its own)"
+    )
     args = parser.parse_args()
     jobs = load_jobs(args.trace, "philly", 8, args.sample, 0, "skip")
     cluster = build_cluster(jobs, args.cluster, None, None, 8)
@@ -43,6 +47,10 @@ def main() -> None:
         rack_gpus[rack_of[n.name]] += n.gpus
     smallest_rack = min(rack_gpus.values())
     base = SimConfig(record_segments=True)
+    if args.patience is not None:
+        base = replace(
+            base, engine_policy=replace(Policy(), topology_patience_seconds=args.patience)
+        )
     for mode in args.modes.split(","):
         config = base
         cluster = w.cluster
@@ -68,6 +76,7 @@ def main() -> None:
             json.dumps(
                 {
                     "mode": mode,
+                    "patience_s": config.engine_policy.topology_patience_seconds,
                     "cluster": args.cluster,
                     "load": round(w.offered_load, 3),
                     "delay_mean_h": round(float(summary["delay_mean_s"]) / 3600, 3),  # type: ignore[arg-type]
