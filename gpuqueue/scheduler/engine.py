@@ -27,7 +27,6 @@ from gpuqueue.scheduler.horizon import Horizon
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Admission,
-    Kind,
     Pending,
     PendingJob,
     Placement,
@@ -184,7 +183,7 @@ class Cycle:
         self.starving: set[int] = set()  # ids of the starving jobs
         self.owed: set[int] = set()  # of them, the first jobs of owed teams (ordering.py)
         # The verdicts of `_consider` by kind of job, with the state they were reached in.
-        self._verdicts: dict[Kind, Verdict] = {}
+        self._verdicts: dict[Hashable, Verdict] = {}
         self._draining: dict[int, tuple[int, str | None]] | None = None  # `_draining_jobs`
         # GPUs of jobs being preempted (while they save a checkpoint) and of terminating pods
         # (`Node.draining`, once requeued): incoming at once, or, when they were taken for a

@@ -29,6 +29,7 @@ from gpuqueue.scheduler.placement import Cap, fit_on
 
 HOSTNAME = "kubernetes.io/hostname"
 _NONE: Mapping[str, int] = {}
+_NO_LABELS: Mapping[str, str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,7 @@ class Topology:
             keys = self.levels[fl.name][: level + 1]
             members: dict[tuple[str, ...], list[str]] = {}
             for node in fl.capacity:
-                labels = self._labels.get(node, _NONE)
+                labels = self._labels.get(node, _NO_LABELS)
                 path = tuple(_value(labels, k, node) for k in keys)
                 if path[-1]:
                     members.setdefault(path, []).append(node)
@@ -294,8 +295,8 @@ class Topology:
         member = self.domain_of(fl, level)
         inside: dict[tuple[str, ...], list[tuple[RunningJob, str]]] = {}
         for victim, kind in candidates:
-            found = {member.get(n) for n, _ in victim.placement}
-            if len(found) == 1 and (domain := found.pop()) is not None:
+            mine = {member.get(n) for n, _ in victim.placement}
+            if len(mine) == 1 and (domain := mine.pop()) is not None:
                 inside.setdefault(domain.path, []).append((victim, kind))
         order: list[tuple[int, Domain, list[tuple[RunningJob, str]]]] = []
         for domain in self.domains(fl, level):
@@ -310,7 +311,7 @@ class Topology:
         for _, domain, theirs in order:
             mark = ledger.checkpoint()
             chosen: list[tuple[RunningJob, str]] = []
-            found = None
+            found: Found | None = None
             for victim, kind in theirs:
                 if len(chosen) >= budget:
                     break
