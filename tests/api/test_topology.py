@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
+from dashboard.forms import SubmitForm
 from gpuqueue.client.cli import describe
 from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
@@ -160,3 +161,20 @@ def test_the_django_admins_form_checks_the_levels_as_the_api_does(world: Any) ->
     flavor.topology_levels = [{"nodeLabel": RACK}, {"nodeLabel": HOST}]
     flavor.full_clean()
     assert flavor.topology_levels == [RACK, HOST]
+
+
+def test_the_submit_form_takes_a_level_and_refuses_one_the_flavor_lacks_as_the_api(
+    api: Any, job_body: dict[str, Any], world: Any
+) -> None:
+    Flavor.objects.filter(name="h100").update(topology_levels=LEVELS)
+    typed = {**job_body, "workers": "2", "topology_level": RACK, "topology_required": "on"}
+    values = SubmitForm(data=typed, user=world.alice).validated_submission()
+    assert values is not None
+    assert (values["topology_level"], values["topology_required"]) == (RACK, True)
+    bad = {**job_body, "topology_level": "example.com/spine"}
+    form = SubmitForm(data=bad, user=world.alice)
+    assert form.validated_submission() is None
+    response = api("alice").post("/api/v1/jobs/", bad, format="json")
+    form_errors = {name: list(messages) for name, messages in form.errors.items()}
+    assert form_errors == response.json()["error"]["fields"]
+    assert "topology_level" in form_errors
