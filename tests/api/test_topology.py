@@ -178,3 +178,19 @@ def test_the_submit_form_takes_a_level_and_refuses_one_the_flavor_lacks_as_the_a
     form_errors = {name: list(messages) for name, messages in form.errors.items()}
     assert form_errors == response.json()["error"]["fields"]
     assert "topology_level" in form_errors
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cli_submits_a_level_and_shows_the_domain(cli: Any, world: Any, capsys: Any) -> None:
+    Flavor.objects.filter(name="h100").update(topology_levels=LEVELS)
+    base = ("submit", "--team", "team-a", "--flavor", "h100", "--image", "ghcr.io/acme/train:1")
+    assert cli(*base, "--workers", "2", "--topology-level", RACK, "--topology-required") == 0
+    job = Job.objects.get()
+    assert (job.topology_level, job.topology_required) == (RACK, True)
+    Job.objects.filter(pk=job.pk).update(placement_domain=f"{RACK}=r1")
+    capsys.readouterr()
+    assert cli("status", str(job.pk)) == 0
+    out = capsys.readouterr().out
+    assert f"topology: one domain of {RACK}, required" in out and f"placed in: {RACK}=r1" in out
+    assert cli(*base, "--topology-level", "example.com/spine") != 0
+    assert Job.objects.count() == 1
