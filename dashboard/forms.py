@@ -290,6 +290,18 @@ class SubmitForm(ServiceForm):
         label="GPU models",
         help_text="Run only on nodes of these models, comma-separated; empty: any.",
     )
+    topology_level = forms.CharField(
+        required=False,
+        label="Topology level",
+        help_text="One of the flavor's levels (a node label key, e.g. a rack label or "
+        "nvidia.com/gpu.clique): all workers in one domain of it; empty: anywhere.",
+    )
+    topology_required = forms.BooleanField(
+        required=False,
+        label="Require one domain",
+        help_text="Wait for one domain of the level to hold the whole gang, instead of only "
+        "preferring one.",
+    )
     priority = WholeNumberField(
         required=False,
         initial="0",

@@ -11,6 +11,7 @@ class FlavorAdmin(admin.ModelAdmin):
         "device_class",
         "node_selector",
         "tolerations",
+        "topology_levels",
         "cpu_millicores_per_gpu",
         "memory_mib_per_gpu",
         "allow_root",

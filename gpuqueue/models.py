@@ -19,6 +19,7 @@ from gpuqueue.core.fabric import fabric_errors
 from gpuqueue.core.gpu_resources import dra_resource_name, is_dra_resource, is_gpu_resource
 from gpuqueue.core.states import ACTIVE, FINAL, HOLDING, JobState
 from gpuqueue.core.taints import EXISTS, schedulable_for, toleration_errors
+from gpuqueue.core.topology_levels import level_errors, normalized
 from teams.models import Team
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -86,6 +87,15 @@ class Flavor(models.Model):
         blank=True,
         help_text="CEL over the devices, e.g. "
         "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'",
+    )
+    # Its topology levels, node label keys outermost first, as Kueue's Topology lists them
+    # (gpuqueue/core/topology_levels.py): a job may require or prefer one domain of a level.
+    topology_levels = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="node label keys, outermost first, e.g. "
+        '["network.topology.nvidia.com/spine", "example.com/rack", "nvidia.com/gpu.clique", '
+        '"kubernetes.io/hostname"]',
     )
     description = models.CharField(max_length=200, blank=True)
     # Idle GPUs (gpuqueue/services/accounting/gpu_activity.py): null takes GPUQUEUE_IDLE_* settings.
@@ -172,9 +182,13 @@ class Flavor(models.Model):
             self.tolerations = []
         if self.fabric is None:
             self.fabric = {}
+        self.topology_levels = normalized(
+            [] if self.topology_levels is None else self.topology_levels
+        )
         errors = {
             **({"tolerations": found} if (found := toleration_errors(self.tolerations)) else {}),
             **({"fabric": found} if (found := self.fabric_errors()) else {}),
+            **({"topology_levels": found} if (found := level_errors(self.topology_levels)) else {}),
             **self.security_profile_errors(),
             **self.sharing_errors(),
             **self.device_errors(),
@@ -442,6 +456,13 @@ class Job(models.Model):
     gpu_milli = models.PositiveSmallIntegerField(default=0)
     # Node GPU models the job may run on (Node.gpu_model); empty: any.
     gpu_models = ArrayField(models.CharField(max_length=63), default=list, blank=True)
+    # One of its flavor's topology levels (Flavor.topology_levels): all its workers in one
+    # domain of it, required or only preferred; "": anywhere.
+    topology_level = models.CharField(max_length=317, blank=True, default="")
+    topology_required = models.BooleanField(default=False)
+    # The domain its gang was placed in, "label=value" (the innermost of its levels that holds
+    # it, scheduler/topology.py), set at admission with the placement; "": none.
+    placement_domain = models.CharField(max_length=400, blank=True, default="")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
     priority = models.IntegerField(default=0)
     preemptible = models.BooleanField(default=True)

@@ -23,6 +23,7 @@ from gpuqueue.api.fields import (
 )
 from gpuqueue.api.node_draining import DrainingField, NodeListSerializer
 from gpuqueue.api.prediction_fields import RuntimePredictionField, StartBandField
+from gpuqueue.core import topology_levels
 from gpuqueue.core.gpu_resources import dra_resource_name, is_dra_resource
 from gpuqueue.core.reason_text import describe_reason, reason_label
 from gpuqueue.core.states import JobState
@@ -189,6 +190,18 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="Run only on nodes of these GPU models (their nvidia.com/gpu.product "
         "label); empty: any.",
     )
+    topology_level = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=topology_levels.MAX_KEY_CHARS,
+        help_text="One of the flavor's topology levels (a node label key, e.g. a rack label "
+        "or nvidia.com/gpu.clique): all workers in one domain of it; empty: anywhere.",
+    )
+    topology_required = StrictBooleanField(
+        default=job_spec.DEFAULTS["topology_required"],
+        help_text="Wait until one domain of topology_level holds the whole gang (default: "
+        "only prefer one, then the next level out, then anywhere).",
+    )
     priority = StrictIntegerField(
         **_bounds(job_spec.BOUNDS, "priority"), default=job_spec.DEFAULTS["priority"]
     )
@@ -248,6 +261,7 @@ class JobSubmitSerializer(serializers.Serializer):
     validate_gpu_milli = _by_rules(job_spec.field_errors, "gpu_milli")
     validate_gpu_memory_mib = _by_rules(job_spec.field_errors, "gpu_memory_mib")
     validate_gpu_models = _by_rules(job_spec.field_errors, "gpu_models")
+    validate_topology_level = _by_rules(job_spec.field_errors, "topology_level")
     validate_priority = _by_rules(job_spec.field_errors, "priority")
     validate_checkpoint_grace_seconds = _by_rules(job_spec.field_errors, "checkpoint_grace_seconds")
     validate_max_runtime_seconds = _by_rules(job_spec.field_errors, "max_runtime_seconds")
@@ -306,6 +320,11 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
     labels = serializers.DictField(child=serializers.CharField(), read_only=True)
     annotations = serializers.DictField(child=serializers.CharField(), read_only=True)
     placement = serializers.DictField(child=serializers.IntegerField(), read_only=True)
+    placement_domain = serializers.CharField(
+        read_only=True,
+        help_text="The topology domain the gang was placed in, label=value (the innermost of "
+        "its flavor's levels that holds it, from its own level out); empty: none.",
+    )
     gpu_models = serializers.ListField(child=serializers.CharField(), read_only=True)
     gpu_devices = serializers.ListField(
         child=serializers.ListField(),
@@ -327,8 +346,8 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
     pending_reason_label = serializers.SerializerMethodField(
         help_text="The pending reason as one word for lists: Resources, TeamQueue, Limit, "
         "NeverUnderLimit, NewerTeamJobs, OlderTeamJob, NoQuota, Guarantee, FairShare, Reclaim, "
-        "Preempting, Priority, "
-        "Reserved, NeverFits, BackOff, Dependency, DependencyNeverMet, ArrayLimit or Cycle "
+        "Preempting, Priority, Reserved, NeverFits, Topology, BackOff, Dependency, "
+        "DependencyNeverMet, ArrayLimit or Cycle "
         "(null unless PENDING)."
     )
     idempotency_key = serializers.CharField(read_only=True, allow_null=True)
@@ -365,6 +384,7 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "placement",
+            "placement_domain",
             "gpu_devices",
             "pending_reason",
             "pending_reason_text",
@@ -464,6 +484,13 @@ class FlavorSerializer(serializers.ModelSerializer):
         required=False, allow_null=True, min_value=1, max_value=gpu_share.MAX_GPU_MEMORY_MIB
     )
 
+    topology_levels = serializers.JSONField(
+        required=False,
+        default=list,
+        help_text="Node label keys, outermost first (a block or spine label, a rack label, "
+        "nvidia.com/gpu.clique, kubernetes.io/hostname last), as Kueue's Topology "
+        'spec.levels; [{"nodeLabel": key}] is taken too.',
+    )
     fabric = serializers.JSONField(
         required=False,
         default=dict,
@@ -481,6 +508,7 @@ class FlavorSerializer(serializers.ModelSerializer):
             "resource_name",
             "node_selector",
             "tolerations",
+            "topology_levels",
             "fabric",
             "cpu_millicores_per_gpu",
             "memory_mib_per_gpu",
@@ -541,6 +569,10 @@ class FlavorSerializer(serializers.ModelSerializer):
 
     def validate_tolerations(self, tolerations: list[dict[str, str]]) -> list[dict[str, str]]:
         return _checked(tolerations, toleration_errors)
+
+    def validate_topology_levels(self, levels: Any) -> list[str]:
+        levels = topology_levels.normalized(levels)
+        return list(_checked(levels, topology_levels.level_errors))
 
     def validate_fabric(self, fabric: Any) -> dict[str, Any]:
         if not isinstance(fabric, dict):

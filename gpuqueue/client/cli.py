@@ -116,6 +116,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODEL",
         help="run only on nodes of this GPU model (repeatable), e.g. NVIDIA-A100-SXM4-80GB",
     )
+    p.add_argument(
+        "--topology-level",
+        metavar="LABEL",
+        help="prefer all workers in one domain of this level of the flavor (a node label "
+        "key, e.g. a rack label or nvidia.com/gpu.clique)",
+    )
+    p.add_argument(
+        "--topology-required",
+        action="store_true",
+        help="require it: wait until one domain of --topology-level holds the gang",
+    )
     p.add_argument("--priority", type=int)
     p.add_argument("--non-preemptible", action="store_true")
     for flag, dest in DURATION_FLAGS:
@@ -266,6 +277,7 @@ def job_spec(args: argparse.Namespace) -> dict[str, Any]:
         "shm_mib",
         "priority_class",
         "service_account",
+        "topology_level",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -276,6 +288,8 @@ def job_spec(args: argparse.Namespace) -> dict[str, Any]:
         spec["gpu_models"] = [*spec.get("gpu_models", []), *args.gpu_model]
     if args.non_preemptible:
         spec["preemptible"] = False
+    if args.topology_required:
+        spec["topology_required"] = True
     for key, items, what in (
         ("env", args.env, "--env"),
         ("labels", args.label, "--label"),
@@ -432,8 +446,13 @@ def describe(job: dict[str, Any], now: datetime | None = None) -> str:
         lines.append(f"  runtime: {forecast_text.runtime_text(job['runtime_prediction'])}")
     if job.get("gpu_models"):
         lines.append("  GPU models: " + ", ".join(job["gpu_models"]))
+    if job.get("topology_level"):
+        how = "required" if job.get("topology_required") else "preferred"
+        lines.append(f"  topology: one domain of {job['topology_level']}, {how}")
     if job.get("placement"):
         lines.append("  placement: " + ", ".join(f"{n}×{w}" for n, w in job["placement"].items()))
+    if job.get("placement_domain"):
+        lines.append(f"  placed in: {job['placement_domain']}")
     if job.get("gpu_devices"):
         share = f"{job['gpu_milli']}/1000"
         lines.append(

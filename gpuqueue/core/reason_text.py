@@ -98,6 +98,7 @@ LABELS = {
     "reserved": "Reserved",
     "never_fits": "NeverFits",
     "held_for_older": "OlderTeamJob",
+    "no_domain": "Topology",
     BACKING_OFF: "BackOff",
     DEPENDENCIES: "Dependency",
     DEPENDENCY_UNMET: "DependencyNeverMet",
@@ -263,6 +264,8 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
             f"start attempts failed ({n.get('cause')}); not considered for admission before "
             f"{when(n.get('until'), seconds=True)}."
         )
+    if code == "no_domain":
+        return _no_domain(n, flavor)
     if code == "never_fits":
         return _never_fits(n, flavor, per, gpus, shape)
     if code in (DEPENDENCIES, DEPENDENCY_UNMET):
@@ -352,6 +355,24 @@ def _short_node(n: dict[str, Any]) -> str:
         f" Node {n['short_node']}: {_plural(n.get('short_node_gpus_free'), 'GPU')} free but "
         f"{left} of {allocatable} {unit} ({asks})."
     )
+
+
+def _no_domain(n: dict[str, Any], flavor: str) -> str:
+    """ "No rack (example.com/rack) has 4 workers' room of 8 h100 GPUs; the best has 3." The
+    level is named by its label's name, then the whole key."""
+    key = str(n.get("level", ""))
+    name = key.rpartition("/")[2] or key
+    workers, per = n.get("workers", "?"), n.get("gpus_per_worker", "?")
+    room = f"room for {_plural(workers, 'worker')} of {per} {flavor} GPUs"
+    largest, best = n.get("largest", 0), n.get("best_fit", 0)
+    if isinstance(largest, int) and isinstance(workers, int) and largest < workers:
+        return (
+            f"Can never start: it requires one {name} ({key}), and no {name} has {room} even "
+            f"when empty; the largest holds {largest}."
+        )
+    across = n.get("workers_fit", 0)
+    tail = f" ({across} fit across several)" if across and across == workers else ""
+    return f"Waiting for one {name} ({key}) with {room}; the best has room for {best} now{tail}."
 
 
 def _never_fits(n: dict[str, Any], flavor: str, per: Any, gpus: Any, shape: str) -> str:

@@ -77,6 +77,8 @@ class Row(NamedTuple):
     gpu_milli: int  # 0: whole GPUs
     gpu_models: list[str]
     gpu_devices: str  # JSON text: [[node, GPU index], ...]
+    topology_level: str  # "": none
+    topology_required: bool
 
 
 _COLUMNS = Row._fields[Row._fields.index("id") :]  # the job's, selected in this order

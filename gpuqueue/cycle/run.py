@@ -200,6 +200,7 @@ def _persist_admissions(plan: m.Plan, now: datetime) -> list[int]:
                 {node: workers for node, workers in a.placement},
                 a.borrowed,
                 [[node, index] for node, index in a.devices],
+                a.domain,
             )
             for a in plan.admissions
         ],

@@ -39,6 +39,8 @@ def load_nodes(flavors: list[Flavor] | None = None) -> tuple[m.Node, ...]:
     flavors = list(Flavor.objects.all()) if flavors is None else flavors
     by_resource = {f.name: f.resource_name for f in flavors}
     by_name = {f.name: f for f in flavors}
+    # The labels of the flavors' topology levels, all a node's labels the engine reads.
+    levels = {key for f in flavors for key in f.topology_levels or ()}
     nodes = []
     for node in Node.objects.order_by("name"):
         capacity = node_capacity_by_flavor(
@@ -64,6 +66,7 @@ def load_nodes(flavors: list[Flavor] | None = None) -> tuple[m.Node, ...]:
                 memory_used_externally=node.external_memory_bytes,
                 pods_used_externally=node.external_pods,
                 model=node.gpu_model or None,
+                labels={k: str(v) for k, v in node.labels.items() if k in levels},
             )
         )
     return tuple(nodes)
@@ -112,6 +115,7 @@ class Names:
     flavors: dict[int, tuple[str, str]]
     per_gpu: dict[int, tuple[int, int]] = field(default_factory=dict)  # CPU, memory MiB
     shared: frozenset[str] = frozenset()
+    topologies: dict[str, tuple[str, ...]] = field(default_factory=dict)  # flavor -> levels
 
 
 def _load_world() -> tuple[tuple[m.Node, ...], tuple[m.Team, ...], Names]:
@@ -123,6 +127,7 @@ def _load_world() -> tuple[tuple[m.Node, ...], tuple[m.Team, ...], Names]:
         {f.pk: (f.name, f.idle_policy) for f in flavors},
         {f.pk: (f.cpu_millicores_per_gpu, f.memory_mib_per_gpu) for f in flavors},
         frozenset(f.name for f in flavors if f.shareable),
+        {f.name: tuple(f.topology_levels) for f in flavors if f.topology_levels},
     )
     return load_nodes(flavors), load_teams(teams), names
 
@@ -171,6 +176,7 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
         running=tuple(running),
         pending=tuple(pending),
         shared_flavors=names.shared,
+        topologies=names.topologies,
     )
 
 
@@ -288,4 +294,6 @@ def _pending(row: Row, names: Names) -> m.PendingJob:
         memory_per_worker=memory,
         gpu_milli=row.gpu_milli,
         gpu_models=tuple(row.gpu_models or ()),
+        topology_level=row.topology_level,
+        topology_required=row.topology_required,
     )

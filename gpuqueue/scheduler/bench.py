@@ -9,7 +9,10 @@ over several runs (snapshot building is not timed). Scenarios, named by their si
   few requested by others) and every worker asking 12 CPUs and 96 GiB per GPU, as a
   Kubernetes cluster reports them: placement also checks each node's room besides GPUs;
 - reclaim: 1,000 nodes x 8 GPUs all borrowed by one team while 10 teams under their guarantees
-  submit gangs of 8-64 GPUs.
+  submit gangs of 8-64 GPUs;
+- topology: `large` with three levels on every flavor (blocks of 8 racks, racks of 16 nodes,
+  the host), every gang of several workers preferring one rack and one in four of them
+  requiring it.
 
 The target is a median of at most 0.5 s for each on one core. `--no-memo` plans with every memo
 of the engine off (engine.Cycle), to show what they save.
@@ -204,9 +207,32 @@ def reclaim(nodes: int, teams: int, running: int, pending: int, seed: int) -> Sn
     return Snapshot(NOW, node_list, tuple(team_list), tuple(run_list), tuple(pend_list))
 
 
+BLOCK, RACK, HOST = "example.com/block", "example.com/rack", "kubernetes.io/hostname"
+
+
+def topology(nodes: int, teams: int, running: int, pending: int, seed: int) -> Snapshot:
+    snapshot = large(nodes, teams, running, pending, seed)
+    rng = random.Random(seed + 1)
+    return replace(
+        snapshot,
+        nodes=tuple(
+            replace(n, labels={BLOCK: f"b{i // 128}", RACK: f"r{i // 16}", HOST: n.name})
+            for i, n in enumerate(snapshot.nodes)
+        ),
+        pending=tuple(
+            replace(j, topology_level=RACK, topology_required=rng.random() < 0.25)
+            if j.workers > 1
+            else j
+            for j in snapshot.pending
+        ),
+        topologies={flavor: (BLOCK, RACK, HOST) for flavor, _ in FLAVORS},
+    )
+
+
 SCENARIOS = {
     # name: (builder, nodes, teams, running, pending)
     "large": (large, 5000, 30, 20000, 50000),
+    "topology": (topology, 5000, 30, 20000, 50000),
     "limited": (limited, 5000, 30, 20000, 50000),
     "reclaim": (reclaim, 1000, 10, 0, 200),
 }

@@ -16,7 +16,7 @@ Phases (each a method below):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from itertools import groupby
 from operator import attrgetter
 
@@ -27,7 +27,6 @@ from gpuqueue.scheduler.horizon import Horizon
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Admission,
-    Kind,
     Pending,
     PendingJob,
     Placement,
@@ -56,6 +55,7 @@ from gpuqueue.scheduler.reclaim_wait import ReclaimWaits
 from gpuqueue.scheduler.shared_gpus import FULL, ceil_gpus
 from gpuqueue.scheduler.special import Special
 from gpuqueue.scheduler.starvation import Reserver
+from gpuqueue.scheduler.topology import Topology
 from gpuqueue.scheduler.usage import seconds_to_recover
 
 # A pending job's queue (team, flavor): a plan groups the snapshot's jobs by runs of one queue.
@@ -137,6 +137,7 @@ class Cycle:
             for key, gpus in self.ledger.hold_shared(fractional).items():
                 running[key] = running.get(key, 0) + gpus
         self.special = Special(snapshot, self.ledger, policy.placement, policy.workload)
+        self.topology = Topology(snapshot.nodes, snapshot.topologies, memo)
         # (team, flavor) -> the team and its department with their quotas (None: no quota).
         self.groups = {
             (team, flavor): [(group, self.quotas.get((group, flavor))) for group in chain]
@@ -171,24 +172,25 @@ class Cycle:
             self.ledger, self.search, self.fair_share, policy.placement
         )
         self.reserver = Reserver(
-            self.ledger, snapshot.nodes, whole_running, policy, self.horizon, memo
+            self.ledger, snapshot.nodes, whole_running, policy, self.horizon, memo, self.topology
         )
         self.held_before = HeldBefore(whole_running)  # for reasons (`_beyond_share`)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.pending: list[Pending] = []
         self.searches_left = policy.max_victim_searches_per_cycle
-        # (team, flavor, gpus per worker, priority, reclaim) -> fewest workers a victim search
-        # failed for. Nothing frees GPUs during a cycle, so a bigger gang of the same kind
-        # would fail too: it is not searched for, and spends none of the search budget.
-        self.failed_search: dict[tuple[str, str, int, int, bool], int] = {}
+        # (team, flavor, gpus per worker, priority, reclaim, topology level, required) ->
+        # fewest workers a victim search failed for. Nothing frees GPUs during a cycle, so a
+        # bigger gang of the same kind would fail too: it is not searched for, and spends none
+        # of the search budget.
+        self.failed_search: dict[tuple[str, str, int, int, bool, str, bool], int] = {}
         self.waiting_in_team: dict[tuple[str, str], int] = {}
         self._in_team: dict[str, int] = {}  # jobs left pending so far, per team (positions)
         self.order: Order | None = None
         self.starving: set[int] = set()  # ids of the starving jobs
         self.owed: set[int] = set()  # of them, the first jobs of owed teams (ordering.py)
         # The verdicts of `_consider` by kind of job, with the state they were reached in.
-        self._verdicts: dict[Kind, Verdict] = {}
+        self._verdicts: dict[Hashable, Verdict] = {}
         self._draining: dict[int, tuple[int, str | None]] | None = None  # `_draining_jobs`
         # GPUs of jobs being preempted (while they save a checkpoint) and of terminating pods
         # (`Node.draining`, once requeued): incoming at once, or, when they were taken for a
@@ -347,7 +349,8 @@ class Cycle:
         if not self.memo or job.id in self.promised or job.shared:
             return self._decide(job)
         state = self._state()
-        hit = self._verdicts.get(job.kind)
+        key = self._kind(job)
+        hit = self._verdicts.get(key)
         if hit is not None and hit[0] == state:
             if hit[1] is not None:
                 return hit[1]
@@ -361,7 +364,7 @@ class Cycle:
                 verdict = (state, None, fit, fl.total_free)
             else:
                 verdict = (state, reason, 0, 0)
-            self._verdicts[job.kind] = verdict
+            self._verdicts[key] = verdict
         return reason
 
     def _turn_taken(self, job: PendingJob, why: Reason | None) -> None:
@@ -389,6 +392,27 @@ class Cycle:
         """GPUs the team holds of the flavor in jobs started after `since`."""
         in_use = self.ledger.in_use(team, flavor)
         return max(in_use - self.held_before.gpus(team, flavor, since), 0)
+
+    def _kind(self, job: PendingJob) -> Hashable:
+        """What the verdict of `job` is kept by: its kind, and for a gang preferring a level
+        whether it still holds out for one domain (`_holds_out`), which its kind does not say."""
+        if job.topology_level and not job.topology_required:
+            return (job.kind, self._holds_out(job))
+        return job.kind
+
+    def _holds_out(self, job: PendingJob) -> bool:
+        """A gang preferring a level, within Policy.topology_patience_seconds of its
+        submission, that one domain of the level could hold: it waits for one, as if it
+        required the level."""
+        patience = self.policy.topology_patience_seconds
+        if patience <= 0 or self.horizon.passed(job.submitted_at + patience):
+            return False
+        fl = self.ledger.flavors.get(job.flavor)
+        return (
+            fl is not None
+            and self.topology.level_of(job) >= 0
+            and self.topology.largest(fl, job) >= job.workers
+        )
 
     def _state(self) -> State:
         """What steps 1-11 of `_consider` read besides the job: the ledger (its stamp, which
@@ -460,6 +484,15 @@ class Cycle:
             most = fl.most_workers(g, cpu, memory) if g > 0 else 0
             short = fl.never_short(g, cpu, memory) if g > 0 else None
             return reasons.never_fits(job, fl.max_node, fl.total_capacity, most, short)
+        # A level of its flavor (else, levels changed since it was submitted: anywhere).
+        topology = (
+            self.topology if job.topology_level and self.topology.level_of(job) >= 0 else None
+        )
+        strict = topology is not None and (job.topology_required or self._holds_out(job))
+        if topology is not None and job.topology_required:
+            never = topology.never(fl, job)
+            if never is not None:
+                return reasons.no_domain(job, never, fl.fits(g, "", cpu, memory), fl.total_free)
         groups = self.groups.get((job.team, flavor))
         if groups is None:  # a team the snapshot does not list: no quota anywhere
             groups = [(job.team, None)]
@@ -507,21 +540,35 @@ class Cycle:
         # 5. (Counting first is cheap; placement only runs when it will succeed.)
         strategy = self.policy.placement
         if fl.total_free >= gpus and fl.fits(g, "", cpu, memory) >= workers:
-            if self.special.places(fl):  # fragmentation, or models that pending jobs require
+            domain = ""
+            if topology is not None:  # one domain of its level (topology.py)
+                placement, domain = self._in_domain(job, fl, None)
+            elif self.special.places(fl):  # fragmentation, or models that pending jobs require
                 found = self.special.place(job, fl)
                 placement = None if found is None else found[0]
             else:
-                placement = fit_gang(fl, workers, g, strategy, None, cpu, memory)
+                # On a flavor with levels, in the tightest rack (topology.py, `pack`): racks
+                # already broken into fill up, and whole ones stay whole for the gangs.
+                packed = self.topology.pack(fl, job, strategy) if self.topology.levels else None
+                placement = (
+                    packed.placement
+                    if packed is not None
+                    else fit_gang(fl, workers, g, strategy, None, cpu, memory)
+                )
             if placement is not None:
-                self._admit(job, placement)
+                self._admit(job, placement, domain=domain)
                 return None
         if fl.held:
             # 6.
             room = self.reserver.backfill_room(job)
             if room and fl.workers_fit(g, room, cpu, memory) >= workers:
-                placement = fit_gang(fl, workers, g, strategy, room, cpu, memory)
+                domain = ""
+                if topology is not None:
+                    placement, domain = self._in_domain(job, fl, room)
+                else:
+                    placement = fit_gang(fl, workers, g, strategy, room, cpu, memory)
                 if placement is not None:
-                    self._admit(job, placement, use_held=room)
+                    self._admit(job, placement, use_held=room, domain=domain)
                     return None
             # 7. Naming every reservation of the flavor is enough for the reason; finding the
             #    exact nodes would cost a placement per blocked job.
@@ -529,7 +576,10 @@ class Cycle:
                 return self.reserver.behind(job)
         # 8.
         if fl.incoming and fl.fits(g, "incoming", cpu, memory) >= workers:
-            placement = fit_gang(fl, workers, g, strategy, fl.incoming, cpu, memory, True)
+            if topology is not None:
+                placement, _ = self._in_domain(job, fl, fl.incoming, True)
+            else:
+                placement = fit_gang(fl, workers, g, strategy, fl.incoming, cpu, memory, True)
             if placement is not None:
                 waited = self._incoming_jobs(job.flavor, placement)
                 ledger.admit(
@@ -578,7 +628,32 @@ class Cycle:
                 return why
             blocked = self.reclaim_waits.blocked(job)
         fit = fl.fits(g, "", cpu, memory)
+        if strict and self.explain:
+            assert topology is not None
+            # Its level is what it waits for: how close the best domain comes.
+            best = topology.best(fl, job)
+            return reasons.no_domain(job, best, fit, fl.total_free)
         return self._waits_for_capacity(job, fit, fl.total_free, blocked)
+
+    def _in_domain(
+        self,
+        job: PendingJob,
+        fl: FlavorLedger,
+        extra: dict[str, int] | None,
+        incoming: bool = False,
+    ) -> tuple[Placement | None, str]:
+        """Steps 5, 6 and 8 for a job with a topology level: one domain of its level (a
+        preferred level: of an outer level, else anywhere, as any job)."""
+        cpu, memory = job.cpu_per_worker, job.memory_per_worker
+        strict = job.topology_required or self._holds_out(job)
+        found = self.topology.place(fl, job, self.policy.placement, extra, incoming, strict)
+        if found is not None:
+            return found.placement, found.domain
+        if strict:
+            return None, ""
+        strategy = self.policy.placement
+        g = job.gpus_per_worker
+        return fit_gang(fl, job.workers, g, strategy, extra, cpu, memory, incoming), ""
 
     def may_search(self) -> bool:
         """Whether a victim search may still run in this cycle (its budgets, step 9)."""
@@ -782,7 +857,11 @@ class Cycle:
         return self._waiting_for(job, tuple(waited))
 
     def _admit(
-        self, job: PendingJob, placement: Placement, use_held: dict[str, int] | None = None
+        self,
+        job: PendingJob,
+        placement: Placement,
+        use_held: dict[str, int] | None = None,
+        domain: str = "",
     ) -> None:
         fair_share = self.fair_share.get((job.team, job.flavor), 0)
         borrowed = (
@@ -799,7 +878,7 @@ class Cycle:
             cpu=job.cpu_per_worker,
             memory=job.memory_per_worker,
         )
-        self.admissions.append(Admission(job.id, placement, borrowed))
+        self.admissions.append(Admission(job.id, placement, borrowed, domain=domain))
 
     def _limit_ok(self, job: PendingJob) -> Callable[[], bool]:
         """Whether the team (and department) would stay within its limit with `job` admitted,
@@ -834,7 +913,15 @@ class Cycle:
         priority = priority and self.search.has_lower(job)
         if not (priority or reclaim):
             return None
-        key = (job.team, job.flavor, job.gpus_per_worker, job.priority, reclaim)
+        key = (
+            job.team,
+            job.flavor,
+            job.gpus_per_worker,
+            job.priority,
+            reclaim,
+            job.topology_level,
+            job.topology_required,
+        )
         if self.failed_search.get(key, job.workers + 1) <= job.workers:
             return None
         self.searches_left -= 1
@@ -844,16 +931,28 @@ class Cycle:
         victims = self.search.find(job, fl, self._limit_ok(job), reclaim, priority, budget)
         placement = None
         if victims is not None:
-            placement = fit_gang(
-                fl,
-                job.workers,
-                g,
-                policy.placement,
-                fl.incoming,
-                job.cpu_per_worker,
-                job.memory_per_worker,
-                True,
-            )
+            if job.topology_level and self.topology.level_of(job) >= 0:
+                placement, _ = self._in_domain(job, fl, fl.incoming, True)
+            else:
+                placement = fit_gang(
+                    fl,
+                    job.workers,
+                    g,
+                    policy.placement,
+                    fl.incoming,
+                    job.cpu_per_worker,
+                    job.memory_per_worker,
+                    True,
+                )
+        if (
+            (victims is None or placement is None)
+            and job.topology_required
+            and self.topology.level_of(job) >= 0
+        ):
+            # A required level: victims inside one domain, so that a whole domain frees.
+            ledger.rollback(mark)
+            mark = ledger.checkpoint()
+            victims, placement = self._victims_in_domain(job, fl, reclaim, priority, budget)
         if victims is None or placement is None:
             ledger.rollback(mark)
             if job.workers < self.failed_search.get(key, job.workers + 1):
@@ -883,6 +982,34 @@ class Cycle:
         for team, flavor in sorted(touched):
             self.order.touch(team, flavor)
         return self._waiting_for(job, tuple(waited))
+
+    def _victims_in_domain(
+        self, job: PendingJob, fl: FlavorLedger, reclaim: bool, priority: bool, budget: int
+    ) -> tuple[list[tuple[RunningJob, str]] | None, Placement | None]:
+        """Step 9 for a required level whose flavor-wide search found no room in one domain
+        (topology.py)."""
+        if self.topology.level_of(job) < 0:
+            return None, None
+        search = self.search
+        cap = fl.caps(job.cpu_per_worker, job.memory_per_worker, True)
+        found = search.each_floor(
+            job,
+            reclaim,
+            lambda: self.topology.victims_in_domain(
+                fl,
+                self.ledger,
+                job,
+                search.eligible(job, reclaim, priority),
+                lambda victim, kind: search.take(job, fl, victim, kind),
+                self._limit_ok(job),
+                budget,
+                self.policy.placement,
+                cap,
+            ),
+        )
+        if found is None:
+            return None, None
+        return found[0], found[1].placement
 
     def _draining_jobs(self) -> dict[int, tuple[int, str | None]]:
         """Job id -> the GPUs its terminating pods hold, and its team when it is pending."""

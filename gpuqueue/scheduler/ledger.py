@@ -110,6 +110,7 @@ class FlavorLedger:
         "allocatable",
         "buckets",
         "capacity",
+        "changed",
         "free",
         "held",
         "incoming",
@@ -163,6 +164,9 @@ class FlavorLedger:
         # On a shared flavor, node -> GPU index -> thousandths used, for each GPU that
         # fractional work opened (shared_gpus.py); such a GPU is out of `free`. None: not shared.
         self.shared: dict[str, dict[int, int]] | None = None
+        # Nodes whose free GPUs or room changed, in order, for whoever keeps counts of its
+        # own node by node (topology.py reads from where it last stopped); None: nobody does.
+        self.changed: list[str] | None = None
 
     def add_node(self, node: str, free: int, capacity: int) -> None:
         """A schedulable node offering `capacity` GPUs, `free` of them free (setup)."""
@@ -317,6 +321,8 @@ class FlavorLedger:
         self.buckets.setdefault(new, {})[node] = None
         self.free[node] = new
         self.total_free += max(new, 0) - max(old, 0)
+        if self.changed is not None:
+            self.changed.append(node)
         if self._capped:
             room = self.room.get(node) if self.room is not None else None
             self._recount(node, old, new, room, room)
@@ -324,6 +330,8 @@ class FlavorLedger:
     def room_changed(self, node: str, old: Room | None, new: Room | None) -> None:
         """A node's room besides GPUs went from `old` to `new` (None: not limited)."""
         self.version += 1
+        if self.changed is not None:
+            self.changed.append(node)
         if self._capped:
             free = self.free[node]
             self._recount(node, free, free, old, new)
@@ -358,6 +366,8 @@ class FlavorLedger:
             return
         self.version += 1
         self._capped.clear()
+        if self.changed is not None:
+            self.changed.extend(moved)
         self.buckets = buckets_after(self.buckets, moved)
         total = self.total_free
         for node, new in moved.items():

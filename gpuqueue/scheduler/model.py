@@ -82,6 +82,9 @@ class Node:
     memory_used_externally: int = 0
     pods_used_externally: int = 0
     model: str | None = None  # the GPU model (product) of the node's GPUs; None: not known
+    # The node's values of its flavors' topology levels (Snapshot.topologies): label key ->
+    # value, e.g. {"example.com/rack": "r07"}. A level it lacks puts it in no domain of it.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def limited(self) -> bool:
@@ -145,8 +148,9 @@ UNKNOWN_RUNTIME = 3600.0
 
 # What the engine's steps read of a job that is not starving: team, flavor, workers, GPUs per
 # worker, priority, preemptible, max runtime, CPU and memory per worker, thousandths of a GPU
-# per worker and the GPU models it accepts (`PendingJob.kind`).
-Kind = tuple[str, str, int, int, int, bool, float | None, int, int, int, tuple[str, ...]]
+# per worker, the GPU models it accepts and its topology level and whether it requires it
+# (`PendingJob.kind`).
+Kind = tuple[str, str, int, int, int, bool, float | None, int, int, int, tuple[str, ...], str, bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +184,11 @@ class PendingJob:
     # Whether it asks for a fraction of a GPU or for given models (shared_gpus.py), made once:
     # a plan asks it of every job it considers.
     shared: bool = field(init=False, repr=False, compare=False)
+    # A topology level of its flavor (a node label key, Snapshot.topologies): all its workers
+    # in one domain of it (one rack, one NVLink domain), required or preferred (topology.py).
+    # "": anywhere.
+    topology_level: str = ""
+    topology_required: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.workers * self.gpus_per_worker)
@@ -204,6 +213,8 @@ class PendingJob:
                 self.memory_per_worker,
                 self.gpu_milli,
                 self.gpu_models,
+                self.topology_level,
+                self.topology_required,
             ),
         )
 
@@ -267,6 +278,11 @@ class Policy:
     # leave that job room under the team's limit. Without it a gang at its team's limit waits
     # for as long as the team's newer, smaller jobs keep coming.
     hold_for_older: bool = True
+    # A gang that prefers one domain of a topology level holds out for one this long after its
+    # submission (as Slurm's --switches=N@max-time), then takes the next level out, or any
+    # nodes. 0: it takes what fits at once. An hour: in a Philly replay on racks it put every
+    # gang that fits a rack in one, where taking what fits at once put 58 % there.
+    topology_patience_seconds: float = 3600.0
     # The target workload of the fragmentation strategy (fragmentation.Workload: task shapes and
     # how often they occur, e.g. from a trace); None: the shapes of the snapshot's jobs.
     workload: Workload | None = None
@@ -285,6 +301,9 @@ class Snapshot:
     share_balance: Mapping[tuple[str, str], float] | None = None
     # Flavors whose GPUs fractional jobs may share; a fractional job of another never fits.
     shared_flavors: frozenset[str] = frozenset()
+    # Flavor -> its topology levels, node label keys outermost first (a block, a rack, an
+    # NVLink domain, kubernetes.io/hostname), as Kueue's Topology lists them (topology.py).
+    topologies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class ReasonCode(str, Enum):  # noqa: UP042 -- callers compare and str() these as is
@@ -306,6 +325,8 @@ class ReasonCode(str, Enum):  # noqa: UP042 -- callers compare and str() these a
     # The team's older job has its turn (ordering.py, rule 1b): this newer job of the team
     # would leave it no room under the team's limit.
     HELD_FOR_OLDER = "held_for_older"
+    # It requires one domain of a topology level and no domain holds it now (or ever).
+    NO_DOMAIN = "no_domain"
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +345,9 @@ class Admission:
     borrowed: bool = False  # uses capacity above the team's fair share
     # A fractional admission: (node, GPU index 0..capacity-1 on that node) per worker, sorted.
     devices: tuple[tuple[str, int], ...] = ()
+    # A job with a topology level: the domain its gang went to, as "label=value" of the
+    # innermost level that holds all of it ("" when it spans every level, or has none).
+    domain: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterator, Mapping
 from itertools import chain, islice
+from typing import TypeVar
 
 from gpuqueue.scheduler.horizon import Horizon
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob
+
+_T = TypeVar("_T")
 
 PRIORITY = "priority"
 RECLAIM = "reclaim"
@@ -351,24 +354,7 @@ class VictimSearch:
         they always were, so that the filters change which jobs qualify and nothing else.
         """
         ledger = self.ledger
-        # Hysteresis: a team that reclaims beyond its guarantee (for its fair share, which moves
-        # with every team's demand) takes only work that ran Policy.reclaim_min_runtime_seconds,
-        # so that borrowed GPUs do not change hands each time the shares move.
-        beyond_guarantee = reclaim and not self.within_guarantee(job)
-        settle = self.policy.reclaim_min_runtime_seconds
-        passed = self.horizon.passed
-        candidates = []
-        for victim, kind in islice(
-            self._candidates(job, reclaim, priority), self.policy.max_victim_candidates
-        ):
-            if victim.id in ledger.victims:
-                continue
-            until = self.protected_until(victim)
-            if not (passed(until) if at is None else at >= until):
-                continue
-            if kind == RECLAIM and beyond_guarantee and not passed(victim.started_at + settle):
-                continue
-            candidates.append((victim, kind))
+        candidates = self.eligible(job, reclaim, priority, at)
         if not candidates:
             return None
         g = job.gpus_per_worker
@@ -396,6 +382,57 @@ class VictimSearch:
             ledger.commit(mark)
             return chosen
         return None
+
+    def eligible(
+        self, job: PendingJob, reclaim: bool, priority: bool, at: float | None = None
+    ) -> list[tuple[RunningJob, str]]:
+        """Step 1 of `_find`: the candidates in rule order, at most
+        policy.max_victim_candidates of them, less jobs already chosen and jobs inside their
+        minimum runtime (topology.py searches a domain's with them too)."""
+        ledger = self.ledger
+        # Hysteresis: a team that reclaims beyond its guarantee (for its fair share, which moves
+        # with every team's demand) takes only work that ran Policy.reclaim_min_runtime_seconds,
+        # so that borrowed GPUs do not change hands each time the shares move.
+        beyond_guarantee = reclaim and not self.within_guarantee(job)
+        settle = self.policy.reclaim_min_runtime_seconds
+        passed = self.horizon.passed
+        candidates = []
+        for victim, kind in islice(
+            self._candidates(job, reclaim, priority), self.policy.max_victim_candidates
+        ):
+            if victim.id in ledger.victims:
+                continue
+            until = self.protected_until(victim)
+            if not (passed(until) if at is None else at >= until):
+                continue
+            if kind == RECLAIM and beyond_guarantee and not passed(victim.started_at + settle):
+                continue
+            candidates.append((victim, kind))
+        return candidates
+
+    def each_floor(
+        self, job: PendingJob, reclaim: bool, attempt: Callable[[], _T | None]
+    ) -> _T | None:
+        """`attempt` (a search of its own, topology.py) with the victim teams keeping their
+        fair shares, then, where `find` would, only min(guarantee, fair share)."""
+        found = attempt()
+        if (
+            found is not None
+            or not reclaim
+            or job.flavor not in self._floor_below_share
+            or not self.within_guarantee(job)
+            or not self.may_reclaim(job)
+        ):
+            return found
+        self.keep = self.guarantee_floor
+        try:
+            return attempt()
+        finally:
+            self.keep = self.fair_share
+
+    def take(self, job: PendingJob, fl: FlavorLedger, victim: RunningJob, kind: str) -> bool:
+        """Release one victim if its team can give it up (`_take`)."""
+        return self._take(job, fl, victim, kind) >= 0
 
     def _may_fit(
         self,

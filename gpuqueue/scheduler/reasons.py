@@ -34,6 +34,9 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 |                        | recovers_at (math.inf when never)                                   |
 | WAITING_FOR_RECLAIM    | flavor, workers, gpus_per_worker, free, borrowers (team ids, ", "), |
 |                        | borrowed, min_runtime_seconds, reclaim_at                           |
+| NO_DOMAIN              | flavor, workers, gpus_per_worker, level (its node label), domains,  |
+|                        | best_fit (the most workers one domain holds now), largest (the most |
+|                        | one holds empty: below workers, never), workers_fit, free           |
 
 Resources besides GPUs (`short`: "cpu" in millicores, "memory" in bytes, or "pods"): in
 NO_CAPACITY, `short_node` is the node whose free GPUs hold the most workers that its room does
@@ -76,7 +79,7 @@ jobs still protected, `reclaim_at` the earliest time enough of them are out of i
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from gpuqueue.scheduler.ledger import Short
 from gpuqueue.scheduler.model import PendingJob, Reason, ReasonCode
@@ -327,3 +330,34 @@ def waiting_for_reclaim(
             "reclaim_at": reclaim_at,
         },
     )
+
+
+def no_domain(job: PendingJob, best: DomainBest, workers_fit: int, free: int) -> Reason:
+    """A required topology level no domain of which holds the gang (topology.py)."""
+    return Reason(
+        ReasonCode.NO_DOMAIN,
+        {
+            "flavor": job.flavor,
+            "workers": job.workers,
+            "gpus_per_worker": job.gpus_per_worker,
+            "level": best.level,
+            "domains": best.domains,
+            "best_fit": best.fit,
+            "largest": best.empty,
+            "workers_fit": min(workers_fit, job.workers),
+            "free": free,
+        },
+    )
+
+
+class DomainBest(Protocol):
+    """What `no_domain` reads of topology.Best."""
+
+    @property
+    def level(self) -> str: ...
+    @property
+    def fit(self) -> int: ...
+    @property
+    def empty(self) -> int: ...
+    @property
+    def domains(self) -> int: ...

@@ -17,12 +17,14 @@ from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import (
     Node,
     PendingJob,
+    Placement,
     Policy,
     Reason,
     Reservation,
     RunningJob,
 )
-from gpuqueue.scheduler.placement import fit_on
+from gpuqueue.scheduler.placement import Cap, fit_on
+from gpuqueue.scheduler.topology import Topology
 
 # (expected end, node, GPUs, job id): GPUs a running job should give back on a node.
 ReleaseEvent = tuple[float, str, int, int]
@@ -59,9 +61,12 @@ class Reserver:
         policy: Policy,
         horizon: Horizon,
         memo: bool = True,
+        topology: Topology | None = None,
     ) -> None:
         """`memo`: whether the answers that jobs blocked by reservations ask for are kept
-        (`backfill_room`, `behind`)."""
+        (`backfill_room`, `behind`). `topology`: a job with a topology level reserves in one
+        domain of it (topology.py)."""
+        self.topology = topology
         self.ledger = ledger
         self.policy = policy
         self.horizon = horizon
@@ -157,14 +162,14 @@ class Reserver:
         # Gpuqueue's jobs on the nodes end in time, others' pods may not: a node whose room
         # besides GPUs cannot hold the workers even then is not reserved.
         cap = fl.caps_without_ours(job.cpu_per_worker, job.memory_per_worker)
-        placement = fit_on(avail, job.workers, g, self.policy.placement, cap)
+        placement = self._fit(fl, job, avail, cap)
         if placement is None:
             capacity = {
                 n.name: n.capacity.get(job.flavor, 0) - n.used_externally.get(job.flavor, 0)
                 for n in self._nodes
                 if n.schedulable and n.name in avail
             }
-            placement = fit_on(capacity, job.workers, g, self.policy.placement, cap)
+            placement = self._fit(fl, job, capacity, cap)
             start = math.inf
         if placement is None:
             return None
@@ -187,6 +192,21 @@ class Reserver:
             if reservation.job_id == job_id:
                 return self.horizon.within(runtime, reservation.expected_start)
         return False
+
+    def _fit(
+        self, fl: FlavorLedger, job: PendingJob, avail: dict[str, int], cap: Cap | None
+    ) -> Placement | None:
+        """The nodes to reserve: in one domain of the job's topology level when one holds it
+        (a required level: only so), else as any job's."""
+        strategy = self.policy.placement
+        topology = self.topology
+        if topology is not None and job.topology_level and topology.level_of(job) >= 0:
+            found = topology.place_on(fl, job, avail, strategy, cap)
+            if found is not None:
+                return found.placement
+            if job.topology_required:
+                return None
+        return fit_on(avail, job.workers, job.gpus_per_worker, strategy, cap)
 
     def _current(self, flavor: str) -> tuple[int, int]:
         return (self.ledger.flavors[flavor].version, len(self.reservations))

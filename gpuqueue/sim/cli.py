@@ -61,6 +61,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="measure the estimated start's honesty every this many seconds (gpuqueue only)",
     )
+    parser.add_argument(
+        "--gang-level",
+        choices=("", "rack", "block"),
+        default="",
+        help="every multi-node gang prefers one domain of this level of --cluster's racks",
+    )
+    parser.add_argument("--gang-level-required", action="store_true", help="... and requires it")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -73,6 +80,8 @@ def _config(args: argparse.Namespace) -> SimConfig:
         sample_interval=args.sample_interval,
         window=args.window or None,
         forecast_every=args.forecast_every,
+        gang_level=args.gang_level,
+        gang_level_required=args.gang_level_required,
     )
 
 

@@ -49,6 +49,10 @@ class SimConfig:
     # Measure the estimated start's honesty every this many seconds (gpuqueue/sim/honesty.py;
     # gpuqueue policy only). None: off, it costs a forecast per sample.
     forecast_every: float | None = None
+    # Every gang of several workers asks for one domain of this topology level of the cluster
+    # spec ("rack" or "block", cluster.LEVELS; gpuqueue policy only), preferred or required.
+    gang_level: str = ""
+    gang_level_required: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +151,8 @@ class _Replay:
                 skip_idle_changes=config.skip_idle_changes,
                 requeue_at_back=config.requeue_at_back,
                 forecast_every=config.forecast_every,
+                gang_level=config.gang_level,
+                gang_level_required=config.gang_level_required,
             )
         self.limits = {(t.id, f): q.limit for t in teams for f, q in t.quotas.items()}
         self.team_used: dict[tuple[str, str], int] = {}

@@ -28,6 +28,8 @@ class Admitted:
     borrowed: bool
     # A fractional job's [node, GPU index] per worker, as the engine packed them; else empty.
     devices: list[list[Any]] = field(default_factory=list)
+    # The topology domain its gang went to, "label=value" (scheduler/topology.py); "": none.
+    domain: str = ""
 
 
 def admit_all(admissions: Sequence[Admitted], now: datetime, actor: str) -> list[int]:
@@ -39,9 +41,17 @@ def admit_all(admissions: Sequence[Admitted], now: datetime, actor: str) -> list
             Move(
                 a.job_id,
                 JobState.PENDING,
-                changes={"placement": a.placement, "gpu_devices": a.devices},
+                changes={
+                    "placement": a.placement,
+                    "gpu_devices": a.devices,
+                    "placement_domain": a.domain,
+                },
                 reason=BORROWING if a.borrowed else WITHIN_SHARE,
-                details={"placement": a.placement, "borrowed": a.borrowed},
+                details={
+                    "placement": a.placement,
+                    "borrowed": a.borrowed,
+                    **({"domain": a.domain} if a.domain else {}),
+                },
             )
             for a in admissions
         ],

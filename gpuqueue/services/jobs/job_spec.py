@@ -27,6 +27,7 @@ from typing import Any
 
 from django.conf import settings
 
+from gpuqueue.core import topology_levels
 from gpuqueue.models import Flavor
 from gpuqueue.services.jobs import gpu_share, pod_spec
 from gpuqueue.services.jobs import validation as rules
@@ -76,6 +77,8 @@ DEFAULTS: dict[str, Any] = {
     "preemptible": True,
     "priority_class": "",
     "service_account": "",
+    "topology_level": "",
+    "topology_required": False,
 }
 EMPTY_BY_DEFAULT: dict[str, Callable[[], Any]] = {
     "command": list,
@@ -111,6 +114,7 @@ FIELD_RULES: dict[str, Callable[[Any], list[str]]] = {
     "annotations": rules.annotation_errors,
     "volumes": pod_spec.volume_errors,
     "gpu_models": gpu_share.gpu_models_errors,
+    "topology_level": lambda level: topology_levels.key_errors(level) if level else [],
     "image_pull_secrets": pod_spec.secret_names_errors,
     "env_from_secrets": pod_spec.secret_names_errors,
     "priority_class": lambda name: pod_spec.priority_class_errors(name) if name else [],
@@ -177,6 +181,18 @@ def check_submission(
     return check_whole(user, found)
 
 
+def _topology_errors(job: Mapping[str, Any]) -> FieldErrors:
+    """A level is one of the flavor's; requiring one needs one."""
+    flavor = job["flavor"]
+    level = job["topology_level"]
+    found = topology_levels.job_level_errors(level, list(flavor.topology_levels), flavor.name)
+    if found:
+        return {"topology_level": found}
+    if job["topology_required"] and not level:
+        return {"topology_required": ["Name the topology level it requires (topology_level)."]}
+    return {}
+
+
 def default_name(image: str) -> str:
     """The image's last path component, without tag or digest, made a valid job name."""
     base = image.split("@")[0].rsplit("/", 1)[-1].split(":")[0]
@@ -225,6 +241,7 @@ def check_whole(user: Any, values: Mapping[str, Any]) -> Checked:
         job.setdefault(field, empty())
     share, errors = gpu_share.share_errors(job, job["flavor"])
     errors.update(gpu_share.model_errors(job["gpu_models"], job["flavor"]))
+    errors.update(_topology_errors(job))
     if errors:
         return Checked(job, {**refused, **errors})
     job.update(share)

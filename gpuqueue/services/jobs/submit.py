@@ -60,6 +60,8 @@ JOB_FIELDS = (
     "gpus_per_worker",
     "gpu_milli",
     "gpu_models",
+    "topology_level",
+    "topology_required",
     "priority",
     "preemptible",
     "checkpoint_grace_seconds",

@@ -32,6 +32,8 @@ def make_policy(
     skip_idle_changes: bool = True,
     requeue_at_back: bool = False,
     forecast_every: float | None = None,
+    gang_level: str = "",
+    gang_level_required: bool = False,
 ) -> SchedulingPolicy:
     if name == "gpuqueue":
         from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
@@ -45,6 +47,8 @@ def make_policy(
             skip_idle_changes=skip_idle_changes,
             requeue_at_back=requeue_at_back,
             forecast_every=forecast_every,
+            gang_level=gang_level,
+            gang_level_required=gang_level_required,
         )
     if name == "fifo":
         return StrictFifo(ledger)

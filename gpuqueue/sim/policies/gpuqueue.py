@@ -13,7 +13,7 @@ from dataclasses import replace
 from gpuqueue.scheduler.fairshare import ClaimTuple, water_fill_tuples
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot, Team
 from gpuqueue.scheduler.usage import ShareBalance
-from gpuqueue.sim.cluster import Cluster
+from gpuqueue.sim.cluster import LEVELS, Cluster
 from gpuqueue.sim.honesty import ForecastSampler
 from gpuqueue.sim.ledger import Ledger
 from gpuqueue.sim.policies.base import Decision, SchedulingPolicy
@@ -65,8 +65,14 @@ class GpuqueueEngine(SchedulingPolicy):
         requeue_at_back: bool = False,
         runtimes: ReplayRuntimes | None = None,
         forecast_every: float | None = None,
+        gang_level: str = "",
+        gang_level_required: bool = False,
     ) -> None:
         super().__init__(ledger)
+        # The topology level every gang of several workers asks for (a node label key).
+        self.gang_level = LEVELS[gang_level] if gang_level else ""
+        self.gang_level_required = gang_level_required
+        self.topologies = cluster.topologies()
         # Imported late: the baselines run without the engine.
         from gpuqueue.scheduler import plan
 
@@ -140,6 +146,8 @@ class GpuqueueEngine(SchedulingPolicy):
             preemptible=job.preemptible,
             submitted_at=now if self.requeue_at_back and run.preemptions else job.submitted_at,
             expected_runtime=self._expected(run),
+            topology_level=self.gang_level if job.workers > 1 else "",
+            topology_required=self.gang_level_required and job.workers > 1,
         )
         # The window keeps the head of each team's queue in the engine's order inside a team
         # (`PendingJob.rank`): 1. higher priority; 2. earlier turn (the submission, which a
@@ -319,6 +327,7 @@ class GpuqueueEngine(SchedulingPolicy):
             running=tuple(self.running.values()),
             pending=pending,
             share_balance=balance,
+            topologies=self.topologies,
         )
 
     def cycle(self, now: float) -> Decision:

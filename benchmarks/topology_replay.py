@@ -1,0 +1,97 @@
+"""The cost of topology: a Philly replay on racks, without levels, preferring one rack, and
+requiring one.
+
+    python benchmarks/topology_replay.py [--trace PATH] [--cluster 80x8:rack=8:block=4]
+        [--sample FRACTION] [--modes none,prefer,require]
+
+Prints one JSON line per mode: the mean and maximum queueing delay (hours), the gangs of
+several workers, how many of them could fit one rack (workers x GPUs within a rack's GPUs),
+and how many of those were placed in one rack every time they started. Mode `none` replays the
+same nodes with no levels. Targets: with every
+gang preferring a rack, at least 95 % of those that could fit one placed in one, and the mean
+and maximum delay within 5 % of the replay without levels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from dataclasses import replace
+
+from gpuqueue.scheduler.model import Policy
+from gpuqueue.sim.cluster import RACK_LABEL, Cluster
+from gpuqueue.sim.simulator import SimConfig, simulate
+from gpuqueue.sim.workload import build_cluster, load_jobs, workload
+
+TRACE = "../shared/traces/philly-pollux-processed/philly.csv"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trace", default=TRACE)
+    parser.add_argument("--cluster", default="80x8:rack=8:block=4")
+    parser.add_argument("--sample", type=float)
+    parser.add_argument("--modes", default="none,prefer,require")
+    parser.add_argument(
+        "--patience", type=float, help="Policy.topology_patience_seconds (default: its own)"
+    )
+    args = parser.parse_args()
+    jobs = load_jobs(args.trace, "philly", 8, args.sample, 0, "skip")
+    cluster = build_cluster(jobs, args.cluster, None, None, 8)
+    w = workload(jobs, cluster)
+    rack_of = {n.name: dict(n.labels).get(RACK_LABEL, "") for n in cluster.nodes}
+    rack_gpus: dict[str, int] = defaultdict(int)
+    for n in cluster.nodes:
+        rack_gpus[rack_of[n.name]] += n.gpus
+    smallest_rack = min(rack_gpus.values())
+    base = SimConfig(record_segments=True)
+    if args.patience is not None:
+        base = replace(
+            base, engine_policy=replace(Policy(), topology_patience_seconds=args.patience)
+        )
+    for mode in args.modes.split(","):
+        config = base
+        cluster = w.cluster
+        if mode == "none":  # the same nodes with no levels: the engine knows no racks
+            cluster = Cluster(tuple(replace(n, labels=()) for n in w.cluster.nodes))
+        else:
+            config = replace(base, gang_level="rack", gang_level_required=mode == "require")
+        started = time.perf_counter()
+        result = simulate(w.jobs, cluster, w.teams, "gpuqueue", config)
+        wall = time.perf_counter() - started
+        # Each start of a job: the racks of its segments that began at that time.
+        racks: dict[tuple[int, float], set[str]] = defaultdict(set)
+        for seg in result.segments:
+            racks[(seg.job_id, seg.start)].add(rack_of[seg.node])
+        by_job: dict[int, list[set[str]]] = defaultdict(list)
+        for (job_id, _), found in racks.items():
+            by_job[job_id].append(found)
+        gangs = [j for j in w.jobs if j.workers > 1]
+        could = [j for j in gangs if j.workers * j.gpus_per_worker <= smallest_rack]
+        in_one = [j for j in could if by_job[j.id] and all(len(r) == 1 for r in by_job[j.id])]
+        summary = result.summary
+        print(
+            json.dumps(
+                {
+                    "mode": mode,
+                    "patience_s": config.engine_policy.topology_patience_seconds,
+                    "cluster": args.cluster,
+                    "load": round(w.offered_load, 3),
+                    "delay_mean_h": round(float(summary["delay_mean_s"]) / 3600, 3),  # type: ignore[arg-type]
+                    "delay_max_h": round(float(summary["delay_max_s"]) / 3600, 3),  # type: ignore[arg-type]
+                    "gangs": len(gangs),
+                    "could_fit_one_rack": len(could),
+                    "placed_in_one_rack": len(in_one),
+                    "share_in_one_rack": round(len(in_one) / len(could), 4) if could else None,
+                    "anomalies": result.anomalies,
+                    "wall_s": round(wall, 1),
+                }
+            ),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

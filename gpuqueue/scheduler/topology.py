@@ -1,0 +1,446 @@
+"""Topology: a gang inside one domain of a level (a block, a rack, an NVLink domain, a host).
+
+A flavor's levels are node label keys, outermost first (`Snapshot.topologies`), as Kueue's
+Topology (`spec.levels[].nodeLabel`) and KAI's Topology list them. A domain of a level is the
+nodes that share its label's value under the same outer values: rack r1 of block b1 and rack
+r1 of block b2 are two racks. A node without a level's label is in no domain of that level;
+`kubernetes.io/hostname` is the node's name when the label is missing.
+
+A job asks for one level (`PendingJob.topology_level`):
+- required: all its workers in one domain of that level, or it waits (`NO_DOMAIN`);
+- preferred: one domain of that level if one holds it, else one domain of the next level out,
+  and so on; else anywhere.
+
+Of the domains that hold the gang, the tightest wins: the fewest GPUs available in it, then in
+its parent domain, and so on outwards, then the path (deterministic). Gangs fill domains that
+are already broken into, and empty racks and blocks stay whole for the gangs that need them
+(fragmentation one level up). Inside the domain, the flavor's placement (bin-pack or spread)
+chooses the nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
+from gpuqueue.scheduler.model import Node, PendingJob, Placement, PlacementStrategy, RunningJob
+from gpuqueue.scheduler.placement import Cap, fit_on
+
+HOSTNAME = "kubernetes.io/hostname"
+_NONE: Mapping[str, int] = {}
+_NO_LABELS: Mapping[str, str] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    """One domain of one level: its path (the values of every level down to it) and nodes."""
+
+    path: tuple[str, ...]
+    nodes: tuple[str, ...]  # sorted by name
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A placement inside one domain; `domain` as "label=value" ("" when it spans domains)."""
+
+    placement: Placement
+    domain: str
+
+
+@dataclass(frozen=True, slots=True)
+class Best:
+    """For a reason: the most workers one domain of a level holds now and when empty."""
+
+    level: str
+    fit: int
+    empty: int
+    domains: int
+
+
+class Topology:
+    """The domains of every flavor's levels in one plan, built when a job first asks.
+
+    Per (flavor, level, GPUs, CPU and memory per worker) it keeps each domain's available GPUs
+    and workers, tightest first, while the flavor's ledger is at the version they were counted
+    at (`FlavorLedger.version` moves with every change of it): the jobs of a cycle ask again
+    and again of the same state. `memo=False` counts afresh every time.
+    """
+
+    __slots__ = ("_counted", "_domains", "_labels", "_largest", "_member", "levels", "memo")
+
+    def __init__(
+        self, nodes: Sequence[Node], levels: Mapping[str, tuple[str, ...]], memo: bool = True
+    ) -> None:
+        self.levels = levels
+        self.memo = memo
+        self._labels = {n.name: n.labels for n in nodes} if levels else {}
+        self._domains: dict[tuple[str, int], list[Domain]] = {}
+        self._member: dict[tuple[str, int], dict[str, Domain]] = {}
+        self._largest: dict[tuple[str, int, int], int] = {}
+        self._counted: dict[tuple[str, int, int, int, int], tuple[int, Counts]] = {}
+
+    def level_of(self, job: PendingJob) -> int:
+        """The index of the job's level among its flavor's, or -1 (none, or not a level of it:
+        the web layer refuses those; a flavor whose levels changed since is placed anywhere)."""
+        if not job.topology_level:
+            return -1
+        levels = self.levels.get(job.flavor)
+        if not levels or job.topology_level not in levels:
+            return -1
+        return levels.index(job.topology_level)
+
+    def domains(self, fl: FlavorLedger, level: int) -> list[Domain]:
+        """The domains of `level` among the flavor's schedulable nodes."""
+        key = (fl.name, level)
+        found = self._domains.get(key)
+        if found is None:
+            keys = self.levels[fl.name][: level + 1]
+            members: dict[tuple[str, ...], list[str]] = {}
+            for node in fl.capacity:
+                labels = self._labels.get(node, _NO_LABELS)
+                path = tuple(_value(labels, k, node) for k in keys)
+                if path[-1]:
+                    members.setdefault(path, []).append(node)
+            found = [Domain(path, tuple(sorted(n))) for path, n in sorted(members.items())]
+            self._domains[key] = found
+            self._member[key] = {node: d for d in found for node in d.nodes}
+        return found
+
+    def domain_of(self, fl: FlavorLedger, level: int) -> dict[str, Domain]:
+        """Node -> its domain of `level` (nodes in none left out)."""
+        self.domains(fl, level)
+        return self._member[(fl.name, level)]
+
+    def place(
+        self,
+        fl: FlavorLedger,
+        job: PendingJob,
+        strategy: PlacementStrategy,
+        extra: Mapping[str, int] | None = None,
+        incoming: bool = False,
+        strict: bool | None = None,
+    ) -> Found | None:
+        """The job's gang in the tightest domain of its level that holds it (a preferred
+        level: of the first level, going outwards, where one does); None when none does.
+        `extra` adds GPUs per node (held or incoming ones), `incoming` the room besides GPUs of
+        jobs being preempted. `strict`: one domain of its level only (None: if it requires it).
+        """
+        level = self.level_of(job)
+        if level < 0:
+            return None
+        cap = fl.caps(job.cpu_per_worker, job.memory_per_worker, incoming)
+        if strict is None:
+            strict = job.topology_required
+        if extra or incoming:
+            free = fl.free
+            extra = extra or _NONE
+            avail = {n: (f if f > 0 else 0) + extra.get(n, 0) for n, f in free.items()}
+            return self._place(fl, job, avail, strategy, cap, level, strict)
+        return self._place(fl, job, None, strategy, cap, level, strict)
+
+    def pack(self, fl: FlavorLedger, job: PendingJob, strategy: PlacementStrategy) -> Found | None:
+        """A job with no level, on a flavor with levels: in the tightest domain of the
+        innermost level above the host that holds it (then outwards), as if it preferred that
+        level, so that small jobs fill racks already broken into and leave whole racks whole;
+        None when no domain holds it (then anywhere)."""
+        levels = self.levels.get(fl.name)
+        if not levels:
+            return None
+        level = len(levels) - 1
+        if levels[level] == HOSTNAME:
+            level -= 1
+        if level < 0:
+            return None
+        cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
+        return self._place(fl, job, None, strategy, cap, level, False)
+
+    def place_on(
+        self,
+        fl: FlavorLedger,
+        job: PendingJob,
+        avail: Mapping[str, int],
+        strategy: PlacementStrategy,
+        cap: Cap | None,
+        level: int | None = None,
+    ) -> Found | None:
+        """`place` over GPUs available per node given as is (a reservation's)."""
+        if level is None:
+            level = self.level_of(job)
+        if level < 0:
+            return None
+        return self._place(fl, job, avail, strategy, cap, level, job.topology_required)
+
+    def _place(
+        self,
+        fl: FlavorLedger,
+        job: PendingJob,
+        avail: Mapping[str, int] | None,
+        strategy: PlacementStrategy,
+        cap: Cap | None,
+        level: int,
+        strict: bool,
+    ) -> Found | None:
+        g = job.gpus_per_worker
+        workers = job.workers
+        levels = range(level, level + 1) if strict else range(level, -1, -1)
+        for lvl in levels:
+            counts = self._counts(fl, job, lvl, avail, cap)
+            domain = counts.tightest(workers, workers * g)
+            if domain is None:
+                continue
+            if avail is None:
+                sub = {n: max(fl.free.get(n, 0), 0) for n in domain.nodes}
+            else:
+                sub = {n: avail.get(n, 0) for n in domain.nodes}
+            placement = fit_on(sub, workers, g, strategy, cap)
+            if placement is not None:
+                return Found(placement, f"{self.levels[fl.name][lvl]}={domain.path[-1]}")
+        return None
+
+    def _counts(
+        self,
+        fl: FlavorLedger,
+        job: PendingJob,
+        lvl: int,
+        avail: Mapping[str, int] | None,
+        cap: Cap | None,
+    ) -> Counts:
+        """The GPUs and workers available in each domain of `lvl` (and GPUs in each domain
+        around them): given `avail`, counted afresh; else the flavor's free GPUs, kept per
+        (flavor, level, worker shape) and moved node by node as the ledger tells what changed
+        (`FlavorLedger.changed`)."""
+        domains = self.domains(fl, lvl)
+        member = self._member[(fl.name, lvl)]
+        g = job.gpus_per_worker
+        if avail is not None or not self.memo:
+            counts = Counts(domains, g, cap)
+            counts.fill(member, fl.free if avail is None else avail)
+            return counts
+        key = (fl.name, lvl, g, job.cpu_per_worker, job.memory_per_worker)
+        kept = self._counted.get(key)
+        if fl.changed is None:
+            fl.changed = []
+        changed = fl.changed
+        free = fl.free
+        if kept is None:
+            counts = Counts(domains, g, cap)
+            counts.fill(member, free)
+            self._counted[key] = (len(changed), counts)
+            return counts
+        seen, counts = kept
+        if seen < len(changed):
+            counts.cap = cap
+            for node in set(changed[seen:]):
+                domain = member.get(node)
+                if domain is not None:
+                    counts.set(domain, node, free.get(node, 0))
+            self._counted[key] = (len(changed), counts)
+        return counts
+
+    def largest(self, fl: FlavorLedger, job: PendingJob) -> int:
+        """The most workers of the job's GPUs one domain of its level holds when empty."""
+        level = self.level_of(job)
+        g = job.gpus_per_worker
+        key = (fl.name, level, g)
+        most = self._largest.get(key)
+        if most is None:
+            capacity = fl.capacity
+            most = max(
+                (sum(capacity[n] // g for n in d.nodes) for d in self.domains(fl, level)),
+                default=0,
+            )
+            self._largest[key] = most
+        return most
+
+    def best(self, fl: FlavorLedger, job: PendingJob) -> Best:
+        """How close the job's level comes: the most workers one domain holds now, and empty."""
+        level = self.level_of(job)
+        cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
+        counts = self._counts(fl, job, level, None, cap)
+        name = self.levels[fl.name][level]
+        return Best(name, counts.most(), self.largest(fl, job), len(counts.domains))
+
+    def never(self, fl: FlavorLedger, job: PendingJob) -> Best | None:
+        """For a required level: its numbers when no domain of it could hold the gang even
+        empty (the job can never start), else None."""
+        if not job.topology_required or self.level_of(job) < 0:
+            return None
+        if self.largest(fl, job) >= job.workers:
+            return None
+        return self.best(fl, job)
+
+    def victims_in_domain(
+        self,
+        fl: FlavorLedger,
+        ledger: Ledger,
+        job: PendingJob,
+        candidates: Sequence[tuple[RunningJob, str]],
+        take: Callable[[RunningJob, str], bool],
+        limit_ok: Callable[[], bool],
+        budget: int,
+        strategy: PlacementStrategy,
+        cap: Cap | None,
+    ) -> tuple[list[tuple[RunningJob, str]], Found] | None:
+        """Victims that free room for a required level inside one domain, and the placement
+        there: for each domain (the most GPUs available with its candidates gone first),
+        release its candidates in rule order (`take`) until the gang fits there, then give
+        back those not needed, most valuable first. On success the ledger keeps the victims
+        released (the caller commits); on failure it is as it was.
+
+        Only candidates wholly inside the domain are taken: a victim that spans two racks frees
+        half a rack for the job and half a rack for nobody.
+        """
+        level = self.level_of(job)
+        member = self.domain_of(fl, level)
+        inside: dict[tuple[str, ...], list[tuple[RunningJob, str]]] = {}
+        for victim, kind in candidates:
+            mine = {member.get(n) for n, _ in victim.placement}
+            if len(mine) == 1 and (domain := mine.pop()) is not None:
+                inside.setdefault(domain.path, []).append((victim, kind))
+        order: list[tuple[int, Domain, list[tuple[RunningJob, str]]]] = []
+        for domain in self.domains(fl, level):
+            theirs = inside.get(domain.path)
+            if not theirs:
+                continue
+            here = sum(max(fl.free.get(n, 0), 0) + fl.incoming.get(n, 0) for n in domain.nodes)
+            gain = sum(v.gpus for v, _ in theirs)
+            if here + gain >= job.gpus:
+                order.append((-(here + gain), domain, theirs))
+        order.sort(key=lambda t: (t[0], t[1].path))
+        for _, domain, theirs in order:
+            mark = ledger.checkpoint()
+            chosen: list[tuple[RunningJob, str]] = []
+            found: Found | None = None
+            for victim, kind in theirs:
+                if len(chosen) >= budget:
+                    break
+                if not take(victim, kind):
+                    continue
+                chosen.append((victim, kind))
+                found = self._in(fl, job, domain, strategy, cap, level)
+                if found is not None and limit_ok():
+                    break
+                found = None
+            if found is None:
+                ledger.rollback(mark)
+                continue
+            for pair in reversed(chosen[:-1]):
+                ledger.unrelease(pair[0])
+                again = self._in(fl, job, domain, strategy, cap, level)
+                if again is not None and limit_ok():
+                    chosen.remove(pair)
+                    found = again
+                else:
+                    ledger.release(pair[0])
+            ledger.commit(mark)
+            return chosen, found
+        return None
+
+    def _in(
+        self,
+        fl: FlavorLedger,
+        job: PendingJob,
+        domain: Domain,
+        strategy: PlacementStrategy,
+        cap: Cap | None,
+        level: int,
+    ) -> Found | None:
+        incoming = fl.incoming
+        sub = {n: max(fl.free.get(n, 0), 0) + incoming.get(n, 0) for n in domain.nodes}
+        placement = fit_on(sub, job.workers, job.gpus_per_worker, strategy, cap)
+        if placement is None:
+            return None
+        return Found(placement, f"{self.levels[fl.name][level]}={domain.path[-1]}")
+
+
+def _value(labels: Mapping[str, str], key: str, node: str) -> str:
+    value = labels.get(key, "")
+    if not value and key == HOSTNAME:
+        return node
+    return value
+
+
+class Counts:
+    """GPUs and workers of one shape available per domain of a level, node by node, and GPUs
+    available per domain around them (by path prefix), for the tightest domain that holds a
+    gang: its own GPUs fewest, then its parent's, its grandparent's, then its path."""
+
+    __slots__ = ("by_node", "cap", "domains", "fit", "g", "total")
+
+    def __init__(self, domains: Sequence[Domain], g: int, cap: Cap | None) -> None:
+        self.domains = domains
+        self.g = g
+        self.cap = cap
+        self.by_node: dict[str, tuple[int, int]] = {}  # node -> (GPUs, workers) counted
+        self.total: dict[tuple[str, ...], int] = {}  # domain or outer path -> GPUs
+        self.fit: dict[tuple[str, ...], int] = {}  # domain path -> workers
+        for domain in domains:
+            path = domain.path
+            self.fit[path] = 0
+            for depth in range(1, len(path) + 1):
+                self.total[path[:depth]] = 0
+
+    def fill(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
+        """Count every node of `member` (node -> its domain) afresh, with `source`'s GPUs."""
+        g, cap = self.g, self.cap
+        by_node, fit = self.by_node, self.fit
+        own: dict[tuple[str, ...], int] = {}
+        for node, domain in member.items():
+            count = source.get(node, 0)
+            if count <= 0:
+                continue
+            per_node = count // g
+            if cap is not None and per_node > 0:
+                per_node = min(per_node, cap(node))
+            by_node[node] = (count, per_node)
+            path = domain.path
+            fit[path] += per_node
+            own[path] = own.get(path, 0) + count
+        total = self.total
+        for path, count in own.items():
+            for depth in range(1, len(path) + 1):
+                total[path[:depth]] += count
+
+    def set(self, domain: Domain, node: str, count: int) -> None:
+        """Count `node` of `domain` with `count` GPUs available (its room from `cap`)."""
+        count = count if count > 0 else 0
+        per_node = count // self.g
+        if self.cap is not None and per_node > 0:
+            per_node = min(per_node, self.cap(node))
+        old_count, old_fit = self.by_node.get(node, (0, 0))
+        if (count, per_node) == (old_count, old_fit):
+            return
+        self.by_node[node] = (count, per_node)
+        path = domain.path
+        self.fit[path] += per_node - old_fit
+        if count != old_count:
+            total = self.total
+            for depth in range(1, len(path) + 1):
+                total[path[:depth]] += count - old_count
+
+    def tightest(self, workers: int, need: int) -> Domain | None:
+        total, fit = self.total, self.fit
+        fewest = None  # the fewest GPUs of a domain that holds the gang, and such domains
+        tied: list[Domain] = []
+        for domain in self.domains:
+            path = domain.path
+            here = total[path]
+            if here < need or fit[path] < workers or (fewest is not None and here > fewest):
+                continue
+            if here == fewest:
+                tied.append(domain)
+            else:
+                fewest, tied = here, [domain]
+        if len(tied) <= 1:
+            return tied[0] if tied else None
+        return min(tied, key=self._outer)
+
+    def _outer(self, domain: Domain) -> tuple[object, ...]:
+        """Its parent's GPUs, its grandparent's, and so on, then its path."""
+        path = domain.path
+        total = self.total
+        return (*(total[path[:depth]] for depth in range(len(path) - 1, 0, -1)), path)
+
+    def most(self) -> int:
+        return max(self.fit.values(), default=0)

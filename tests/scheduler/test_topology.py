@@ -1,0 +1,237 @@
+"""Topology levels (topology.py): a gang inside one domain of a level, required or preferred.
+
+The cluster of most cases: two blocks (b1, b2), racks r1-r2 in b1 and r3 in b2, nodes of 8
+GPUs labelled with both, as a fabric's block and rack labels would be.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuqueue.scheduler import plan
+from gpuqueue.scheduler.engine import Cycle
+from gpuqueue.scheduler.model import (
+    Node,
+    PendingJob,
+    Plan,
+    Policy,
+    ReasonCode,
+    RunningJob,
+    Snapshot,
+)
+from tests.scheduler import test_properties
+from tests.scheduler.builders import NOW, pending, running, team
+
+BLOCK = "example.com/block"
+RACK = "example.com/rack"
+HOST = "kubernetes.io/hostname"
+LEVELS = {"h100": (BLOCK, RACK, HOST)}
+
+
+def rack_node(name: str, block: str, rack: str, gpus: int = 8) -> Node:
+    return Node(name, {"h100": gpus}, labels={BLOCK: block, RACK: rack})
+
+
+def cluster(per_rack: dict[str, tuple[str, int]]) -> tuple[Node, ...]:
+    """{"r1": ("b1", 3)}: rack r1 of block b1 with nodes r1-n1..r1-n3."""
+    return tuple(
+        rack_node(f"{rack}-n{i}", block, rack)
+        for rack, (block, count) in per_rack.items()
+        for i in range(1, count + 1)
+    )
+
+
+def gang(
+    id: int, workers: int, level: str = RACK, required: bool = False, **kw: object
+) -> PendingJob:
+    return replace(
+        pending(id, "a", workers=workers, gpus=8, **kw),  # type: ignore[arg-type]
+        topology_level=level,
+        topology_required=required,
+    )
+
+
+def plan_of(
+    nodes: tuple[Node, ...],
+    jobs: tuple[PendingJob, ...],
+    running_jobs: tuple[RunningJob, ...] = (),
+    policy: Policy | None = None,
+) -> Plan:
+    snapshot = Snapshot(NOW, nodes, (team("a"), team("b")), running_jobs, jobs, topologies=LEVELS)
+    return plan(snapshot, policy)
+
+
+def racks_of(placement: tuple[tuple[str, int], ...]) -> set[str]:
+    return {node.split("-")[0] for node, _ in placement}
+
+
+def test_a_required_rack_gang_goes_to_the_tightest_rack_that_holds_it() -> None:
+    # r1 has 4 nodes, r2 has 3: a gang of 3 goes to r2 and leaves r1 whole.
+    result = plan_of(cluster({"r1": ("b1", 4), "r2": ("b1", 3)}), (gang(1, 3, required=True),))
+    (admission,) = result.admissions
+    assert racks_of(admission.placement) == {"r2"}
+    assert admission.domain == f"{RACK}=r2"
+
+
+def test_a_rack_in_a_broken_block_is_taken_before_one_in_a_whole_block() -> None:
+    # r1 (b1) and r3 (b2) both have 2 empty nodes; b1's other rack is busy, b2's is empty:
+    # the gang goes to r1 and block b2 stays whole.
+    nodes = cluster({"r1": ("b1", 2), "r2": ("b1", 2), "r3": ("b2", 2), "r4": ("b2", 2)})
+    busy = running(50, "b", {"r2-n1": 1, "r2-n2": 1}, gpus=8)
+    result = plan_of(nodes, (gang(1, 2, required=True),), (busy,))
+    (admission,) = result.admissions
+    assert racks_of(admission.placement) == {"r1"}
+
+
+def test_a_required_rack_gang_waits_with_a_reason_naming_the_level_and_the_numbers() -> None:
+    # Four free nodes, but three in r1 and one in r2: no rack holds 4 workers of 8 GPUs.
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = running(50, "b", {"r2-n1": 1, "r2-n2": 1}, gpus=8, preemptible=False)
+    result = plan_of(nodes, (gang(1, 4, required=True),), (busy,))
+    assert result.admissions == ()
+    (waiting,) = result.pending
+    assert waiting.reason.code is ReasonCode.NO_DOMAIN
+    numbers = waiting.reason.numbers
+    assert numbers["level"] == RACK
+    assert (numbers["workers"], numbers["best_fit"], numbers["largest"]) == (4, 3, 3)
+    assert numbers["workers_fit"] == 4  # across racks it would fit
+
+
+def test_a_preferred_rack_gang_takes_two_racks_only_when_no_rack_holds_it() -> None:
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    fits = plan_of(nodes, (gang(1, 3),))
+    assert racks_of(fits.admissions[0].placement) in ({"r1"}, {"r2"})
+    spans = plan_of(nodes, (gang(1, 4),))
+    (admission,) = spans.admissions
+    assert racks_of(admission.placement) == {"r1", "r2"}
+    assert admission.domain == f"{BLOCK}=b1"  # the next level out holds it
+
+
+def test_a_preferred_gang_holds_out_for_one_rack_for_an_hour_then_takes_two() -> None:
+    """r1 and r2 of 3 nodes, one node of each busy: a gang of 3 waits for a rack while it is
+    younger than Policy.topology_patience_seconds, then starts on two racks."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False),
+    )
+    young = plan_of(nodes, (gang(1, 3, submitted=NOW - 600),), busy)
+    assert young.admissions == ()
+    assert young.pending[0].reason.code is ReasonCode.NO_DOMAIN
+    old = plan_of(nodes, (gang(1, 3, submitted=NOW - 7200),), busy)
+    (admission,) = old.admissions
+    assert racks_of(admission.placement) == {"r1", "r2"}
+
+
+def test_a_preferred_gang_that_no_block_holds_goes_anywhere() -> None:
+    nodes = cluster({"r1": ("b1", 2), "r3": ("b2", 2)})
+    (admission,) = plan_of(nodes, (gang(1, 3),)).admissions
+    assert racks_of(admission.placement) == {"r1", "r3"} and admission.domain == ""
+
+
+def test_a_gang_that_no_rack_can_ever_hold_says_so() -> None:
+    result = plan_of(cluster({"r1": ("b1", 2), "r2": ("b1", 2)}), (gang(1, 3, required=True),))
+    (waiting,) = result.pending
+    assert waiting.reason.code is ReasonCode.NO_DOMAIN
+    assert waiting.reason.numbers["largest"] == 2
+
+
+def test_a_required_host_gang_stays_on_one_node() -> None:
+    nodes = (rack_node("r1-n1", "b1", "r1", 8), rack_node("r1-n2", "b1", "r1", 8))
+    job = replace(pending(1, "a", workers=2, gpus=4), topology_level=HOST, topology_required=True)
+    (admission,) = plan_of(nodes, (job,)).admissions
+    assert len(admission.placement) == 1 and admission.domain.startswith(f"{HOST}=")
+
+
+def test_reclaim_for_a_required_rack_frees_one_rack_whole() -> None:
+    """Team b borrows one node in each of r1 and r2 with 1-node jobs, and all of r1's third
+    node; team a's guarantee asks 3 nodes in one rack. The victims are all in one rack (r1,
+    where taking two jobs frees the rack) rather than the cheapest anywhere."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    borrowed = (
+        running(50, "b", {"r1-n1": 1}, gpus=8),
+        running(51, "b", {"r1-n2": 1}, gpus=8),
+        running(52, "b", {"r2-n1": 1}, gpus=8),
+        running(53, "b", {"r2-n2": 1}, gpus=8),
+    )
+    snapshot = Snapshot(
+        NOW,
+        nodes,
+        (team("a", guarantee=32), team("b", guarantee=0)),
+        borrowed,
+        (gang(1, 3, required=True),),
+        topologies=LEVELS,
+    )
+    result = plan(snapshot)
+    victims = {p.job_id for p in result.preemptions}
+    assert victims in ({50, 51}, {52, 53})
+    (waiting,) = result.pending
+    assert waiting.reason.code is ReasonCode.WAITING_FOR_PREEMPTION
+
+
+def test_a_level_the_flavor_does_not_have_places_the_gang_anywhere() -> None:
+    nodes = cluster({"r1": ("b1", 2), "r2": ("b1", 2)})
+    job = gang(1, 3, level="example.com/spine", required=True)
+    (admission,) = plan_of(nodes, (job,)).admissions
+    assert admission.domain == ""
+
+
+# --- invariants ------------------------------------------------------------------------------
+
+
+@st.composite
+def racked(draw: st.DrawFn) -> Snapshot:
+    """The property tests' snapshots with the nodes in racks of one or two nodes in two
+    blocks (some nodes in no rack), and some pending gangs asking a level."""
+    snapshot = draw(test_properties.snapshots())
+    nodes = []
+    for i, node in enumerate(snapshot.nodes):
+        labels = {BLOCK: f"b{i // 2 % 2}"}
+        rack = draw(st.sampled_from(["r1", "r2", "r3", ""]))
+        if rack:
+            labels[RACK] = rack
+        nodes.append(replace(node, labels=labels))
+    pending_jobs = []
+    for job in snapshot.pending:
+        level = draw(st.sampled_from(["", RACK, RACK, BLOCK, HOST, "example.com/spine"]))
+        pending_jobs.append(
+            replace(job, topology_level=level, topology_required=draw(st.booleans()))
+        )
+    return replace(
+        snapshot,
+        nodes=tuple(nodes),
+        pending=tuple(pending_jobs),
+        topologies={"h100": (BLOCK, RACK, HOST)},
+    )
+
+
+@test_properties.SETTINGS
+@given(racked(), test_properties.policies())
+def test_a_required_gang_never_spans_two_domains_and_the_invariants_hold(
+    snapshot: Snapshot, policy: Policy
+) -> None:
+    result = plan(snapshot, policy)
+    jobs = {j.id: j for j in snapshot.pending}
+    labels = {n.name: n.labels for n in snapshot.nodes}
+    for admission in result.admissions:
+        job = jobs[admission.job_id]
+        if job.topology_required and job.topology_level in (BLOCK, RACK, HOST):
+            key = job.topology_level
+            paths = {
+                (labels[n].get(BLOCK), labels[n].get(RACK) if key != BLOCK else None)
+                if key != HOST
+                else n
+                for n, _ in admission.placement
+            }
+            assert len(paths) == 1, (admission, paths)
+            if key == RACK:
+                assert all(labels[n].get(RACK) for n, _ in admission.placement)
+            assert admission.domain.startswith(f"{key}=")
+    # The domains' kept counts (topology.Counts) change no plan.
+    assert Cycle(snapshot, policy, memo=False).run() == result
+    test_properties.test_every_plan_keeps_the_invariants.hypothesis.inner_test(  # type: ignore[attr-defined]
+        snapshot, policy
+    )
