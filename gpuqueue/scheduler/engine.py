@@ -845,16 +845,7 @@ class Cycle:
                 cpu=job.cpu_per_worker,
                 memory=job.memory_per_worker,
             )
-        touched: set[tuple[str, str]] = set()
-        for victim in victims:
-            self.preemptions.append(Preemption(victim.id, job.id, RECLAIM))
-            waited.add(victim.id)
-            ledger.name_incoming(victim)
-            touched.add((victim.team, victim.flavor))
-        assert self.order is not None
-        for team, flavor in sorted(touched):
-            self.order.touch(team, flavor)
-        return self._waiting_for(job, tuple(waited))
+        return self._preempted_for(job, [(v, RECLAIM) for v in victims], waited)
 
     def _admit(
         self,
@@ -971,11 +962,19 @@ class Cycle:
             memory=job.memory_per_worker,
         )
         ledger.commit(mark)
+        return self._preempted_for(job, victims, waited)
+
+    def _preempted_for(
+        self, job: PendingJob, victims: list[tuple[RunningJob, str]], waited: set[int]
+    ) -> Reason:
+        """Record the victims a job claimed GPUs from; their teams, using less now, move up in
+        the order (a priority victim's team is the job's own). The job waits for them and for
+        the jobs already leaving its nodes (`waited`)."""
         touched: set[tuple[str, str]] = set()
         for victim, kind in victims:
             self.preemptions.append(Preemption(victim.id, job.id, kind))
             waited.add(victim.id)
-            ledger.name_incoming(victim)
+            self.ledger.name_incoming(victim)
             if kind != PRIORITY:
                 touched.add((victim.team, victim.flavor))
         assert self.order is not None
