@@ -19,7 +19,7 @@ def test_the_job_page_list_and_api_name_the_kubernetes_object(
     page = clients["alice"].get(f"/jobs/{job.pk}/").content.decode()
     assert 'id="job-source"' in page and "Job team-a/finetune" in page
     assert 'id="job-source"' not in clients["alice"].get(f"/jobs/{plain.pk}/").content.decode()
-    assert "Job finetune</small>" in clients["alice"].get("/").content.decode()
+    assert "Job finetune</small>" in clients["alice"].get("/jobs/").content.decode()
     api = clients["alice"].get(f"/api/v1/jobs/{job.pk}/").json()
     assert api["source"] == {"kind": "Job", "namespace": "team-a", "name": "finetune"}
     assert clients["alice"].get(f"/api/v1/jobs/{plain.pk}/").json()["source"] is None
