@@ -68,6 +68,9 @@ def jobs(draw: Any) -> Job:
         user=get_user_model()(id=3, username=draw(st.sampled_from(["alice", ""]))),
         flavor=Flavor(id=4, name="h100"),
     )
+    # No Kubernetes object behind it (JobSource), told to the ORM: nothing here reads the
+    # database.
+    Job.source.related.set_cached_value(job, None)
     for name in ("name", "image", "idempotency_key", "message", "checkpoint_location"):
         setattr(job, name, draw(STRINGS))
     for name in ("command", "env", "labels", "annotations", "placement"):
@@ -134,6 +137,7 @@ def test_plain_values_are_taken_as_they_are() -> None:
         preemptible=True,
         state=JobState.PENDING,
     )
+    Job.source.related.set_cached_value(job, None)  # mirrors no Kubernetes object
     steps = {step[0]: step for step in Representation(JobSerializer().fields).steps}
     assert steps["name"][4] is str and steps["workers"][4] is int
     assert steps["preemptible"][4] is bool and steps["pending_reason"][4] is object
@@ -147,6 +151,7 @@ def test_plain_values_are_taken_as_they_are() -> None:
 
 def test_a_callable_attribute_is_called_as_drf_calls_it() -> None:
     job = Job(id=1, team=None, user=get_user_model()(id=3, username="alice"), name="x")
+    Job.source.related.set_cached_value(job, None)  # mirrors no Kubernetes object
     job.flavor = Flavor(id=4, name="h100")
     job.message = lambda: "called"  # type: ignore[assignment]
     job.image = get_user_model().get_username  # type: ignore[assignment] - needs an argument
