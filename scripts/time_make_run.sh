@@ -7,6 +7,7 @@ set -u
 SRC=${1:-$(git rev-parse --show-toplevel)}
 BRANCH=${2:-$(git -C "$SRC" rev-parse --abbrev-ref HEAD)}
 WORK=$(mktemp -d /tmp/gpuqueue-make-run.XXXXXX)
+chmod 755 "$WORK"  # make run as root hands the service to an unprivileged user, who must reach it
 PORT=${GPUQUEUE_PORT:-8791}
 git clone -q --branch "$BRANCH" "$SRC" "$WORK/clone"
 cd "$WORK/clone" || exit 1
