@@ -11,6 +11,29 @@ import pytest
 PERSONAS = ("alice", "bob", "carol", "root", "anonymous")
 
 
+def run_on(job: Any, node: str, *, started_ago: timedelta = timedelta(0)) -> None:
+    """Admit `job` (all its workers on `node`) and start it, `started_ago` before now, as the
+    cycle and the cluster sync would."""
+    from django.utils import timezone
+
+    from gpuqueue.core.states import JobState
+    from gpuqueue.services.jobs.transitions import transition
+
+    now = timezone.now()
+    transition(
+        job,
+        JobState.ADMITTED,
+        reason="fits",
+        actor="cycle",
+        placement={node: job.workers},
+        admitted_at=now,
+        attempts=1,
+    )
+    transition(
+        job, JobState.RUNNING, reason="running", actor="cluster", started_at=now - started_ago
+    )
+
+
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings: Any) -> None:
     # The personas are created for every test; PBKDF2 would spend seconds of this shared

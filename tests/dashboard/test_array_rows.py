@@ -14,7 +14,7 @@ from gpuqueue.models import Job, JobHold
 from gpuqueue.services.jobs.array_spec import parse
 from gpuqueue.services.jobs.arrays import hold_over_limit, submit_array
 from gpuqueue.services.jobs.dependencies import Dependencies
-from gpuqueue.services.jobs.transitions import transition
+from tests.dashboard.conftest import run_on
 
 
 @pytest.fixture
@@ -25,25 +25,9 @@ def sweep(world: Any, nodes: Any) -> Any:
     array = submit_array(
         world.alice, world.team_a, world.h100, fields, parse("0-9%2"), Dependencies()
     ).array
-    now = timezone.now()
     for index, ago in ((0, 2), (1, 7)):
         task = Job.objects.get(array=array, array_index=index)
-        transition(
-            task,
-            JobState.ADMITTED,
-            reason="fits",
-            actor="cycle",
-            placement={"h100-0": 1},
-            admitted_at=now,
-            attempts=1,
-        )
-        transition(
-            task,
-            JobState.RUNNING,
-            reason="running",
-            actor="cluster",
-            started_at=now - timedelta(minutes=ago),
-        )
+        run_on(task, "h100-0", started_ago=timedelta(minutes=ago))
     hold_over_limit()
     return array
 

@@ -12,22 +12,14 @@ from django.utils import timezone
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
 from gpuqueue.services.jobs.transitions import transition
+from tests.dashboard.conftest import run_on
 
 pytestmark = pytest.mark.django_db
 
 
 def _failed(job: Job, code: int) -> Job:
+    run_on(job, "h100-0")
     now = timezone.now()
-    transition(
-        job,
-        JobState.ADMITTED,
-        reason="fits",
-        actor="cycle",
-        placement={"h100-0": 1},
-        admitted_at=now,
-        attempts=1,
-    )
-    transition(job, JobState.RUNNING, reason="running", actor="cluster", started_at=now)
     transition(
         job,
         JobState.FAILED,
