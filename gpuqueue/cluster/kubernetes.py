@@ -599,71 +599,62 @@ class KubernetesBackend(ClusterBackend):
         secret_uid = _uid(owner)
         # 3.
         name = mf.workload_name(*key)
+        # (kind, create, read, body, whether an object found under the name is ours)
+        steps: list[tuple[str, Any, Any, dict[str, Any], Any]] = []
+        if mf.has_service(spec):
+            steps.append(
+                (
+                    "service",
+                    self.core.create_namespaced_service,
+                    self.core.read_namespaced_service,
+                    mf.service_manifest(spec, owner),
+                    lambda obj: proof.is_our_service(obj, key, record, secret_uid),
+                )
+            )
+        if self.options.gang_pdb:
+            steps.append(
+                (
+                    "poddisruptionbudget",
+                    self.policy.create_namespaced_pod_disruption_budget,
+                    self.policy.read_namespaced_pod_disruption_budget,
+                    mf.pdb_manifest(spec, owner),
+                    # Proven as the Service is: its name, the attempt's HMAC, owned by the
+                    # attempt's Secret.
+                    lambda obj: proof.is_our_service(obj, key, record, secret_uid),
+                )
+            )
+        if options.pod_group:
+            steps.append(
+                (
+                    "podgroup",
+                    self.scheduling.create_namespaced_pod_group,
+                    self.scheduling.read_namespaced_pod_group,
+                    mf.pod_group_manifest(spec, owner),
+                    lambda obj: proof.is_our_pod_group(obj, key, record, secret_uid),
+                )
+            )
+        if spec.device_class:
+            steps.append(
+                (
+                    "resourceclaimtemplate",
+                    self.resource.create_namespaced_resource_claim_template,
+                    self.resource.read_namespaced_resource_claim_template,
+                    mf.claim_template_manifest(spec, owner),
+                    lambda obj: proof.is_our_claim_template(obj, key, record, secret_uid),
+                )
+            )
+        steps.append(
+            (
+                "job",
+                self.batch.create_namespaced_job,
+                self.batch.read_namespaced_job,
+                mf.job_manifest(spec, options, hostnames, owner),
+                lambda obj: proof.is_our_job(obj, key, record, secret_uid),
+            )
+        )
         made: dict[str, str] = {}
         try:
-            for kind, create, read, body, ours in (
-                *(
-                    [
-                        (
-                            "service",
-                            self.core.create_namespaced_service,
-                            self.core.read_namespaced_service,
-                            mf.service_manifest(spec, owner),
-                            lambda obj: proof.is_our_service(obj, key, record, secret_uid),
-                        )
-                    ]
-                    if mf.has_service(spec)
-                    else []
-                ),
-                *(
-                    [
-                        (
-                            "poddisruptionbudget",
-                            self.policy.create_namespaced_pod_disruption_budget,
-                            self.policy.read_namespaced_pod_disruption_budget,
-                            mf.pdb_manifest(spec, owner),
-                            # Proven as the Service is: its name, the attempt's HMAC, owned by
-                            # the attempt's Secret.
-                            lambda obj: proof.is_our_service(obj, key, record, secret_uid),
-                        )
-                    ]
-                    if self.options.gang_pdb
-                    else []
-                ),
-                *(
-                    [
-                        (
-                            "podgroup",
-                            self.scheduling.create_namespaced_pod_group,
-                            self.scheduling.read_namespaced_pod_group,
-                            mf.pod_group_manifest(spec, owner),
-                            lambda obj: proof.is_our_pod_group(obj, key, record, secret_uid),
-                        )
-                    ]
-                    if options.pod_group
-                    else []
-                ),
-                *(
-                    [
-                        (
-                            "resourceclaimtemplate",
-                            self.resource.create_namespaced_resource_claim_template,
-                            self.resource.read_namespaced_resource_claim_template,
-                            mf.claim_template_manifest(spec, owner),
-                            lambda obj: proof.is_our_claim_template(obj, key, record, secret_uid),
-                        )
-                    ]
-                    if spec.device_class
-                    else []
-                ),
-                (
-                    "job",
-                    self.batch.create_namespaced_job,
-                    self.batch.read_namespaced_job,
-                    mf.job_manifest(spec, options, hostnames, owner),
-                    lambda obj: proof.is_our_job(obj, key, record, secret_uid),
-                ),
-            ):
+            for kind, create, read, body, ours in steps:
                 try:
                     obj = self._create(kind, create, spec.namespace, body)
                 except Conflict:
