@@ -67,30 +67,17 @@ def gang(submit: Any, workers: int, level: str, required: bool) -> Job:
     return job
 
 
-def test_a_required_rack_gang_is_bound_in_one_rack_where_node_by_node_would_split_it(
-    kube: Kube, submit: Any, racks: None
+@pytest.mark.parametrize("required", [True, False], ids=["required", "preferred"])
+def test_a_rack_gang_is_bound_in_one_rack_where_node_by_node_would_split_it(
+    kube: Kube, submit: Any, racks: None, required: bool
 ) -> None:
     """Another pod takes 4 GPUs of h100-0: the nodes with 8 free are h100-1 (r1), h100-2 and
     h100-3 (r2). Bin-packing by node alone takes h100-1 and h100-2, two racks; requiring a
-    rack, the gang goes to r2 whole."""
+    rack, or only preferring one, the gang goes to r2 whole."""
     kube.external_pod("other-0", "h100-0", 4)
     kube.wait(lambda: all(p["spec"].get("nodeName") for p in kube.pods("others", selector="")))
     kube.sync_until(lambda: True)
-    job = gang(submit, 2, RACK, required=True)
-    assert run_cycle(backend=kube.backend).admitted == [job.pk]
-    job.refresh_from_db()
-    assert job.placement_domain == f"{RACK}=r2"
-    assert bound(kube, job) == Counter({"h100-2": 1, "h100-3": 1})
-
-
-def test_a_preferred_rack_gang_takes_one_rack_when_one_holds_it(
-    kube: Kube, submit: Any, racks: None
-) -> None:
-    """The same cluster, the gang only preferring a rack: r2, not h100-1 and h100-2."""
-    kube.external_pod("other-0", "h100-0", 4)
-    kube.wait(lambda: all(p["spec"].get("nodeName") for p in kube.pods("others", selector="")))
-    kube.sync_until(lambda: True)
-    job = gang(submit, 2, RACK, required=False)
+    job = gang(submit, 2, RACK, required=required)
     assert run_cycle(backend=kube.backend).admitted == [job.pk]
     job.refresh_from_db()
     assert job.placement_domain == f"{RACK}=r2"
