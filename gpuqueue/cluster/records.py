@@ -28,25 +28,30 @@ def proof_of(record: WorkloadRecord, instance: str) -> str:
 
 
 def recorded(job_ids: Collection[int], instance: str) -> dict[Key, Record]:
-    """The records of every attempt of these jobs (one query)."""
+    """The records of every attempt of these jobs (two queries). Read as tuples, not model
+    instances: every sync pass reads the records of every job that holds GPUs."""
     if not job_ids:
         return {}
     ids = sorted(set(job_ids))
     # Jobs that mirror a user's Job: every attempt's workload is that Job, proven by the
-    # name and uid recorded when it was mirrored (one more query).
+    # name and uid recorded when it was mirrored.
     sources = {
-        source.job_id: (source.name, source.uid, state == JobState.CANCELLED)
-        for source, state in (
-            (s, s.job.state) for s in JobSource.objects.filter(job_id__in=ids).select_related("job")
+        job_id: (name, uid, state == JobState.CANCELLED)
+        for job_id, name, uid, state in JobSource.objects.filter(job_id__in=ids).values_list(
+            "job_id", "name", "uid", "job__state"
         )
     }
+    key = install_key(settings.SECRET_KEY, instance)
     out = {}
-    for row in WorkloadRecord.objects.filter(job_id__in=ids):
-        name, uid, cancelled = sources.get(row.job_id, ("", row.job_uid, False))
-        out[(row.job_id, row.attempt)] = Record(
-            namespace=row.namespace,
-            proof=proof_of(row, instance),
-            secret_uid=row.secret_uid,
+    rows = WorkloadRecord.objects.filter(job_id__in=ids).values_list(
+        "job_id", "attempt", "namespace", "nonce", "secret_uid", "job_uid"
+    )
+    for job_id, attempt, namespace, nonce, secret_uid, job_uid in rows:
+        name, uid, cancelled = sources.get(job_id, ("", job_uid, False))
+        out[(job_id, attempt)] = Record(
+            namespace=namespace,
+            proof=attempt_proof(key, namespace, job_id, attempt, instance, nonce),
+            secret_uid=secret_uid,
             job_uid=uid,
             source=name,
             cancelled=cancelled,

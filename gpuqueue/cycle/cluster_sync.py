@@ -137,16 +137,25 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
         if not try_xact_lock("cluster_sync"):
             return SyncResult(ran=False)
         described = sync_sources(backend)
-        holding = list(Job.objects.holding().select_related("team").order_by("id"))
+        # Every job that holds GPUs, in brief: most of them run on and need no more of their
+        # row; those a step may move are read whole below.
+        holding = list(Job.objects.holding().select_related("team").only(*BRIEF).order_by("id"))
         live = {(job.pk, job.attempts) for job in holding}
         nodes = backend.list_nodes(live)
         sync_nodes(nodes)
         draining = {info.name for info in nodes if info.cordoned}
         statuses = {(s.job_id, s.attempt): s for s in backend.observe()}
         unseen = set(backend.unseen_namespaces())
-        for job in holding:
-            if job.team.namespace in unseen:
-                continue  # its workload cannot be seen now: not gone, left as it is
+        moving = [
+            job.pk
+            for job in holding
+            # a job whose workload cannot be seen now is not gone: left as it is
+            if job.team.namespace not in unseen
+            and not _settled(job, statuses.get((job.pk, job.attempts)), now, draining)
+        ]
+        for job in (
+            Job.objects.holding().select_related("team").filter(pk__in=moving).order_by("id")
+        ):
             key = (job.pk, job.attempts)
             status = statuses.get(key)
             if node := _drained_node(job, status, draining):
@@ -157,6 +166,8 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
                 elif deadline is not None:
                     to_checkpoint.append((*key, deadline))
                 continue
+            if _settled(job, status, now):
+                continue  # most jobs of a pass: no savepoint for a step that writes nothing
             moved, stop = _follow_isolated(job, status, now)
             result.transitions += moved
             if moved and status is not None and status.phase in (Phase.SUCCEEDED, Phase.FAILED):
@@ -201,6 +212,30 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
         ended = ", ".join(f"{n} {phase}" for phase, n in sorted(result.finished.items()))
         summary.info("cluster: %d finished (%s)", result.finished.total(), ended)
     return result
+
+
+# What `_settled` and `_drained_node` read of a job, and the sync pass of every job.
+BRIEF = ("id", "attempts", "state", "admitted_at", "placement", "team__namespace")
+
+
+def _settled(
+    job: Job, status: WorkloadStatus | None, now: datetime, draining: set[str] = frozenset()
+) -> bool:
+    """Whether the pass would leave the job as it is and its workload running (`_follow`
+    and the drain make no step): a job that runs on, or one admitted and starting within its
+    timeout, on no node being drained."""
+    if _drained_node(job, status, draining) is not None:
+        return False
+    if status is None:
+        return False  # lost, or not launched yet: `_follow` and the relaunch decide
+    if status.phase not in (Phase.RUNNING, Phase.STARTING):
+        return False
+    if job.state == JobState.RUNNING:
+        return True
+    if job.state == JobState.ADMITTED and status.phase is Phase.STARTING:
+        timeout = timedelta(seconds=settings.GPUQUEUE_GANG_READY_TIMEOUT_SECONDS)
+        return not (job.admitted_at and now - job.admitted_at > timeout)
+    return False
 
 
 def _follow_isolated(job: Job, status: WorkloadStatus | None, now: datetime) -> tuple[int, bool]:

@@ -1,0 +1,108 @@
+"""The sync pass skips the savepoint of a job it would leave as it is (`_settled`): checked
+against the plain path, `_follow`, over every state a job that holds GPUs can be in and every
+status its workload can report."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuqueue.cluster.base import Phase, WorkloadStatus
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle import cluster_sync
+from gpuqueue.models import Job
+
+HOLDING = [JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTING]
+WRITES = ("INSERT", "UPDATE", "DELETE")
+
+
+class Rollback(Exception):
+    pass
+
+
+statuses = st.one_of(
+    st.none(),
+    st.builds(
+        WorkloadStatus,
+        job_id=st.just(0),
+        attempt=st.just(1),
+        phase=st.sampled_from(list(Phase)),
+        since=st.none()
+        | st.integers(-7200, 0).map(lambda s: timezone.now() + timedelta(seconds=s)),
+        exit_code=st.none() | st.integers(0, 255),
+        checkpoint_location=st.none() | st.just("s3://ckpt/1"),
+        start_failure=st.booleans(),
+    ),
+)
+
+
+@pytest.fixture
+def job(world: Any, submit: Any) -> Job:
+    return submit(workers=1, gpus_per_worker=1)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    state=st.sampled_from(HOLDING),
+    status=statuses,
+    admitted_ago=st.integers(0, 7200),
+    acked=st.booleans(),
+    deadline_in=st.none() | st.integers(-600, 600),
+    drained=st.booleans(),
+)
+def test_a_settled_job_is_one_follow_leaves_as_it_is(
+    job: Job,
+    state: JobState,
+    status: WorkloadStatus | None,
+    admitted_ago: int,
+    acked: bool,
+    deadline_in: int | None,
+    drained: bool,
+) -> None:
+    now = timezone.now()
+    fields = {
+        "state": state,
+        "admitted_at": now - timedelta(seconds=admitted_ago),
+        "checkpoint_acked_at": now if acked and state == JobState.PREEMPTING else None,
+        "checkpoint_deadline": None
+        if deadline_in is None
+        else now + timedelta(seconds=deadline_in),
+    }
+    try:
+        with transaction.atomic():
+            Job.objects.filter(pk=job.pk).update(**fields)
+            row = Job.objects.select_related("team").get(pk=job.pk)
+            draining = {"node-a"} if drained else set()
+            settled = cluster_sync._settled(row, status, now, draining)
+            if settled:
+                assert cluster_sync._drained_node(row, status, draining) is None
+            with CaptureQueriesContext(connection) as queries:
+                followed = cluster_sync._follow(row, status, now)
+            writes = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith(WRITES)]
+            raise Rollback
+    except Rollback:
+        pass
+    if settled:
+        assert followed == (0, False)
+        assert writes == []
+
+
+def test_a_running_job_whose_gang_runs_is_settled_and_a_finished_one_is_not(job: Job) -> None:
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, admitted_at=now)
+    row = Job.objects.get(pk=job.pk)
+    running = WorkloadStatus(job.pk, 1, Phase.RUNNING, since=now)
+    assert cluster_sync._settled(row, running, now)
+    assert not cluster_sync._settled(
+        row, WorkloadStatus(job.pk, 1, Phase.SUCCEEDED, since=now), now
+    )
+    assert not cluster_sync._settled(row, None, now)
