@@ -4,15 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('gpuqueue', '0030_topology_levels'),
+        ("gpuqueue", "0030_topology_levels"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='flavor',
-            name='sharing_strategy',
-            field=models.CharField(choices=[('TimeSlicing', 'time-slicing'), ('MPS', 'MPS')], default='TimeSlicing', help_text="how NVIDIA's DRA driver shares a device among the pods of its claim; only a shareable DRA flavor uses it", max_length=16),
+            model_name="flavor",
+            name="sharing_strategy",
+            field=models.CharField(
+                choices=[("TimeSlicing", "time-slicing"), ("MPS", "MPS")],
+                default="TimeSlicing",
+                help_text="how NVIDIA's DRA driver shares a device among the pods of its claim; only a shareable DRA flavor uses it",
+                max_length=16,
+            ),
         ),
     ]

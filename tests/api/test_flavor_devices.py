@@ -93,7 +93,10 @@ def test_a_shared_dra_flavor_takes_fractions_each_of_one_worker(api: Any, job_bo
     response = api("root").post("/api/v1/flavors/", body, format="json")
     assert response.status_code == 201, response.content
     flavor = Flavor.objects.get(name="h200-shared")
-    assert (flavor.resource_name, flavor.sharing_strategy) == ("dra.gpuqueue.dev/h200-shared", "MPS")
+    assert (flavor.resource_name, flavor.sharing_strategy) == (
+        "dra.gpuqueue.dev/h200-shared",
+        "MPS",
+    )
     fraction = {**job_body, "flavor": "h200-shared", "gpu_milli": 250}
     two = api("alice").post("/api/v1/jobs/", {**fraction, "workers": 2}, format="json")
     assert two.status_code == 400, two.content
