@@ -28,6 +28,7 @@ from typing import Any
 from django.utils import timezone
 from kubernetes import client
 
+from gpuqueue.cluster import k8s_shared_claims as shared_claims
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster import proof, sources
 from gpuqueue.cluster.base import (
@@ -633,7 +634,7 @@ class KubernetesBackend(ClusterBackend):
                     lambda obj: proof.is_our_pod_group(obj, key, record, secret_uid),
                 )
             )
-        if spec.device_class:
+        if spec.device_class and not spec.shared_claim:
             steps.append(
                 (
                     "resourceclaimtemplate",
@@ -654,6 +655,9 @@ class KubernetesBackend(ClusterBackend):
         )
         made: dict[str, str] = {}
         try:
+            if spec.device_class and spec.shared_claim:
+                # A fraction of a shared DRA GPU: the claim its GPU's sharers share.
+                made["resourceclaim"] = _uid(shared_claims.join(self, spec, owner))
             for kind, create, read, body, ours in steps:
                 try:
                     obj = self._create(kind, create, spec.namespace, body)
@@ -1074,6 +1078,10 @@ class KubernetesBackend(ClusterBackend):
                     namespace,
                     template_name,
                 )
+            if self.dra_flavors():
+                # The shared claims of a fraction's GPU: off them, and the last one out
+                # deletes it.
+                shared_claims.leave(self, namespace, secret_uid)
         if secret is not None:
             self._delete(
                 "secret", self.core.delete_namespaced_secret, namespace, secret_name, _uid(secret)

@@ -385,12 +385,14 @@ def job_manifest(
     if options.pod_group:
         pod_spec["schedulingGroup"] = {"podGroupName": name}
     if spec.device_class:
-        pod_spec["resourceClaims"] = [
-            {
-                "name": DEVICE_CLAIM,
-                "resourceClaimTemplateName": claim_template_name(spec.job_id, spec.attempt),
-            }
-        ]
+        # A fraction's worker names its GPU's shared claim; others get a claim each from the
+        # attempt's template.
+        source = (
+            {"resourceClaimName": spec.shared_claim}
+            if spec.shared_claim
+            else {"resourceClaimTemplateName": claim_template_name(spec.job_id, spec.attempt)}
+        )
+        pod_spec["resourceClaims"] = [{"name": DEVICE_CLAIM, **source}]
         pod_spec["containers"][0]["resources"]["claims"] = [{"name": DEVICE_CLAIM}]
     if has_service(spec):
         pod_spec["subdomain"] = name  # the headless Service's: `<job>-<index>.<job>` resolves
