@@ -149,3 +149,31 @@ def test_a_device_another_pods_claim_holds_is_planned_around(
     assert claim_of(pod) == claim["metadata"]["name"] == dra_sharing.claim_name(FLAVOR, "dra-1", 0)
     assert claim["status"]["allocation"]["devices"]["results"][0]["pool"] == "dra-1"
     assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+
+def test_a_claim_under_a_shared_gpus_name_that_gpuqueue_did_not_make_is_not_joined(
+    kube: Kube, submit: Any, shared: Flavor
+) -> None:
+    """Someone made a claim under the name of the GPU a quarter is packed on (any device, any
+    configuration): the launch neither joins nor deletes it; the start fails and is retried."""
+    name = dra_sharing.claim_name(FLAVOR, "dra-0", 0)
+    resource = client.ResourceV1Api(kube.api)
+    resource.create_namespaced_resource_claim(
+        "team-a",
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+                    ]
+                }
+            },
+        },
+    )
+    job = quarter(submit, shared)
+    assert run_cycle(backend=kube.backend).admitted == [job.pk]
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING and job.start_failures == 1
+    [theirs] = claims(kube, "team-a")
+    assert dra_sharing.owners(theirs) == [] and not pods_of(kube, job)
