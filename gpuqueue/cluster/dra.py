@@ -221,7 +221,10 @@ def dra_use(
             attempt = (ours or {}).get(key)
             terminating = bool(((pod or {}).get("metadata") or {}).get("deletionTimestamp"))
             if attempt is not None and not terminating and (live is None or attempt in live):
-                continue  # a live job's worker: the database's placement counts it
+                # A live job's worker: the database's placement counts it, for every sharer
+                # of a shared GPU's claim (gpuqueue.cluster.dra_sharing) too.
+                counted = False
+                break
             counted = True
             if attempt is not None and not (live is not None and attempt in live):
                 holder = attempt
