@@ -141,6 +141,9 @@ def claim_template_name(job_id: int, attempt: int) -> str:
 
 # The name of a DRA flavor's claim in each worker's pod and of its one device request.
 DEVICE_CLAIM = "gpus"
+# On a DRA worker's pod: {resource: devices} its claim asks (gpuqueue's own resource name), for
+# the placement gate to count before it releases a gang (a claim's count is in its template).
+DEVICES_ANNOTATION = "gpuqueue.dev/devices"
 
 
 def owner_labels(spec: LaunchSpec) -> dict[str, str]:
@@ -280,6 +283,14 @@ def claim_template_manifest(
             "spec": {"devices": {"requests": [{"name": DEVICE_CLAIM, "exactly": exactly}]}},
         },
     }
+
+
+def _devices_annotation(spec: LaunchSpec) -> dict[str, str]:
+    """A DRA worker's devices, from its claim template, for the placement gate; none for a
+    fraction's worker (its GPU's claim is shared: counted once, as allocated) or another."""
+    if not spec.device_class or spec.shared_claim:
+        return {}
+    return {DEVICES_ANNOTATION: json.dumps({spec.resource_name: spec.resource_per_worker})}
 
 
 def pod_group_manifest(spec: LaunchSpec, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -435,6 +446,7 @@ def job_manifest(
                     **(spec.fabric.annotations or {}),  # the admin's over the job's
                     **NO_DISRUPTION_ANNOTATIONS,
                     PLACEMENT_ANNOTATION: json.dumps(slots, separators=(",", ":")),
+                    **_devices_annotation(spec),
                 },
             },
             "spec": pod_spec,
