@@ -17,11 +17,19 @@ import pytest
 from kubernetes import client
 
 from gpuqueue.cluster import dra_sharing
+from gpuqueue.cluster import k8s_shared_claims as shared_claims
+from gpuqueue.cluster.base import LaunchSpec
+from gpuqueue.cluster.k8s_calls import Caller
+from gpuqueue.cluster.kubernetes import KubernetesBackend
+from gpuqueue.cluster.manifests import ClusterOptions
 from gpuqueue.cluster.records import shared_claim_proof_of
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Flavor, Job, Node, Quota
 from tests.kube.conftest import Kube
+
+# The admission tests' fixtures (a guarded team namespace, the policy, gpuqueue's account).
+from tests.kube.test_admission import GUARDED, guard, guarded  # noqa: F401
 from tests.kube.test_dra import (  # noqa: F401 -- the module's DRA cluster fixture
     DRIVER,
     H200,
@@ -164,9 +172,7 @@ def test_a_claim_under_a_shared_gpus_name_that_gpuqueue_did_not_make_is_not_join
             "metadata": {"name": name},
             "spec": {
                 "devices": {
-                    "requests": [
-                        {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
-                    ]
+                    "requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
                 }
             },
         },
@@ -177,3 +183,66 @@ def test_a_claim_under_a_shared_gpus_name_that_gpuqueue_did_not_make_is_not_join
     assert job.state == JobState.PENDING and job.start_failures == 1
     [theirs] = claims(kube, "team-a")
     assert dra_sharing.owners(theirs) == [] and not pods_of(kube, job)
+
+
+def test_under_deploys_rbac_and_policy_gpuqueue_shares_a_claim_and_the_last_one_out_deletes_it(
+    kube: Kube, request: pytest.FixtureRequest, shared: Flavor
+) -> None:
+    """As gpuqueue's own ServiceAccount, with deploy/'s admission policy installed: two
+    quarters of one GPU create and join its claim, their pods bind with it on the planned node,
+    and leaving it takes an owner off, then deletes it (create, get, update, list, delete)."""
+    backend = KubernetesBackend(
+        request.getfixturevalue("guarded"),
+        options=ClusterOptions(public_url="http://gpuqueue.test"),
+        caller=Caller(attempts=1, backoff_seconds=0),
+        namespaces=lambda: [GUARDED],
+        dra_flavors=lambda: [],
+    )
+    name = dra_sharing.claim_name(FLAVOR, "dra-0", 0)
+    launched = [
+        backend.launch(
+            LaunchSpec(
+                job_id=job_id,
+                attempt=1,
+                team="guarded",
+                namespace=GUARDED,
+                name="notebook",
+                image="ghcr.io/acme/notebook:1",
+                command=[],
+                env={},
+                labels={},
+                annotations={},
+                workers=1,
+                gpus_per_worker=1,
+                resource_name=RESOURCE,
+                placement={"dra-0": 1},
+                checkpoint_grace_seconds=30,
+                max_runtime_seconds=None,
+                device_class="gpu.nvidia.com",
+                device_selector=shared.device_selector,
+                shared_claim=name,
+                shared_gpu=("dra-0", 0),
+                sharing_strategy="MPS",
+            )
+        )
+        for job_id in (990201, 990202)
+    ]
+
+    def bound() -> bool:
+        pods = kube.pods(GUARDED, selector="gpuqueue.dev/job-id in (990201,990202)")
+        return len(pods) == 2 and all(p["spec"].get("nodeName") == "dra-0" for p in pods)
+
+    kube.wait(bound, timeout=30)
+    [claim] = claims(kube, GUARDED)
+    assert claim["metadata"]["name"] == name
+    assert sorted(dra_sharing.owners(claim)) == sorted(one.secret_uid for one in launched)
+    assert claim["spec"]["devices"]["config"][0]["opaque"]["parameters"]["sharing"] == {
+        "strategy": "MPS"
+    }
+    shared_claims.leave(backend, GUARDED, launched[0].secret_uid)
+    [claim] = claims(kube, GUARDED)
+    assert dra_sharing.owners(claim) == [launched[1].secret_uid]
+    shared_claims.leave(backend, GUARDED, launched[1].secret_uid)
+    kube.wait(
+        lambda: not claims(kube, GUARDED) or dra_sharing.terminating(claims(kube, GUARDED)[0])
+    )
