@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from gpuqueue.cluster import dra_sharing as ds
 from gpuqueue.cluster import proof
@@ -36,6 +37,39 @@ KIND = "resourceclaim"
 
 def _uid(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _path(namespace: str, name: str = "") -> str:
+    base = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
+    return f"{base}/{name}" if name else base
+
+
+def _write(backend: KubernetesBackend, method: str, path: str, body: Obj, what: str) -> Obj:
+    """Create (POST) or replace (PUT) a claim sent as compact JSON. The API server keeps a
+    claim's opaque configuration as the bytes it was sent, and compares them on every later
+    write: the Python client's JSON (with spaces) would make each patch by Kubernetes' own
+    components (the garbage collector taking an owner off, the DRA controllers, kubectl),
+    which send compact JSON, a change of the immutable spec, refused. Sent as YAML (which
+    compact JSON is), it is stored as compact JSON."""
+    api = backend.resource.api_client
+
+    def send() -> Obj:
+        request = api.param_serialize(
+            method,
+            path,
+            header_params={"Content-Type": "application/yaml", "Accept": "application/json"},
+            body=json.dumps(body, separators=(",", ":")),
+            auth_settings=["BearerToken"],
+        )
+        response = api.call_api(*request, _request_timeout=backend.timeout)
+        response.read()
+        if response.status >= 400:
+            raise ApiException.from_response(
+                http_resp=response, body=response.data.decode(errors="replace"), data=None
+            )
+        return dict(json.loads(response.data))
+
+    return backend.call(what, send)
 
 
 def join(backend: KubernetesBackend, spec: LaunchSpec, owner: Obj) -> Obj:
@@ -64,7 +98,11 @@ def join(backend: KubernetesBackend, spec: LaunchSpec, owner: Obj) -> Obj:
     for _ in range(TRIES):
         # 1.
         try:
-            return backend._create(KIND, resource.create_namespaced_resource_claim, namespace, body)
+            return _write(
+                backend, "POST", _path(namespace), body, f"create {KIND} {namespace}/{name}"
+            )
+        except NotFound as exc:  # the team's namespace does not exist: no retry helps
+            raise ClusterError(f"create {KIND} {namespace}/{name}: {exc}", transient=False) from exc
         except Conflict:
             claim = backend._get(KIND, resource.read_namespaced_resource_claim, namespace, name)
         if claim is None:
@@ -85,18 +123,15 @@ def join(backend: KubernetesBackend, spec: LaunchSpec, owner: Obj) -> Obj:
         if _uid(owner) in ds.owners(claim):
             return claim
         try:
-            response = backend.call(
-                f"add an owner to {KIND} {namespace}/{name}",
-                resource.replace_namespaced_resource_claim,
-                name,
-                namespace,
+            return _write(
+                backend,
+                "PUT",
+                _path(namespace, name),
                 ds.with_owner(claim, owner),
-                _preload_content=False,
-                _request_timeout=backend.timeout,
+                f"add an owner to {KIND} {namespace}/{name}",
             )
         except (Conflict, NotFound):
             continue
-        return dict(json.loads(response.data))
     raise ClusterError(
         f"the shared claim {namespace}/{name} kept changing: launched again next sync",
         transient=True,
@@ -157,14 +192,12 @@ def _leave_one(
                     )
             else:
                 with contextlib.suppress(NotFound):
-                    backend.call(
-                        f"remove an owner of {KIND} {namespace}/{name}",
-                        resource.replace_namespaced_resource_claim,
-                        name,
-                        namespace,
+                    _write(
+                        backend,
+                        "PUT",
+                        _path(namespace, name),
                         ds.without_owner(claim, secret_uid),
-                        _preload_content=False,
-                        _request_timeout=backend.timeout,
+                        f"remove an owner of {KIND} {namespace}/{name}",
                     )
             return
         except Conflict:  # another sharer joined or left meanwhile: read it again

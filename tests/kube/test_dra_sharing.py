@@ -24,6 +24,7 @@ from gpuqueue.cluster.kubernetes import KubernetesBackend
 from gpuqueue.cluster.manifests import ClusterOptions
 from gpuqueue.cluster.records import shared_claim_proof_of
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Flavor, Job, Node, Quota
 from tests.kube.conftest import Kube
@@ -111,6 +112,11 @@ def test_four_quarters_share_one_claim_on_one_device_and_the_last_one_out_delete
         "team-a", name, kube.backend.instance
     )
     assert len(dra_sharing.owners(claim)) == 4
+    # Kubernetes' own components (the garbage collector, the DRA controllers, kubectl) write
+    # it with patches the API server re-encodes: its opaque configuration must survive that.
+    client.ResourceV1Api(kube.api).patch_namespaced_resource_claim(
+        name, "team-a", [{"op": "add", "path": "/metadata/labels/probe", "value": "patched"}]
+    )
     # Three stop: the claim stays for the fourth; the fourth stops: it goes.
     for job in jobs[:3]:
         kube.backend.stop(job.pk, Job.objects.get(pk=job.pk).attempts)
@@ -245,4 +251,47 @@ def test_under_deploys_rbac_and_policy_gpuqueue_shares_a_claim_and_the_last_one_
     shared_claims.leave(backend, GUARDED, launched[1].secret_uid)
     kube.wait(
         lambda: not claims(kube, GUARDED) or dra_sharing.terminating(claims(kube, GUARDED)[0])
+    )
+
+
+def test_a_quarter_launched_while_its_gpus_claim_is_still_being_deleted_waits_for_it(
+    kube: Kube, submit: Any, shared: Flavor
+) -> None:
+    """The last sharer of a GPU stops and its claim is deleted, but something (here a test
+    finalizer, in life the pod's grace) keeps it: a quarter packed on that GPU meanwhile is
+    not launched against it; it starts, with a new claim, once the old one is gone."""
+    first = quarter(submit, shared)
+    assert run_cycle(backend=kube.backend).admitted == [first.pk]
+    kube.sync_until(lambda: running(first), timeout=60)
+    name = dra_sharing.claim_name(FLAVOR, "dra-0", 0)
+    before = read_claim(kube, "team-a", name)
+    assert before is not None
+    set_finalizers(kube, name, [*before["metadata"].get("finalizers", []), HOLD])
+    kube.backend.stop(first.pk, Job.objects.get(pk=first.pk).attempts)
+    Job.objects.filter(pk=first.pk).update(state=JobState.CANCELLED)
+    second = quarter(submit, shared)
+    assert run_cycle(backend=kube.backend).admitted == [second.pk]
+    assert Job.objects.get(pk=second.pk).gpu_devices == [["dra-0", 0]]
+    for _ in range(3):
+        sync_cluster(kube.backend)
+    assert Job.objects.get(pk=second.pk).state == JobState.ADMITTED
+    assert not pods_of(kube, second)
+    terminating = read_claim(kube, "team-a", name)
+    assert terminating is not None and dra_sharing.terminating(terminating)
+    set_finalizers(kube, name, [f for f in terminating["metadata"]["finalizers"] if f != HOLD])
+    kube.sync_until(lambda: running(second), timeout=60)
+    new = read_claim(kube, "team-a", name)
+    assert new is not None and new["metadata"]["uid"] != before["metadata"]["uid"]
+
+
+HOLD = "test.gpuqueue.dev/hold"
+
+
+def set_finalizers(kube: Kube, name: str, finalizers: list[str]) -> None:
+    """A JSON patch of the claim's finalizers alone (a merge patch is refused: its spec is
+    immutable, and the client's merge sends it whole)."""
+    client.ResourceV1Api(kube.api).patch_namespaced_resource_claim(
+        name,
+        "team-a",
+        [{"op": "replace", "path": "/metadata/finalizers", "value": finalizers}],
     )
