@@ -241,6 +241,8 @@ class Special:
         free whole GPUs of its nodes, and the most thousandths free on one of their GPUs."""
         nodes = self.nodes(fl, job.gpu_models)
         shared = fl.shared or {}
+        if fl.gpu_team is not None and job.gpu_milli:
+            shared = _as_seen_by(job.team, shared, fl.gpu_team)
         cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
         fit = free = 0
         for node in nodes:

@@ -45,6 +45,10 @@ def test_a_gpu_another_team_runs_on_is_full_to_a_team() -> None:
     result = plan(team_snap(jobs, held))
     assert {a.job_id: a.devices for a in result.admissions} == {1: (("n1", 1),)}
     assert [p.job_id for p in result.pending] == [2]
+    # Its reason counts team b's room only: GPU 1's quarter, not GPU 0's three quarters.
+    # Its reason counts team b's room only: GPU 1's quarter, not GPU 0's three quarters.
+    numbers = result.pending[0].reason.numbers
+    assert (numbers["workers_fit"], numbers["most_gpu_room"]) == (0, 250)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
