@@ -140,7 +140,8 @@ class Flavor(models.Model):
     )
     # A shared flavor: its resource is the device plugin's shared one (time-slicing or MPS
     # replicas), `slices_per_gpu` of it per GPU, and a job may ask a whole number of slices
-    # of one GPU (Job.gpu_milli) instead of whole GPUs.
+    # of one GPU (Job.gpu_milli) instead of whole GPUs. A shared DRA flavor's resource counts
+    # devices; `slices_per_gpu` is then only how finely a job may ask.
     shareable = models.BooleanField(
         default=False, help_text="jobs may ask a fraction of one GPU (time-slicing or MPS)"
     )
@@ -154,6 +155,15 @@ class Flavor(models.Model):
         blank=True,
         help_text="memory of one GPU in MiB, when known: jobs may then ask GPU memory instead "
         "of a fraction",
+    )
+    # A shared DRA flavor: the fractions gpuqueue packs on one device share one ResourceClaim
+    # for it, which asks NVIDIA's DRA driver for this sharing (gpuqueue/cluster/dra_sharing.py).
+    sharing_strategy = models.CharField(
+        max_length=16,
+        choices=[("TimeSlicing", "time-slicing"), ("MPS", "MPS")],
+        default="TimeSlicing",
+        help_text="how NVIDIA's DRA driver shares a device among the pods of its claim; "
+        "only a shareable DRA flavor uses it",
     )
 
     class Meta:
@@ -224,10 +234,6 @@ class Flavor(models.Model):
             ]
         if found := selector_errors(self.device_selector or ""):
             errors["device_selector"] = found
-        if self.shareable:
-            errors["shareable"] = [
-                "A DRA flavor hands out whole devices (a MIG device is one): not shareable."
-            ]
         return errors
 
     def fabric_errors(self) -> list[str]:
@@ -250,15 +256,21 @@ class Flavor(models.Model):
             )
         return errors
 
+    @property
+    def counts_slices(self) -> bool:
+        """Its resource counts slices of GPUs (the device plugin's replicas); a DRA flavor's
+        counts devices, shared or not."""
+        return bool(self.shareable and self.slices_per_gpu and not self.device_class)
+
     def gpus_of(self, count: int) -> int:
         """Whole GPUs in `count` of its resource: a shared resource counts slices."""
-        return count // self.slices_per_gpu if self.shareable and self.slices_per_gpu else count
+        return count // self.slices_per_gpu if self.counts_slices and self.slices_per_gpu else count
 
     def gpus_held_by(self, count: int) -> int:
         """GPUs that `count` of its resource held by pods keeps from others: slices count as
         the fewest whole GPUs that hold them, rounded up (Kubernetes counts them per node; which
         GPU serves them is the device plugin's choice)."""
-        if self.shareable and self.slices_per_gpu:
+        if self.counts_slices and self.slices_per_gpu:
             return -(-count // self.slices_per_gpu)
         return count
 

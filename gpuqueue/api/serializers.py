@@ -475,7 +475,14 @@ class FlavorSerializer(serializers.ModelSerializer):
     shareable = StrictBooleanField(
         required=False,
         help_text="Jobs may ask a fraction of one GPU: the resource is the device plugin's "
-        "shared one (time-slicing or MPS replicas), slices_per_gpu of it per GPU.",
+        "shared one (time-slicing or MPS replicas), slices_per_gpu of it per GPU; on a DRA "
+        "flavor the fractions on one device share one ResourceClaim (sharing_strategy).",
+    )
+    sharing_strategy = serializers.ChoiceField(
+        choices=["TimeSlicing", "MPS"],
+        required=False,
+        help_text="How NVIDIA's DRA driver shares a device among the pods of its shared claim "
+        "(a shareable DRA flavor's).",
     )
     slices_per_gpu = StrictIntegerField(
         required=False, allow_null=True, min_value=2, max_value=1000
@@ -522,6 +529,7 @@ class FlavorSerializer(serializers.ModelSerializer):
             "shareable",
             "slices_per_gpu",
             "gpu_memory_mib",
+            "sharing_strategy",
             "device_class",
             "device_selector",
         ]

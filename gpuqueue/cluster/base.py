@@ -113,6 +113,12 @@ class LaunchSpec:
     # `resource_per_worker` devices of that class, not from `resource_name` in its limits.
     device_class: str = ""
     device_selector: str = ""
+    # A fraction of a GPU of a shared DRA flavor (gpuqueue.cluster.dra_sharing): the worker's
+    # device comes from the ResourceClaim its GPU's sharers share, named here, on the node and
+    # GPU index planned, shared by the flavor's strategy; "" for any other job.
+    shared_claim: str = ""
+    shared_gpu: tuple[str, int] = ("", 0)
+    sharing_strategy: str = ""
     # A user's own Job that the job mirrors (gpuqueue.cluster.sources): its name and the uid
     # recorded when it was mirrored; "" for a job whose workload gpuqueue writes itself.
     source: str = ""

@@ -221,7 +221,10 @@ def dra_use(
             attempt = (ours or {}).get(key)
             terminating = bool(((pod or {}).get("metadata") or {}).get("deletionTimestamp"))
             if attempt is not None and not terminating and (live is None or attempt in live):
-                continue  # a live job's worker: the database's placement counts it
+                # A live job's worker: the database's placement counts it, for every sharer
+                # of a shared GPU's claim (gpuqueue.cluster.dra_sharing) too.
+                counted = False
+                break
             counted = True
             if attempt is not None and not (live is not None and attempt in live):
                 holder = attempt
@@ -245,3 +248,57 @@ def dra_use(
                 out = draining[device.node].setdefault(holder[0], {})
             out[name] = out.get(name, 0) + 1
     return DraUse(capacity=dict(capacity), external=dict(external), draining=dict(draining))
+
+
+def gate_room(
+    flavors: Collection[DeviceFlavor],
+    slices: Iterable[Mapping[str, Any]],
+    classes: Iterable[Mapping[str, Any]],
+    claims: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    counted: Collection[PodKey],
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """For the placement gate (gpuqueue.cluster.gates): per node, each DRA flavor's devices
+    less those that allocated claims hold for pods other than `counted` (gpuqueue's workers,
+    whose devices the gate counts by their annotation, gpuqueue.cluster.manifests
+    DEVICES_ANNOTATION); and of those held, the ones only terminating pods hold (room that
+    comes back by itself). A claim whose pods have all finished holds nothing."""
+    if not flavors:
+        return {}, {}
+    pod_state = {
+        (str((p.get("metadata") or {}).get("namespace", "")), str(p["metadata"]["name"])): p
+        for p in pods
+        if (p.get("metadata") or {}).get("name")
+    }
+    held: dict[tuple[str, str, str], bool] = {}  # device key -> only terminating pods hold it
+    for claim in claims:
+        results = allocated(claim)
+        keys = holders(claim) or [("", "")]
+        if not results or any(key in counted for key in keys):
+            continue
+        states = [pod_state.get(key) for key in keys]
+        unfinished = [
+            p
+            for p in states
+            if p is None or (p.get("status") or {}).get("phase") not in FINISHED_POD_PHASES
+        ]
+        if not unfinished:
+            continue
+        stopping = all(
+            p is not None and (p.get("metadata") or {}).get("deletionTimestamp") for p in unfinished
+        )
+        for key in results:
+            held[key] = stopping and held.get(key, True)
+    found = devices(slices)
+    by_class = class_selectors(classes)
+    room: dict[str, dict[str, int]] = defaultdict(dict)
+    coming: dict[str, dict[str, int]] = defaultdict(dict)
+    for flavor in flavors:
+        name = flavor.resource_name
+        for device in flavor_devices(flavor, found, by_class):
+            on = room[device.node]
+            on[name] = on.get(name, 0) + (0 if device.key in held else 1)
+            if held.get(device.key):
+                back = coming[device.node]
+                back[name] = back.get(name, 0) + 1
+    return dict(room), dict(coming)

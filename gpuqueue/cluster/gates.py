@@ -9,8 +9,9 @@ and kube-scheduler binds it there, still checking that it fits. Kueue's topology
 ungates the same way.
 
 A gang is released only when every pod of it exists and every planned node still takes it: not
-cordoned, no NoSchedule or NoExecute taint its pods do not tolerate, and room for its GPUs, CPU,
-memory and pods (what kube-scheduler would check once the gate is off); otherwise it is held,
+cordoned, no NoSchedule or NoExecute taint its pods do not tolerate, and room for its GPUs (a DRA
+flavor's devices too), CPU, memory and pods (what kube-scheduler would check once the gate is
+off); otherwise it is held,
 with a sentence saying why, for the sync to requeue it. Input is the API's JSON; no I/O here.
 """
 
@@ -30,10 +31,11 @@ from gpuqueue.cluster.inventory import (
 )
 from gpuqueue.cluster.manifests import (
     COMPLETION_INDEX_ANNOTATION,
+    DEVICES_ANNOTATION,
     PLACEMENT_ANNOTATION,
     PLACEMENT_GATE,
 )
-from gpuqueue.core.gpu_resources import is_gpu_resource
+from gpuqueue.core.gpu_resources import is_dra_resource, is_gpu_resource
 
 Obj = Mapping[str, Any]
 HOSTNAME = "kubernetes.io/hostname"
@@ -142,7 +144,27 @@ def pod_needs(pod: Obj) -> dict[str, int]:
     for container in spec.get("initContainers") or []:
         for resource, amount in requests(container).items():
             total[resource] = max(total[resource], amount)
-    return {**pod_gpus(pod), **{r: a for r, a in total.items() if a > 0}, PODS: 1}
+    return {
+        **pod_gpus(pod),
+        **dra_devices(pod),
+        **{r: a for r, a in total.items() if a > 0},
+        PODS: 1,
+    }
+
+
+def dra_devices(pod: Obj) -> dict[str, int]:
+    """The DRA devices a worker of gpuqueue's claims (DEVICES_ANNOTATION), under gpuqueue's
+    own resource names; nothing for any other pod, or one whose annotation cannot be read."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        found = json.loads(annotations.get(DEVICES_ANNOTATION) or "{}")
+        return {
+            str(name): int(count)
+            for name, count in found.items()
+            if is_dra_resource(str(name)) and int(count) > 0
+        }
+    except (AttributeError, TypeError, ValueError):
+        return {}
 
 
 def _capacity(node: Obj) -> dict[str, int]:
@@ -159,19 +181,22 @@ def free_room(
     pods: Iterable[Obj],
     terminating: dict[str, dict[str, int]] | None = None,
     released: Collection[tuple[str, str]] | None = None,
+    devices: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, dict[str, int]]:
     """{hostname: {resource: free}} for GPUs, CPU, memory and pods: allocatable less every
     unfinished pod bound there (terminating ones included: they hold theirs until gone) or
     released toward it. `released`, when given: the (namespace, name) of the pods that count
     while released and not bound yet (gpuqueue's proven ones): anyone can make a pod that
     names a node and never binds, and it holds nothing. `terminating`, when given, is filled
-    with what the terminating pods hold, by hostname: room that comes back by itself."""
+    with what the terminating pods hold, by hostname: room that comes back by itself.
+    `devices`, by node name: DRA flavors' devices that others' claims leave (dra.gate_room),
+    which gpuqueue's workers' DRA devices then come off as their GPUs do."""
     free: dict[str, dict[str, int]] = {}
     by_name: dict[str, str] = {}
     for node in nodes:
         hostname = hostname_of(node)
         by_name[node["metadata"]["name"]] = hostname
-        free[hostname] = _capacity(node)
+        free[hostname] = {**_capacity(node), **(devices or {}).get(node["metadata"]["name"], {})}
     for pod in pods:
         spec = pod.get("spec") or {}
         phase = (pod.get("status") or {}).get("phase")
@@ -190,7 +215,9 @@ def free_room(
             continue
         stopping = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
         for resource, amount in pod_needs(pod).items():
-            if resource not in free[hostname] and not is_gpu_resource(resource):
+            if resource not in free[hostname] and not (
+                is_gpu_resource(resource) or is_dra_resource(resource)
+            ):
                 continue  # not listed by the node: not checked
             free[hostname][resource] = free[hostname].get(resource, 0) - amount
             if stopping and terminating is not None:
@@ -238,7 +265,7 @@ def _refusal(node: Obj | None, hostname: str, pod: Obj) -> str:
 
 def _gpus_first(item: tuple[tuple[str, str], int]) -> tuple[str, bool, str]:
     (hostname, resource), _ = item
-    return hostname, not is_gpu_resource(resource), resource
+    return hostname, not (is_gpu_resource(resource) or is_dra_resource(resource)), resource
 
 
 def _amount(resource: str, amount: int) -> str:
@@ -256,10 +283,12 @@ def releases(
     gangs: Mapping[tuple[int, int], Sequence[Obj]],
     pods: Iterable[Obj],
     nodes: Iterable[Obj],
+    devices: tuple[Mapping[str, Mapping[str, int]], Mapping[str, Mapping[str, int]]] = ({}, {}),
 ) -> tuple[list[Release], dict[tuple[int, int], str]]:
     """(pods to release, {attempt: why its gang is held}). `jobs` and `gangs`: the Jobs and
     pods gpuqueue proved it made, by attempt (gpuqueue.cluster.proof.sort_out); `pods`: every
-    pod, whoever made it, for the room.
+    pod, whoever made it, for the room; `devices`: DRA flavors' devices by node name, those
+    others' claims leave and those of them coming back (dra.gate_room).
 
     1. Room on every node, as `free_room` counts it: every pod bound there holds what it
        holds, a pod gpuqueue cannot prove it made too (it can never free room); a pod not
@@ -281,7 +310,11 @@ def releases(
         for gang in gangs.values()
         for pod in gang
     }
-    room = free_room(nodes, pods, terminating, proven)  # 1.
+    room = free_room(nodes, pods, terminating, proven, devices[0])  # 1.
+    for node in nodes:
+        for resource, count in devices[1].get(node["metadata"]["name"], {}).items():
+            coming = terminating.setdefault(hostname_of(node), {})
+            coming[resource] = coming.get(resource, 0) + count
     gated: dict[tuple[int, int], list[Obj]] = defaultdict(list)  # 2.
     existing: dict[tuple[int, int], int] = defaultdict(int)
     for key, gang in gangs.items():
@@ -311,7 +344,11 @@ def releases(
                 break
             targets.append((pod, hostname))
             for resource, count in pod_needs(pod).items():
-                if is_gpu_resource(resource) or resource in room.get(hostname, {}):
+                if (
+                    is_gpu_resource(resource)
+                    or is_dra_resource(resource)
+                    or resource in room.get(hostname, {})
+                ):
                     need[(hostname, resource)] += count
         if key in held:
             continue
@@ -329,7 +366,7 @@ def releases(
             hostname, resource, count, free = short[0]
             if hostname not in room:
                 held[key] = f"planned node {hostname} is gone"
-            elif is_gpu_resource(resource):
+            elif is_gpu_resource(resource) or is_dra_resource(resource):
                 held[key] = (
                     f"planned node {hostname} has {max(free, 0)} {resource} free"
                     f" for {count} (taken by pods that started since the plan)"

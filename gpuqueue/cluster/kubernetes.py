@@ -28,6 +28,7 @@ from typing import Any
 from django.utils import timezone
 from kubernetes import client
 
+from gpuqueue.cluster import k8s_shared_claims as shared_claims
 from gpuqueue.cluster import manifests as mf
 from gpuqueue.cluster import proof, sources
 from gpuqueue.cluster.base import (
@@ -43,8 +44,8 @@ from gpuqueue.cluster.base import (
     WorkerLog,
     WorkloadStatus,
 )
-from gpuqueue.cluster.dra import DeviceFlavor, dra_use
-from gpuqueue.cluster.gates import Release, is_gated, releases
+from gpuqueue.cluster.dra import DeviceFlavor, dra_use, gate_room
+from gpuqueue.cluster.gates import Release, dra_devices, is_gated, releases
 from gpuqueue.cluster.inventory import inventory, not_ready_since, with_dra
 from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound, load_configuration
 from gpuqueue.cluster.k8s_watch import Store, run_watcher, without_managed_fields
@@ -344,6 +345,22 @@ class KubernetesBackend(ClusterBackend):
                 log.info("the cluster serves PodGroups: each gang carries one")
         return self._pod_groups
 
+    def _device_room(
+        self, pods: list[Obj], ours: Ours
+    ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+        """DRA flavors' devices by node for the placement gate: those others' claims leave, and
+        of those held, the ones coming back (dra.gate_room). gpuqueue's workers that carry
+        their devices (gates.dra_devices) are counted by the gate itself."""
+        flavors = self.dra_flavors()
+        if not flavors:
+            return {}, {}
+        by_key = {
+            (str(p["metadata"].get("namespace", "")), str(p["metadata"]["name"])): p for p in pods
+        }
+        counted = {key for key in ours.pod_keys if key in by_key and dra_devices(by_key[key])}
+        slices, classes, claims = self._list_dra()
+        return gate_room(flavors, slices, classes, claims, pods, counted)
+
     def _list_dra(self) -> tuple[list[Obj], list[Obj], list[Obj]]:
         """ResourceSlices, DeviceClasses and ResourceClaims (resource.k8s.io/v1), listed only
         while a flavor is DRA's. A cluster that does not serve the API offers no devices."""
@@ -474,7 +491,7 @@ class KubernetesBackend(ClusterBackend):
             nodes, pods, ours = self._observed
         else:
             return 0
-        out, self._held = releases(ours.jobs, ours.pods, pods, nodes)
+        out, self._held = releases(ours.jobs, ours.pods, pods, nodes, self._device_room(pods, ours))
         for why in self._held.values():
             log.info("gang held back: %s", why)
 
@@ -633,7 +650,7 @@ class KubernetesBackend(ClusterBackend):
                     lambda obj: proof.is_our_pod_group(obj, key, record, secret_uid),
                 )
             )
-        if spec.device_class:
+        if spec.device_class and not spec.shared_claim:
             steps.append(
                 (
                     "resourceclaimtemplate",
@@ -654,6 +671,9 @@ class KubernetesBackend(ClusterBackend):
         )
         made: dict[str, str] = {}
         try:
+            if spec.device_class and spec.shared_claim:
+                # A fraction of a shared DRA GPU: the claim its GPU's sharers share.
+                made["resourceclaim"] = _uid(shared_claims.join(self, spec, owner))
             for kind, create, read, body, ours in steps:
                 try:
                     obj = self._create(kind, create, spec.namespace, body)
@@ -1074,6 +1094,10 @@ class KubernetesBackend(ClusterBackend):
                     namespace,
                     template_name,
                 )
+            if self.dra_flavors():
+                # The shared claims of a fraction's GPU: off them, and the last one out
+                # deletes it.
+                shared_claims.leave(self, namespace, secret_uid)
         if secret is not None:
             self._delete(
                 "secret", self.core.delete_namespaced_secret, namespace, secret_name, _uid(secret)

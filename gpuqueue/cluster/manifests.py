@@ -141,6 +141,9 @@ def claim_template_name(job_id: int, attempt: int) -> str:
 
 # The name of a DRA flavor's claim in each worker's pod and of its one device request.
 DEVICE_CLAIM = "gpus"
+# On a DRA worker's pod: {resource: devices} its claim asks (gpuqueue's own resource name), for
+# the placement gate to count before it releases a gang (a claim's count is in its template).
+DEVICES_ANNOTATION = "gpuqueue.dev/devices"
 
 
 def owner_labels(spec: LaunchSpec) -> dict[str, str]:
@@ -282,6 +285,14 @@ def claim_template_manifest(
     }
 
 
+def _devices_annotation(spec: LaunchSpec) -> dict[str, str]:
+    """A DRA worker's devices, from its claim template, for the placement gate; none for a
+    fraction's worker (its GPU's claim is shared: counted once, as allocated) or another."""
+    if not spec.device_class or spec.shared_claim:
+        return {}
+    return {DEVICES_ANNOTATION: json.dumps({spec.resource_name: spec.resource_per_worker})}
+
+
 def pod_group_manifest(spec: LaunchSpec, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The gang's PodGroup: kube-scheduler admits its pods only when all `workers` of them can
     be placed at once (gang policy, minCount = workers), so a pod released alone, by hand or by
@@ -385,12 +396,14 @@ def job_manifest(
     if options.pod_group:
         pod_spec["schedulingGroup"] = {"podGroupName": name}
     if spec.device_class:
-        pod_spec["resourceClaims"] = [
-            {
-                "name": DEVICE_CLAIM,
-                "resourceClaimTemplateName": claim_template_name(spec.job_id, spec.attempt),
-            }
-        ]
+        # A fraction's worker names its GPU's shared claim; others get a claim each from the
+        # attempt's template.
+        source = (
+            {"resourceClaimName": spec.shared_claim}
+            if spec.shared_claim
+            else {"resourceClaimTemplateName": claim_template_name(spec.job_id, spec.attempt)}
+        )
+        pod_spec["resourceClaims"] = [{"name": DEVICE_CLAIM, **source}]
         pod_spec["containers"][0]["resources"]["claims"] = [{"name": DEVICE_CLAIM}]
     if has_service(spec):
         pod_spec["subdomain"] = name  # the headless Service's: `<job>-<index>.<job>` resolves
@@ -433,6 +446,7 @@ def job_manifest(
                     **(spec.fabric.annotations or {}),  # the admin's over the job's
                     **NO_DISRUPTION_ANNOTATIONS,
                     PLACEMENT_ANNOTATION: json.dumps(slots, separators=(",", ":")),
+                    **_devices_annotation(spec),
                 },
             },
             "spec": pod_spec,

@@ -20,6 +20,7 @@ from typing import Any, Final
 from gpuqueue.cluster.manifests import (
     CHECKPOINT_ANNOTATION,
     COMPLETION_INDEX_ANNOTATION,
+    DEVICES_ANNOTATION,
     LABEL_ATTEMPT,
     LABEL_INSTANCE,
     LABEL_JOB_ID,
@@ -61,6 +62,7 @@ POD: Shape = {
         "annotations": {
             COMPLETION_INDEX_ANNOTATION: ALL,
             PLACEMENT_ANNOTATION: ALL,
+            DEVICES_ANNOTATION: ALL,
             CHECKPOINT_ANNOTATION: ALL,
         },
         "creationTimestamp": ALL,

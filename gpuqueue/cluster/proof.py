@@ -26,6 +26,10 @@ namespace, a random nonce, and the uids the API gave the attempt's Secret and Jo
 5. Jobs labelled as this install's that no record proves are `unproven`: they never make a
    status, never count as a live job's, and are never deleted as orphans (a database restored
    from a backup has no record of what was launched after the backup).
+6. The ResourceClaim that the sharers of one GPU of a shared DRA flavor name
+   (gpuqueue.cluster.dra_sharing) serves several attempts: it is proven by its namespace, its
+   name and an HMAC over both (keyed as above), and belongs to an attempt only while that
+   attempt's Secret is one of its owners.
 
 No I/O, no Django: the input is the API's JSON and the records.
 """
@@ -81,6 +85,13 @@ def attempt_proof(
     key: bytes, namespace: str, job_id: int, attempt: int, instance: str, nonce: str
 ) -> str:
     message = "\n".join((namespace, str(job_id), str(attempt), instance, nonce))
+    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+
+
+def shared_claim_proof(key: bytes, namespace: str, name: str, instance: str) -> str:
+    """The HMAC of a shared GPU's ResourceClaim (gpuqueue.cluster.dra_sharing): it serves many
+    attempts, so it is bound to its namespace and name rather than to one attempt."""
+    message = "\n".join(("shared GPU claim", namespace, name, instance))
     return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
 
 
@@ -171,6 +182,14 @@ def is_our_claim_template(template: Obj, key: Key, record: Record, secret_uid: s
         and carries(template, record.proof)
         and owned_by(template, "Secret", uid=secret_uid)
     )
+
+
+def is_our_shared_claim(claim: Obj, namespace: str, name: str, proof: str) -> bool:
+    """A shared GPU's ResourceClaim (6.): in its namespace, under its name, with the HMAC
+    bound to both. Only such a claim is joined by a launch, or left or deleted by a stop: one
+    a tenant made under that name could ask any device, with any configuration."""
+    meta = _meta(claim)
+    return meta.get("namespace") == namespace and meta.get("name") == name and carries(claim, proof)
 
 
 def is_worker(pod: Obj, key: Key, namespace: str, job_uid: str) -> bool:

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from gpuqueue.cluster.base import ClusterError
-from gpuqueue.cluster.proof import Key, Record, attempt_proof, install_key
+from gpuqueue.cluster.proof import Key, Record, attempt_proof, install_key, shared_claim_proof
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Install, JobSource, WorkloadRecord
 
@@ -25,6 +25,11 @@ def proof_of(record: WorkloadRecord, instance: str) -> str:
     return attempt_proof(
         key, record.namespace, record.job_id, record.attempt, instance, record.nonce
     )
+
+
+def shared_claim_proof_of(namespace: str, name: str, instance: str) -> str:
+    """The HMAC a shared GPU's ResourceClaim carries (gpuqueue.cluster.dra_sharing)."""
+    return shared_claim_proof(install_key(settings.SECRET_KEY, instance), namespace, name, instance)
 
 
 def recorded(job_ids: Collection[int], instance: str) -> dict[Key, Record]:

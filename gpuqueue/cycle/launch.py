@@ -5,18 +5,19 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Sequence
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from gpuqueue.cluster import get_backend
+from gpuqueue.cluster import dra_sharing, get_backend
 from gpuqueue.cluster.base import ClusterBackend, ClusterError, Launched, LaunchSpec, Squatted
 from gpuqueue.cluster.records import proof_of
 from gpuqueue.core import fabric
 from gpuqueue.core.locks import shared_session_lock
 from gpuqueue.core.states import JobState
-from gpuqueue.models import Job, JobSource, WorkloadRecord
+from gpuqueue.models import Flavor, Job, JobSource, WorkloadRecord
 from gpuqueue.services.jobs import pod_spec
 from gpuqueue.services.jobs.start_failures import requeue_after_start_failure
 from gpuqueue.services.jobs.transitions import transition
@@ -129,9 +130,23 @@ def launch_spec(
         gpu_models=tuple(job.gpu_models),
         device_class=flavor.device_class,
         device_selector=flavor.device_selector,
+        **_shared_claim(job, flavor),
         source=source.name if source is not None else "",
         source_uid=source.uid if source is not None else "",
     )
+
+
+def _shared_claim(job: Job, flavor: Flavor) -> dict[str, Any]:
+    """A fraction of a shared DRA flavor's GPU: the claim of the GPU it was packed on (its one
+    worker's [node, GPU index]), and how the flavor shares it (gpuqueue.cluster.dra_sharing)."""
+    if not (flavor.device_class and flavor.shareable and job.gpu_milli and job.gpu_devices):
+        return {}
+    node, index = str(job.gpu_devices[0][0]), int(job.gpu_devices[0][1])
+    return {
+        "shared_claim": dra_sharing.claim_name(flavor.name, node, index),
+        "shared_gpu": (node, index),
+        "sharing_strategy": flavor.sharing_strategy,
+    }
 
 
 def still_allowed(jobs: list[Job]) -> list[Job]:

@@ -116,6 +116,7 @@ class Names:
     per_gpu: dict[int, tuple[int, int]] = field(default_factory=dict)  # CPU, memory MiB
     shared: frozenset[str] = frozenset()
     topologies: dict[str, tuple[str, ...]] = field(default_factory=dict)  # flavor -> levels
+    team_gpu: frozenset[str] = frozenset()  # shared DRA flavors: one team per GPU
 
 
 def _load_world() -> tuple[tuple[m.Node, ...], tuple[m.Team, ...], Names]:
@@ -128,6 +129,7 @@ def _load_world() -> tuple[tuple[m.Node, ...], tuple[m.Team, ...], Names]:
         {f.pk: (f.cpu_millicores_per_gpu, f.memory_mib_per_gpu) for f in flavors},
         frozenset(f.name for f in flavors if f.shareable),
         {f.name: tuple(f.topology_levels) for f in flavors if f.topology_levels},
+        frozenset(f.name for f in flavors if f.shareable and f.device_class),
     )
     return load_nodes(flavors), load_teams(teams), names
 
@@ -176,6 +178,7 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
         running=tuple(running),
         pending=tuple(pending),
         shared_flavors=names.shared,
+        team_gpu_flavors=names.team_gpu,
         topologies=names.topologies,
     )
 

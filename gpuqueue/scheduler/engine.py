@@ -114,6 +114,7 @@ class Cycle:
         fractional: list[RunningJob] = []
         if snapshot.shared_flavors:
             self.ledger.share(snapshot.shared_flavors)
+            self.ledger.bind_teams(snapshot.team_gpu_flavors)
             flavors = self.ledger.flavors
             whole_list: list[RunningJob] = []
             for job in snapshot.running:

@@ -112,6 +112,7 @@ class FlavorLedger:
         "capacity",
         "changed",
         "free",
+        "gpu_team",
         "held",
         "incoming",
         "max_node",
@@ -164,6 +165,9 @@ class FlavorLedger:
         # On a shared flavor, node -> GPU index -> thousandths used, for each GPU that
         # fractional work opened (shared_gpus.py); such a GPU is out of `free`. None: not shared.
         self.shared: dict[str, dict[int, int]] | None = None
+        # On a shared flavor whose GPUs serve one team each (Snapshot.team_gpu_flavors), the
+        # team that opened each GPU, (node, index) -> team; None: any team may share one.
+        self.gpu_team: dict[tuple[str, int], str] | None = None
         # Nodes whose free GPUs or room changed, in order, for whoever keeps counts of its
         # own node by node (topology.py reads from where it last stopped); None: nobody does.
         self.changed: list[str] | None = None
@@ -787,6 +791,14 @@ class Ledger:
             if fl is not None:
                 fl.shared = {}
 
+    def bind_teams(self, flavors: Iterable[str]) -> None:
+        """Let each GPU of these shared flavors serve the team that opened it only (setup,
+        after `share`)."""
+        for flavor in flavors:
+            fl = self.flavors.get(flavor)
+            if fl is not None and fl.shared is not None:
+                fl.gpu_team = {}
+
     def hold_shared(self, jobs: Iterable[RunningJob]) -> dict[tuple[str, str], int]:
         """Count the running fractional jobs of shared flavors (setup, after `hold_running`):
         their thousandths on each GPU of their `devices`, one whole GPU out of `free` for each
@@ -803,6 +815,8 @@ class Ledger:
                 gpus = fl.shared.setdefault(node, {})
                 if index not in gpus:
                     gpus[index] = 0
+                    if fl.gpu_team is not None:
+                        fl.gpu_team[(node, index)] = job.team
                     on_nodes = opened.setdefault(job.flavor, {})
                     on_nodes[node] = on_nodes.get(node, 0) + 1
                 gpus[index] += job.gpu_milli
@@ -848,6 +862,8 @@ class Ledger:
             if on_gpu is None:
                 self._set_free(fl, node, fl.free[node] - 1)
                 on_gpu = 0
+                if fl.gpu_team is not None:
+                    self._set_team(fl.gpu_team, (node, index), team)
             self._set_gpu(fl, node, index, on_gpu + milli)
         for group in self.chains.get(team, (team,)):
             self._add(self.used_milli, (group, flavor), workers * milli)
@@ -881,6 +897,19 @@ class Ledger:
             self._add(self.used_milli, (group, flavor), workers * milli)
             if not preemptible:
                 self._add(self.nonpreemptible_milli, (group, flavor), workers * milli)
+
+    def _set_team(self, teams: dict[tuple[str, int], str], gpu: tuple[str, int], team: str) -> None:
+        old = teams.get(gpu)
+        teams[gpu] = team
+        if self._depth:
+
+            def undo() -> None:
+                if old is None:
+                    teams.pop(gpu, None)
+                else:
+                    teams[gpu] = old
+
+            self._undo.append(undo)
 
     def _set_gpu(self, fl: FlavorLedger, node: str, index: int, milli: int) -> None:
         """Set the thousandths used on one GPU of a shared flavor."""

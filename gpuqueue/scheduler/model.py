@@ -301,6 +301,9 @@ class Snapshot:
     share_balance: Mapping[tuple[str, str], float] | None = None
     # Flavors whose GPUs fractional jobs may share; a fractional job of another never fits.
     shared_flavors: frozenset[str] = frozenset()
+    # Of those, the flavors whose GPUs each serve one team: a DRA flavor's sharers of a device
+    # share one ResourceClaim, which lives in one namespace (gpuqueue/cluster/dra_sharing.py).
+    team_gpu_flavors: frozenset[str] = frozenset()
     # Flavor -> its topology levels, node label keys outermost first (a block, a rack, an
     # NVLink domain, kubernetes.io/hostname), as Kueue's Topology lists them (topology.py).
     topologies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -142,10 +142,13 @@ class Special:
                 before = frag(count, used, c, m, model)
                 return frag(count_after, used_after, c - cpu, m - memory, model) - before
 
+        shared = fl.shared or {}
+        if fl.gpu_team is not None and job.gpu_milli:
+            shared = _as_seen_by(job.team, shared, fl.gpu_team)
         return place_workers(
             self.nodes(fl, job.gpu_models),
             fl.free,
-            fl.shared or {},
+            shared,
             job.workers,
             job.gpus_per_worker,
             job.gpu_milli,
@@ -238,6 +241,8 @@ class Special:
         free whole GPUs of its nodes, and the most thousandths free on one of their GPUs."""
         nodes = self.nodes(fl, job.gpu_models)
         shared = fl.shared or {}
+        if fl.gpu_team is not None and job.gpu_milli:
+            shared = _as_seen_by(job.team, shared, fl.gpu_team)
         cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
         fit = free = 0
         for node in nodes:
@@ -252,3 +257,17 @@ class Special:
                 here = min(here, cap(node))
             fit += here
         return fit, free, most_room(nodes, fl.free, shared)
+
+
+def _as_seen_by(
+    team: str, shared: Mapping[str, Mapping[int, int]], teams: Mapping[tuple[str, int], str]
+) -> dict[str, dict[int, int]]:
+    """The opened GPUs as `team` may use them: another team's are full (still opened, so
+    that a GPU opened next takes another index)."""
+    return {
+        node: {
+            index: on_gpu if teams.get((node, index), team) == team else FULL
+            for index, on_gpu in gpus.items()
+        }
+        for node, gpus in shared.items()
+    }

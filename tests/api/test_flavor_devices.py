@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuqueue.models import Flavor
+from gpuqueue.models import Flavor, Node
 from teams.models import AuditEntry
 
 H200 = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H200'"
@@ -43,9 +43,14 @@ def test_a_site_admin_makes_a_dra_flavor_and_its_resource_name_is_gpuqueues(api:
         ),
         ({"device_class": "GPU Class"}, "device_class", "A DeviceClass name"),
         (
-            {"device_class": "gpu.nvidia.com", "shareable": True, "slices_per_gpu": 4},
-            "shareable",
-            "whole devices",
+            {
+                "device_class": "gpu.nvidia.com",
+                "shareable": True,
+                "slices_per_gpu": 4,
+                "sharing_strategy": "Spatial",
+            },
+            "sharing_strategy",
+            "not a valid choice",
         ),
         (
             {"resource_name": "nvidia.com/gpu", "device_selector": H200},
@@ -72,3 +77,30 @@ def test_whether_a_flavor_is_dra_cannot_change_under_its_active_jobs(api: Any, s
     )
     assert response.status_code == 409, response.content
     assert Flavor.objects.get(name="h100").resource_name == "nvidia.com/gpu"
+
+
+def test_a_shared_dra_flavor_takes_fractions_each_of_one_worker(api: Any, job_body: Any) -> None:
+    """A site admin shares a DRA flavor's devices by MPS; a fraction of one of its GPUs is
+    one worker's (every pod of a Job has the same claims: two workers could not each name
+    their own device's)."""
+    body = {
+        "name": "h200-shared",
+        "device_class": "gpu.nvidia.com",
+        "shareable": True,
+        "slices_per_gpu": 4,
+        "sharing_strategy": "MPS",
+    }
+    response = api("root").post("/api/v1/flavors/", body, format="json")
+    assert response.status_code == 201, response.content
+    flavor = Flavor.objects.get(name="h200-shared")
+    assert (flavor.resource_name, flavor.sharing_strategy) == (
+        "dra.gpuqueue.dev/h200-shared",
+        "MPS",
+    )
+    fraction = {**job_body, "flavor": "h200-shared", "gpu_milli": 250}
+    two = api("alice").post("/api/v1/jobs/", {**fraction, "workers": 2}, format="json")
+    assert two.status_code == 400, two.content
+    assert "leave workers at 1" in str(two.json()["error"]["fields"]["workers"])
+    Node.objects.create(name="dra-0", capacity={flavor.resource_name: 4})  # 4 devices
+    one = api("alice").post("/api/v1/jobs/", fraction, format="json")
+    assert one.status_code == 201, one.content

@@ -176,6 +176,13 @@ def test_rbac_writes_only_what_the_backend_needs_in_team_namespaces() -> None:
         ("resource.k8s.io", "resourceclaimtemplates", "create"),
         ("resource.k8s.io", "resourceclaimtemplates", "delete"),
         ("resource.k8s.io", "resourceclaimtemplates", "get"),
+        # The claim the sharers of a shared DRA GPU share: made, joined and left (update of
+        # its owners), listed by a stop, deleted by its last sharer, only with its proof.
+        ("resource.k8s.io", "resourceclaims", "create"),
+        ("resource.k8s.io", "resourceclaims", "delete"),
+        ("resource.k8s.io", "resourceclaims", "get"),
+        ("resource.k8s.io", "resourceclaims", "list"),
+        ("resource.k8s.io", "resourceclaims", "update"),
         ("scheduling.k8s.io", "podgroups", "create"),
         ("scheduling.k8s.io", "podgroups", "get"),
         ("", "pods", "patch"),

@@ -129,6 +129,21 @@ def test_claims_of_others_hold_devices_and_a_live_workers_are_the_databases() ->
     assert use.draining == {"n1": {7: {H200.resource_name: 1}}}
 
 
+def test_a_shared_claim_one_live_worker_still_uses_is_the_databases() -> None:
+    """A shared GPU's claim reserved for a stopped sharer's terminating pod and a live job's
+    running one: the live job's placement counts the GPU (not draining besides)."""
+    shared = claim("n1", "gpu-0", "live", namespace="team-a")
+    shared["status"]["reservedFor"].insert(0, {"resource": "pods", "name": "stopped", "uid": "s"})
+    pods = [pod("live", "team-a"), pod("stopped", "team-a", deleting=True)]
+    ours = {("team-a", "live"): (8, 1), ("team-a", "stopped"): (9, 1)}
+    use = dra_use([H200], SLICES, [GPU_CLASS], [shared], pods, live={(8, 1)}, ours=ours)
+    assert (use.external, use.draining) == ({}, {})
+    # Once the live one is gone, the device drains back to the stopped job's.
+    shared["status"]["reservedFor"].pop()
+    alone = dra_use([H200], SLICES, [GPU_CLASS], [shared], pods[1:], live=set(), ours=ours)
+    assert alone.draining == {"n1": {9: {H200.resource_name: 1}}}
+
+
 def test_a_claim_with_gpuqueues_labels_but_no_proof_is_anothers() -> None:
     """Labels are hints: a pod that no proven Job owns is not in `ours`."""
     use = dra_use(

@@ -390,3 +390,19 @@ def test_under_deploys_rbac_and_policy_gpuqueue_makes_claims_and_nobody_else_doe
         lambda: client.ResourceV1Api(kube.api).create_namespaced_resource_claim(GUARDED, theirs),
         says="ResourceClaim",
     )
+
+
+def test_a_gang_whose_devices_another_claim_took_since_the_plan_is_not_released(
+    kube: Kube, submit: Any, dra: Any
+) -> None:
+    """The plan puts a worker of 4 H200 on each node; before the gate releases the gang,
+    someone's claim takes a GPU of dra-0. The gate counts DRA devices: the gang is held with
+    the numbers rather than released onto a node whose devices cannot all be allocated."""
+    gang = submit(flavor=dra.h200, workers=2, gpus_per_worker=4, annotations=LONG)
+    assert run_cycle(backend=kube.backend).admitted == [gang.pk]
+    kube.wait(lambda: len(pods_of(kube, gang)) == 2)
+    others_pod_with_claim(kube, "dra-0", 1)
+    kube.sync_until(lambda: "free for 4" in (Job.objects.get(pk=gang.pk).message or ""))
+    message = Job.objects.get(pk=gang.pk).message
+    assert "planned node dra-0 has 3 dra.gpuqueue.dev/h200 free for 4" in message
+    assert all(p["spec"].get("schedulingGates") for p in pods_of(kube, gang))

@@ -64,7 +64,8 @@ def share_errors(job: Mapping[str, Any], flavor: Flavor) -> tuple[dict[str, Any]
 
     1. GPU memory asks the smallest whole number of slices that holds it; the flavor must be
        shared and know its GPUs' memory, and the job ask no fraction besides.
-    2. A fraction needs a shared flavor, one GPU per worker, and whole slices.
+    2. A fraction needs a shared flavor, one GPU per worker, and whole slices; on a DRA
+       flavor, one worker.
     """
     milli = int(job.get("gpu_milli") or 0)
     memory = job.get("gpu_memory_mib")
@@ -98,6 +99,13 @@ def share_errors(job: Mapping[str, Any], flavor: Flavor) -> tuple[dict[str, Any]
     if int(job.get("gpus_per_worker") or 1) != 1:
         errors["gpus_per_worker"] = [
             "A worker that asks a fraction of a GPU takes one GPU: leave gpus_per_worker at 1."
+        ]
+    if flavor.device_class and int(job.get("workers") or 1) != 1:
+        # A pod template is every worker's: the Job's pods could not each name their own
+        # device's shared claim (gpuqueue/cluster/dra_sharing.py).
+        errors["workers"] = [
+            f"A fraction of a {flavor.name} GPU (a DRA device shared through one claim) is "
+            "asked by one worker: leave workers at 1."
         ]
     if milli != milli_of_slices(flavor.slices_for(milli), slices):
         errors["gpu_milli"] = [

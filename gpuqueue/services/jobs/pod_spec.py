@@ -179,8 +179,9 @@ def worker_requests(
 def resource_per_worker(job: Any, flavor: Flavor) -> int:
     """How much of the flavor's resource a worker's pod asks: its GPUs, or on a shared flavor
     (whose resource counts slices) its slices: those of its fraction, or every slice of each
-    whole GPU, so that the kube-scheduler counts what gpuqueue counts."""
-    if not (flavor.shareable and flavor.slices_per_gpu):
+    whole GPU, so that the kube-scheduler counts what gpuqueue counts. A DRA flavor's count
+    devices, shared or not: a fraction's worker gets its one device from a shared claim."""
+    if not flavor.counts_slices:
         return int(job.gpus_per_worker)
     if job.gpu_milli:
         return flavor.slices_for(job.gpu_milli)
