@@ -136,14 +136,10 @@ class RunningJob:
         object.__setattr__(self, "gpus", workers * self.gpus_per_worker)
 
 
-# Shortest predicted first inside a team, per GPU, with aging (ordering.py, rule 5): a job of G
-# GPUs expected to run R seconds takes its turn as if submitted RUNTIME_AGING x R / G later
-# (Smith's rule, each job weighted by its GPUs). Short jobs pass long ones of their size, but
-# only those submitted less than that before them, so a long job is never passed forever; the
-# starvation guard (rule 1) still goes by the real submission. 0: first come, first served.
-# Per GPU because predictions are honest per shape (prediction.py): by R alone a 4 x 8 gang
-# predicted a day goes behind every one-GPU task its team submits that day (docs/benchmarks.md,
-# "Rule 5 and the predictions").
+# Shortest predicted first inside a team, with aging (ordering.py, rule 5): a job expected to run
+# R seconds takes its turn as if submitted RUNTIME_AGING x R later. Short jobs pass long ones,
+# but only those submitted less than that before them, so a long job is never passed forever;
+# the starvation guard (rule 1) still goes by the real submission. 0: first come, first served.
 RUNTIME_AGING = 1.0
 # The runtime a job with none known (no declared or predicted one) takes its turn with: an
 # hour, a common default of batch schedulers. Not zero, or leaving the runtime out would jump
@@ -177,8 +173,8 @@ class PendingJob:
     # the verdict for this kind for every pending job (engine.Cycle._consider).
     kind: Kind = field(init=False, repr=False, compare=False)
     # Its place among one user's jobs, best first: higher priority, earlier turn (its submission
-    # plus RUNTIME_AGING x its expected runtime per GPU), smaller id (ordering.py, rules 3, 5
-    # and 6), made once: a plan sorts every queue by it.
+    # plus RUNTIME_AGING x its expected runtime), smaller id (ordering.py, rules 3, 5 and 6),
+    # made once: a plan sorts every queue by it.
     rank: tuple[int, float, int] = field(init=False, repr=False, compare=False)
     # 0: whole GPUs (gpus_per_worker of them); 1..999: each worker takes that many thousandths
     # of one GPU of a shared flavor (Snapshot.shared_flavors), and gpus_per_worker is 1.
@@ -200,7 +196,7 @@ class PendingJob:
         runtime = self.expected_runtime if self.expected_runtime is not None else self.max_runtime
         if runtime is None:
             runtime = UNKNOWN_RUNTIME
-        turn = self.submitted_at + RUNTIME_AGING * runtime / max(self.gpus, 1)
+        turn = self.submitted_at + RUNTIME_AGING * runtime
         object.__setattr__(self, "rank", (-self.priority, turn, self.id))
         object.__setattr__(
             self,

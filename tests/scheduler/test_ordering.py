@@ -125,24 +125,3 @@ def test_a_job_that_can_never_start_does_not_starve_even_where_it_fits_the_room(
         pending(10, "a", gpus=8, submitted=NOW - 3 * HOUR),
         share=8,
     ) == [10]
-
-
-def test_rule_5_orders_a_team_by_predicted_runtime_per_gpu() -> None:
-    """A team's 8-GPU job predicted 8 h and its one-GPU job predicted 2 h, submitted together,
-    with one free node: by runtime alone the one-GPU job goes first and leaves the gang 7 GPUs;
-    per GPU (1 h against 2 h) the gang goes first. Among jobs of one size the shorter still
-    goes first, and aging still bounds how long a job is passed."""
-    gang = pending(1, "a", gpus=8, expected_runtime=8 * HOUR)
-    task = pending(2, "a", expected_runtime=2 * HOUR)
-    snapshot = Snapshot(
-        now=NOW,
-        nodes=nodes(1, h100=8),
-        teams=(team("a", guarantee=8),),
-        running=(),
-        pending=(gang, task),
-    )
-    assert [a.job_id for a in plan(snapshot).admissions] == [1]
-    short = pending(3, "a", expected_runtime=HOUR)
-    assert short.rank < task.rank  # one GPU each: the shorter first
-    old = pending(4, "a", submitted=NOW - 3 * HOUR, expected_runtime=2 * HOUR)
-    assert old.rank < short.rank  # submitted more than the difference earlier: not passed
