@@ -129,7 +129,7 @@ def release_level(gpus_per_worker: int, node_gpus: int) -> float:
     median for a job that fills its node; the 92nd percentile for a one-GPU job on an 8-GPU
     node. Read at the median, a node of one-GPU jobs seems to free hours before it does, and a
     reservation picks it over a node of one whole-node job: on 10 % Philly samples at 80 %
-    load the guarantee violations were 14 % higher (docs/benchmarks.md)."""
+    load the guarantee violations were 24 % higher (docs/benchmarks.md)."""
     if node_gpus <= 0 or gpus_per_worker >= node_gpus:
         return MEDIAN
     return MEDIAN ** (max(gpus_per_worker, 1) / node_gpus)
