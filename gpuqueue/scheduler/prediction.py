@@ -132,7 +132,7 @@ def release_level(gpus_per_worker: int, node_gpus: int) -> float:
     load the guarantee violations were 24 % higher (docs/benchmarks.md)."""
     if node_gpus <= 0 or gpus_per_worker >= node_gpus:
         return MEDIAN
-    return MEDIAN ** (max(gpus_per_worker, 1) / node_gpus)
+    return float(MEDIAN ** (max(gpus_per_worker, 1) / node_gpus))
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
