@@ -78,7 +78,9 @@ def team_key(in_use: int, fair_share: int, weight: float, team: str, flavor: str
 # Rule 4. Then the user with the fewest GPUs of the flavor in use, so that one user cannot take
 #         the team's whole share by submitting first.
 # Rule 5. Then the earlier turn: the submission, plus model.RUNTIME_AGING x the expected runtime
-#         (or the max runtime): shortest predicted first, with aging.
+#         (or the max runtime): shortest predicted first, with aging. The turn is
+#         `PendingJob.rank`, made with the job, and every sort of a queue reads it: a change to
+#         this rule belongs there, not in job_key (which orders only users' heads).
 # Rule 6. Then the smaller job id, so that the order is total.
 def job_key(job: PendingJob, user_in_use: int) -> JobKey:
     return (-job.priority, user_in_use, job.rank[1], job.id)

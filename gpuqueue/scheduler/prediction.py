@@ -121,6 +121,20 @@ def size(workers: int, gpus_per_worker: int) -> str:
     return "workers"
 
 
+def release_level(gpus_per_worker: int, node_gpus: int) -> float:
+    """The quantile at which to read a running job's remaining runtime for when its GPUs come
+    back, as reservations read it (starvation.py): a node frees when the last of its jobs ends,
+    and a job holding g of a node's G GPUs shares it with about G / g jobs like it, so the
+    node's median end is each one's MEDIAN ** (g / G) quantile (independent runtimes). The
+    median for a job that fills its node; the 92nd percentile for a one-GPU job on an 8-GPU
+    node. Read at the median, a node of one-GPU jobs seems to free hours before it does, and a
+    reservation picks it over a node of one whole-node job: on 10 % Philly samples at 80 %
+    load the guarantee violations were 24 % higher (docs/benchmarks.md)."""
+    if node_gpus <= 0 or gpus_per_worker >= node_gpus:
+        return MEDIAN
+    return float(MEDIAN ** (max(gpus_per_worker, 1) / node_gpus))
+
+
 def _quantile(values: Sequence[float], q: float) -> float:
     n = len(values)
     if n == 1:

@@ -41,10 +41,12 @@ class ReplayRuntimes:
         self.history = history or RuntimeHistory()
         # (predicted end, job id, epoch) of running jobs, for `overdue`.
         self._ends: list[tuple[float, int, int]] = []
+        self._levels: dict[int, float] = {}  # job id -> the level `started` was given
 
     def finished(self, run: JobRun) -> None:
         """Call when a job finishes (not when it is preempted): its runtime joins the history."""
         self.history.record(facts(run.job), run.job.duration)
+        self._levels.pop(run.job.id, None)
 
     def prediction(self, run: JobRun) -> Prediction | None:
         """What the history predicts for the job now. (Not kept per job or per facts: keeping
@@ -62,9 +64,14 @@ class ReplayRuntimes:
             return max(DEFAULT_RUNTIME - done, DEFAULT_RUNTIME * q)
         return prediction.remaining(done, q) if done > 0 else prediction.quantile(q)
 
-    def started(self, run: JobRun, now: float) -> float:
-        """A job starts: its predicted runtime for this attempt, remembered for `overdue`."""
-        runtime = self.remaining(run)
+    def started(self, run: JobRun, now: float, level: float | None = None) -> float:
+        """A job starts: its predicted runtime for this attempt, remembered for `overdue`, read
+        at quantile `level` (None: `q`), which `overdue` keeps reading it at: the service gives
+        the engine a running job's release (`release_level`, services/forecasts/
+        runtime_history.py)."""
+        runtime = self.remaining(run, q=level)
+        if level is not None:
+            self._levels[run.job.id] = level
         heapq.heappush(self._ends, (now + runtime, run.job.id, run.epoch))
         return runtime
 
@@ -79,7 +86,7 @@ class ReplayRuntimes:
             if run is None or run.epoch != epoch or run.started_at is None:
                 continue
             ran = now - run.started_at
-            runtime = ran + self.remaining(run, ran)
+            runtime = ran + self.remaining(run, ran, self._levels.get(job_id))
             heapq.heappush(ends, (run.started_at + runtime, job_id, epoch))
             out.append((run, runtime))
         return out

@@ -157,3 +157,31 @@ def test_predictions_kept_from_cycle_to_cycle_equal_predictions_made_afresh(
     # A job that declares its runtime keeps its own.
     Job.objects.filter(pk=waiting[0].pk).update(expected_runtime_seconds=600)
     assert both()[waiting[0].pk] == 600
+
+
+def test_the_engine_reads_a_running_job_as_released_when_a_node_of_its_like_frees() -> None:
+    """The cycle gives the engine a running job's end at `release_level`: a one-GPU job on an
+    8-GPU node at the 92nd percentile of what is left of its prediction (a node of eight such
+    jobs frees when the last ends), a job filling its node at the median, a declared runtime
+    as declared."""
+    from gpuqueue.scheduler.model import Snapshot
+    from gpuqueue.scheduler.prediction import Prediction, release_level
+    from gpuqueue.services.forecasts.runtime_history import with_releases
+    from tests.scheduler.builders import HOUR, NOW, nodes, running, team
+
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=nodes(2, h100=8),
+        teams=(team("a", guarantee=16),),
+        running=(
+            running(1, "a", {"n1": 1}, started=NOW),
+            running(2, "a", {"n2": 1}, gpus=8, started=NOW),
+            running(3, "a", {"n1": 1}, started=NOW, expected_runtime=HOUR),
+        ),
+        pending=(),
+    )
+    prediction = Prediction(tuple(float(s) for s in range(100, 1100, 100)), "flavor_shape")
+    released = with_releases(snapshot, {1: prediction, 2: prediction, 3: prediction})
+    expected = [j.expected_runtime for j in released]
+    assert expected == [prediction.quantile(release_level(1, 8)), prediction.quantile(0.5), HOUR]
+    assert expected[0] > 900.0 > prediction.quantile(0.5)

@@ -28,6 +28,7 @@ from gpuqueue.scheduler.prediction import (
     JobFacts,
     Prediction,
     RuntimeHistory,
+    release_level,
 )
 from tests.scheduler.builders import NOW, node, pending, running, team
 from tests.scheduler.test_properties import snapshots
@@ -327,3 +328,12 @@ def test_inside_a_team_a_job_of_unknown_runtime_takes_its_turn_as_if_it_ran_an_h
     # Aging: a long job submitted long enough before goes before a short one.
     older_long = pending(4, "a", submitted=NOW - 7000, max_runtime=7200)
     assert older_long.rank < short.rank
+
+
+def test_a_running_job_is_released_at_the_level_where_a_node_of_its_like_frees() -> None:
+    """A node of G GPUs holding G / g jobs of g GPUs frees when the last ends: with independent
+    runtimes, its median end is each job's 0.5 ** (g / G) quantile."""
+    assert release_level(8, 8) == release_level(16, 8) == release_level(1, 0) == 0.5
+    assert release_level(4, 8) == pytest.approx(math.sqrt(0.5))
+    assert release_level(1, 8) ** 8 == pytest.approx(0.5)
+    assert release_level(1, 8) > release_level(2, 8) > release_level(4, 8)

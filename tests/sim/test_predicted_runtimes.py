@@ -3,8 +3,11 @@ before the question, as the service would know them."""
 
 from __future__ import annotations
 
+import pytest
+
 from gpuqueue.scheduler import plan
 from gpuqueue.scheduler.model import Plan, Policy, Snapshot
+from gpuqueue.scheduler.prediction import release_level
 from gpuqueue.sim import simulate, uniform_cluster
 from gpuqueue.sim.policies import make_policy
 from gpuqueue.sim.policies.gpuqueue import GpuqueueEngine
@@ -71,3 +74,33 @@ def test_a_job_starts_with_what_the_jobs_finished_while_it_waited_say() -> None:
     simulate(jobs, cluster, teams, engine, EXACT)
     assert running[100.0] == {2: DEFAULT_RUNTIME}
     assert running[5500.0][4] == 2550.0
+
+
+def test_a_running_job_is_released_when_a_node_of_its_like_frees() -> None:
+    """The engine reads a running job's end as the service gives it (release_level): a
+    one-GPU job on an 8-GPU node at the 92nd percentile of its prediction (a node of eight
+    such jobs frees when the last ends), an 8-GPU job at the median. One-GPU jobs ran 100,
+    200 and 300 s; job 4 starts at 1000 s and is seen running at 1100 s."""
+    cluster = uniform_cluster(2, 8)
+    teams = [team("a", 16, 16)]
+    jobs = [job(1, 0.0, 100.0), job(2, 0.0, 200.0), job(3, 0.0, 300.0)]
+    jobs += [job(4, 1000.0, 5000.0), job(5, 1000.0, 5000.0, gpus=8), job(6, 1100.0, 10.0)]
+    running: dict[float, dict[int, float | None]] = {}
+
+    def recording(
+        snapshot: Snapshot, policy: Policy | None = None, *, explain: bool = True
+    ) -> Plan:
+        running[snapshot.now] = {j.id: j.expected_runtime for j in snapshot.running}
+        return plan(snapshot, policy, explain=explain)
+
+    def engine(ledger: object) -> GpuqueueEngine:
+        policy = make_policy("gpuqueue", ledger, cluster, teams, window=16)  # type: ignore[arg-type]
+        assert isinstance(policy, GpuqueueEngine)
+        policy._plan = recording
+        return policy
+
+    simulate(jobs, cluster, teams, engine, EXACT)
+    level = release_level(1, 8)
+    assert level == pytest.approx(0.917, abs=0.001)
+    assert running[1100.0][4] == pytest.approx(200.0 + (level * 2 - 1) * 100.0)
+    assert running[1100.0][5] == DEFAULT_RUNTIME  # no 8-GPU job has finished: an hour

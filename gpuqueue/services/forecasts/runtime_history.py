@@ -23,9 +23,15 @@ from typing import Any
 from gpuqueue.core.caches import Kept
 from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.models import Job
-from gpuqueue.scheduler.band import Estimate, with_runtimes
+from gpuqueue.scheduler.band import Estimate
 from gpuqueue.scheduler.model import PendingJob, RunningJob, Snapshot
-from gpuqueue.scheduler.prediction import MEDIAN, JobFacts, Prediction, RuntimeHistory
+from gpuqueue.scheduler.prediction import (
+    MEDIAN,
+    JobFacts,
+    Prediction,
+    RuntimeHistory,
+    release_level,
+)
 from gpuqueue.services.forecasts.moves import later_text
 from gpuqueue.services.jobs.pending import update_still_pending
 
@@ -164,20 +170,40 @@ _PREDICTED_PENDING = _PredictedPending()
 
 
 def with_predicted_runtimes(snapshot: Snapshot) -> Snapshot:
-    """The snapshot with a median predicted runtime on every job that declared none, as the
-    engine's reservations and backfill read it (and as the replay gives it). Both kinds of
-    job keep what was predicted for them from one cycle to the next; a running job's
-    remaining time, which depends on how long it has run, is read from it at every cycle."""
+    """The snapshot with a predicted runtime on every job that declared none, as the engine's
+    order, reservations and backfill read it (and as the replay gives it): a pending job's
+    median, a running job's release (`with_releases`). Both kinds of job keep what was
+    predicted for them from one cycle to the next; a running job's remaining time, which
+    depends on how long it has run, is read from it at every cycle."""
     history = runtime_history()
     pending = _PREDICTED_PENDING.apply(history, snapshot.pending)
     predictions = _PREDICTED_RUNNING.predictions(history, snapshot.running)
-    running = with_runtimes(replace(snapshot, pending=()), predictions, MEDIAN).running
-    return replace(snapshot, pending=pending, running=running)
+    return replace(snapshot, pending=pending, running=with_releases(snapshot, predictions))
+
+
+def with_releases(
+    snapshot: Snapshot, predictions: Mapping[int, Prediction]
+) -> tuple[RunningJob, ...]:
+    """The running jobs with, where they declared no runtime, the time they have run plus what
+    is left of their prediction at `release_level`: when their GPUs should come back to a
+    reservation (the median for a job filling its node, later for one sharing it)."""
+    now = snapshot.now
+    capacity = {node.name: node.capacity for node in snapshot.nodes}
+    running = []
+    for job in snapshot.running:
+        prediction = predictions.get(job.id)
+        if job.expected_runtime is None and prediction is not None:
+            ran = max(now - job.started_at, 0.0)
+            node = capacity.get(job.placement[0][0], {}) if job.placement else {}
+            level = release_level(job.gpus_per_worker, node.get(job.flavor, 0))
+            job = replace(job, expected_runtime=ran + prediction.remaining(ran, level))
+        running.append(job)
+    return tuple(running)
 
 
 class _PredictedRunning:
     """Each running job's prediction (or None) from one history object: a job's facts never
-    change, only how long it has run, which `with_runtimes` reads at every cycle."""
+    change, only how long it has run, which `with_releases` reads at every cycle."""
 
     def __init__(self) -> None:
         self.history: RuntimeHistory | None = None

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from gpuqueue.scheduler.fairshare import ClaimTuple, water_fill_tuples
 from gpuqueue.scheduler.model import PendingJob, Policy, RunningJob, Snapshot, Team
+from gpuqueue.scheduler.prediction import release_level
 from gpuqueue.scheduler.usage import ShareBalance
 from gpuqueue.sim.cluster import LEVELS, Cluster
 from gpuqueue.sim.honesty import ForecastSampler
@@ -108,6 +109,7 @@ class GpuqueueEngine(SchedulingPolicy):
         self.fair_share: dict[tuple[str, str], int] = {}  # from the last plan
         self.dirty = True
         self.nodes = cluster.engine_nodes()
+        self._node_gpus = {node.name: node.capacity for node in self.nodes}
         self.teams = tuple(teams)
         self.queues: dict[str, OrderedQueue[PendingJob]] = {t.id: OrderedQueue() for t in teams}
         # The same jobs per (team, flavor) by submission alone: the starvation guard goes by
@@ -200,7 +202,10 @@ class GpuqueueEngine(SchedulingPolicy):
         self.running_priorities[job.team][job.priority] += 1
         expected = run.remaining if self.runtime_estimates else None
         if self.runtimes is not None:
-            expected = self.runtimes.started(run, now)
+            # Its release, as the service gives it (release_level): by its first node's GPUs.
+            node = run.placement_tuple()[0][0]
+            level = release_level(job.gpus_per_worker, self._node_gpus[node].get(job.flavor, 0))
+            expected = self.runtimes.started(run, now, level)
             self._runs[job.id] = run
         self.running[job.id] = RunningJob(
             id=job.id,
