@@ -100,7 +100,9 @@ def test_the_admin_form_shows_invalid_tolerations_at_the_field(world: Any, clien
         "cpu_millicores_per_gpu": "12000",
         "memory_mib_per_gpu": "98304",
         "description": "",
-        "idle_policy": "flag",  # a select with no empty choice: the browser always sends one
+        # selects with no empty choice: the browser always sends one
+        "idle_policy": "flag",
+        "sharing_strategy": "TimeSlicing",
     }
     refused = client.post(url, {**form, "tolerations": '[{"key": "a", "effect": "NoRun"}]'})
     assert refused.status_code == 200  # the form again, with the error at the field
