@@ -37,7 +37,14 @@ def main() -> None:
     parser.add_argument(
         "--patience", type=float, help="Policy.topology_patience_seconds (default: its own)"
     )
+    parser.add_argument(
+        "--why", action="store_true", help="count why each split gang was split (instrumented)"
+    )
     args = parser.parse_args()
+    if args.why:
+        import topology_why
+
+        topology_why.install()
     jobs = load_jobs(args.trace, "philly", 8, args.sample, 0, "skip")
     cluster = build_cluster(jobs, args.cluster, None, None, 8)
     w = workload(jobs, cluster)
@@ -72,6 +79,9 @@ def main() -> None:
         could = [j for j in gangs if j.workers * j.gpus_per_worker <= smallest_rack]
         in_one = [j for j in could if by_job[j.id] and all(len(r) == 1 for r in by_job[j.id])]
         summary = result.summary
+        why: dict[str, int] = {}
+        if args.why:
+            why = topology_why.causes([j for j in could if j not in in_one], racks)
         print(
             json.dumps(
                 {
@@ -87,6 +97,7 @@ def main() -> None:
                     "share_in_one_rack": round(len(in_one) / len(could), 4) if could else None,
                     "anomalies": result.anomalies,
                     "wall_s": round(wall, 1),
+                    **({"split_because": why} if args.why else {}),
                 }
             ),
             flush=True,
