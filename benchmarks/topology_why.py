@@ -40,8 +40,8 @@ def install() -> None:
         finally:
             _state["step"] = "5/6/8"
 
-    def fit(self, fl, job, avail, cap):
-        placement = orig_fit(self, fl, job, avail, cap)
+    def fit(self, fl, job, avail, cap, *rest):
+        placement = orig_fit(self, fl, job, avail, cap, *rest)
         if placement is not None and job.topology_level and len(placement) > 1:
             dom = self.topology.domain_of(fl, self.topology.level_of(job)) if self.topology else {}
             if len({dom.get(n) for n, _ in placement}) > 1:

@@ -126,6 +126,41 @@ def test_a_preferred_gang_holds_out_for_one_rack_for_an_hour_then_takes_two() ->
     assert racks_of(admission.placement) == {"r1", "r2"}
 
 
+def test_a_requeued_gang_holds_out_for_an_hour_after_its_requeue() -> None:
+    """A gang submitted two hours ago and preempted ten minutes ago holds out for one rack
+    again: its patience counts from its requeue, or it would restart on two racks at once."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False),
+    )
+    requeued = replace(gang(1, 3, submitted=NOW - 7200), requeued_at=NOW - 600)
+    patient = Policy(starvation_seconds=10 * 3600)  # not starving: no reservation
+    result = plan_of(nodes, (requeued,), busy, patient)
+    assert result.admissions == ()
+    assert result.pending[0].reason.code is ReasonCode.NO_DOMAIN
+    long_ago = replace(requeued, requeued_at=NOW - 3700)
+    (admission,) = plan_of(nodes, (long_ago,), busy, patient).admissions
+    assert racks_of(admission.placement) == {"r1", "r2"}
+
+
+def test_a_starving_gang_that_holds_out_reserves_in_one_rack() -> None:
+    """Two free nodes in each of r1 and r2 hold a gang of 3 only across the racks: a starving
+    gang still holding out for a rack reserves r1 for when its busy node ends (in an hour),
+    not the four free nodes of two racks now."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=2 * 3600),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=5 * 3600),
+    )
+    job = replace(gang(1, 3, submitted=NOW - 5 * 3600), requeued_at=NOW - 600)
+    result = plan_of(nodes, (job,), busy)
+    assert result.admissions == ()
+    (reservation,) = result.reservations
+    assert racks_of(reservation.placement) == {"r1"}
+    assert reservation.expected_start == NOW + 3600  # r1-n1's job started an hour ago
+
+
 def test_a_preferred_gang_that_no_block_holds_goes_anywhere() -> None:
     nodes = cluster({"r1": ("b1", 2), "r3": ("b2", 2)})
     (admission,) = plan_of(nodes, (gang(1, 3),)).admissions
