@@ -1,4 +1,5 @@
 """Instrumentation for topology_replay: why each split gang was split (the replay only)."""
+
 from __future__ import annotations
 
 from collections import Counter, defaultdict
@@ -9,6 +10,7 @@ from gpuqueue.scheduler import starvation as st
 # job id -> list of (now, cause)
 SPLITS: dict[int, list[tuple[float, str]]] = defaultdict(list)
 _state = {"step": "5/6/8"}
+
 
 def install() -> None:
     orig_in = eng.Cycle._in_domain
