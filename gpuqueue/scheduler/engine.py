@@ -398,7 +398,8 @@ class Cycle:
         """What the verdict of `job` is kept by: its kind, and for a gang preferring a level
         whether it still holds out for one domain (`_holds_out`), which its kind does not say."""
         if job.topology_level and not job.topology_required:
-            return (job.kind, self._holds_out(job))
+            held = self._holding_out.get(job.id)
+            return (job.kind, self._holds_out(job) if held is None else held)
         return job.kind
 
     def _holds_out(self, job: PendingJob) -> bool:

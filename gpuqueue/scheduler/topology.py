@@ -41,6 +41,9 @@ class Domain:
     nodes: tuple[str, ...]  # sorted by name
 
 
+_UNSEEN = Domain((), ())  # a running job not yet looked at (`victims_in_domain`)
+
+
 @dataclass(frozen=True, slots=True)
 class Found:
     """A placement inside one domain; `domain` as "label=value" ("" when it spans domains)."""
@@ -69,6 +72,7 @@ class Topology:
     """
 
     __slots__ = (
+        "_within",
         "_counted",
         "_domains",
         "_index",
@@ -89,6 +93,8 @@ class Topology:
         self._member: dict[tuple[str, int], dict[str, Domain]] = {}
         self._largest: dict[tuple[str, int, int], int] = {}
         self._counted: dict[tuple[str, int, int, int, int], tuple[int, Counts]] = {}
+        # (flavor, level) -> running job id -> the domain it lies wholly inside (None: none)
+        self._within: dict[tuple[str, int], dict[int, Domain | None]] = {}
         # (flavor, level) -> the level's (first) index among the flavor's: asked of every job
         self._index = {
             (f, key): i for f, keys in levels.items() for i, key in reversed(list(enumerate(keys)))
@@ -102,20 +108,24 @@ class Topology:
         return self._index.get((job.flavor, job.topology_level), -1)
 
     def domains(self, fl: FlavorLedger, level: int) -> list[Domain]:
-        """The domains of `level` among the flavor's schedulable nodes."""
+        """The domains of `level` among the flavor's schedulable nodes (those of every level
+        of the flavor made at once: one reading of each node's labels)."""
         key = (fl.name, level)
         found = self._domains.get(key)
         if found is None:
-            keys = self.levels[fl.name][: level + 1]
-            members: dict[tuple[str, ...], list[str]] = {}
+            keys = self.levels[fl.name]
+            members: list[dict[tuple[str, ...], list[str]]] = [{} for _ in keys]
             for node in fl.capacity:
                 labels = self._labels.get(node, _NO_LABELS)
-                path = tuple(_value(labels, k, node) for k in keys)
-                if path[-1]:
-                    members.setdefault(path, []).append(node)
-            found = [Domain(path, tuple(sorted(n))) for path, n in sorted(members.items())]
-            self._domains[key] = found
-            self._member[key] = {node: d for d in found for node in d.nodes}
+                path = tuple([_value(labels, k, node) for k in keys])
+                for depth, by_path in enumerate(members):
+                    if path[depth]:
+                        by_path.setdefault(path[: depth + 1], []).append(node)
+            for depth, by_path in enumerate(members):
+                domains = [Domain(p, tuple(sorted(n))) for p, n in sorted(by_path.items())]
+                self._domains[(fl.name, depth)] = domains
+                self._member[(fl.name, depth)] = {n: d for d in domains for n in d.nodes}
+            found = self._domains[key]
         return found
 
     def domain_of(self, fl: FlavorLedger, level: int) -> dict[str, Domain]:
@@ -340,10 +350,15 @@ class Topology:
         """
         level = self.level_of(job)
         member = self.domain_of(fl, level)
+        within = self._within.setdefault((fl.name, level), {})
         inside: dict[tuple[str, ...], list[tuple[RunningJob, str]]] = {}
         for victim, kind in candidates:
-            mine = {member.get(n) for n, _ in victim.placement}
-            if len(mine) == 1 and (domain := mine.pop()) is not None:
+            domain = within.get(victim.id, _UNSEEN)
+            if domain is _UNSEEN:
+                mine = {member.get(n) for n, _ in victim.placement}
+                domain = mine.pop() if len(mine) == 1 else None
+                within[victim.id] = domain
+            if domain is not None:
                 inside.setdefault(domain.path, []).append((victim, kind))
         order: list[tuple[int, Domain, list[tuple[RunningJob, str]]]] = []
         for domain in self.domains(fl, level):
