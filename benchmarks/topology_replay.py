@@ -40,7 +40,16 @@ def main() -> None:
     parser.add_argument(
         "--why", action="store_true", help="count why each split gang was split (instrumented)"
     )
+    parser.add_argument(
+        "--patience-from-fit",
+        action="store_true",
+        help="experiment: patience counted from the first plan with free GPUs enough",
+    )
     args = parser.parse_args()
+    if args.patience_from_fit:
+        import topology_why
+
+        topology_why.install_patience_from_fit()
     if args.why:
         import topology_why
 

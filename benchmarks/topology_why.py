@@ -78,3 +78,34 @@ def causes(split_jobs, racks) -> dict[str, int]:
     out = dict(counted.most_common())
     SPLITS.clear()
     return out
+
+
+# An experiment, not the product's rule: a gang's patience counted from the first plan in
+# which its flavor had free GPUs enough for it (as if the cycle kept that time per job).
+_FIRST_FIT: dict[tuple[int, float | None], float] = {}
+
+
+def install_patience_from_fit() -> None:
+    def holds_out(self, job):
+        held = self._holding_out.get(job.id)
+        if held is not None:
+            return held
+        patience = self.policy.topology_patience_seconds
+        fl = self.ledger.flavors.get(job.flavor)
+        if (
+            patience <= 0
+            or fl is None
+            or self.topology.level_of(job) < 0
+            or self.topology.largest(fl, job) < job.workers
+        ):
+            held = False
+        else:
+            key = (job.id, job.requeued_at)
+            since = _FIRST_FIT.get(key)
+            if since is None and fl.total_free >= job.gpus:
+                since = _FIRST_FIT[key] = self.horizon._now
+            held = since is None or self.horizon._now < since + patience
+        self._holding_out[job.id] = held
+        return held
+
+    eng.Cycle._holds_out = holds_out

@@ -232,8 +232,16 @@ def racked(draw: st.DrawFn) -> Snapshot:
     pending_jobs = []
     for job in snapshot.pending:
         level = draw(st.sampled_from(["", RACK, RACK, BLOCK, HOST, "example.com/spine"]))
+        # Some requeued (a preemption) minutes or hours ago: their patience starts again.
+        requeued = draw(st.sampled_from([None, None, 300.0, 7200.0]))
         pending_jobs.append(
-            replace(job, topology_level=level, topology_required=draw(st.booleans()))
+            replace(
+                job,
+                topology_level=level,
+                topology_required=draw(st.booleans()),
+                requeued_at=None if requeued is None else snapshot.now - requeued,
+                submitted_at=job.submitted_at - draw(st.sampled_from([0.0, 0.0, 7200.0])),
+            )
         )
     return replace(
         snapshot,
@@ -270,3 +278,49 @@ def test_a_required_gang_never_spans_two_domains_and_the_invariants_hold(
     test_properties.test_every_plan_keeps_the_invariants.hypothesis.inner_test(  # type: ignore[attr-defined]
         snapshot, policy
     )
+
+
+def _domain(node: Node, key: str) -> object:
+    labels = node.labels
+    if key == HOST:
+        return node.name
+    if key == BLOCK:
+        return labels.get(BLOCK) or None
+    return (labels.get(BLOCK), labels[RACK]) if labels.get(RACK) else None
+
+
+@test_properties.SETTINGS
+@given(racked(), test_properties.policies())
+def test_a_preferred_gang_holding_out_is_admitted_and_reserved_in_one_domain(
+    snapshot: Snapshot, policy: Policy
+) -> None:
+    """A gang preferring a level, within its patience since its submission or last requeue,
+    that one domain of the level could hold empty, starts or reserves in one domain only."""
+    result = plan(snapshot, policy)
+    nodes = {n.name: n for n in snapshot.nodes}
+    patience = policy.topology_patience_seconds
+
+    def holds_out(job: PendingJob) -> bool:
+        if job.topology_required or job.topology_level not in (BLOCK, RACK, HOST):
+            return False
+        since = job.submitted_at if job.requeued_at is None else job.requeued_at
+        if snapshot.now >= since + patience:
+            return False
+        room: dict[object, int] = {}
+        for node in snapshot.nodes:
+            domain = _domain(node, job.topology_level)
+            if node.schedulable and domain is not None and job.flavor in node.capacity:
+                room[domain] = room.get(domain, 0) + node.capacity[job.flavor] // (
+                    job.gpus_per_worker
+                )
+        return max(room.values(), default=0) >= job.workers
+
+    jobs = {j.id: j for j in snapshot.pending}
+    placed = [(a.job_id, a.placement) for a in result.admissions]
+    placed += [(r.job_id, r.placement) for r in result.reservations]
+    for job_id, placement in placed:
+        job = jobs[job_id]
+        if job.gpu_milli or not holds_out(job):
+            continue
+        domains = {_domain(nodes[n], job.topology_level) for n, _ in placement}
+        assert len(domains) == 1 and None not in domains, (job, placement)
