@@ -476,9 +476,8 @@ class Counts:
 
     def copy(self) -> Counts:
         """The same counts, to move apart from these (a what-if: GPUs held or incoming)."""
-        other = Counts.__new__(Counts)
-        other.domains, other.g, other.cap = self.domains, self.g, self.cap
-        other.by_path = self.by_path
+        other = Counts((), self.g, self.cap)  # no domains to set up: they are these
+        other.domains, other.by_path = self.domains, self.by_path
         other.by_node = dict(self.by_node)
         other.total = dict(self.total)
         other.fit = dict(self.fit)
