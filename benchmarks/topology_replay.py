@@ -45,7 +45,16 @@ def main() -> None:
         action="store_true",
         help="experiment: patience counted from the first plan with free GPUs enough",
     )
+    parser.add_argument(
+        "--reserve-in-domain",
+        action="store_true",
+        help="experiment: a starving preferring gang reserves in one domain, patience or not",
+    )
     args = parser.parse_args()
+    if args.reserve_in_domain:
+        import topology_why
+
+        topology_why.install_reserve_in_domain()
     if args.patience_from_fit:
         import topology_why
 

@@ -109,3 +109,19 @@ def install_patience_from_fit() -> None:
         return held
 
     eng.Cycle._holds_out = holds_out
+
+
+def install_reserve_in_domain() -> None:
+    """An experiment, not the product's rule: a starving gang that prefers a level reserves in
+    one domain of it whenever one could hold it, patience or not."""
+    orig = st.Reserver.reserve
+
+    def reserve(self, job, strict=None):
+        if not strict and job.topology_level and self.topology is not None:
+            fl = self.ledger.flavors.get(job.flavor)
+            level = self.topology.level_of(job)
+            if fl is not None and level >= 0 and self.topology.largest(fl, job) >= job.workers:
+                strict = True
+        return orig(self, job, strict)
+
+    st.Reserver.reserve = reserve
