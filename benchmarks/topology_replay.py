@@ -37,7 +37,32 @@ def main() -> None:
     parser.add_argument(
         "--patience", type=float, help="Policy.topology_patience_seconds (default: its own)"
     )
+    parser.add_argument(
+        "--why", action="store_true", help="count why each split gang was split (instrumented)"
+    )
+    parser.add_argument(
+        "--patience-from-fit",
+        action="store_true",
+        help="experiment: patience counted from the first plan with free GPUs enough",
+    )
+    parser.add_argument(
+        "--reserve-in-domain",
+        action="store_true",
+        help="experiment: a starving preferring gang reserves in one domain, patience or not",
+    )
     args = parser.parse_args()
+    if args.reserve_in_domain:
+        import topology_why
+
+        topology_why.install_reserve_in_domain()
+    if args.patience_from_fit:
+        import topology_why
+
+        topology_why.install_patience_from_fit()
+    if args.why:
+        import topology_why
+
+        topology_why.install()
     jobs = load_jobs(args.trace, "philly", 8, args.sample, 0, "skip")
     cluster = build_cluster(jobs, args.cluster, None, None, 8)
     w = workload(jobs, cluster)
@@ -72,6 +97,9 @@ def main() -> None:
         could = [j for j in gangs if j.workers * j.gpus_per_worker <= smallest_rack]
         in_one = [j for j in could if by_job[j.id] and all(len(r) == 1 for r in by_job[j.id])]
         summary = result.summary
+        why: dict[str, int] = {}
+        if args.why:
+            why = topology_why.causes([j for j in could if j not in in_one], racks)
         print(
             json.dumps(
                 {
@@ -87,6 +115,7 @@ def main() -> None:
                     "share_in_one_rack": round(len(in_one) / len(could), 4) if could else None,
                     "anomalies": result.anomalies,
                     "wall_s": round(wall, 1),
+                    **({"split_because": why} if args.why else {}),
                 }
             ),
             flush=True,

@@ -475,6 +475,10 @@ class Job(models.Model):
     # The domain its gang was placed in, "label=value" (the innermost of its levels that holds
     # it, scheduler/topology.py), set at admission with the placement; "": none.
     placement_domain = models.CharField(max_length=400, blank=True, default="")
+    # When it last came back to PENDING after holding GPUs (a preemption, a lost node, a start
+    # that failed); null: pending since its submission. A gang's patience for one domain of its
+    # preferred level counts from here (Policy.topology_patience_seconds).
+    requeued_at = models.DateTimeField(null=True, blank=True)
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
     priority = models.IntegerField(default=0)
     preemptible = models.BooleanField(default=True)

@@ -79,10 +79,11 @@ class Row(NamedTuple):
     gpu_devices: str  # JSON text: [[node, GPU index], ...]
     topology_level: str  # "": none
     topology_required: bool
+    requeued_at: float | None
 
 
 _COLUMNS = Row._fields[Row._fields.index("id") :]  # the job's, selected in this order
-TIMES = {"submitted_at", "admitted_at", "checkpoint_requested_at", "not_before"}
+TIMES = {"submitted_at", "admitted_at", "checkpoint_requested_at", "not_before", "requeued_at"}
 AS_TEXT = {"placement", "pending_reason", "gpu_devices"}
 # What the cycle writes on pending rows and remembers itself (`remember_shown`): a write of
 # these alone does not mark a row.

@@ -299,4 +299,5 @@ def _pending(row: Row, names: Names) -> m.PendingJob:
         gpu_models=tuple(row.gpu_models or ()),
         topology_level=row.topology_level,
         topology_required=row.topology_required,
+        requeued_at=row.requeued_at,
     )

@@ -192,6 +192,7 @@ class Cycle:
         self.owed: set[int] = set()  # of them, the first jobs of owed teams (ordering.py)
         # The verdicts of `_consider` by kind of job, with the state they were reached in.
         self._verdicts: dict[Hashable, Verdict] = {}
+        self._holding_out: dict[int, bool] = {}  # `_holds_out` per job: asked at every step
         self._draining: dict[int, tuple[int, str | None]] | None = None  # `_draining_jobs`
         # GPUs of jobs being preempted (while they save a checkpoint) and of terminating pods
         # (`Node.draining`, once requeued): incoming at once, or, when they were taken for a
@@ -398,22 +399,29 @@ class Cycle:
         """What the verdict of `job` is kept by: its kind, and for a gang preferring a level
         whether it still holds out for one domain (`_holds_out`), which its kind does not say."""
         if job.topology_level and not job.topology_required:
-            return (job.kind, self._holds_out(job))
+            held = self._holding_out.get(job.id)
+            return (job.kind, self._holds_out(job) if held is None else held)
         return job.kind
 
     def _holds_out(self, job: PendingJob) -> bool:
         """A gang preferring a level, within Policy.topology_patience_seconds of its
-        submission, that one domain of the level could hold: it waits for one, as if it
-        required the level."""
-        patience = self.policy.topology_patience_seconds
-        if patience <= 0 or self.horizon.passed(job.submitted_at + patience):
-            return False
-        fl = self.ledger.flavors.get(job.flavor)
-        return (
-            fl is not None
-            and self.topology.level_of(job) >= 0
-            and self.topology.largest(fl, job) >= job.workers
-        )
+        submission or last requeue, that one domain of the level could hold: it waits for one,
+        as if it required the level (neither the time nor a domain's capacity moves within a
+        plan)."""
+        held = self._holding_out.get(job.id)
+        if held is None:
+            patience = self.policy.topology_patience_seconds
+            fl = self.ledger.flavors.get(job.flavor)
+            since = job.submitted_at if job.requeued_at is None else job.requeued_at
+            held = (
+                patience > 0
+                and not self.horizon.passed(since + patience)
+                and fl is not None
+                and self.topology.level_of(job) >= 0
+                and self.topology.largest(fl, job) >= job.workers
+            )
+            self._holding_out[job.id] = held
+        return held
 
     def _state(self) -> State:
         """What steps 1-11 of `_consider` read besides the job: the ledger (its stamp, which
@@ -610,7 +618,7 @@ class Cycle:
             entitled = self.searches_left < left and reclaim and self.search.within_guarantee(job)
         # 10.
         if job.id in self.starving:
-            reservation = self.reserver.reserve(job)
+            reservation = self.reserver.reserve(job, strict)
             if reservation is not None:
                 return reasons.reserved(
                     job,

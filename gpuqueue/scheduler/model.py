@@ -189,6 +189,9 @@ class PendingJob:
     # "": anywhere.
     topology_level: str = ""
     topology_required: bool = False
+    # When it last came back to the queue after holding GPUs (a preemption, a lost node); None:
+    # pending since its submission. A gang's patience for one domain counts from here.
+    requeued_at: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.workers * self.gpus_per_worker)
@@ -279,9 +282,9 @@ class Policy:
     # for as long as the team's newer, smaller jobs keep coming.
     hold_for_older: bool = True
     # A gang that prefers one domain of a topology level holds out for one this long after its
-    # submission (as Slurm's --switches=N@max-time), then takes the next level out, or any
-    # nodes. 0: it takes what fits at once. An hour: in a Philly replay on racks it put every
-    # gang that fits a rack in one, where taking what fits at once put 58 % there.
+    # submission, or after its last requeue (`PendingJob.requeued_at`: a preempted gang would
+    # otherwise restart anywhere at once), as Slurm's --switches=N@max-time, then takes the
+    # next level out, or any nodes. 0: it takes what fits at once.
     topology_patience_seconds: float = 3600.0
     # The target workload of the fragmentation strategy (fragmentation.Workload: task shapes and
     # how often they occur, e.g. from a trace); None: the shapes of the snapshot's jobs.

@@ -118,10 +118,12 @@ class Reserver:
         self._events[name] = events
         return events
 
-    def reserve(self, job: PendingJob) -> Reservation | None:
+    def reserve(self, job: PendingJob, strict: bool | None = None) -> Reservation | None:
         """1. Start from the free GPUs of nodes no other reservation holds.
         2. Add GPUs coming back from preempted jobs after the grace, then the expected ends of
-           running jobs in time order, until the whole gang fits: that time is the expected start.
+           running jobs in time order, until the whole gang fits (`strict`, for a gang that
+           requires its topology level or holds out for it: in one domain of it): that time is
+           the expected start.
         3. If it never fits on known ends, fall back to whole capacity with an unknown start.
         4. Place the gang there and hold the free GPUs of the chosen nodes.
         """
@@ -131,6 +133,8 @@ class Reserver:
         fl = ledger.flavors.get(job.flavor)
         if fl is None:
             return None
+        if strict is None:
+            strict = job.topology_required
         g = job.gpus_per_worker
         owned = self.node_owner
         if owned:
@@ -148,28 +152,46 @@ class Reserver:
             back = self.horizon.read() + grace if grace > 0 else AT_ONCE  # a grace from now
             coming = [(back, n, gpus, -1) for n, gpus in fl.incoming.items() if n in avail]
             events = sorted(events + coming)
-        if fit < job.workers:
+        # Gpuqueue's jobs on the nodes end in time, others' pods may not: a node whose room
+        # besides GPUs cannot hold the workers even then is not reserved.
+        cap = fl.caps_without_ours(job.cpu_per_worker, job.memory_per_worker)
+        # One domain: its GPUs and workers counted per domain, moved with each event.
+        topology = self.topology
+        domains = None
+        if strict and topology is not None and topology.level_of(job) >= 0:
+            domains = topology.counted(fl, job, avail, cap)
+        if domains is not None:
+            counts, member = domains
+            holds = counts.tightest(job.workers, job.gpus) is not None
+        else:
+            holds = fit >= job.workers
+        if not holds:
             start = math.inf
             for time, node, gpus, _ in events:
                 old = avail.get(node)
                 if old is None:
                     continue
                 avail[node] = old + gpus
-                fit += (old + gpus) // g - old // g
-                if fit >= job.workers:
+                if domains is not None:
+                    domain = member.get(node)
+                    if domain is None:
+                        continue
+                    counts.set(domain, node, old + gpus)
+                    holds = counts.tightest(job.workers, job.gpus) is not None
+                else:
+                    fit += (old + gpus) // g - old // g
+                    holds = fit >= job.workers
+                if holds:
                     start = time
                     break
-        # Gpuqueue's jobs on the nodes end in time, others' pods may not: a node whose room
-        # besides GPUs cannot hold the workers even then is not reserved.
-        cap = fl.caps_without_ours(job.cpu_per_worker, job.memory_per_worker)
-        placement = self._fit(fl, job, avail, cap)
+        placement = self._fit(fl, job, avail, cap, strict)
         if placement is None:
             capacity = {
                 n.name: n.capacity.get(job.flavor, 0) - n.used_externally.get(job.flavor, 0)
                 for n in self._nodes
                 if n.schedulable and n.name in avail
             }
-            placement = self._fit(fl, job, capacity, cap)
+            placement = self._fit(fl, job, capacity, cap, strict)
             start = math.inf
         if placement is None:
             return None
@@ -194,17 +216,22 @@ class Reserver:
         return False
 
     def _fit(
-        self, fl: FlavorLedger, job: PendingJob, avail: dict[str, int], cap: Cap | None
+        self,
+        fl: FlavorLedger,
+        job: PendingJob,
+        avail: dict[str, int],
+        cap: Cap | None,
+        strict: bool,
     ) -> Placement | None:
         """The nodes to reserve: in one domain of the job's topology level when one holds it
-        (a required level: only so), else as any job's."""
+        (`strict`: only so), else as any job's."""
         strategy = self.policy.placement
         topology = self.topology
         if topology is not None and job.topology_level and topology.level_of(job) >= 0:
-            found = topology.place_on(fl, job, avail, strategy, cap)
+            found = topology.place_on(fl, job, avail, strategy, cap, strict=strict)
             if found is not None:
                 return found.placement
-            if job.topology_required:
+            if strict:
                 return None
         return fit_on(avail, job.workers, job.gpus_per_worker, strategy, cap)
 

@@ -20,6 +20,7 @@ chooses the nodes.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -38,6 +39,9 @@ class Domain:
 
     path: tuple[str, ...]
     nodes: tuple[str, ...]  # sorted by name
+
+
+_UNSEEN = Domain((), ())  # a running job not yet looked at (`victims_in_domain`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +71,17 @@ class Topology:
     and again of the same state. `memo=False` counts afresh every time.
     """
 
-    __slots__ = ("_counted", "_domains", "_labels", "_largest", "_member", "levels", "memo")
+    __slots__ = (
+        "_within",
+        "_counted",
+        "_domains",
+        "_index",
+        "_labels",
+        "_largest",
+        "_member",
+        "levels",
+        "memo",
+    )
 
     def __init__(
         self, nodes: Sequence[Node], levels: Mapping[str, tuple[str, ...]], memo: bool = True
@@ -79,32 +93,39 @@ class Topology:
         self._member: dict[tuple[str, int], dict[str, Domain]] = {}
         self._largest: dict[tuple[str, int, int], int] = {}
         self._counted: dict[tuple[str, int, int, int, int], tuple[int, Counts]] = {}
+        # (flavor, level) -> running job id -> the domain it lies wholly inside (None: none)
+        self._within: dict[tuple[str, int], dict[int, Domain | None]] = {}
+        # (flavor, level) -> the level's (first) index among the flavor's: asked of every job
+        self._index = {
+            (f, key): i for f, keys in levels.items() for i, key in reversed(list(enumerate(keys)))
+        }
 
     def level_of(self, job: PendingJob) -> int:
         """The index of the job's level among its flavor's, or -1 (none, or not a level of it:
         the web layer refuses those; a flavor whose levels changed since is placed anywhere)."""
         if not job.topology_level:
             return -1
-        levels = self.levels.get(job.flavor)
-        if not levels or job.topology_level not in levels:
-            return -1
-        return levels.index(job.topology_level)
+        return self._index.get((job.flavor, job.topology_level), -1)
 
     def domains(self, fl: FlavorLedger, level: int) -> list[Domain]:
-        """The domains of `level` among the flavor's schedulable nodes."""
+        """The domains of `level` among the flavor's schedulable nodes (those of every level
+        of the flavor made at once: one reading of each node's labels)."""
         key = (fl.name, level)
         found = self._domains.get(key)
         if found is None:
-            keys = self.levels[fl.name][: level + 1]
-            members: dict[tuple[str, ...], list[str]] = {}
+            keys = self.levels[fl.name]
+            members: list[dict[tuple[str, ...], list[str]]] = [{} for _ in keys]
             for node in fl.capacity:
                 labels = self._labels.get(node, _NO_LABELS)
-                path = tuple(_value(labels, k, node) for k in keys)
-                if path[-1]:
-                    members.setdefault(path, []).append(node)
-            found = [Domain(path, tuple(sorted(n))) for path, n in sorted(members.items())]
-            self._domains[key] = found
-            self._member[key] = {node: d for d in found for node in d.nodes}
+                path = tuple([_value(labels, k, node) for k in keys])
+                for depth, by_path in enumerate(members):
+                    if path[depth]:
+                        by_path.setdefault(path[: depth + 1], []).append(node)
+            for depth, by_path in enumerate(members):
+                domains = [Domain(p, tuple(sorted(n))) for p, n in sorted(by_path.items())]
+                self._domains[(fl.name, depth)] = domains
+                self._member[(fl.name, depth)] = {n: d for d in domains for n in d.nodes}
+            found = self._domains[key]
         return found
 
     def domain_of(self, fl: FlavorLedger, level: int) -> dict[str, Domain]:
@@ -133,10 +154,9 @@ class Topology:
         if strict is None:
             strict = job.topology_required
         if extra or incoming:
-            free = fl.free
-            extra = extra or _NONE
-            avail = {n: (f if f > 0 else 0) + extra.get(n, 0) for n, f in free.items()}
-            return self._place(fl, job, avail, strategy, cap, level, strict)
+            return self._place(
+                fl, job, None, strategy, cap, level, strict, extra or _NONE, incoming
+            )
         return self._place(fl, job, None, strategy, cap, level, strict)
 
     def pack(self, fl: FlavorLedger, job: PendingJob, strategy: PlacementStrategy) -> Found | None:
@@ -163,13 +183,27 @@ class Topology:
         strategy: PlacementStrategy,
         cap: Cap | None,
         level: int | None = None,
+        strict: bool | None = None,
     ) -> Found | None:
         """`place` over GPUs available per node given as is (a reservation's)."""
         if level is None:
             level = self.level_of(job)
         if level < 0:
             return None
-        return self._place(fl, job, avail, strategy, cap, level, job.topology_required)
+        if strict is None:
+            strict = job.topology_required
+        return self._place(fl, job, avail, strategy, cap, level, strict)
+
+    def counted(
+        self, fl: FlavorLedger, job: PendingJob, avail: Mapping[str, int], cap: Cap | None
+    ) -> tuple[Counts, Mapping[str, Domain]]:
+        """The GPUs and workers of `avail` per domain of the job's level, to move node by node
+        (`Counts.set`), and node -> its domain."""
+        level = self.level_of(job)
+        counts = Counts(self.domains(fl, level), job.gpus_per_worker, cap)
+        member = self._member[(fl.name, level)]
+        counts.fill(member, avail)
+        return counts, member
 
     def _place(
         self,
@@ -180,19 +214,26 @@ class Topology:
         cap: Cap | None,
         level: int,
         strict: bool,
+        extra: Mapping[str, int] | None = None,
+        incoming: bool = False,
     ) -> Found | None:
+        """`avail`: GPUs available per node given as is; else the flavor's free GPUs, plus
+        `extra` per node (held or incoming GPUs)."""
         g = job.gpus_per_worker
         workers = job.workers
         levels = range(level, level + 1) if strict else range(level, -1, -1)
         for lvl in levels:
-            counts = self._counts(fl, job, lvl, avail, cap)
+            counts = self._counts(fl, job, lvl, avail, cap, extra, incoming)
             domain = counts.tightest(workers, workers * g)
             if domain is None:
                 continue
-            if avail is None:
-                sub = {n: max(fl.free.get(n, 0), 0) for n in domain.nodes}
-            else:
+            if avail is not None:
                 sub = {n: avail.get(n, 0) for n in domain.nodes}
+            elif extra:
+                free = fl.free
+                sub = {n: max(free.get(n, 0), 0) + extra.get(n, 0) for n in domain.nodes}
+            else:
+                sub = {n: max(fl.free.get(n, 0), 0) for n in domain.nodes}
             placement = fit_on(sub, workers, g, strategy, cap)
             if placement is not None:
                 return Found(placement, f"{self.levels[fl.name][lvl]}={domain.path[-1]}")
@@ -205,14 +246,21 @@ class Topology:
         lvl: int,
         avail: Mapping[str, int] | None,
         cap: Cap | None,
+        extra: Mapping[str, int] | None = None,
+        incoming: bool = False,
     ) -> Counts:
         """The GPUs and workers available in each domain of `lvl` (and GPUs in each domain
         around them): given `avail`, counted afresh; else the flavor's free GPUs, kept per
         (flavor, level, worker shape) and moved node by node as the ledger tells what changed
-        (`FlavorLedger.changed`)."""
+        (`FlavorLedger.changed`). `extra` GPUs per node (held or incoming) move a copy of the
+        kept counts on just those nodes: a few nodes, where counting afresh reads them all."""
         domains = self.domains(fl, lvl)
         member = self._member[(fl.name, lvl)]
         g = job.gpus_per_worker
+        if avail is None and extra is not None and (not self.memo or (incoming and fl.room)):
+            # Every node's room changes with what is incoming: counted afresh.
+            free = fl.free
+            avail = {n: (f if f > 0 else 0) + extra.get(n, 0) for n, f in free.items()}
         if avail is not None or not self.memo:
             counts = Counts(domains, g, cap)
             counts.fill(member, fl.free if avail is None else avail)
@@ -224,19 +272,28 @@ class Topology:
         changed = fl.changed
         free = fl.free
         if kept is None:
-            counts = Counts(domains, g, cap)
+            counts = Counts(domains, g, fl.caps(job.cpu_per_worker, job.memory_per_worker))
             counts.fill(member, free)
             self._counted[key] = (len(changed), counts)
+        else:
+            seen, counts = kept
+            if seen < len(changed):
+                counts.cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
+                for node in set(changed[seen:]):
+                    domain = member.get(node)
+                    if domain is not None:
+                        counts.set(domain, node, free.get(node, 0))
+                self._counted[key] = (len(changed), counts)
+        if not extra:
             return counts
-        seen, counts = kept
-        if seen < len(changed):
-            counts.cap = cap
-            for node in set(changed[seen:]):
-                domain = member.get(node)
-                if domain is not None:
-                    counts.set(domain, node, free.get(node, 0))
-            self._counted[key] = (len(changed), counts)
-        return counts
+        moved = counts.copy()
+        moved.cap = cap
+        for node, more in extra.items():
+            domain = member.get(node)
+            if domain is not None and more:
+                count = free.get(node, 0)
+                moved.set(domain, node, (count if count > 0 else 0) + more)
+        return moved
 
     def largest(self, fl: FlavorLedger, job: PendingJob) -> int:
         """The most workers of the job's GPUs one domain of its level holds when empty."""
@@ -293,10 +350,15 @@ class Topology:
         """
         level = self.level_of(job)
         member = self.domain_of(fl, level)
+        within = self._within.setdefault((fl.name, level), {})
         inside: dict[tuple[str, ...], list[tuple[RunningJob, str]]] = {}
         for victim, kind in candidates:
-            mine = {member.get(n) for n, _ in victim.placement}
-            if len(mine) == 1 and (domain := mine.pop()) is not None:
+            domain = within.get(victim.id, _UNSEEN)
+            if domain is _UNSEEN:
+                mine = {member.get(n) for n, _ in victim.placement}
+                domain = mine.pop() if len(mine) == 1 else None
+                within[victim.id] = domain
+            if domain is not None:
                 inside.setdefault(domain.path, []).append((victim, kind))
         order: list[tuple[int, Domain, list[tuple[RunningJob, str]]]] = []
         for domain in self.domains(fl, level):
@@ -364,9 +426,14 @@ def _value(labels: Mapping[str, str], key: str, node: str) -> str:
 class Counts:
     """GPUs and workers of one shape available per domain of a level, node by node, and GPUs
     available per domain around them (by path prefix), for the tightest domain that holds a
-    gang: its own GPUs fewest, then its parent's, its grandparent's, then its path."""
+    gang: its own GPUs fewest, then its parent's, its grandparent's, then its path.
 
-    __slots__ = ("by_node", "cap", "domains", "fit", "g", "total")
+    The domains are also kept sorted by their GPUs (`order`), moved one at a time as a node
+    changes: the tightest domain that holds a gang is found by bisection to the GPUs it needs,
+    not by reading every domain (most racks of a busy cluster hold fewer).
+    """
+
+    __slots__ = ("by_node", "by_path", "cap", "domains", "fit", "g", "order", "total", "_most")
 
     def __init__(self, domains: Sequence[Domain], g: int, cap: Cap | None) -> None:
         self.domains = domains
@@ -375,6 +442,9 @@ class Counts:
         self.by_node: dict[str, tuple[int, int]] = {}  # node -> (GPUs, workers) counted
         self.total: dict[tuple[str, ...], int] = {}  # domain or outer path -> GPUs
         self.fit: dict[tuple[str, ...], int] = {}  # domain path -> workers
+        self.by_path = {domain.path: domain for domain in domains}
+        self.order: list[tuple[int, tuple[str, ...]]] = []  # (GPUs, path) of every domain
+        self._most: int | None = None  # the most workers of one domain, while it holds
         for domain in domains:
             path = domain.path
             self.fit[path] = 0
@@ -401,6 +471,19 @@ class Counts:
         for path, count in own.items():
             for depth in range(1, len(path) + 1):
                 total[path[:depth]] += count
+        self.order = sorted((total[d.path], d.path) for d in self.domains)
+        self._most = None
+
+    def copy(self) -> Counts:
+        """The same counts, to move apart from these (a what-if: GPUs held or incoming)."""
+        other = Counts((), self.g, self.cap)  # no domains to set up: they are these
+        other.domains, other.by_path = self.domains, self.by_path
+        other.by_node = dict(self.by_node)
+        other.total = dict(self.total)
+        other.fit = dict(self.fit)
+        other.order = list(self.order)
+        other._most = self._most
+        return other
 
     def set(self, domain: Domain, node: str, count: int) -> None:
         """Count `node` of `domain` with `count` GPUs available (its room from `cap`)."""
@@ -413,34 +496,41 @@ class Counts:
             return
         self.by_node[node] = (count, per_node)
         path = domain.path
-        self.fit[path] += per_node - old_fit
+        if per_node != old_fit:
+            self.fit[path] += per_node - old_fit
+            self._most = None
         if count != old_count:
             total = self.total
+            order = self.order
+            before = total[path]
+            del order[bisect_left(order, (before, path))]
+            insort(order, (before + count - old_count, path))
             for depth in range(1, len(path) + 1):
                 total[path[:depth]] += count - old_count
 
     def tightest(self, workers: int, need: int) -> Domain | None:
-        total, fit = self.total, self.fit
-        fewest = None  # the fewest GPUs of a domain that holds the gang, and such domains
-        tied: list[Domain] = []
-        for domain in self.domains:
-            path = domain.path
-            here = total[path]
-            if here < need or fit[path] < workers or (fewest is not None and here > fewest):
-                continue
-            if here == fewest:
-                tied.append(domain)
-            else:
-                fewest, tied = here, [domain]
+        """The domain with the fewest GPUs of those with `need` GPUs and room for `workers`
+        (ties: `_outer`); None when none has."""
+        fit, order = self.fit, self.order
+        fewest = -1  # the GPUs of the first domain that holds the gang, and such domains
+        tied: list[tuple[str, ...]] = []
+        for i in range(bisect_left(order, (need,)), len(order)):
+            here, path = order[i]
+            if fewest >= 0 and here > fewest:
+                break
+            if fit[path] >= workers:
+                fewest = here
+                tied.append(path)
         if len(tied) <= 1:
-            return tied[0] if tied else None
-        return min(tied, key=self._outer)
+            return self.by_path[tied[0]] if tied else None
+        return self.by_path[min(tied, key=self._outer)]
 
-    def _outer(self, domain: Domain) -> tuple[object, ...]:
+    def _outer(self, path: tuple[str, ...]) -> tuple[object, ...]:
         """Its parent's GPUs, its grandparent's, and so on, then its path."""
-        path = domain.path
         total = self.total
         return (*(total[path[:depth]] for depth in range(len(path) - 1, 0, -1)), path)
 
     def most(self) -> int:
-        return max(self.fit.values(), default=0)
+        if self._most is None:
+            self._most = max(self.fit.values(), default=0)
+        return self._most

@@ -126,6 +126,41 @@ def test_a_preferred_gang_holds_out_for_one_rack_for_an_hour_then_takes_two() ->
     assert racks_of(admission.placement) == {"r1", "r2"}
 
 
+def test_a_requeued_gang_holds_out_for_an_hour_after_its_requeue() -> None:
+    """A gang submitted two hours ago and preempted ten minutes ago holds out for one rack
+    again: its patience counts from its requeue, or it would restart on two racks at once."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False),
+    )
+    requeued = replace(gang(1, 3, submitted=NOW - 7200), requeued_at=NOW - 600)
+    patient = Policy(starvation_seconds=10 * 3600)  # not starving: no reservation
+    result = plan_of(nodes, (requeued,), busy, patient)
+    assert result.admissions == ()
+    assert result.pending[0].reason.code is ReasonCode.NO_DOMAIN
+    long_ago = replace(requeued, requeued_at=NOW - 3700)
+    (admission,) = plan_of(nodes, (long_ago,), busy, patient).admissions
+    assert racks_of(admission.placement) == {"r1", "r2"}
+
+
+def test_a_starving_gang_that_holds_out_reserves_in_one_rack() -> None:
+    """Two free nodes in each of r1 and r2 hold a gang of 3 only across the racks: a starving
+    gang still holding out for a rack reserves r1 for when its busy node ends (in an hour),
+    not the four free nodes of two racks now."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=2 * 3600),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=5 * 3600),
+    )
+    job = replace(gang(1, 3, submitted=NOW - 5 * 3600), requeued_at=NOW - 600)
+    result = plan_of(nodes, (job,), busy)
+    assert result.admissions == ()
+    (reservation,) = result.reservations
+    assert racks_of(reservation.placement) == {"r1"}
+    assert reservation.expected_start == NOW + 3600  # r1-n1's job started an hour ago
+
+
 def test_a_preferred_gang_that_no_block_holds_goes_anywhere() -> None:
     nodes = cluster({"r1": ("b1", 2), "r3": ("b2", 2)})
     (admission,) = plan_of(nodes, (gang(1, 3),)).admissions
@@ -197,8 +232,16 @@ def racked(draw: st.DrawFn) -> Snapshot:
     pending_jobs = []
     for job in snapshot.pending:
         level = draw(st.sampled_from(["", RACK, RACK, BLOCK, HOST, "example.com/spine"]))
+        # Some requeued (a preemption) minutes or hours ago: their patience starts again.
+        requeued = draw(st.sampled_from([None, None, 300.0, 7200.0]))
         pending_jobs.append(
-            replace(job, topology_level=level, topology_required=draw(st.booleans()))
+            replace(
+                job,
+                topology_level=level,
+                topology_required=draw(st.booleans()),
+                requeued_at=None if requeued is None else snapshot.now - requeued,
+                submitted_at=job.submitted_at - draw(st.sampled_from([0.0, 0.0, 7200.0])),
+            )
         )
     return replace(
         snapshot,
@@ -235,3 +278,49 @@ def test_a_required_gang_never_spans_two_domains_and_the_invariants_hold(
     test_properties.test_every_plan_keeps_the_invariants.hypothesis.inner_test(  # type: ignore[attr-defined]
         snapshot, policy
     )
+
+
+def _domain(node: Node, key: str) -> object:
+    labels = node.labels
+    if key == HOST:
+        return node.name
+    if key == BLOCK:
+        return labels.get(BLOCK) or None
+    return (labels.get(BLOCK), labels[RACK]) if labels.get(RACK) else None
+
+
+@test_properties.SETTINGS
+@given(racked(), test_properties.policies())
+def test_a_preferred_gang_holding_out_is_admitted_and_reserved_in_one_domain(
+    snapshot: Snapshot, policy: Policy
+) -> None:
+    """A gang preferring a level, within its patience since its submission or last requeue,
+    that one domain of the level could hold empty, starts or reserves in one domain only."""
+    result = plan(snapshot, policy)
+    nodes = {n.name: n for n in snapshot.nodes}
+    patience = policy.topology_patience_seconds
+
+    def holds_out(job: PendingJob) -> bool:
+        if job.topology_required or job.topology_level not in (BLOCK, RACK, HOST):
+            return False
+        since = job.submitted_at if job.requeued_at is None else job.requeued_at
+        if snapshot.now >= since + patience:
+            return False
+        room: dict[object, int] = {}
+        for node in snapshot.nodes:
+            domain = _domain(node, job.topology_level)
+            if node.schedulable and domain is not None and job.flavor in node.capacity:
+                room[domain] = room.get(domain, 0) + node.capacity[job.flavor] // (
+                    job.gpus_per_worker
+                )
+        return max(room.values(), default=0) >= job.workers
+
+    jobs = {j.id: j for j in snapshot.pending}
+    placed = [(a.job_id, a.placement) for a in result.admissions]
+    placed += [(r.job_id, r.placement) for r in result.reservations]
+    for job_id, placement in placed:
+        job = jobs[job_id]
+        if job.gpu_milli or not holds_out(job):
+            continue
+        domains = {_domain(nodes[n], job.topology_level) for n, _ in placement}
+        assert len(domains) == 1 and None not in domains, (job, placement)

@@ -62,6 +62,7 @@ def requeue(job: Job, reason: str, actor: str = "cluster", **changes: Any) -> bo
             placement={},
             admitted_at=None,
             started_at=None,
+            requeued_at=timezone.now(),
             checkpoint_requested_at=None,
             checkpoint_deadline=None,
             checkpoint_acked_at=None,

@@ -150,6 +150,7 @@ class GpuqueueEngine(SchedulingPolicy):
             expected_runtime=self._expected(run),
             topology_level=self.gang_level if job.workers > 1 else "",
             topology_required=self.gang_level_required and job.workers > 1,
+            requeued_at=now if run.preemptions else None,
         )
         # The window keeps the head of each team's queue in the engine's order inside a team
         # (`PendingJob.rank`): 1. higher priority; 2. earlier turn (the submission, which a
