@@ -13,7 +13,7 @@ _trigger = import_module("gpuqueue.migrations.0030_topology_levels")._trigger
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("gpuqueue", "0030_topology_levels"),
+        ("gpuqueue", "0031_dra_sharing"),
     ]
 
     operations = [
