@@ -37,6 +37,14 @@ from gpuqueue.core.gpu_resources import is_gpu_resource
 
 Obj = Mapping[str, Any]
 HOSTNAME = "kubernetes.io/hostname"
+# A gang of several pod sets (a user's PyTorchJob or RayJob: gpuqueue.cluster.frameworks): each
+# pod template carries its pod set's name and its own part of the plan, and a pod without a
+# completion index takes the slot of its position among the gated pods of its pod set.
+POD_SET_ANNOTATION = "gpuqueue.dev/pod-set"
+
+
+def pod_set_of(pod: Obj) -> str:
+    return str(((pod.get("metadata") or {}).get("annotations") or {}).get(POD_SET_ANNOTATION, ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +309,10 @@ def releases(
             continue  # the Job controller is still creating the gang's pods
         need: dict[tuple[str, str], int] = defaultdict(int)
         targets = []
-        for position, pod in enumerate(sorted(gated[key], key=lambda p: p["metadata"]["name"])):
+        positions: dict[str, int] = defaultdict(int)
+        for pod in sorted(gated[key], key=lambda p: p["metadata"]["name"]):
+            position = positions[pod_set_of(pod)]
+            positions[pod_set_of(pod)] += 1
             hostname = planned_hostname(pod, position)
             if hostname is None:
                 held[key] = f"pod {pod['metadata']['name']} carries no planned node"

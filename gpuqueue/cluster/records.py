@@ -35,20 +35,21 @@ def recorded(job_ids: Collection[int], instance: str) -> dict[Key, Record]:
     # Jobs that mirror a user's Job: every attempt's workload is that Job, proven by the
     # name and uid recorded when it was mirrored (one more query).
     sources = {
-        source.job_id: (source.name, source.uid, state == JobState.CANCELLED)
+        source.job_id: (source.name, source.uid, state == JobState.CANCELLED, source.kind)
         for source, state in (
             (s, s.job.state) for s in JobSource.objects.filter(job_id__in=ids).select_related("job")
         )
     }
     out = {}
     for row in WorkloadRecord.objects.filter(job_id__in=ids):
-        name, uid, cancelled = sources.get(row.job_id, ("", row.job_uid, False))
+        name, uid, cancelled, kind = sources.get(row.job_id, ("", row.job_uid, False, ""))
         out[(row.job_id, row.attempt)] = Record(
             namespace=row.namespace,
             proof=proof_of(row, instance),
             secret_uid=row.secret_uid,
             job_uid=uid,
             source=name,
+            source_kind=kind,
             cancelled=cancelled,
         )
     return out

@@ -131,6 +131,7 @@ def launch_spec(
         device_selector=flavor.device_selector,
         source=source.name if source is not None else "",
         source_uid=source.uid if source is not None else "",
+        source_kind=source.kind if source is not None else "",
     )
 
 
