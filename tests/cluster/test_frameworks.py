@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuqueue.cluster import frameworks as fw
 from gpuqueue.cluster import manifests as mf
@@ -281,3 +285,97 @@ def test_a_finished_object_reads_as_a_finished_job() -> None:
     ray["status"] = {"jobDeploymentStatus": "Failed", "reason": "DeadlineExceeded"}
     assert fw.job_view(ray)["status"]["conditions"][0]["reason"] == "DeadlineExceeded"
     assert fw.is_finished(ray) and not fw.is_finished(rayjob())
+
+
+def small_node(name: str, gpus: int) -> dict[str, Any]:
+    room = {"nvidia.com/gpu": str(gpus), "cpu": "64", "memory": "512Gi", "pods": "110"}
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {},
+        "status": {"allocatable": room, "capacity": room},
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    capacity=st.lists(st.integers(0, 16), min_size=1, max_size=4),
+    gangs=st.lists(
+        st.tuples(
+            st.booleans(),  # whether the master asks GPUs (else it rides along)
+            st.integers(1, 3),  # workers
+            st.integers(1, 8),  # GPUs per GPU pod
+            st.lists(st.integers(0, 3), min_size=4, max_size=4),  # each GPU pod's node
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_a_gang_of_several_pod_sets_is_released_whole_and_never_overfills_a_node(
+    capacity: list[int], gangs: list[Any]
+) -> None:
+    names = [f"n{i}" for i in range(len(capacity))]
+    nodes = [small_node(n, c) for n, c in zip(names, capacity, strict=True)]
+    views, pods, records = [], [], {}
+    planned: dict[str, set[str]] = {}  # pod -> the nodes of its pod set's part of the plan
+    for job_id, (master_gpus, workers, gpus, where) in enumerate(gangs, start=1):
+        obj = pytorchjob()
+        obj["metadata"] |= {"name": f"j{job_id}", "uid": f"uid-{job_id}"}
+        replicas = obj["spec"]["pytorchReplicaSpecs"]
+        replicas["Worker"]["replicas"] = workers
+        for name, spec_ in replicas.items():
+            limits = spec_["template"]["spec"]["containers"][0]["resources"]["limits"]
+            limits["nvidia.com/gpu"] = str(gpus)
+            if name == "Master" and not master_gpus:
+                del limits["nvidia.com/gpu"]
+        with_gpus = workers + (1 if master_gpus else 0)
+        placement = Counter(names[i % len(names)] for i in where[:with_gpus])
+        launch = replace(
+            spec(with_gpus, dict(placement)),
+            job_id=job_id,
+            source=f"j{job_id}",
+            source_uid=f"uid-{job_id}",
+        )
+        launch = replace(launch, gpus_per_worker=gpus)
+        obj = admitted(obj, launch)
+        views.append(fw.job_view(obj))
+        records[(job_id, 1)] = Record(
+            "team-a",
+            launch.proof,
+            job_uid=f"uid-{job_id}",
+            source=f"j{job_id}",
+            source_kind="PyTorchJob",
+        )
+        owner = {"kind": "PyTorchJob", "uid": f"uid-{job_id}", "name": f"j{job_id}"}
+        replicas = obj["spec"]["pytorchReplicaSpecs"]
+        made = [gated_pod(f"j{job_id}-master-0", replicas["Master"]["template"], owner)] + [
+            gated_pod(f"j{job_id}-worker-{i}", replicas["Worker"]["template"], owner)
+            for i in range(workers)
+        ]
+        for pod in made:
+            plan = json.loads(pod["metadata"]["annotations"][mf.PLACEMENT_ANNOTATION])
+            planned[pod["metadata"]["name"]] = {host for host, _ in plan}
+        pods += made
+    ours = sort_out(views, pods, records)
+    out, held = releases(ours.jobs, ours.pods, pods, nodes)
+    by_job: dict[str, list[Any]] = {}
+    for one in out:
+        by_job.setdefault(one.name.split("-")[0], []).append(one)
+        assert one.hostname in planned[one.name]  # each pod to its own pod set's plan
+    for job_id, (_, workers, _, _) in enumerate(gangs, start=1):
+        released = by_job.get(f"j{job_id}", [])
+        assert len(released) in (0, workers + 1)  # every pod set, or none
+        assert not (released and (job_id, 1) in held)
+    # The first gang (nothing before it) is released whenever its plan fits the nodes.
+    first_master, first_workers, first_gpus, first_where = gangs[0]
+    first_count = first_workers + (1 if first_master else 0)
+    want = Counter(names[i % len(names)] for i in first_where[:first_count])
+    fits = all(n * first_gpus <= capacity[names.index(host)] for host, n in want.items())
+    assert bool(by_job.get("j1")) == fits, held
+    # No node holds more GPUs than it has.
+    used: Counter[str] = Counter()
+    for one in out:
+        pod = next(p for p in pods if p["metadata"]["name"] == one.name)
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        used[one.hostname] += int(limits.get("nvidia.com/gpu", 0))
+    for name, gpus_there in zip(names, capacity, strict=True):
+        assert used[name] <= gpus_there
