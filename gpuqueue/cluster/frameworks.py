@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuqueue.cluster.base import LaunchSpec
-from gpuqueue.cluster.gates import CPU, MEMORY, POD_SET_ANNOTATION, quantity
+from gpuqueue.cluster.gates import CPU, MEMORY, quantity
 from gpuqueue.cluster.manifests import (
     NO_DISRUPTION_ANNOTATIONS,
     PLACEMENT_ANNOTATION,
     PLACEMENT_GATE,
+    POD_SET_ANNOTATION,
     PROOF_ANNOTATION,
     ClusterOptions,
     owner_labels,

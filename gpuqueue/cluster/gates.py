@@ -32,18 +32,18 @@ from gpuqueue.cluster.manifests import (
     COMPLETION_INDEX_ANNOTATION,
     PLACEMENT_ANNOTATION,
     PLACEMENT_GATE,
+    POD_SET_ANNOTATION,
 )
 from gpuqueue.core.gpu_resources import is_gpu_resource
 
 Obj = Mapping[str, Any]
 HOSTNAME = "kubernetes.io/hostname"
-# A gang of several pod sets (a user's PyTorchJob or RayJob: gpuqueue.cluster.frameworks): each
-# pod template carries its pod set's name and its own part of the plan, and a pod without a
-# completion index takes the slot of its position among the gated pods of its pod set.
-POD_SET_ANNOTATION = "gpuqueue.dev/pod-set"
 
 
 def pod_set_of(pod: Obj) -> str:
+    """The pod set of a pod of a gang of several (gpuqueue.cluster.frameworks): a pod without a
+    completion index takes the slot of its position among the gated pods of its pod set, in
+    its pod set's own part of the plan; "" for a Job's pods."""
     return str(((pod.get("metadata") or {}).get("annotations") or {}).get(POD_SET_ANNOTATION, ""))
 
 

@@ -25,6 +25,7 @@ from gpuqueue.cluster.manifests import (
     LABEL_JOB_ID,
     MANAGED_BY,
     PLACEMENT_ANNOTATION,
+    POD_SET_ANNOTATION,
     PROOF_ANNOTATION,
 )
 
@@ -61,6 +62,7 @@ POD: Shape = {
         "annotations": {
             COMPLETION_INDEX_ANNOTATION: ALL,
             PLACEMENT_ANNOTATION: ALL,
+            POD_SET_ANNOTATION: ALL,
             CHECKPOINT_ANNOTATION: ALL,
         },
         "creationTimestamp": ALL,

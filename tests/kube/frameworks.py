@@ -20,6 +20,7 @@ knows it by).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -39,6 +40,10 @@ from tests.kube.controlplane import (
     go_binary,
     install_binary,
 )
+
+# Where the training operator reads its webhook certificate (a constant of its code: the
+# Deployment mounts the certificate Secret there).
+CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # noqa: S108 - the operator's own path
 
 
 @dataclass(frozen=True)
@@ -241,7 +246,36 @@ class Operator:
             env=env,
             cwd=self.workdir,
         )
+
+        if self.fw is TRAINING:
+            self._mount_certificates()
         return self
+
+    def _mount_certificates(self, timeout: float = 60.0) -> None:
+        """What the Deployment's Secret volume does for the training operator: its certificate
+        rotator fills the Secret, then waits for the files in CERT_DIR (a fixed path) before it
+        starts the controllers."""
+        from kubernetes import client
+
+        from tests.kube.controlplane import api_client_for
+
+        core = client.CoreV1Api(api_client_for(self.kubeconfig))
+        deadline = time.monotonic() + timeout
+        while True:
+            data = (
+                core.read_namespaced_secret(
+                    "training-operator-webhook-cert", self.fw.namespace
+                ).data
+                or {}
+            )
+            if "tls.crt" in data and "tls.key" in data:
+                break
+            if not self.alive() or time.monotonic() > deadline:
+                raise Unavailable(f"the training operator made no certificate:\n{self.log_tail()}")
+            time.sleep(0.5)
+        CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for name in ("tls.crt", "tls.key"):
+            (CERT_DIR / name).write_bytes(base64.b64decode(data[name]))
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
