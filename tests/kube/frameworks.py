@@ -77,7 +77,7 @@ KUBERAY = Framework(
     package="github.com/ray-project/kuberay/ray-operator",
     binary="ray-operator",
     crd_dir="config/crd/bases",
-    crd_files=("ray.io_rayjobs.yaml", "ray.io_rayclusters.yaml"),
+    crd_files=("ray.io_rayjobs.yaml", "ray.io_rayclusters.yaml", "ray.io_rayservices.yaml"),
     namespace="ray-system",
     account="kuberay-operator",
 )

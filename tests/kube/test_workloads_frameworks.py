@@ -316,8 +316,8 @@ def test_a_labelled_rayjob_waits_then_runs_its_head_and_workers_as_planned(
     cancel_job(world.alice, blocker)
     kube.sync_until(lambda: not kube.pods("team-a", selector=f"gpuqueue.dev/job-id={blocker.pk}"))
     admit(kube, job)
-    pods = kube.pods("team-a", selector="ray.io/originated-from-cr-name=sweep")
-    pods = [p for p in pods if "ray.io/node-type" in p["metadata"]["labels"]]
+    (cluster,) = _objects(kube, RAYCLUSTER)  # KubeRay's, for the RayJob
+    pods = kube.pods("team-a", selector=f"ray.io/cluster={cluster['metadata']['name']}")
     workers = [p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "worker"]
     (head,) = [p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "head"]
     assert Counter(p["spec"]["nodeName"] for p in workers) == Counter(job.placement)
