@@ -206,13 +206,14 @@ def admit(kube: Kube, job: Job) -> None:
 
     try:
         kube.sync_until(running, timeout=90)
-    except AssertionError:
+    except AssertionError as exc:
         job.refresh_from_db()
         pods = {
             p["metadata"]["name"]: (p["metadata"].get("annotations"), p["spec"].get("nodeName"))
             for p in kube.pods("team-a", selector="")
         }
-        raise AssertionError(f"{job.state}: {job.pending_reason} {job.message}; pods: {pods}")
+        why = f"{job.state}: {job.pending_reason} {job.message}; pods: {pods}"
+        raise AssertionError(why) from exc
 
 
 def described(kube: Kube, kind: str, name: str) -> str:
@@ -316,8 +317,8 @@ def test_a_labelled_rayjob_waits_then_runs_its_head_and_workers_as_planned(
     cancel_job(world.alice, blocker)
     kube.sync_until(lambda: not kube.pods("team-a", selector=f"gpuqueue.dev/job-id={blocker.pk}"))
     admit(kube, job)
-    (cluster,) = _objects(kube, RAYCLUSTER)  # KubeRay's, for the RayJob
-    pods = kube.pods("team-a", selector=f"ray.io/cluster={cluster['metadata']['name']}")
+    (ray_cluster,) = _objects(kube, RAYCLUSTER)  # KubeRay's, for the RayJob
+    pods = kube.pods("team-a", selector=f"ray.io/cluster={ray_cluster['metadata']['name']}")
     workers = [p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "worker"]
     (head,) = [p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "head"]
     assert Counter(p["spec"]["nodeName"] for p in workers) == Counter(job.placement)
