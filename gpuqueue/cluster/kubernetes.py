@@ -160,6 +160,7 @@ class KubernetesBackend(ClusterBackend):
         self._held: dict[Key, str] = {}
         self._unseen: frozenset[str] = frozenset()
         self._unseen_sources: frozenset[str] = frozenset()
+        self._unseen_frameworks: frozenset[str] = frozenset()
         self._refused: dict[Key, str] = {}
         self._refusals_checked: dict[str, datetime] = {}
         self._first_seen: dict[tuple[int, int], datetime] = {}
@@ -344,8 +345,10 @@ class KubernetesBackend(ClusterBackend):
     def _framework_views(self) -> list[Obj]:
         """This install's admitted PyTorchJobs and RayJobs in every team namespace, as Jobs
         (frameworks.job_view): listed on every pass (not watched), only for the kinds the
-        cluster serves. A namespace that cannot be read is left out, and said."""
+        cluster serves. A namespace where they cannot be read is unseen (unseen_namespaces: its
+        jobs are left as they are), and said."""
         views: list[Obj] = []
+        unseen: set[str] = set()
         for kind in frameworks.KINDS:
             if not self.serves(kind):
                 continue
@@ -358,8 +361,10 @@ class KubernetesBackend(ClusterBackend):
                     if exc.transient:
                         raise
                     log.warning("%ss in %s cannot be read: %s", kind, namespace, exc)
+                    unseen.add(namespace)
                     continue
                 views += [frameworks.job_view(obj) for obj in found]
+        self._unseen_frameworks = frozenset(unseen)
         return views
 
     def _ours(self, jobs: list[Obj], pods: list[Obj]) -> Ours:
@@ -486,7 +491,7 @@ class KubernetesBackend(ClusterBackend):
 
     def unseen_namespaces(self) -> Collection[str]:
         """Namespaces whose Jobs cannot be read now, and those another install holds."""
-        return self._unseen | frozenset(self.refused)
+        return self._unseen | self._unseen_frameworks | frozenset(self.refused)
 
     def _refusals(self, ours: Ours, now: datetime) -> dict[Key, str]:
         """Why the API refused the pods of Jobs that still lack some after REFUSAL_CHECK: the
