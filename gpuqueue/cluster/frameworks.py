@@ -243,8 +243,16 @@ def read_framework(obj: Obj) -> SourceShape | str:
     meta = _meta(obj)
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
-    if kind_of(obj) == KIND_RAY and (obj.get("spec") or {}).get("clusterSelector"):
+    spec = obj.get("spec") or {}
+    if kind_of(obj) == KIND_RAY and spec.get("clusterSelector"):
         return "it runs on an existing RayCluster (clusterSelector): nothing for the queue to place"
+    if kind_of(obj) == KIND_RAY and (spec.get("rayClusterSpec") or {}).get(
+        "enableInTreeAutoscaling"
+    ):
+        return (
+            "its RayCluster autoscales (enableInTreeAutoscaling): a gang has a fixed size; set"
+            " each worker group's replicas instead"
+        )
     with_gpus = [s for s in sets if s.resource and s.count > 0]
     if not with_gpus:
         return "its pods ask for no GPU: the queue is for GPU work, run it without the queue label"
@@ -408,5 +416,4 @@ def job_view(obj: Obj) -> dict[str, Any]:
         "spec": {"parallelism": pods, "suspend": is_suspended(obj)},
         "status": status,
         CONTROLLERS_KEY: controllers,
-        "source_kind": kind_of(obj),
     }

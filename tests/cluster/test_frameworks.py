@@ -121,10 +121,13 @@ def test_what_gpuqueue_cannot_queue_is_said(change: Any, why: str) -> None:
     assert isinstance(shape := fw.read_framework(obj), str) and shape.startswith(why), shape
 
 
-def test_a_rayjob_on_an_existing_cluster_is_not_queued() -> None:
+def test_a_rayjob_on_an_existing_or_autoscaling_cluster_is_not_queued() -> None:
     obj = rayjob()
     obj["spec"]["clusterSelector"] = {"ray.io/cluster": "shared"}
     assert "existing RayCluster" in str(fw.read_framework(obj))
+    obj = rayjob()
+    obj["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] = True
+    assert "a gang has a fixed size" in str(fw.read_framework(obj))
 
 
 def test_admission_writes_each_pod_set_s_part_of_the_plan_and_unsuspends() -> None:
