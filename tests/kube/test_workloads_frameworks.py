@@ -62,6 +62,8 @@ def operators(
     running as its ServiceAccount."""
     try:
         binaries = [ops.build(fw) for fw in ops.FRAMEWORKS]
+        for fw in ops.FRAMEWORKS:
+            ops.crds(fw)  # the module's files, from the Go module cache
     except Unavailable as exc:
         pytest.skip(f"the operators cannot be built here: {exc}")
     api = api_client_for(control_plane.kubeconfig)
