@@ -123,6 +123,7 @@ class LaunchSpec:
     # recorded when it was mirrored; "" for a job whose workload gpuqueue writes itself.
     source: str = ""
     source_uid: str = ""
+    source_kind: str = ""  # "Job", "PyTorchJob" or "RayJob" ("": a Job)
 
 
 class Phase(enum.StrEnum):
@@ -291,10 +292,11 @@ class ClusterBackend(abc.ABC):
         return ()
 
     def describe_source(
-        self, namespace: str, name: str, uid: str, job_id: int | None, text: str
+        self, namespace: str, name: str, uid: str, job_id: int | None, text: str, kind: str = ""
     ) -> None:
         """Write where the object stands onto it (an annotation and an Event), so that
-        `kubectl describe` says why it waits; `job_id`: the job it became (None: refused)."""
+        `kubectl describe` says why it waits; `job_id`: the job it became (None: refused);
+        `kind`: the object's kind ("": a Job)."""
         return None
 
     def release_gangs(self) -> int:

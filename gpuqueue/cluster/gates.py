@@ -34,11 +34,19 @@ from gpuqueue.cluster.manifests import (
     DEVICES_ANNOTATION,
     PLACEMENT_ANNOTATION,
     PLACEMENT_GATE,
+    POD_SET_ANNOTATION,
 )
 from gpuqueue.core.gpu_resources import is_dra_resource, is_gpu_resource
 
 Obj = Mapping[str, Any]
 HOSTNAME = "kubernetes.io/hostname"
+
+
+def pod_set_of(pod: Obj) -> str:
+    """The pod set of a pod of a gang of several (gpuqueue.cluster.frameworks): a pod without a
+    completion index takes the slot of its position among the gated pods of its pod set, in
+    its pod set's own part of the plan; "" for a Job's pods."""
+    return str(((pod.get("metadata") or {}).get("annotations") or {}).get(POD_SET_ANNOTATION, ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,7 +342,10 @@ def releases(
             continue  # the Job controller is still creating the gang's pods
         need: dict[tuple[str, str], int] = defaultdict(int)
         targets = []
-        for position, pod in enumerate(sorted(gated[key], key=lambda p: p["metadata"]["name"])):
+        positions: dict[str, int] = defaultdict(int)
+        for pod in sorted(gated[key], key=lambda p: p["metadata"]["name"]):
+            position = positions[pod_set_of(pod)]
+            positions[pod_set_of(pod)] += 1
             hostname = planned_hostname(pod, position)
             if hostname is None:
                 held[key] = f"pod {pod['metadata']['name']} carries no planned node"

@@ -28,9 +28,9 @@ from typing import Any
 from django.utils import timezone
 from kubernetes import client
 
+from gpuqueue.cluster import frameworks, proof, sources
 from gpuqueue.cluster import k8s_shared_claims as shared_claims
 from gpuqueue.cluster import manifests as mf
-from gpuqueue.cluster import proof, sources
 from gpuqueue.cluster.base import (
     Claimed,
     ClusterBackend,
@@ -132,6 +132,10 @@ class KubernetesBackend(ClusterBackend):
         self.policy = client.PolicyV1Api(api_client)
         self.resource = client.ResourceV1Api(api_client)
         self.scheduling = client.SchedulingV1beta1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        # The framework kinds the cluster serves (gpuqueue.cluster.frameworks): kind -> when
+        # asked, and whether served; asked again a minute after a "no" (a CRD installed later).
+        self._frameworks: dict[str, tuple[datetime, bool]] = {}
         # Whether the cluster serves PodGroups (None: not asked yet); see serves_pod_groups.
         self._pod_groups: bool | None = None
         self.dra_flavors = dra_flavors
@@ -157,6 +161,7 @@ class KubernetesBackend(ClusterBackend):
         self._held: dict[Key, str] = {}
         self._unseen: frozenset[str] = frozenset()
         self._unseen_sources: frozenset[str] = frozenset()
+        self._unseen_frameworks: frozenset[str] = frozenset()
         self._refused: dict[Key, str] = {}
         self._refusals_checked: dict[str, datetime] = {}
         self._first_seen: dict[tuple[int, int], datetime] = {}
@@ -289,9 +294,79 @@ class KubernetesBackend(ClusterBackend):
         listed now. Sets the team namespaces whose Jobs cannot be seen."""
         if self.store.live:
             self._unseen = self.store.unseen
-            return self.store.items("nodes"), self.store.items("pods"), self.store.items("jobs")
+            jobs = self.store.items("jobs") + self._framework_views()
+            return self.store.items("nodes"), self.store.items("pods"), jobs
         jobs, self._unseen = self._list_jobs()
+        jobs += self._framework_views()
         return self.list_raw_nodes()["items"], self.list_raw_pods()["items"], jobs
+
+    def serves(self, kind: str) -> bool:
+        """Whether the API serves a framework's kind (its CRD installed), asked through
+        discovery; a "no" is asked again after a minute."""
+        now = self.clock()
+        known = self._frameworks.get(kind)
+        if known is not None and (known[1] or now - known[0] < timedelta(minutes=1)):
+            return known[1]
+        group, version, plural = frameworks.API[kind]
+        try:
+            found = _json(
+                self.call(
+                    f"discover {group}/{version}",
+                    self.custom.get_api_resources,
+                    group,
+                    version,
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                )
+            )
+            served = plural in {r.get("name") for r in found.get("resources") or []}
+        except NotFound:
+            served = False
+        except ClusterError as exc:
+            log.warning("cannot tell whether the cluster serves %s: %s", kind, exc)
+            return False
+        self._frameworks[kind] = (now, served)
+        return served
+
+    def _list_framework(self, kind: str, namespace: str, selector: str) -> list[Obj]:
+        group, version, plural = frameworks.API[kind]
+        items = self._list(
+            f"list {plural} in {namespace}",
+            self.custom.list_namespaced_custom_object,
+            group,
+            version,
+            namespace,
+            plural,
+            label_selector=selector,
+        )["items"]
+        for item in items:  # a list's items name their kind; said again, to be sure
+            item.setdefault("kind", kind)
+        return items
+
+    def _framework_views(self) -> list[Obj]:
+        """This install's admitted PyTorchJobs and RayJobs in every team namespace, as Jobs
+        (frameworks.job_view): listed on every pass (not watched), only for the kinds the
+        cluster serves. A namespace where they cannot be read is unseen (unseen_namespaces: its
+        jobs are left as they are), and said."""
+        views: list[Obj] = []
+        unseen: set[str] = set()
+        for kind in frameworks.KINDS:
+            if not self.serves(kind):
+                continue
+            for namespace in self.namespaces():
+                if namespace in self.refused:
+                    continue
+                try:
+                    found = self._list_framework(kind, namespace, self.selector)
+                except ClusterError as exc:
+                    if exc.transient:
+                        raise
+                    log.warning("%ss in %s cannot be read: %s", kind, namespace, exc)
+                    unseen.add(namespace)
+                    continue
+                views += [frameworks.job_view(obj) for obj in found]
+        self._unseen_frameworks = frozenset(unseen)
+        return views
 
     def _ours(self, jobs: list[Obj], pods: list[Obj]) -> Ours:
         """The Jobs and pods this install proves it made, against the database's records of
@@ -433,7 +508,7 @@ class KubernetesBackend(ClusterBackend):
 
     def unseen_namespaces(self) -> Collection[str]:
         """Namespaces whose Jobs cannot be read now, and those another install holds."""
-        return self._unseen | frozenset(self.refused)
+        return self._unseen | self._unseen_frameworks | frozenset(self.refused)
 
     def _refusals(self, ours: Ours, now: datetime) -> dict[Key, str]:
         """Why the API refused the pods of Jobs that still lack some after REFUSAL_CHECK: the
@@ -594,6 +669,8 @@ class KubernetesBackend(ClusterBackend):
         if any(n not in self._hostnames for n in spec.placement):
             self._remember_nodes(self.list_raw_nodes()["items"])
         hostnames = {n: self._hostnames.get(n, n) for n in spec.placement}
+        if spec.source and spec.source_kind in frameworks.KINDS:
+            return self._admit_framework(spec, hostnames)
         if spec.source:
             return self._admit_source(spec, hostnames)
         record = Record(namespace=spec.namespace, proof=spec.proof)
@@ -745,6 +822,109 @@ class KubernetesBackend(ClusterBackend):
             return Launched(token=secrets.token_urlsafe(32), job_uid=spec.source_uid)
         raise ClusterError(f"Job {spec.namespace}/{spec.source} keeps changing", transient=True)
 
+    def _read_framework(self, kind: str, namespace: str, name: str) -> Obj | None:
+        group, version, plural = frameworks.API[kind]
+        try:
+            response = self.call(
+                f"read {kind} {namespace}/{name}",
+                self.custom.get_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                plural,
+                name,
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        except NotFound:
+            return None
+        obj = _json(response)
+        obj.setdefault("kind", kind)
+        return obj
+
+    def _patch_framework(self, kind: str, namespace: str, name: str, patch: Obj) -> None:
+        group, version, plural = frameworks.API[kind]
+        self.call(
+            f"patch {kind} {namespace}/{name}",
+            self.custom.patch_namespaced_custom_object,
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            patch,
+            _content_type="application/merge-patch+json",
+            _preload_content=False,
+            _request_timeout=self.timeout,
+        )
+
+    def _admit_framework(self, spec: LaunchSpec, hostnames: Mapping[str, str]) -> Launched:
+        """Admit the user's suspended PyTorchJob or RayJob the job mirrors, as _admit_source
+        admits a Job: every pod template patched with the plan and the gate, and unsuspended,
+        in one compare-and-swap (gpuqueue.cluster.frameworks.admission_patch). Only the object
+        recorded when it was mirrored (its kind, name and uid) is touched."""
+        key, kind, what = (spec.job_id, spec.attempt), spec.source_kind, spec.source
+        for _ in range(3):
+            obj = self._read_framework(kind, spec.namespace, what)
+            if obj is None or _uid(obj) != spec.source_uid:
+                raise ClusterError(f"{kind} {spec.namespace}/{what} is gone", transient=True)
+            if not frameworks.is_suspended(obj):
+                if mf.attempt_of(obj) == key:
+                    return Launched(token=secrets.token_urlsafe(32), job_uid=spec.source_uid)
+                raise ClusterError(
+                    f"{kind} {spec.namespace}/{what} still runs its previous attempt",
+                    transient=True,
+                )
+            if kind == frameworks.KIND_RAY and (obj.get("status") or {}).get(
+                "jobDeploymentStatus"
+            ) not in (None, "", "Suspended", "New"):
+                # KubeRay still tears down the previous attempt's RayCluster (Suspending).
+                raise ClusterError(
+                    f"{kind} {spec.namespace}/{what} is still suspending", transient=True
+                )
+            patch = frameworks.admission_patch(obj, spec, self.options, hostnames)
+            try:
+                self._patch_framework(kind, spec.namespace, what, patch)
+            except Conflict:
+                continue
+            except NotFound:
+                raise ClusterError(
+                    f"{kind} {spec.namespace}/{what} is gone", transient=True
+                ) from None
+            return Launched(token=secrets.token_urlsafe(32), job_uid=spec.source_uid)
+        raise ClusterError(f"{kind} {spec.namespace}/{what} keeps changing", transient=True)
+
+    def _stop_framework(self, record: Record, key: Key) -> None:
+        """Stop the user's PyTorchJob or RayJob as _stop_source stops a Job: suspend it (its
+        operator deletes its pods), and delete it when the job was cancelled."""
+        kind, namespace, name = record.source_kind, record.namespace, record.source
+        obj = self._read_framework(kind, namespace, name)
+        if obj is None or _uid(obj) != record.job_uid:
+            return
+        if mf.attempt_of(obj) != key and not record.cancelled:
+            return
+        if not frameworks.is_suspended(obj) and not frameworks.is_finished(obj):
+            with contextlib.suppress(NotFound):
+                self._patch_framework(kind, namespace, name, frameworks.suspend_patch(obj))
+        if record.cancelled:
+            group, version, plural = frameworks.API[kind]
+            with contextlib.suppress(NotFound, Conflict):
+                self.call(
+                    f"delete {kind} {namespace}/{name}",
+                    self.custom.delete_namespaced_custom_object,
+                    group,
+                    version,
+                    namespace,
+                    plural,
+                    name,
+                    body={
+                        "preconditions": {"uid": record.job_uid},
+                        "propagationPolicy": "Background",
+                    },
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                )
+
     def _stop_source(self, record: Record, key: Key) -> None:
         """Stop the user's Job an attempt admitted: suspend it (the Job controller deletes its
         pods; the job waits in the queue again), and when the job was cancelled, delete it
@@ -808,6 +988,9 @@ class KubernetesBackend(ClusterBackend):
                     namespace,
                     label_selector=sources.QUEUE_LABEL,
                 )["items"]
+                for kind in frameworks.KINDS:
+                    if self.serves(kind):
+                        listed += self._list_framework(kind, namespace, sources.QUEUE_LABEL)
                 found += [
                     job
                     for job in listed
@@ -825,7 +1008,7 @@ class KubernetesBackend(ClusterBackend):
         return self._unseen_sources
 
     def describe_source(
-        self, namespace: str, name: str, uid: str, job_id: int | None, text: str
+        self, namespace: str, name: str, uid: str, job_id: int | None, text: str, kind: str = ""
     ) -> None:
         """The status annotation on the Job (only while it is still the one with `uid`), and
         an Event on it with the same sentence: `kubectl describe job` shows both."""
@@ -834,17 +1017,21 @@ class KubernetesBackend(ClusterBackend):
         else:
             patch = sources.refusal_patch(text)
         patch["metadata"]["uid"] = uid  # a precondition: another Job under the name is refused
+        kind = kind or sources.KIND_JOB
         try:
-            self.call(
-                f"describe job {namespace}/{name}",
-                self.batch.patch_namespaced_job,
-                name,
-                namespace,
-                patch,
-                _content_type="application/merge-patch+json",
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
+            if kind in frameworks.KINDS:
+                self._patch_framework(kind, namespace, name, patch)
+            else:
+                self.call(
+                    f"describe job {namespace}/{name}",
+                    self.batch.patch_namespaced_job,
+                    name,
+                    namespace,
+                    patch,
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                )
         except (NotFound, Conflict, ClusterError) as exc:  # gone, replaced, or the API away
             log.info("job %s/%s not described: %s", namespace, name, exc)
             return
@@ -852,8 +1039,10 @@ class KubernetesBackend(ClusterBackend):
         event = {
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
             "involvedObject": {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
+                "apiVersion": (
+                    "/".join(frameworks.API[kind][:2]) if kind in frameworks.KINDS else "batch/v1"
+                ),
+                "kind": kind,
                 "name": name,
                 "namespace": namespace,
                 "uid": uid,
@@ -978,7 +1167,8 @@ class KubernetesBackend(ClusterBackend):
         else); an attempt whose launch has not recorded it yet has no worker to show."""
         key = (job_id, attempt)
         if self.store.live:
-            ours = self._ours(self.store.items("jobs"), self.store.items("pods"))
+            jobs = self.store.items("jobs") + self._framework_views()
+            ours = self._ours(jobs, self.store.items("pods"))
             return list(ours.pods.get(key, ()))
         record = self.records([job_id], self.instance).get(key)
         if record is None or not record.job_uid:
@@ -991,7 +1181,8 @@ class KubernetesBackend(ClusterBackend):
             call=call,
             shape=projector("pods"),
         )["items"]
-        return [p for p in pods if proof.is_worker(p, key, record.namespace, record.job_uid)]
+        ray = record.source if record.source_kind == frameworks.KIND_RAY else ""
+        return [p for p in pods if proof.is_worker(p, key, record.namespace, record.job_uid, ray)]
 
     def read_log(self, job_id: int, attempt: int, worker: int, query: LogQuery) -> WorkerLog:
         """The worker container's log in the pod of completion index `worker` (the newest such
@@ -1043,6 +1234,9 @@ class KubernetesBackend(ClusterBackend):
                 attempt,
                 job_id,
             )
+            return
+        if record.source and record.source_kind in frameworks.KINDS:
+            self._stop_framework(record, key)
             return
         if record.source:
             self._stop_source(record, key)

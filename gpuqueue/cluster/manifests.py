@@ -44,6 +44,9 @@ COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # (gpuqueue.cluster.gates), so the gang lands exactly as planned.
 PLACEMENT_GATE = "gpuqueue.dev/placement"
 PLACEMENT_ANNOTATION = "gpuqueue.dev/placement"
+# A gang of several pod sets (a user's PyTorchJob or RayJob): which pod set a pod is of; each
+# pod set's template carries its own part of the plan (gpuqueue.cluster.gates).
+POD_SET_ANNOTATION = "gpuqueue.dev/pod-set"
 # A gang is requeued whole, after its checkpoint, by gpuqueue (a cordoned node under it is a
 # preemption): autoscalers consolidating nodes must not evict one worker of it meanwhile.
 NO_DISRUPTION_ANNOTATIONS: Mapping[str, str] = {

@@ -26,6 +26,7 @@ from gpuqueue.cluster.manifests import (
     LABEL_JOB_ID,
     MANAGED_BY,
     PLACEMENT_ANNOTATION,
+    POD_SET_ANNOTATION,
     PROOF_ANNOTATION,
 )
 
@@ -63,6 +64,7 @@ POD: Shape = {
             COMPLETION_INDEX_ANNOTATION: ALL,
             PLACEMENT_ANNOTATION: ALL,
             DEVICES_ANNOTATION: ALL,
+            POD_SET_ANNOTATION: ALL,
             CHECKPOINT_ANNOTATION: ALL,
         },
         "creationTimestamp": ALL,

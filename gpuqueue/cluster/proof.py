@@ -22,7 +22,9 @@ namespace, a random nonce, and the uids the API gave the attempt's Secret and Jo
 4. A user's own Job that a job mirrors (gpuqueue.cluster.sources) counts for an attempt only
    in the namespace and under the name recorded when it was mirrored, with the uid recorded
    then; while it is suspended (waiting in the queue, or stopped by a preemption) it is no
-   attempt's workload.
+   attempt's workload. A user's PyTorchJob or RayJob (gpuqueue.cluster.frameworks) counts the
+   same way; its pods count by rule 2 with the PyTorchJob (by uid), or the RayCluster its
+   RayJob names in its status (by name), as their controller.
 5. Jobs labelled as this install's that no record proves are `unproven`: they never make a
    status, never count as a live job's, and are never deleted as orphans (a database restored
    from a backup has no record of what was launched after the backup).
@@ -71,6 +73,7 @@ class Record:
     # job was cancelled (then stopping it deletes it; otherwise stopping it suspends it).
     source: str = ""
     cancelled: bool = False
+    source_kind: str = ""  # the source's kind: "Job", "PyTorchJob" or "RayJob"
 
 
 def install_key(secret_key: str, instance: str) -> bytes:
@@ -192,14 +195,23 @@ def is_our_shared_claim(claim: Obj, namespace: str, name: str, proof: str) -> bo
     return meta.get("namespace") == namespace and meta.get("name") == name and carries(claim, proof)
 
 
-def is_worker(pod: Obj, key: Key, namespace: str, job_uid: str) -> bool:
+def is_worker(pod: Obj, key: Key, namespace: str, job_uid: str, source: str = "") -> bool:
     """The pod is a worker of attempt `key` (rule 2): in the attempt's namespace, its controller
-    the Job with `job_uid`, and carrying the attempt's labels."""
-    return (
-        bool(job_uid)
-        and _meta(pod).get("namespace") == namespace
-        and attempt_of(pod) == key
-        and owned_by(pod, "Job", uid=job_uid, controller=True)
+    the Job (or a user's PyTorchJob) with `job_uid`, and carrying the attempt's labels; or, for
+    a user's RayJob named `source`, a RayCluster KubeRay named after it."""
+    if not (bool(job_uid) and _meta(pod).get("namespace") == namespace):
+        return False
+    if attempt_of(pod) != key:
+        return False
+    if owned_by(pod, "Job", uid=job_uid, controller=True):
+        return True
+    if owned_by(pod, "PyTorchJob", uid=job_uid, controller=True):
+        return True
+    return bool(source) and any(
+        ref.get("kind") == "RayCluster"
+        and ref.get("controller") is True
+        and str(ref.get("name") or "").startswith(f"{source}-")
+        for ref in _meta(pod).get("ownerReferences") or []
     )
 
 
@@ -239,6 +251,26 @@ def why_unproven(job: Obj, key: Key, record: Record | None) -> str:
     return "it does not carry the attempt's proof"
 
 
+# The kinds that control a proven workload's pods: a Job (gpuqueue's, or a user's mirrored
+# one), a user's PyTorchJob, and the RayCluster a user's RayJob made (gpuqueue.cluster.frameworks).
+CONTROLLER_KINDS = ("Job", "PyTorchJob", "RayCluster")
+# In a mirrored PyTorchJob's or RayJob's view (gpuqueue.cluster.frameworks.job_view): the
+# controllers of its pods, as [kind, uid, name].
+CONTROLLERS_KEY = "gpuqueue.dev/controllers"
+
+
+def controllers_of(job: Obj) -> list[tuple[str, str, str]]:
+    """Who controls the workload's pods: the Job itself, or what a framework's view names (a
+    PyTorchJob by its uid; the RayCluster of a RayJob by the name its status gives, that
+    cluster being the RayJob's own: the admission policy lets only KubeRay's operator make a
+    RayCluster whose templates carry gpuqueue's labels, and only for a RayJob)."""
+    named = job.get(CONTROLLERS_KEY)
+    if named is not None:
+        return [(str(k), str(u), str(n)) for k, u, n in named]
+    uid = str(_meta(job).get("uid") or "")
+    return [("Job", uid, "")] if uid else []
+
+
 def sort_out(jobs: Iterable[Obj], pods: Iterable[Obj], records: Mapping[Key, Record]) -> Ours:
     """Which Jobs and pods are gpuqueue's, by attempt (rules 1, 2, 4 and 5)."""
     ours: dict[Key, Obj] = {}
@@ -254,11 +286,11 @@ def sort_out(jobs: Iterable[Obj], pods: Iterable[Obj], records: Mapping[Key, Rec
             ours[key] = job
         else:
             unproven.append((job, why_unproven(job, key, record)))
-    owners = {
-        (str(_meta(job).get("namespace") or ""), str(_meta(job).get("uid") or "")): key
-        for key, job in ours.items()
-        if _meta(job).get("uid")
-    }
+    owners: dict[tuple[str, ...], Key] = {}
+    for key, job in ours.items():
+        namespace = str(_meta(job).get("namespace") or "")
+        for kind, uid, name in controllers_of(job):
+            owners[(namespace, kind, uid) if uid else (namespace, kind, "", name)] = key
     # A stopped attempt's Job is deleted at once (background propagation) while its pods
     # terminate: they are still proven by the Job uid recorded at launch, for the inventory
     # (their GPUs come back), though they make no status.
@@ -274,9 +306,12 @@ def sort_out(jobs: Iterable[Obj], pods: Iterable[Obj], records: Mapping[Key, Rec
         meta = _meta(pod)
         namespace = str(meta.get("namespace") or "")
         for ref in meta.get("ownerReferences") or []:
-            if ref.get("controller") is True and ref.get("kind") == "Job":
-                owner = (namespace, str(ref.get("uid") or ""))
-                key = owners.get(owner)
+            if ref.get("controller") is True and ref.get("kind") in CONTROLLER_KINDS:
+                kind, uid = str(ref.get("kind")), str(ref.get("uid") or "")
+                owner = (namespace, uid)
+                key = owners.get((namespace, kind, uid))
+                if key is None:
+                    key = owners.get((namespace, kind, "", str(ref.get("name") or "")))
                 if key is not None and attempt_of(pod) == key:
                     by_key[key].append(pod)
                     pod_keys[(namespace, str(meta.get("name") or ""))] = key

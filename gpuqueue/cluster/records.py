@@ -41,9 +41,9 @@ def recorded(job_ids: Collection[int], instance: str) -> dict[Key, Record]:
     # Jobs that mirror a user's Job: every attempt's workload is that Job, proven by the
     # name and uid recorded when it was mirrored.
     sources = {
-        job_id: (name, uid, state == JobState.CANCELLED)
-        for job_id, name, uid, state in JobSource.objects.filter(job_id__in=ids).values_list(
-            "job_id", "name", "uid", "job__state"
+        job_id: (name, uid, state == JobState.CANCELLED, kind)
+        for job_id, name, uid, state, kind in JobSource.objects.filter(job_id__in=ids).values_list(
+            "job_id", "name", "uid", "job__state", "kind"
         )
     }
     key = install_key(settings.SECRET_KEY, instance)
@@ -52,13 +52,14 @@ def recorded(job_ids: Collection[int], instance: str) -> dict[Key, Record]:
         "job_id", "attempt", "namespace", "nonce", "secret_uid", "job_uid"
     )
     for job_id, attempt, namespace, nonce, secret_uid, job_uid in rows:
-        name, uid, cancelled = sources.get(job_id, ("", job_uid, False))
+        name, uid, cancelled, kind = sources.get(job_id, ("", job_uid, False, ""))
         out[(job_id, attempt)] = Record(
             namespace=namespace,
             proof=attempt_proof(key, namespace, job_id, attempt, instance, nonce),
             secret_uid=secret_uid,
             job_uid=uid,
             source=name,
+            source_kind=kind,
             cancelled=cancelled,
         )
     return out

@@ -133,6 +133,7 @@ def launch_spec(
         **_shared_claim(job, flavor),
         source=source.name if source is not None else "",
         source_uid=source.uid if source is not None else "",
+        source_kind=source.kind if source is not None else "",
     )
 
 

@@ -1,6 +1,7 @@
-"""Follow the users' own labelled Jobs (gpuqueue.cluster.sources) in the cluster sync.
+"""Follow the users' own labelled Jobs (gpuqueue.cluster.sources), PyTorchJobs and RayJobs
+(gpuqueue.cluster.frameworks) in the cluster sync.
 
-1. List the Jobs with the queue label in every team namespace the backend can read.
+1. List the objects with the queue label in every team namespace the backend can read.
 2. A labelled, suspended Job no job mirrors yet becomes a PENDING job
    (gpuqueue.services.jobs.sources.mirror), or is told why not; one that is not suspended was
    never gpuqueue's to hold (the admission policy refuses such a Job: it predates the policy)
@@ -16,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuqueue.cluster import frameworks
 from gpuqueue.cluster.base import ClusterBackend
-from gpuqueue.cluster.sources import is_suspended, read_job, status_of
+from gpuqueue.cluster.sources import KIND_JOB, SourceShape, is_suspended, read_job, status_of
 from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import ACTIVE, JobState
 from gpuqueue.models import Job, JobSource
@@ -33,9 +35,24 @@ class Describe:
     uid: str
     job_id: int | None
     text: str
+    kind: str = KIND_JOB
 
     def apply(self, backend: ClusterBackend) -> None:
-        backend.describe_source(self.namespace, self.name, self.uid, self.job_id, self.text)
+        backend.describe_source(
+            self.namespace, self.name, self.uid, self.job_id, self.text, self.kind
+        )
+
+
+def _suspended(obj: Mapping[str, Any]) -> bool:
+    if frameworks.kind_of(obj) in frameworks.KINDS:
+        return frameworks.is_suspended(obj)
+    return is_suspended(obj)
+
+
+def _read(obj: Mapping[str, Any]) -> SourceShape | str:
+    if frameworks.kind_of(obj) in frameworks.KINDS:
+        return frameworks.read_framework(obj)
+    return read_job(obj)
 
 
 def status_text(job: Job) -> str:
@@ -88,11 +105,11 @@ def sync_sources(backend: ClusterBackend) -> list[Describe]:
             text, job_id = status_text(source.job), source.job_id
         elif told.startswith(NOT_QUEUED):
             continue  # refused before: its spec cannot change, and it was told why
-        elif not is_suspended(obj):  # 2.
-            text = NOT_QUEUED + "it was not created suspended (spec.suspend: true)"
+        elif not _suspended(obj):  # 2.
+            text = NOT_QUEUED + "it was not created suspended"
             job_id = None
         else:
-            shape = read_job(obj)
+            shape = _read(obj)
             if isinstance(shape, str):
                 text, job_id = NOT_QUEUED + shape, None
             else:
@@ -102,7 +119,8 @@ def sync_sources(backend: ClusterBackend) -> list[Describe]:
                 if mirrored.job is not None:
                     text = status_text(mirrored.job)
         if text != told:
-            out.append(Describe(namespace, name, uid, job_id, text))
+            kind = frameworks.kind_of(obj) or KIND_JOB
+            out.append(Describe(namespace, name, uid, job_id, text, kind))
     gone = (
         JobSource.objects.filter(job__state__in=[s.value for s in ACTIVE])
         .exclude(uid__in=list(by_uid))

@@ -158,6 +158,13 @@ def test_rbac_writes_only_what_the_backend_needs_in_team_namespaces() -> None:
         # preempted one's start time cleared (gpuqueue/cluster/sources.py).
         ("batch", "jobs", "patch"),
         ("batch", "jobs/status", "patch"),
+        # The users' own labelled PyTorchJobs and RayJobs (gpuqueue/cluster/frameworks.py):
+        # listed, read, admitted, suspended and described by a patch, deleted once cancelled.
+        *(
+            (group, resource, verb)
+            for group, resource in (("kubeflow.org", "pytorchjobs"), ("ray.io", "rayjobs"))
+            for verb in ("get", "list", "patch", "delete")
+        ),
         ("", "events", "create"),
         ("", "services", "create"),
         ("", "services", "delete"),

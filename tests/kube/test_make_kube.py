@@ -41,7 +41,11 @@ def installed(kube: Kube, tmp_path: Path) -> Iterator[Path]:
         # The policy covers every namespace but its exempt list, the session's `others` among
         # them, where other tests make GPU pods as the admin: it must not outlive this test.
         admission = client.AdmissionregistrationV1Api(kube.api)
-        for doc in yaml.safe_load_all((DEPLOY / "base" / "admission-policy.yaml").read_text()):
+        policies = ("admission-policy.yaml", "admission-policy-frameworks.yaml")
+        docs = [
+            d for name in policies for d in yaml.safe_load_all((DEPLOY / "base" / name).read_text())
+        ]
+        for doc in docs:
             if not doc:
                 continue
             delete = (

@@ -95,7 +95,7 @@ def mirror(shape: SourceShape) -> Mirrored:
         return Mirrored(
             None,
             f"its queue label names team {shape.team}, and namespace {shape.namespace} is team"
-            f" {team.slug}'s: a Job waits in the queue of its namespace's team",
+            f" {team.slug}'s: a {shape.kind} waits in the queue of its namespace's team",
         )
     flavor = _flavor(shape)
     if isinstance(flavor, str):

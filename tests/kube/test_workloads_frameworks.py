@@ -1,0 +1,377 @@
+"""On a real control plane, with Kubeflow's training operator (v1.8.1) and KubeRay's operator
+(v1.5.0) built from their Go modules and running as their ServiceAccounts, under deploy/'s
+admission policies: a user's own PyTorchJob or RayJob labelled `gpuqueue.dev/queue` (the
+manifests of examples/, as docs/kubernetes.md shows them) waits suspended, with no pod, and says
+why (`kubectl describe`); gpuqueue admits it per plan, every pod of every pod set on its planned
+node; a preemption suspends a PyTorchJob and it resumes as a new attempt; cancelling its job
+suspends and deletes it, deleting a RayJob cancels its job. The policy refuses an unlabelled GPU
+PyTorchJob, one labelled for another team, one not created suspended, and a GPU RayCluster."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpuqueue.cluster.sources import JOB_ANNOTATION, STATUS_ANNOTATION
+from gpuqueue.core.states import JobState
+from gpuqueue.cycle.run import run_cycle
+from gpuqueue.models import Job
+from gpuqueue.services.jobs.cancel import cancel_job
+from tests.kube import frameworks as ops
+from tests.kube.conftest import DEPLOY, Kube
+from tests.kube.controlplane import ControlPlane, Unavailable, api_client_for, kubectl_binary
+from tests.kube.test_admission import (  # noqa: F401 - the fixtures, used by name
+    guard,
+    guarded,
+    refused_by_policy,
+)
+from tests.kube.test_workloads_job import (  # noqa: F401 - the fixture, used by name
+    LONG,
+    cluster,
+    events_of,
+    mirrored,
+    state,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+POLICY = DEPLOY / "base" / "admission-policy-frameworks.yaml"
+PYTORCH = ("kubeflow.org", "v1", "pytorchjobs")
+RAY = ("ray.io", "v1", "rayjobs")
+RAYCLUSTER = ("ray.io", "v1", "rayclusters")
+
+
+def manifest(name: str) -> dict[str, Any]:
+    """The example as docs/kubernetes.md shows it, word for word."""
+    return dict(yaml.safe_load((EXAMPLES / name).read_text()))
+
+
+@pytest.fixture(scope="module")
+def operators(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[ops.Operator]]:
+    """Both operators built (or the tests skip, saying why), their CRDs installed, and each
+    running as its ServiceAccount."""
+    try:
+        binaries = [ops.build(fw) for fw in ops.FRAMEWORKS]
+        for fw in ops.FRAMEWORKS:
+            ops.crds(fw)  # the module's files, from the Go module cache
+    except Unavailable as exc:
+        pytest.skip(f"the operators cannot be built here: {exc}")
+    api = api_client_for(control_plane.kubeconfig)
+    workdir = tmp_path_factory.mktemp("operators")
+    running = []
+    try:
+        for fw, binary in zip(ops.FRAMEWORKS, binaries, strict=True):
+            ops.install_crds(api, fw)
+            config = ops.account_kubeconfig(api, fw, control_plane.kubeconfig, workdir)
+            running.append(ops.Operator(fw, workdir, config, binary).start())
+        yield running
+    finally:
+        for operator in running:
+            operator.stop()
+
+
+def custom(kube: Kube, user: str = "") -> client.CustomObjectsApi:
+    api = api_client_for(kube.plane.kubeconfig)
+    if user:
+        api.set_default_header("Impersonate-User", user)
+    return client.CustomObjectsApi(api)
+
+
+@pytest.fixture
+def teams(
+    cluster: Kube,  # noqa: F811
+    operators: list[ops.Operator],
+    guarded: client.ApiClient,  # noqa: F811
+) -> Iterator[Kube]:
+    """`cluster` of test_workloads_job (team namespaces, the base policy, gpuqueue as its
+    ServiceAccount) with the operators, the frameworks' policy, and alice and carol allowed to
+    make PyTorchJobs, RayJobs and RayClusters in their team's namespace."""
+    kube = cluster
+    kube.backend.custom = client.CustomObjectsApi(guarded)
+    rbac = client.RbacAuthorizationV1Api(kube.api)
+    admission = client.AdmissionregistrationV1Api(kube.api)
+    for namespace in ("team-a", "team-b"):
+        role = {
+            "metadata": {"name": "frameworks"},
+            "rules": [
+                {
+                    "apiGroups": ["kubeflow.org", "ray.io"],
+                    "resources": ["pytorchjobs", "rayjobs", "rayclusters"],
+                    "verbs": ["create", "get", "list", "update", "patch", "delete"],
+                }
+            ],
+        }
+        person = "alice" if namespace == "team-a" else "carol"
+        binding = {
+            "metadata": {"name": "frameworks"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "frameworks",
+            },
+            "subjects": [{"kind": "User", "name": person}],
+        }
+        for create, body in (
+            (rbac.create_namespaced_role, role),
+            (rbac.create_namespaced_role_binding, binding),
+        ):
+            try:
+                create(namespace, body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+    docs = [d for d in yaml.safe_load_all(POLICY.read_text()) if d]
+    for doc in docs:
+        create = (
+            admission.create_validating_admission_policy
+            if doc["kind"] == "ValidatingAdmissionPolicy"
+            else admission.create_validating_admission_policy_binding
+        )
+        try:
+            create(doc)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    # The API server takes the policy in within a second or two.
+    unlabelled = manifest("pytorchjob.yaml")
+    del unlabelled["metadata"]["labels"]["gpuqueue.dev/queue"]
+    kube.wait(lambda: _refused(kube, unlabelled) is not None)
+    yield kube
+    for group, version, plural in (PYTORCH, RAY):
+        for namespace in ("team-a", "team-b"):
+            custom(kube).delete_collection_namespaced_custom_object(
+                group, version, namespace, plural
+            )
+    for doc in docs:
+        delete = (
+            admission.delete_validating_admission_policy
+            if doc["kind"] == "ValidatingAdmissionPolicy"
+            else admission.delete_validating_admission_policy_binding
+        )
+        delete(doc["metadata"]["name"])
+    kube.wait(lambda: not _objects(kube, RAY) and not _objects(kube, RAYCLUSTER), timeout=60)
+
+
+def _refused(kube: Kube, body: dict[str, Any]) -> ApiException | None:
+    try:
+        custom(kube, "alice").create_namespaced_custom_object(
+            *PYTORCH[:2], "team-a", PYTORCH[2], body, dry_run="All"
+        )
+    except ApiException as exc:
+        return exc
+    return None
+
+
+def _objects(kube: Kube, what: tuple[str, str, str], namespace: str = "team-a") -> list[Any]:
+    group, version, plural = what
+    found = custom(kube).list_namespaced_custom_object(group, version, namespace, plural)
+    return list(found["items"])
+
+
+def read(kube: Kube, what: tuple[str, str, str], name: str) -> dict[str, Any]:
+    group, version, plural = what
+    return dict(custom(kube).get_namespaced_custom_object(group, version, "team-a", plural, name))
+
+
+def create(
+    kube: Kube, what: tuple[str, str, str], body: dict[str, Any], user: str = "alice"
+) -> Any:
+    group, version, plural = what
+    return custom(kube, user).create_namespaced_custom_object(
+        group, version, "team-a", plural, body
+    )
+
+
+def pods_except(kube: Kube, blocker: Job) -> list[dict[str, Any]]:
+    """Every pod in team-a but the blocker's."""
+    return [
+        p
+        for p in kube.pods("team-a", selector="")
+        if (p["metadata"].get("labels") or {}).get("gpuqueue.dev/job-id") != str(blocker.pk)
+    ]
+
+
+def admit(kube: Kube, job: Job) -> None:
+    def running() -> bool:
+        run_cycle(backend=kube.backend)
+        return state(job) == JobState.RUNNING
+
+    try:
+        kube.sync_until(running, timeout=90)
+    except AssertionError as exc:
+        job.refresh_from_db()
+        pods = {
+            p["metadata"]["name"]: (p["metadata"].get("annotations"), p["spec"].get("nodeName"))
+            for p in kube.pods("team-a", selector="")
+        }
+        why = f"{job.state}: {job.pending_reason} {job.message}; pods: {pods}"
+        raise AssertionError(why) from exc
+
+
+def described(kube: Kube, kind: str, name: str) -> str:
+    """`kubectl describe` as its owner runs it."""
+    result = subprocess.run(
+        [str(kubectl_binary()), "--kubeconfig", str(kube.plane.kubeconfig), "-n", "team-a"]
+        + ["describe", kind, name],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return result.stdout
+
+
+def waits_and_says_why(kube: Kube, kind: str, what: tuple[str, str, str], name: str) -> Job:
+    uid = read(kube, what, name)["metadata"]["uid"]
+    job = mirrored(kube, uid)
+    run_cycle(backend=kube.backend)
+    kube.sync_until(
+        lambda: (
+            "waiting"
+            in (read(kube, what, name)["metadata"].get("annotations") or {}).get(
+                STATUS_ANNOTATION, ""
+            )
+        )
+    )
+    obj = read(kube, what, name)
+    annotations = obj["metadata"]["annotations"]
+    assert annotations[JOB_ANNOTATION] == str(job.pk) and state(job) == JobState.PENDING
+    assert any(
+        e.startswith("Queued: waiting in gpuqueue job") for e in events_of(kube, uid, "team-a")
+    )
+    text = described(kube, kind, name)
+    assert annotations[STATUS_ANNOTATION].split(":")[0] in text and "Queued" in text
+    return job
+
+
+def test_a_labelled_pytorchjob_waits_runs_as_planned_is_preempted_resumes_and_is_cancelled(
+    teams: Kube, submit: Any, world: Any
+) -> None:
+    kube = teams
+    blocker = submit(world.alice, workers=4, gpus_per_worker=8, annotations=LONG)
+    run_cycle(backend=kube.backend)
+    kube.sync_until(lambda: state(blocker) == JobState.RUNNING)
+    create(kube, PYTORCH, manifest("pytorchjob.yaml"))
+    job = waits_and_says_why(kube, "pytorchjob", PYTORCH, "pretrain")
+    assert (job.team, job.user.username) == (world.team_a, "pipeline@team-a")
+    assert (job.workers, job.gpus_per_worker, job.flavor, job.max_runtime_seconds) == (
+        4,
+        8,
+        world.h100,
+        86400,
+    )
+    assert job.source.kind == "PyTorchJob"
+    # No pod before admission.
+    assert read(kube, PYTORCH, "pretrain")["spec"]["runPolicy"]["suspend"] is True
+    assert pods_except(kube, blocker) == []
+
+    # The room comes: admitted, the master and every worker on its planned node.
+    cancel_job(world.alice, blocker)
+    kube.sync_until(lambda: not kube.pods("team-a", selector=f"gpuqueue.dev/job-id={blocker.pk}"))
+    admit(kube, job)
+    pods = kube.pods("team-a", selector="training.kubeflow.org/job-name=pretrain")
+    assert len(pods) == 4 and all(p["status"]["phase"] == "Running" for p in pods)
+    assert Counter(p["spec"]["nodeName"] for p in pods) == Counter(job.placement)
+
+    # A job of a higher priority preempts it: suspended (its pods go), its job requeued.
+    urgent = submit(world.alice, workers=1, gpus_per_worker=8, priority=10, annotations=LONG)
+    run_cycle(backend=kube.backend)
+    urgent.refresh_from_db()
+    assert state(job) == JobState.PREEMPTING, urgent.pending_reason
+    kube.sync_until(lambda: state(job) == JobState.PENDING)
+    kube.wait(lambda: read(kube, PYTORCH, "pretrain")["spec"]["runPolicy"]["suspend"] is True)
+    kube.wait(lambda: not kube.pods("team-a", selector="training.kubeflow.org/job-name=pretrain"))
+    # ... and resumes, as a second attempt, once the room is back.
+    cancel_job(world.alice, urgent)
+    admit(kube, job)
+    job.refresh_from_db()
+    assert job.attempts == 2
+    pods = kube.pods("team-a", selector="training.kubeflow.org/job-name=pretrain")
+    assert Counter(p["spec"]["nodeName"] for p in pods) == Counter(job.placement)
+
+    # Cancelling the job suspends and deletes the PyTorchJob gpuqueue admitted.
+    cancel_job(world.bob, job)  # a team admin: the job is the pipeline identity's
+    kube.sync_until(lambda: not _objects(kube, PYTORCH))
+
+
+def test_a_labelled_rayjob_waits_then_runs_its_head_and_workers_as_planned(
+    teams: Kube, submit: Any, world: Any
+) -> None:
+    kube = teams
+    blocker = submit(world.alice, workers=4, gpus_per_worker=8, annotations=LONG)
+    run_cycle(backend=kube.backend)
+    kube.sync_until(lambda: state(blocker) == JobState.RUNNING)
+    create(kube, RAY, manifest("rayjob.yaml"))
+    job = waits_and_says_why(kube, "rayjob", RAY, "sweep")
+    assert (job.workers, job.gpus_per_worker, job.cpu_millicores) == (2, 8, 8000)
+    assert _objects(kube, RAYCLUSTER) == [] and pods_except(kube, blocker) == []
+
+    cancel_job(world.alice, blocker)
+    kube.sync_until(lambda: not kube.pods("team-a", selector=f"gpuqueue.dev/job-id={blocker.pk}"))
+    admit(kube, job)
+    (ray_cluster,) = _objects(kube, RAYCLUSTER)  # KubeRay's, for the RayJob
+    pods = kube.pods("team-a", selector=f"ray.io/cluster={ray_cluster['metadata']['name']}")
+    workers = [p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "worker"]
+    (head,) = [p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "head"]
+    assert Counter(p["spec"]["nodeName"] for p in workers) == Counter(job.placement)
+    assert head["spec"]["nodeName"] in job.placement and head["status"]["phase"] == "Running"
+
+    # Deleting the RayJob cancels its job.
+    custom(kube, "alice").delete_namespaced_custom_object(*RAY[:2], "team-a", RAY[2], "sweep")
+    kube.sync_until(lambda: state(job) == JobState.CANCELLED)
+
+
+def test_the_policy_refuses_unlabelled_foreign_running_gpu_frameworks(teams: Kube) -> None:
+    kube = teams
+    plain = manifest("pytorchjob.yaml")
+    del plain["metadata"]["labels"]["gpuqueue.dev/queue"]
+    refused_by_policy(
+        lambda: create(kube, PYTORCH, plain),
+        "not by creating a PyTorchJob directly (or label the PyTorchJob gpuqueue.dev/queue",
+    )
+    theirs = manifest("pytorchjob.yaml")
+    theirs["metadata"]["labels"]["gpuqueue.dev/queue"] = "team-b"
+    refused_by_policy(
+        lambda: create(kube, PYTORCH, theirs),
+        "names team team-b, and namespace team-a is team team-a's",
+    )
+    eager = manifest("rayjob.yaml")
+    eager["spec"]["suspend"] = False
+    refused_by_policy(lambda: create(kube, RAY, eager), "is created suspended (spec.suspend: true)")
+    forged = manifest("pytorchjob.yaml")
+    template = forged["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    template["metadata"] = {"labels": {"gpuqueue.dev/job-id": "990003"}}
+    refused_by_policy(
+        lambda: create(kube, PYTORCH, forged), "may not put them in its pod templates"
+    )
+    ray_cluster = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "around"},
+        "spec": copy.deepcopy(manifest("rayjob.yaml")["spec"]["rayClusterSpec"]),
+    }
+    refused_by_policy(
+        lambda: create(kube, RAYCLUSTER, ray_cluster), "not by creating a RayCluster directly"
+    )
+    # One alice may create waits; alice may not start it herself.
+    create(kube, PYTORCH, manifest("pytorchjob.yaml"))
+    refused_by_policy(
+        lambda: custom(kube, "alice").patch_namespaced_custom_object(
+            *PYTORCH[:2],
+            "team-a",
+            PYTORCH[2],
+            "pretrain",
+            {"spec": {"runPolicy": {"suspend": False}}},
+        ),
+        "only gpuqueue changes its spec",
+    )
