@@ -2,11 +2,12 @@
 queue in every namespace but its exempt list (nobody else, a cluster admin included, may make a
 workload there whose pods ask for GPUs, claim devices, tolerate the GPU taint or pick GPUs by
 environment, nor carry gpuqueue's labels, while gpuqueue's own Jobs are admitted and the Job
-controller creates their pods), the chart renders the same policy, and gpuqueue's own pods pass
+controller creates their pods), the chart renders the same policies, and gpuqueue's own pods pass
 Pod Security "restricted"."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -31,7 +32,7 @@ from gpuqueue.cluster.manifests import (
 )
 from tests.kube.conftest import DEPLOY, Kube, apply
 from tests.kube.controlplane import Unavailable, api_client_for
-from tests.kube.helm import helm_binary, render
+from tests.kube.helm import CHART, NEWEST_KUBERNETES, helm, helm_binary, render
 
 GUARDED = "team-guarded"
 QUEUE_MESSAGE = "requested through gpuqueue"
@@ -39,6 +40,7 @@ MIG = "nvidia.com/mig-1g.10gb"
 # gpuqueue's labels, as on the objects of attempt 1 of job 990003.
 FORGED = {MANAGED_BY: MANAGED_BY_VALUE, LABEL_JOB_ID: "990003", LABEL_ATTEMPT: "1"}
 POLICY = DEPLOY / "base" / "admission-policy.yaml"
+FRAMEWORKS_POLICY = DEPLOY / "base" / "admission-policy-frameworks.yaml"
 
 
 def gpu_container(gpus: int, resource: str = "nvidia.com/gpu") -> dict[str, Any]:
@@ -814,33 +816,83 @@ def test_a_job_s_pods_pass_pod_security_restricted_with_its_workload_spec(kube: 
     assert kube.batch.list_namespaced_job(namespace).items == []  # dry runs only
 
 
-def test_the_chart_renders_deploy_s_policy_from_its_values() -> None:
-    """With its default values the chart's policy is deploy/base's, word for word; its values
-    set the GPU resources, the GPU taint and the exempt namespaces."""
+def test_the_chart_renders_deploy_s_policies_from_its_values() -> None:
+    """With its default values the chart's two policies are deploy/base's, word for word (the
+    pods' and built-in workloads', the frameworks'); its values set the GPU resources, the GPU
+    taint, the exempt namespaces and the operators' ServiceAccounts of both, and without the
+    frameworks' policy the first trusts no operator."""
     try:
         helm_binary()
     except Unavailable as exc:
         pytest.skip(f"no helm: {exc}")
-    base = {d["kind"]: d for d in yaml.safe_load_all(POLICY.read_text()) if d}
-
-    def policy(*sets: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        found = {o["kind"]: o for o in render(*sets) if "AdmissionPolicy" in o["kind"]}
-        binding = found["ValidatingAdmissionPolicyBinding"]["spec"]
-        return found["ValidatingAdmissionPolicy"]["spec"], binding
-
-    spec, binding = policy()
-    assert spec == base["ValidatingAdmissionPolicy"]["spec"]
-    assert {**binding, "policyName": ""} == {
-        **base["ValidatingAdmissionPolicyBinding"]["spec"],
-        "policyName": "",
+    suffixes = {
+        POLICY: "-gpus-through-the-queue",
+        FRAMEWORKS_POLICY: "-frameworks-through-the-queue",
     }
-    spec, binding = policy(
+
+    def policies(*sets: str) -> dict[str, dict[str, dict[str, Any]]]:
+        """kind -> which policy (by its name's end) -> spec."""
+        found: dict[str, dict[str, dict[str, Any]]] = {}
+        for obj in render(*sets):
+            if "AdmissionPolicy" in obj["kind"]:
+                (which,) = [s for s in suffixes.values() if obj["metadata"]["name"].endswith(s)]
+                found.setdefault(obj["kind"], {})[which] = obj["spec"]
+        return found
+
+    def variables(spec: dict[str, Any]) -> dict[str, str]:
+        return {v["name"]: v["expression"] for v in spec["variables"]}
+
+    found = policies()
+    for path, suffix in suffixes.items():
+        base = {d["kind"]: d for d in yaml.safe_load_all(path.read_text()) if d}
+        assert (
+            found["ValidatingAdmissionPolicy"][suffix] == base["ValidatingAdmissionPolicy"]["spec"]
+        )
+        binding = found["ValidatingAdmissionPolicyBinding"][suffix]
+        assert binding["policyName"] == f"gpuqueue-gpuqueue{suffix}"
+        assert {**binding, "policyName": ""} == {
+            **base["ValidatingAdmissionPolicyBinding"]["spec"],
+            "policyName": "",
+        }
+    found = policies(
         "admissionPolicy.gpuResources={amd.com/gpu}",
         "admissionPolicy.exemptNamespaces={kube-system,monitoring}",
         "config.gpuTaint=example.com/gpu",
+        "admissionPolicy.trainingOperators={system:serviceaccount:ml:training-operator}",
+        "admissionPolicy.rayOperators={system:serviceaccount:ray:kuberay,system:serviceaccount:ray:b}",
     )
-    variables = {v["name"]: v["expression"] for v in spec["variables"]}
-    assert variables["gpuResources"] == '["amd.com/gpu"]'
-    assert variables["gpuTaints"] == '["example.com/gpu"]'
-    (exempt,) = binding["matchResources"]["namespaceSelector"]["matchExpressions"]
-    assert exempt["values"] == ["gpuqueue", "kube-system", "monitoring"]
+    for suffix in suffixes.values():
+        spec = found["ValidatingAdmissionPolicy"][suffix]
+        assert variables(spec)["gpuResources"] == '["amd.com/gpu"]', suffix
+        assert variables(spec)["gpuTaints"] == '["example.com/gpu"]', suffix
+        assert variables(spec)["trainingOperators"] == (
+            "['system:serviceaccount:ml:training-operator']"
+        ), suffix
+        assert variables(spec)["rayOperators"] == (
+            "['system:serviceaccount:ray:kuberay', 'system:serviceaccount:ray:b']"
+        ), suffix
+        binding = found["ValidatingAdmissionPolicyBinding"][suffix]
+        (exempt,) = binding["matchResources"]["namespaceSelector"]["matchExpressions"]
+        assert exempt["values"] == ["gpuqueue", "kube-system", "monitoring"], suffix
+    # Without the frameworks' policy nothing keeps gpuqueue's labels out of an operator's
+    # templates: the first policy then lets no operator's pod carry them.
+    found = policies("admissionPolicy.frameworks=false")
+    assert list(found["ValidatingAdmissionPolicy"]) == [suffixes[POLICY]]
+    assert list(found["ValidatingAdmissionPolicyBinding"]) == [suffixes[POLICY]]
+    first = variables(found["ValidatingAdmissionPolicy"][suffixes[POLICY]])
+    assert first["trainingOperators"] == first["rayOperators"] == "[]"
+    assert policies("admissionPolicy.enabled=false") == {}
+    # An operator's name goes into a CEL expression: only a ServiceAccount's is rendered.
+    for bad in ("kuberay-operator", "system:serviceaccount:ray:x'] || true || ['"):
+        refused = helm(
+            "template",
+            "gpuqueue",
+            str(CHART),
+            "--kube-version",
+            NEWEST_KUBERNETES,
+            "--set-json",
+            f"admissionPolicy.rayOperators={json.dumps([bad])}",
+            check=False,
+        )
+        assert refused.returncode != 0, bad
+        assert "is not a ServiceAccount's user name" in refused.stderr, refused.stderr

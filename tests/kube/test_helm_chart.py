@@ -67,7 +67,13 @@ def test_the_chart_lints_and_renders_every_part() -> None:
     assert len(found["RoleBinding"]) == 5 and found["Role"] == ["gpuqueue-leader-election"]
     assert len(found["PodDisruptionBudget"]) == 4
     assert len(found["NetworkPolicy"]) == 2
-    assert found["ValidatingAdmissionPolicy"] and found["ValidatingAdmissionPolicyBinding"]
+    # GPUs through the queue: pods and the built-in workloads; PyTorchJobs, RayJobs, RayClusters.
+    policies = [
+        "gpuqueue-gpuqueue-frameworks-through-the-queue",
+        "gpuqueue-gpuqueue-gpus-through-the-queue",
+    ]
+    assert sorted(found["ValidatingAdmissionPolicy"]) == policies
+    assert sorted(found["ValidatingAdmissionPolicyBinding"]) == policies
     assert "Secret" not in found  # never overwrites the real one
     assert found["PriorityClass"] == ["gpuqueue-workload"]  # every worker's
     assert "ServiceMonitor" not in found

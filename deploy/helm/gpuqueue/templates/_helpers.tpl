@@ -22,6 +22,17 @@ app.kubernetes.io/component: {{ .component }}
 {{ .Release.Name }}
 {{- end }}
 
+{{/* A list of ServiceAccounts' user names as a CEL list of strings, each checked to be one (the
+name goes into a CEL expression: nothing else may). */}}
+{{- define "gpuqueue.celUsers" -}}
+[{{ range $i, $user := . }}
+{{- if not (regexMatch "^system:serviceaccount:[a-z0-9]([-a-z0-9]*[a-z0-9])?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?$" $user) }}
+{{- fail (printf "admissionPolicy: %q is not a ServiceAccount's user name (system:serviceaccount:<namespace>:<name>)" $user) }}
+{{- end }}
+{{- if $i }}, {{ end }}'{{ $user }}'
+{{- end }}]
+{{- end }}
+
 {{/* Pod Security "restricted", and a read-only root filesystem (writes go to /tmp). */}}
 {{- define "gpuqueue.podSecurity" -}}
 securityContext:
