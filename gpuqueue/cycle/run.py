@@ -123,6 +123,7 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         kept = plan is not None
         read = current_read()
         mark = read.mark if read is not None else -1
+        known = read.reasons if read is not None else {}
         if plan is None:
             with paused_gc():
                 plan = scheduler.plan(snapshot, policy)
@@ -157,7 +158,7 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
     lap("5_apply")
     # 6. Explain
     if not kept:
-        _explain(plan, stored, snapshot, policy, mark)
+        _explain(plan, stored, known, snapshot, policy, mark)
     lap("6_explain")
     log.info(
         "cycle: %d admitted, %d preempted, %d pending%s, %s",
@@ -280,6 +281,7 @@ def _persist_withdrawals(plan: m.Plan, now: datetime) -> list[tuple[int, int]]:
 def _explain(
     plan: m.Plan,
     stored: dict[int, StoredPending],
+    known: dict[int, m.Reason],
     snapshot: m.Snapshot,
     policy: m.Policy,
     mark: int,
@@ -291,7 +293,7 @@ def _explain(
     with transaction.atomic():
         if not try_xact_lock("admission_cycle"):
             return
-        _persist_pending(plan, stored)
+        _persist_pending(plan, stored, known)
         keep_plan(snapshot, policy, plan, mark)  # what it says is on the rows now
 
 
@@ -304,21 +306,34 @@ def reason_as_data(reason: m.Reason) -> dict[str, Any]:
     return {"code": reason.code.value, "numbers": numbers, "job_ids": list(reason.job_ids)}
 
 
-def _persist_pending(plan: m.Plan, stored: dict[int, StoredPending]) -> None:
+def _persist_pending(
+    plan: m.Plan, stored: dict[int, StoredPending], known: dict[int, m.Reason]
+) -> None:
     """Write reasons and positions that moved since the snapshot (most of a long queue reads
-    the same from one cycle to the next), in one UPDATE per thousand rows: at a few thousand
-    pending jobs, model instances and `bulk_update`'s CASE expressions cost most of a cycle."""
+    the same from one cycle to the next), in one UPDATE: at a few thousand
+    pending jobs, model instances and `bulk_update`'s CASE expressions cost most of a cycle.
+    A reason equal to the one `known` says the row shows (the engine's, as the last cycle
+    wrote it: cycle/job_feed.py) is not turned into data again: only the positions are
+    compared."""
     changed = []
+    learned: dict[int, m.Reason] = {}  # the reasons of rows written, or newly known equal
     for decision in plan.pending:
-        values = (
-            reason_as_data(decision.reason),
-            decision.team_position,
-            decision.cluster_position,
-        )
-        if values != stored.get(decision.job_id):
-            changed.append((decision.job_id, *values))
+        job_id, reason = decision.job_id, decision.reason
+        shown = stored.get(job_id)
+        last = known.get(job_id)
+        if shown is not None and last is not None and (last is reason or last == reason):
+            if shown[1] == decision.team_position and shown[2] == decision.cluster_position:
+                continue
+            values = (shown[0], decision.team_position, decision.cluster_position)
+            learned[job_id] = last
+        else:
+            values = (reason_as_data(reason), decision.team_position, decision.cluster_position)
+            learned[job_id] = reason
+            if values == shown:
+                continue
+        changed.append((job_id, *values))
     update_pending_rows(changed)  # columns the feed is told of, not marked (job_feed.SHOWN)
-    remember_shown(changed)
+    remember_shown(changed, learned)
 
 
 def refresh_forecasts(now: datetime | None = None) -> int:
