@@ -293,7 +293,10 @@ def _explain(
     with transaction.atomic():
         if not try_xact_lock("admission_cycle"):
             return
-        _persist_pending(plan, stored, known)
+        # Up to a reason's data per pending job made, and kept (job_feed.remember_shown): a
+        # collection meanwhile would only walk the cycle's kept objects, as in the snapshot.
+        with paused_gc():
+            _persist_pending(plan, stored, known)
         keep_plan(snapshot, policy, plan, mark)  # what it says is on the rows now
 
 
