@@ -46,6 +46,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError
 from gpuqueue.core.locks import try_xact_lock
 from gpuqueue.core.reason_text import when
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.collector import freeze, release_when_due
 from gpuqueue.cycle.job_feed import current_read, remember_shown
 from gpuqueue.cycle.kept_plan import keep_plan, kept_plan
 from gpuqueue.cycle.launch import launch_admitted
@@ -105,28 +106,30 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         # 2. Snapshot
         update_holds(now)
         stored: dict[int, StoredPending] = {}
-        # Tens of thousands of jobs read, all kept for the plan: a collection meanwhile would
-        # only walk them (a third of a wave's snapshot at 50,000 pending).
+        # Tens of thousands of jobs read, all kept for the plan, and then by this process
+        # (cycle/collector.py): a collection meanwhile would only walk them (a third of a
+        # wave's snapshot at 50,000 pending).
         with paused_gc():
             snapshot = load_snapshot(now, stored)
             # Jobs that declared no runtime get their median predicted from finished jobs.
             snapshot = with_predicted_runtimes(snapshot)
-        policy = policy_from_settings()
-        balances = None
-        if policy.time_based_share:
-            balances = advance_balances(snapshot, policy.share_half_life_seconds)
-            snapshot = replace(snapshot, share_balance=balances.snapshot())
-        lap("2_snapshot")
-        # 3. Plan, unless only the clock moved since the last and the engine said its plan
-        #    holds until later (cycle/kept_plan.py): then the rows show it already.
-        plan = kept_plan(snapshot, policy)
-        kept = plan is not None
-        read = current_read()
-        mark = read.mark if read is not None else -1
-        known = read.reasons if read is not None else {}
-        if plan is None:
-            with paused_gc():
+            policy = policy_from_settings()
+            balances = None
+            if policy.time_based_share:
+                balances = advance_balances(snapshot, policy.share_half_life_seconds)
+                snapshot = replace(snapshot, share_balance=balances.snapshot())
+            lap("2_snapshot")
+            # 3. Plan, unless only the clock moved since the last and the engine said its plan
+            #    holds until later (cycle/kept_plan.py): then the rows show it already.
+            plan = kept_plan(snapshot, policy)
+            kept = plan is not None
+            read = current_read()
+            mark = read.mark if read is not None else -1
+            known = read.reasons if read is not None else {}
+            if plan is None:
                 plan = scheduler.plan(snapshot, policy)
+            # What the snapshot read and the plan made stays: out of the collector's way.
+            freeze(len(snapshot.running) + len(snapshot.pending))
         lap("3_plan")
         # 4. Persist what was decided
         backend = backend or get_backend()
@@ -160,6 +163,7 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
     if not kept:
         _explain(plan, stored, known, snapshot, policy, mark)
     lap("6_explain")
+    release_when_due()  # reference cycles freed while frozen, every ten minutes
     log.info(
         "cycle: %d admitted, %d preempted, %d pending%s, %s",
         len(admitted),
