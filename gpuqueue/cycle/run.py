@@ -24,7 +24,10 @@
    crash here left undone; a withdrawal the backend could not make is logged, not retried
    (the workload may still save and exit).
 6. Explain: reasons and positions on the pending jobs, only those that changed, in a
-   transaction of their own (`_explain`).
+   transaction of their own (`_explain`); a reason equal to the one the kept read says the row
+   shows is not turned into data again.
+Once planned, a large cycle's objects are frozen out of the garbage collector
+(cycle/collector.py).
 """
 
 from __future__ import annotations
