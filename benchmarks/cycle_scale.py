@@ -189,10 +189,10 @@ def run(
     )
     backend = SimulatedBackend.from_settings()
     print(
-        "| cycle | admitted | lock | snapshot | plan | persist | **admitted by** | launch | "
-        "explain | total | pending after |"
+        "| cycle | admitted | preempted | lock | snapshot | plan | persist | **admitted by** | "
+        "launch | explain | total | pending after |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     results = []
     for n in range(1, args.cycles + 1):
         t0 = time.perf_counter()
@@ -204,6 +204,7 @@ def run(
         row = {
             "cycle": n,
             "admitted": len(result.admitted),
+            "preempted": len(result.preempted),
             "kept_plan": result.kept_plan,
             **{k: t.get(k) for k in phases},
             # The admission transaction: when the decisions are committed (and launching starts).
@@ -214,7 +215,8 @@ def run(
         results.append(row)
         plan = "kept" if result.kept_plan else _s(row["3_plan"])
         print(
-            f"| {n} | {row['admitted']:,} | {_s(row['1_lock'])} | {_s(row['2_snapshot'])} | "
+            f"| {n} | {row['admitted']:,} | {row['preempted']:,} | {_s(row['1_lock'])} | "
+            f"{_s(row['2_snapshot'])} | "
             f"{plan} | {_s(row['4_persist'])} | **{_s(row['admitted_by'])}** | "
             f"{_s(row['5_apply'])} | {_s(row['6_explain'])} | {total:.2f} s | {left:,} |",
             flush=True,

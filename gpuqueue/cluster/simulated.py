@@ -13,6 +13,7 @@ terminating pods are.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
@@ -23,7 +24,7 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from gpuqueue.cluster.base import (
@@ -188,9 +189,7 @@ class SimulatedBackend(ClusterBackend):
                 outcomes.append(exc)
         try:
             with transaction.atomic():
-                SimulatedWorkload.objects.bulk_create(
-                    list(rows.values()), ignore_conflicts=True, batch_size=1000
-                )
+                _insert_workloads(list(rows.values()))
         except DatabaseError:
             for index, row in rows.items():
                 try:
@@ -332,6 +331,42 @@ class SimulatedBackend(ClusterBackend):
 
 
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+
+
+def _insert_workloads(rows: list[Any]) -> None:
+    """INSERT the workloads (SimulatedWorkload instances) in one statement of one parameter
+    per column, leaving any attempt already there as it is: a wave launches thousands at once,
+    and an ORM insert prepares every value of every row. JSON columns go as one JSON array
+    each, unpacked in order."""
+    from gpuqueue.models import SimulatedWorkload
+
+    if not rows:
+        return
+    table = connection.ops.quote_name(SimulatedWorkload._meta.db_table)
+    as_json = (
+        "ARRAY(SELECT e FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY t (e, n) ORDER BY n)"
+    )
+    sql = (
+        f"INSERT INTO {table} (job_id, attempt, placement, created_at, ready_at, ends_at, "
+        "exit_code, checkpoint_location, env) "
+        "SELECT j, a, p, c, r, e, x, '', v FROM unnest(%s::bigint[], %s::int[], "
+        f"{as_json}, %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::int[], "
+        f"{as_json}) AS w (j, a, p, c, r, e, x, v) ON CONFLICT DO NOTHING"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            [
+                [w.job_id for w in rows],
+                [w.attempt for w in rows],
+                json.dumps([w.placement for w in rows]),
+                [w.created_at for w in rows],
+                [w.ready_at for w in rows],
+                [w.ends_at for w in rows],
+                [w.exit_code for w in rows],
+                json.dumps([w.env for w in rows]),
+            ],
+        )
 
 
 def _declared(spec: LaunchSpec) -> float:

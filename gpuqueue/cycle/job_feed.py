@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, partial
 from typing import Any, NamedTuple
@@ -112,6 +112,10 @@ class Active:
     snapshot: str
     own: int
     shown: dict[int, StoredPending] = field(default_factory=dict)  # decoded, pending rows only
+    # The engine's reason each of those shows, where this process wrote it or found it equal
+    # (`remember_shown`): the next cycle compares its reasons with these, not their JSON.
+    # Dropped with the row's `shown` (the same freshness: a changed row, a whole read).
+    reasons: dict[int, Any] = field(default_factory=dict)
     # The engine's object of each row, made by the snapshot (cycle/snapshot.py) under the
     # names (and minimum runtime) in `names`, kept while its row is: the predictions know a
     # job by its object.
@@ -168,6 +172,7 @@ def read_active() -> Active:
             snapshot,
             int(own),
             dict(last.shown),
+            dict(last.reasons),
             dict(last.objects),
             last.names,
             full=False,
@@ -175,6 +180,7 @@ def read_active() -> Active:
         )
         for row in changed:
             active.shown.pop(row.id, None)
+            active.reasons.pop(row.id, None)
             active.objects.pop(row.id, None)
             if row.state in ACTIVE:
                 active.rows[row.id] = row
@@ -214,19 +220,27 @@ def current_read() -> Active | None:
     return _reading[0] if _reading else None
 
 
-def remember_shown(written: list[tuple[int, Any, int | None, int | None]]) -> None:
+def remember_shown(
+    written: list[tuple[int, Any, int | None, int | None]],
+    reasons: Mapping[int, Any] | None = None,
+) -> None:
     """The cycle wrote these (id, reason, team position, cluster position) on pending rows,
     which the trigger leaves unmarked (`SHOWN`): once that commits, the kept read shows them
-    (the next cycle compares its plan with them without reading the rows)."""
+    (the next cycle compares its plan with them without reading the rows). `reasons`: the
+    engine's reason each row now shows, for rows written or found to show it already; a row
+    written without one has none kept."""
+    reasons = reasons or {}
 
     def remember() -> None:
         active = _kept.get(_KEY, _VERSION)
         if active is None:
             return
-        shown = active.shown
+        shown, kept = active.shown, active.reasons
         for job_id, *values in written:
             if job_id in shown:
                 shown[job_id] = tuple(values)  # type: ignore[assignment]
+            kept.pop(job_id, None)
+        kept.update((i, reason) for i, reason in reasons.items() if i in shown)
 
     transaction.on_commit(remember)
 

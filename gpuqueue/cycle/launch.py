@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from gpuqueue.cluster import dra_sharing, get_backend
@@ -30,11 +30,15 @@ def workload_records(jobs: Sequence[Job]) -> dict[int, WorkloadRecord]:
     """The record of each job's current attempt, {job id: record}, made before its first
     launch: the namespace it is launched in and a random nonce, which the proof on every
     object of the attempt covers. A relaunch of the same attempt finds the same record, so it
-    adopts what the first launch made; a new attempt gets a new one. Two queries at most."""
+    adopts what the first launch made; a new attempt gets a new one. Two statements (a third
+    for the rare attempt another process recorded meanwhile), each with one parameter per
+    column: a wave launches thousands of jobs at once."""
     wanted = {(job.pk, job.attempts): job for job in jobs}
+    ids = [job.pk for job in jobs]
+    now = timezone.now()
     found = {
         (r.job_id, r.attempt): r
-        for r in WorkloadRecord.objects.filter(job_id__in=[job.pk for job in jobs])
+        for r in WorkloadRecord.objects.filter(job_id__any=ids)
         if (r.job_id, r.attempt) in wanted
     }
     missing = [
@@ -43,19 +47,51 @@ def workload_records(jobs: Sequence[Job]) -> dict[int, WorkloadRecord]:
             attempt=job.attempts,
             namespace=job.team.namespace,
             nonce=secrets.token_hex(16),
+            created_at=now,
         )
         for key, job in wanted.items()
         if key not in found
     ]
     if missing:
-        # Another process launching the same attempt at once: its row wins, and is read back.
-        WorkloadRecord.objects.bulk_create(missing, ignore_conflicts=True)
-        found = {
-            (r.job_id, r.attempt): r
-            for r in WorkloadRecord.objects.filter(job_id__in=[job.pk for job in jobs])
-            if (r.job_id, r.attempt) in wanted
-        }
+        made = _insert_records(missing)
+        for record in missing:
+            pk = made.get((record.job_id, record.attempt))
+            if pk is not None:
+                record.pk = pk
+                record._state.adding = False
+                found[record.job_id, record.attempt] = record
+        if len(made) < len(missing):
+            # Another process launching the same attempt at once: its row wins, and is read.
+            found.update(
+                ((r.job_id, r.attempt), r)
+                for r in WorkloadRecord.objects.filter(job_id__any=ids)
+                if (r.job_id, r.attempt) in wanted and (r.job_id, r.attempt) not in found
+            )
     return {key[0]: record for key, record in found.items()}
+
+
+def _insert_records(records: list[WorkloadRecord]) -> dict[tuple[int, int], int]:
+    """INSERT the records from one array per column, leaving any attempt already recorded as
+    it is; {(job id, attempt): id} of those inserted."""
+    table = connection.ops.quote_name(WorkloadRecord._meta.db_table)
+    sql = (
+        f"INSERT INTO {table} (job_id, attempt, namespace, nonce, secret_uid, job_uid, "
+        "created_at) SELECT j, a, ns, n, '', '', %s FROM unnest(%s::bigint[], %s::int[], "
+        "%s::text[], %s::text[]) AS r (j, a, ns, n) ON CONFLICT DO NOTHING "
+        "RETURNING job_id, attempt, id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            [
+                records[0].created_at,  # one time for all
+                [r.job_id for r in records],
+                [r.attempt for r in records],
+                [r.namespace for r in records],
+                [r.nonce for r in records],
+            ],
+        )
+        return {(job_id, attempt): pk for job_id, attempt, pk in cursor.fetchall()}
 
 
 def launch_spec(
@@ -202,7 +238,8 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
     )
     jobs = still_allowed(jobs)
     records = workload_records(jobs)
-    sources = {s.job_id: s for s in JobSource.objects.filter(job_id__in=[job.pk for job in jobs])}
+    ids = [job.pk for job in jobs]
+    sources = {s.job_id: s for s in JobSource.objects.filter(job__pk__any=ids)}
     specs = [launch_spec(job, records[job.pk], sources.get(job.pk)) for job in jobs]
 
     # 2. Under the shared "launching" lock: the cluster sync leaves admitted jobs without a

@@ -24,7 +24,10 @@
    crash here left undone; a withdrawal the backend could not make is logged, not retried
    (the workload may still save and exit).
 6. Explain: reasons and positions on the pending jobs, only those that changed, in a
-   transaction of their own (`_explain`).
+   transaction of their own (`_explain`); a reason equal to the one the kept read says the row
+   shows is not turned into data again.
+Once planned, a large cycle's objects are frozen out of the garbage collector
+(cycle/collector.py).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError
 from gpuqueue.core.locks import try_xact_lock
 from gpuqueue.core.reason_text import when
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.collector import freeze, release_when_due
 from gpuqueue.cycle.job_feed import current_read, remember_shown
 from gpuqueue.cycle.kept_plan import keep_plan, kept_plan
 from gpuqueue.cycle.launch import launch_admitted
@@ -105,27 +109,30 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         # 2. Snapshot
         update_holds(now)
         stored: dict[int, StoredPending] = {}
-        # Tens of thousands of jobs read, all kept for the plan: a collection meanwhile would
-        # only walk them (a third of a wave's snapshot at 50,000 pending).
+        # Tens of thousands of jobs read, all kept for the plan, and then by this process
+        # (cycle/collector.py): a collection meanwhile would only walk them (a third of a
+        # wave's snapshot at 50,000 pending).
         with paused_gc():
             snapshot = load_snapshot(now, stored)
             # Jobs that declared no runtime get their median predicted from finished jobs.
             snapshot = with_predicted_runtimes(snapshot)
-        policy = policy_from_settings()
-        balances = None
-        if policy.time_based_share:
-            balances = advance_balances(snapshot, policy.share_half_life_seconds)
-            snapshot = replace(snapshot, share_balance=balances.snapshot())
-        lap("2_snapshot")
-        # 3. Plan, unless only the clock moved since the last and the engine said its plan
-        #    holds until later (cycle/kept_plan.py): then the rows show it already.
-        plan = kept_plan(snapshot, policy)
-        kept = plan is not None
-        read = current_read()
-        mark = read.mark if read is not None else -1
-        if plan is None:
-            with paused_gc():
+            policy = policy_from_settings()
+            balances = None
+            if policy.time_based_share:
+                balances = advance_balances(snapshot, policy.share_half_life_seconds)
+                snapshot = replace(snapshot, share_balance=balances.snapshot())
+            lap("2_snapshot")
+            # 3. Plan, unless only the clock moved since the last and the engine said its plan
+            #    holds until later (cycle/kept_plan.py): then the rows show it already.
+            plan = kept_plan(snapshot, policy)
+            kept = plan is not None
+            read = current_read()
+            mark = read.mark if read is not None else -1
+            known = read.reasons if read is not None else {}
+            if plan is None:
                 plan = scheduler.plan(snapshot, policy)
+            # What the snapshot read and the plan made stays: out of the collector's way.
+            freeze(len(snapshot.running) + len(snapshot.pending))
         lap("3_plan")
         # 4. Persist what was decided
         backend = backend or get_backend()
@@ -157,8 +164,9 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
     lap("5_apply")
     # 6. Explain
     if not kept:
-        _explain(plan, stored, snapshot, policy, mark)
+        _explain(plan, stored, known, snapshot, policy, mark)
     lap("6_explain")
+    release_when_due()  # reference cycles freed while frozen, every ten minutes
     log.info(
         "cycle: %d admitted, %d preempted, %d pending%s, %s",
         len(admitted),
@@ -280,6 +288,7 @@ def _persist_withdrawals(plan: m.Plan, now: datetime) -> list[tuple[int, int]]:
 def _explain(
     plan: m.Plan,
     stored: dict[int, StoredPending],
+    known: dict[int, m.Reason],
     snapshot: m.Snapshot,
     policy: m.Policy,
     mark: int,
@@ -291,7 +300,10 @@ def _explain(
     with transaction.atomic():
         if not try_xact_lock("admission_cycle"):
             return
-        _persist_pending(plan, stored)
+        # Up to a reason's data per pending job made, and kept (job_feed.remember_shown): a
+        # collection meanwhile would only walk the cycle's kept objects, as in the snapshot.
+        with paused_gc():
+            _persist_pending(plan, stored, known)
         keep_plan(snapshot, policy, plan, mark)  # what it says is on the rows now
 
 
@@ -304,21 +316,34 @@ def reason_as_data(reason: m.Reason) -> dict[str, Any]:
     return {"code": reason.code.value, "numbers": numbers, "job_ids": list(reason.job_ids)}
 
 
-def _persist_pending(plan: m.Plan, stored: dict[int, StoredPending]) -> None:
+def _persist_pending(
+    plan: m.Plan, stored: dict[int, StoredPending], known: dict[int, m.Reason]
+) -> None:
     """Write reasons and positions that moved since the snapshot (most of a long queue reads
-    the same from one cycle to the next), in one UPDATE per thousand rows: at a few thousand
-    pending jobs, model instances and `bulk_update`'s CASE expressions cost most of a cycle."""
+    the same from one cycle to the next), in one UPDATE: at a few thousand
+    pending jobs, model instances and `bulk_update`'s CASE expressions cost most of a cycle.
+    A reason equal to the one `known` says the row shows (the engine's, as the last cycle
+    wrote it: cycle/job_feed.py) is not turned into data again: only the positions are
+    compared."""
     changed = []
+    learned: dict[int, m.Reason] = {}  # the reasons of rows written, or newly known equal
     for decision in plan.pending:
-        values = (
-            reason_as_data(decision.reason),
-            decision.team_position,
-            decision.cluster_position,
-        )
-        if values != stored.get(decision.job_id):
-            changed.append((decision.job_id, *values))
+        job_id, reason = decision.job_id, decision.reason
+        shown = stored.get(job_id)
+        last = known.get(job_id)
+        if shown is not None and last is not None and (last is reason or last == reason):
+            if shown[1] == decision.team_position and shown[2] == decision.cluster_position:
+                continue
+            values = (shown[0], decision.team_position, decision.cluster_position)
+            learned[job_id] = last
+        else:
+            values = (reason_as_data(reason), decision.team_position, decision.cluster_position)
+            learned[job_id] = reason
+            if values == shown:
+                continue
+        changed.append((job_id, *values))
     update_pending_rows(changed)  # columns the feed is told of, not marked (job_feed.SHOWN)
-    remember_shown(changed)
+    remember_shown(changed, learned)
 
 
 def refresh_forecasts(now: datetime | None = None) -> int:

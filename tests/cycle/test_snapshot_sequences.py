@@ -39,6 +39,7 @@ from hypothesis.stateful import (
 from gpuqueue.core import caches
 from gpuqueue.core.errors import Refused
 from gpuqueue.core.states import FINAL, HOLDING, JobState
+from gpuqueue.cycle import job_feed, run
 from gpuqueue.cycle.run import refresh_forecasts, run_cycle
 from gpuqueue.cycle.snapshot import StoredPending, load_snapshot
 from gpuqueue.models import Flavor, Job, JobActivity, JobArray, Node, Quota
@@ -249,7 +250,28 @@ def test_the_kept_snapshot_equals_a_fresh_load_after_any_sequence_of_changes(
 
         @rule()
         def cycle(self) -> None:
-            run_cycle(self.now, backend)  # admissions, reasons and positions written
+            # Admissions, reasons and positions written: the explain phase turns only new or
+            # changed reasons into data (`Active.reasons`), and the rows must show the plan's.
+            plans: list[m.Plan] = []
+            explain = run._persist_pending
+
+            def seen(plan: m.Plan, *args: Any) -> None:
+                plans.append(plan)
+                explain(plan, *args)
+
+            with mock.patch.object(run, "_persist_pending", seen):
+                run_cycle(self.now, backend)
+            shown = {
+                job_id: (reason, team, cluster)
+                for job_id, reason, team, cluster in Job.objects.filter(
+                    state=JobState.PENDING
+                ).values_list("id", "pending_reason", "queue_position", "cluster_position")
+            }
+            for plan in plans:
+                for d in plan.pending:
+                    if d.job_id in shown:
+                        wanted = (run.reason_as_data(d.reason), d.team_position, d.cluster_position)
+                        assert shown[d.job_id] == wanted
 
         @rule()
         def holds(self) -> None:
@@ -317,6 +339,10 @@ def test_the_kept_snapshot_equals_a_fresh_load_after_any_sequence_of_changes(
             assert snapshot == fresh[0]
             assert engine_input == fresh[1]
             assert stored == fresh[2]
+            # The reasons kept beside what the rows show are what they show.
+            kept = job_feed._kept.get(job_feed._KEY, job_feed._VERSION)
+            for job_id, reason in (kept.reasons if kept is not None else {}).items():
+                assert kept.shown[job_id][0] == run.reason_as_data(reason)
 
     run_state_machine_as_test(
         Service,
