@@ -23,7 +23,7 @@ from gpuqueue.log_config import SUMMARY_LOGGER
 from gpuqueue.models import Job, Node
 from gpuqueue.services.jobs.checkpoint import acknowledge_checkpoint, requeue
 from gpuqueue.services.jobs.start_failures import requeue_after_start_failure
-from gpuqueue.services.jobs.transitions import transition
+from gpuqueue.services.jobs.transitions import Move, move_jobs, transition
 
 log = logging.getLogger(__name__)
 summary = logging.getLogger(SUMMARY_LOGGER)
@@ -146,13 +146,23 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
         draining = {info.name for info in nodes if info.cordoned}
         statuses = {(s.job_id, s.attempt): s for s in backend.observe()}
         unseen = set(backend.unseen_namespaces())
-        moving = [
-            job.pk
-            for job in holding
-            # a job whose workload cannot be seen now is not gone: left as it is
-            if job.team.namespace not in unseen
-            and not _settled(job, statuses.get((job.pk, job.attempts)), now, draining)
-        ]
+        moving: list[int] = []
+        starts: list[Move] = []
+        for job in holding:
+            if job.team.namespace in unseen:
+                continue  # its workload cannot be seen now: not gone, left as it is
+            status = statuses.get((job.pk, job.attempts))
+            if _settled(job, status, now, draining):
+                continue
+            if status is not None and _started(job, status, draining):
+                starts.append(Move(job.pk, job.state, {"started_at": status.since or now}))
+            else:
+                moving.append(job.pk)
+        # The gangs that started since the last pass (a wave's thousands) in one move.
+        started = move_jobs(
+            starts, JobState.RUNNING, reason=STARTED, actor=ACTOR, changes={"start_failures": 0}
+        )
+        result.transitions += len(started)
         for job in (
             Job.objects.holding().select_related("team").filter(pk__in=moving).order_by("id")
         ):
@@ -167,7 +177,7 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
                     to_checkpoint.append((*key, deadline))
                 continue
             if _settled(job, status, now):
-                continue  # most jobs of a pass: no savepoint for a step that writes nothing
+                continue  # moved meanwhile to where the pass has nothing to do
             moved, stop = _follow_isolated(job, status, now)
             result.transitions += moved
             if moved and status is not None and status.phase in (Phase.SUCCEEDED, Phase.FAILED):
@@ -236,6 +246,20 @@ def _settled(
         timeout = timedelta(seconds=settings.GPUQUEUE_GANG_READY_TIMEOUT_SECONDS)
         return not (job.admitted_at and now - job.admitted_at > timeout)
     return False
+
+
+# A start (which sets start_failures to 0: a start that ran ends the run of failed starts, and
+# the cap counts consecutive ones, so a long job requeued now and then never nears it).
+STARTED = "every worker is running"
+
+
+def _started(job: Job, status: WorkloadStatus, draining: set[str] = frozenset()) -> bool:
+    """Whether an admitted job's whole gang now runs, on no node being drained: it starts."""
+    return (
+        job.state == JobState.ADMITTED
+        and status.phase is Phase.RUNNING
+        and _drained_node(job, status, draining) is None
+    )
 
 
 def _follow_isolated(job: Job, status: WorkloadStatus | None, now: datetime) -> tuple[int, bool]:
@@ -327,13 +351,11 @@ def _follow(job: Job, status: WorkloadStatus | None, now: datetime) -> tuple[int
         return int(requeue_after_start_failure(job, status.message, now, ACTOR)), True
     if status.phase is Phase.LOST:
         return _requeue_after_stop(job, f"gang broken: {status.message}; requeued")
-    if status.phase is Phase.RUNNING and job.state == JobState.ADMITTED:
-        # A start that ran ends the run of failed starts: the cap counts consecutive ones, so
-        # a long job requeued now and then (preempted, its node lost) never nears it.
+    if _started(job, status):
         moved = transition(
             job,
             JobState.RUNNING,
-            reason="every worker is running",
+            reason=STARTED,
             actor=ACTOR,
             started_at=status.since or now,
             start_failures=0,

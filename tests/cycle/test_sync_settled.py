@@ -106,3 +106,30 @@ def test_a_running_job_whose_gang_runs_is_settled_and_a_finished_one_is_not(job:
         row, WorkloadStatus(job.pk, 1, Phase.SUCCEEDED, since=now), now
     )
     assert not cluster_sync._settled(row, None, now)
+
+
+def test_the_gangs_that_started_since_the_last_pass_start_in_one_move(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    from gpuqueue.cycle.run import run_cycle
+    from gpuqueue.models import JobEvent
+
+    cluster_sync.sync_cluster(backend)
+
+    def pass_starting(n: int) -> tuple[list[Job], int]:
+        jobs = [submit(workers=1, gpus_per_worker=1) for _ in range(n)]
+        run_cycle(backend=backend)
+        with CaptureQueriesContext(connection) as queries:
+            cluster_sync.sync_cluster(backend)
+        return [Job.objects.get(pk=j.pk) for j in jobs], len(queries)
+
+    two, statements_for_two = pass_starting(2)
+    six, statements_for_six = pass_starting(6)
+    assert statements_for_six == statements_for_two  # one move, however many started
+    statuses = {s.job_id: s for s in backend.observe()}
+    for job in two + six:
+        assert job.state == JobState.RUNNING
+        assert job.start_failures == 0
+        assert job.started_at == statuses[job.pk].since
+        events = JobEvent.objects.filter(job=job, to_state=JobState.RUNNING)
+        assert [e.reason for e in events] == [cluster_sync.STARTED]
