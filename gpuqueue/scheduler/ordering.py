@@ -40,10 +40,13 @@ JobKey = tuple[int, int, float, int]
 # teams below their guarantee of the flavor wait for jobs within it (their claims), the owed job
 # has that turn only if the free GPUs hold the claims and it; else it is neither first nor
 # starving nor owed (it would take GPUs a claim is entitled to, be reclaimed, requeued and go
-# first again, for ever). Skipping it for any claim of the flavor left it behind every borrower
-# while the claims took a GPU or two (tests/scheduler/test_owed_turn.py). A team
-# with a guarantee keeps the order of submission (putting its big gangs first too drained more
-# nodes at 120 % load: docs/benchmarks.md, "What each rule costs").
+# first again, for ever); what the claims leave it takes before any borrower, who would
+# otherwise take it all, rule 2 putting a team with no share last (tests/scheduler/
+# test_owed_turn.py). Where the guarantees add up to the flavor and their teams ask them all,
+# the free GPUs never hold more than the claims: such a team runs on what a team leaves of its
+# guarantee (a Philly replay's no-guarantee team). A team with a guarantee keeps the order of
+# submission (putting its big gangs first too drained more nodes at 120 % load:
+# docs/benchmarks.md, "What each rule costs").
 # Neither rule makes a job starving below the highest priority pending in its queue: rule 3
 # holds before any wait. Otherwise a job preempted for a higher-priority job of its team (it
 # keeps its old submission time) would start again, as a starving job, on the GPUs it had just
