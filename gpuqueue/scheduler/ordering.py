@@ -38,9 +38,10 @@ JobKey = tuple[int, int, float, int]
 # to a GPU under contention, and behind older starving gangs it finds every reservation taken
 # and waits for hours for a turn of about a slice (usage.py). The guarantee comes first: where
 # teams below their guarantee of the flavor wait for jobs within it (their claims), the owed job
-# has that turn only if the free GPUs hold the claims and it; else it is neither first nor
-# starving nor owed (it would take GPUs a claim is entitled to, be reclaimed, requeued and go
-# first again, for ever); what the claims leave it takes before any borrower, who would
+# has that turn only if it starts now on free GPUs that leave the claims theirs; else it is
+# neither first nor starving nor owed (it would take GPUs a claim is entitled to, or reserve
+# them as they free, be reclaimed, requeued and go first again, for ever); what the claims
+# leave it takes before any borrower, who would
 # otherwise take it all, rule 2 putting a team with no share last (tests/scheduler/
 # test_owed_turn.py). Where the guarantees add up to the flavor and their teams ask them all,
 # the free GPUs never hold more than the claims: such a team runs on what a team leaves of its
@@ -109,10 +110,15 @@ def _top_priority(jobs: list[PendingJob], never: NeverAdmits) -> int | None:
     return None
 
 
-def _free(ledger: Ledger, flavor: str) -> int:
-    """The flavor's free GPUs (none held, incoming or reserved)."""
-    fl = ledger.flavors.get(flavor)
-    return 0 if fl is None else fl.total_free
+def _starts_beyond(ledger: Ledger, job: PendingJob, claims: int) -> bool:
+    """Whether `job` fits the free GPUs of its flavor now, and their count leaves `claims`."""
+    fl = ledger.flavors.get(job.flavor)
+    return (
+        fl is not None
+        and fl.total_free - claims >= job.gpus
+        and fl.fits(job.gpus_per_worker, "", job.cpu_per_worker, job.memory_per_worker)
+        >= job.workers
+    )
 
 
 class QueueJobs:
@@ -274,7 +280,7 @@ class Order:
                             continue  # in debt: it waits for its balance to recover
                         if not guarantees.get(key):
                             claim = claims.get(key[1], 0)
-                            if claim and _free(ledger, key[1]) - claim < job.gpus:
+                            if claim and not _starts_beyond(ledger, job, claim):
                                 continue  # the claims need what is free: they come first
                             first.add(job.id)
                         self.owed.add(job.id)
