@@ -36,10 +36,18 @@ JobKey = tuple[int, int, float, int]
 # gets no exception and waits until its balance recovers. When the owed team has no guarantee
 # of the flavor, that job goes ahead of the other starving jobs (`first`): it has no other way
 # to a GPU under contention, and behind older starving gangs it finds every reservation taken
-# and waits for hours for a turn of about a slice (usage.py). It gets no such turn while a team
-# below its guarantee of the flavor waits for a job within it: the guarantee comes first. A team
-# with a guarantee keeps the order of submission (putting its big gangs first too drained more
-# nodes at 120 % load: docs/benchmarks.md, "What each rule costs").
+# and waits for hours for a turn of about a slice (usage.py). The guarantee comes first: where
+# teams below their guarantee of the flavor wait for jobs within it (their claims), the owed job
+# has that turn only if it starts now on free GPUs that leave the claims theirs; else it is
+# neither first nor starving nor owed (it would take GPUs a claim is entitled to, or reserve
+# them as they free, be reclaimed, requeued and go first again, for ever); what the claims
+# leave it takes before any borrower, who would
+# otherwise take it all, rule 2 putting a team with no share last (tests/scheduler/
+# test_owed_turn.py). Where the guarantees add up to the flavor and their teams ask them all,
+# the free GPUs never hold more than the claims: such a team runs on what a team leaves of its
+# guarantee (a Philly replay's no-guarantee team). A team with a guarantee keeps the order of
+# submission (putting its big gangs first too drained more nodes at 120 % load:
+# docs/benchmarks.md, "What each rule costs").
 # Neither rule makes a job starving below the highest priority pending in its queue: rule 3
 # holds before any wait. Otherwise a job preempted for a higher-priority job of its team (it
 # keeps its old submission time) would start again, as a starving job, on the GPUs it had just
@@ -100,6 +108,17 @@ def _top_priority(jobs: list[PendingJob], never: NeverAdmits) -> int | None:
         if any(job.priority == priority and not never(job) for job in jobs):
             return priority
     return None
+
+
+def _starts_beyond(ledger: Ledger, job: PendingJob, claims: int) -> bool:
+    """Whether `job` fits the free GPUs of its flavor now, and their count leaves `claims`."""
+    fl = ledger.flavors.get(job.flavor)
+    return (
+        fl is not None
+        and fl.total_free - claims >= job.gpus
+        and fl.fits(job.gpus_per_worker, "", job.cpu_per_worker, job.memory_per_worker)
+        >= job.workers
+    )
 
 
 class QueueJobs:
@@ -193,17 +212,17 @@ class Order:
                 grouped.setdefault((job.team, job.flavor), []).append(job)
             queues = {key: QueueJobs(jobs) for key, jobs in grouped.items()}
         oldest: dict[tuple[str, str], PendingJob] = {}  # of teams that hold nothing (min_one_job)
-        # Flavors where a team below its guarantee waits for a job that keeps it within it: no
-        # owed team without a guarantee goes first there (it would take the GPUs the claim is
-        # entitled to, be reclaimed, requeued and go first again, for ever).
-        claimed: set[str] = set()
+        # Per flavor, the GPUs that teams below their guarantee ask within it (their claims):
+        # an owed team without a guarantee goes first only on what free GPUs the claims leave.
+        claims: dict[str, int] = {}
         starving = self.starving
         for key, facts in queues.items():
             team, flavor = key
             # The ledger does not change while the order is built.
             in_use = ledger.in_use(team, flavor)
-            if facts.smallest <= guarantees.get(key, 0) - in_use:
-                claimed.add(flavor)
+            within = guarantees.get(key, 0) - in_use
+            if facts.smallest <= within:
+                claims[flavor] = claims.get(flavor, 0) + min(within, facts.gpus)
             room = fair_share.get(key, 0) - in_use
             holds_nothing = min_one_job and in_use == 0
             by_balance = holds_nothing and balance is not None
@@ -260,8 +279,9 @@ class Order:
                         if horizon.below(balance, key, -slice_seconds / 2 * job.gpus):
                             continue  # in debt: it waits for its balance to recover
                         if not guarantees.get(key):
-                            if key[1] in claimed:
-                                continue
+                            claim = claims.get(key[1], 0)
+                            if claim and not _starts_beyond(ledger, job, claim):
+                                continue  # the claims need what is free: they come first
                             first.add(job.id)
                         self.owed.add(job.id)
                     self.starving.append(job)
