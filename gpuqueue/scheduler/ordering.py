@@ -40,12 +40,11 @@ JobKey = tuple[int, int, float, int]
 # teams below their guarantee of the flavor wait for jobs within it (their claims), the owed job
 # has that turn only if it starts now on free GPUs that leave the claims theirs; else it is
 # neither first nor starving nor owed (it would take GPUs a claim is entitled to, or reserve
-# them as they free, be reclaimed, requeued and go first again, for ever); what the claims
-# leave it takes before any borrower, who would
-# otherwise take it all, rule 2 putting a team with no share last (tests/scheduler/
-# test_owed_turn.py). Where the guarantees add up to the flavor and their teams ask them all,
-# the free GPUs never hold more than the claims: such a team runs on what a team leaves of its
-# guarantee (a Philly replay's no-guarantee team). A team with a guarantee keeps the order of
+# them as they free, be reclaimed, requeued and go first again, for ever). What the claims
+# leave, it takes before any borrower, which rule 2 would otherwise put ahead of a team with no
+# share (tests/scheduler/test_owed_turn.py). Where the guarantees add up to the flavor and
+# their teams ask for all of it, the free GPUs never exceed the claims: such a team runs only
+# on what a team leaves of its guarantee. A team with a guarantee keeps the order of
 # submission (putting its big gangs first too drained more nodes at 120 % load:
 # docs/benchmarks.md, "What each rule costs").
 # Neither rule makes a job starving below the highest priority pending in its queue: rule 3
