@@ -49,12 +49,10 @@ from gpuqueue.cluster.manifests import (
 from gpuqueue.cluster.proof import CONTROLLERS_KEY
 from gpuqueue.cluster.sources import (
     FLAVOR_LABEL,
-    MAX_RUNTIME_ANNOTATION,
-    PRIORITY_ANNOTATION,
     QUEUE_LABEL,
     USER_ANNOTATION,
     SourceShape,
-    _integer,
+    labelled_options,
 )
 from gpuqueue.core.gpu_resources import is_gpu_resource
 
@@ -267,16 +265,7 @@ def read_framework(obj: Obj) -> SourceShape | str:
             " pod per gang; give every pod that asks GPUs the same count (or none)"
         )
     try:
-        priority = (
-            _integer(annotations[PRIORITY_ANNOTATION], PRIORITY_ANNOTATION)
-            if PRIORITY_ANNOTATION in annotations
-            else None
-        )
-        runtime = (
-            _integer(annotations[MAX_RUNTIME_ANNOTATION], MAX_RUNTIME_ANNOTATION)
-            if MAX_RUNTIME_ANNOTATION in annotations
-            else None
-        )
+        priority, runtime = labelled_options(annotations)
     except ValueError as exc:
         return str(exc)
     first = _get(obj, with_gpus[0].path) or {}

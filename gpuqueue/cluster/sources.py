@@ -97,6 +97,16 @@ def _integer(text: str, what: str) -> int:
         raise ValueError(f"{what} is {text!r}, not a whole number") from None
 
 
+def labelled_options(annotations: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """The priority and maximum runtime a labelled object's annotations ask (None: not
+    given); ValueError, with a sentence, for one that is not a whole number."""
+
+    def option(name: str) -> int | None:
+        return _integer(annotations[name], name) if name in annotations else None
+
+    return option(PRIORITY_ANNOTATION), option(MAX_RUNTIME_ANNOTATION)
+
+
 def read_job(job: Obj) -> SourceShape | str:
     """The shape of a labelled Job, or why gpuqueue cannot queue it (a sentence for its
     status annotation and event). Every worker is one pod of the template: `parallelism` of
@@ -131,16 +141,7 @@ def read_job(job: Obj) -> SourceShape | str:
     if workers < 1:
         return "its parallelism is 0: nothing to run"
     try:
-        priority = (
-            _integer(annotations[PRIORITY_ANNOTATION], PRIORITY_ANNOTATION)
-            if PRIORITY_ANNOTATION in annotations
-            else None
-        )
-        runtime = (
-            _integer(annotations[MAX_RUNTIME_ANNOTATION], MAX_RUNTIME_ANNOTATION)
-            if MAX_RUNTIME_ANNOTATION in annotations
-            else None
-        )
+        priority, runtime = labelled_options(annotations)
     except ValueError as exc:
         return str(exc)
     return SourceShape(
