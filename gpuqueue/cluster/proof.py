@@ -210,8 +210,20 @@ def is_worker(pod: Obj, key: Key, namespace: str, job_uid: str, source: str = ""
     return bool(source) and any(
         ref.get("kind") == "RayCluster"
         and ref.get("controller") is True
-        and str(ref.get("name") or "").startswith(f"{source}-")
+        and is_ray_cluster_of(str(ref.get("name") or ""), source)
         for ref in _meta(pod).get("ownerReferences") or []
+    )
+
+
+def is_ray_cluster_of(cluster: str, rayjob: str) -> bool:
+    """`cluster` is a name KubeRay gives the RayCluster of RayJob `rayjob`: the RayJob's name,
+    a dash and five lowercase letters or digits. Exactly that, so that the cluster of another
+    RayJob whose name merely starts with `rayjob-` is not taken for this one's."""
+    suffix = cluster.removeprefix(f"{rayjob}-")
+    return (
+        cluster != suffix
+        and len(suffix) == 5
+        and all(c.isascii() and (c.islower() or c.isdigit()) for c in suffix)
     )
 
 

@@ -18,6 +18,7 @@ from gpuqueue.cluster.proof import (
     attempt_proof,
     install_key,
     is_our_job,
+    is_worker,
     marker_refusal,
     sort_out,
 )
@@ -203,3 +204,25 @@ def test_a_terminating_pod_whose_job_is_deleted_is_proven_by_its_recorded_uid() 
     ours = sort_out([], [worker, elsewhere, unlabelled], records)
     assert ours.pod_keys == {("team-a", "gq-7-1-0-x"): (7, 1)}
     assert ours.jobs == {} and ours.pods == {}  # no Job: no status
+
+
+def test_a_rayjob_s_workers_are_those_of_the_cluster_kuberay_names_after_it_and_no_other() -> None:
+    def ray_pod(cluster: str) -> dict[str, Any]:
+        worker = pod()
+        worker["metadata"]["ownerReferences"] = [
+            {"kind": "RayCluster", "name": cluster, "uid": "u-" + cluster, "controller": True}
+        ]
+        return worker
+
+    def of_train(p: dict[str, Any]) -> bool:
+        return is_worker(p, (7, 1), "team-a", "rayjob-uid", source="train")
+
+    assert of_train(ray_pod("train-x7k2q"))  # KubeRay's name: the RayJob's, a dash, five
+    # Another user's RayJob "train-big" has a cluster "train-big-x7k2q": not train's.
+    assert not of_train(ray_pod("train-big-x7k2q"))
+    assert not of_train(ray_pod("train-X7K2Q"))
+    assert not of_train(ray_pod("train-"))
+    assert not of_train(ray_pod("trainx-x7k2q"))
+    not_controller = ray_pod("train-x7k2q")
+    not_controller["metadata"]["ownerReferences"][0]["controller"] = False
+    assert not of_train(not_controller)
