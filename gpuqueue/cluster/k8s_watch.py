@@ -1,4 +1,5 @@
-"""The watcher: a live copy of nodes, pods and gpuqueue Jobs, and the sync loop that uses it.
+"""The watcher: a live copy of nodes, pods, gpuqueue Jobs and the users' queue-labelled Jobs,
+PyTorchJobs and RayJobs, and the sync loop that uses it.
 
 Each resource is followed by list-then-watch: list once, remember the list's resourceVersion,
 watch from it, keep the resourceVersion of every event (and bookmark) so that a dropped or
@@ -20,8 +21,10 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from gpuqueue.cluster import frameworks
 from gpuqueue.cluster.base import Claimed, ClusterError
-from gpuqueue.cluster.projection import projector
+from gpuqueue.cluster.projection import SHAPES, projector
+from gpuqueue.cluster.sources import QUEUE_LABEL
 
 if TYPE_CHECKING:
     from gpuqueue.cluster.kubernetes import KubernetesBackend
@@ -29,6 +32,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 KINDS = ("nodes", "pods", "jobs")
+# The users' objects labelled with a queue, per team namespace: batch Jobs ("queued") and each
+# framework kind the cluster serves (by its kind's name). Kept whole (but managedFields): the
+# source sync reads their pod templates.
+QUEUED = "queued"
 # After an event, the watcher waits this long before its pass, so that a burst (a gang's pods
 # created, bound and started, a node's pods evicted) is one pass, not one per event.
 DEBOUNCE_SECONDS = 0.2
@@ -61,12 +68,17 @@ class Store:
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {kind: {} for kind in KINDS}
         self.live = False
         self.unseen: frozenset[str] = frozenset()
+        # The queue-labelled kinds followed (QUEUED, framework kinds): readers take those from
+        # the copy while it is live, and list the others; `unseen_sources` names the team
+        # namespaces where one of them is not followed now.
+        self.watched: frozenset[str] = frozenset()
+        self.unseen_sources: frozenset[str] = frozenset()
 
     def replace(self, kind: str, items: list[Obj], namespace: str | None = None) -> None:
         with self._lock:
             kept = {
                 key: obj
-                for key, obj in self._objects[kind].items()
+                for key, obj in self._objects.get(kind, {}).items()
                 if namespace is not None and key[0] != namespace
             }
             kept.update({object_key(obj): obj for obj in items})
@@ -74,16 +86,17 @@ class Store:
 
     def apply(self, kind: str, event_type: str, obj: Obj) -> None:
         with self._lock:
+            objects = self._objects.setdefault(kind, {})
             if event_type == "DELETED":
-                self._objects[kind].pop(object_key(obj), None)
+                objects.pop(object_key(obj), None)
             else:  # ADDED, MODIFIED
-                self._objects[kind][object_key(obj)] = obj
+                objects[object_key(obj)] = obj
 
     def items(self, kind: str) -> list[Obj]:
         """The objects of `kind`, in no particular order (every reader sorts what it needs:
         sorting every pod of a large cluster on each pass would cost more than the pass)."""
         with self._lock:
-            return list(self._objects[kind].values())
+            return list(self._objects.get(kind, {}).values())
 
 
 class ResourceWatch:
@@ -102,7 +115,8 @@ class ResourceWatch:
     ) -> None:
         self.backend, self.kind, self.fn, self.args, self.kwargs = backend, kind, fn, args, kwargs
         self.namespace = namespace
-        self.shape = projector(kind)  # what of each object is kept: see projection
+        # What of each object is kept: see projection; a queue-labelled object, all of it.
+        self.shape = projector(kind) if kind in SHAPES else _labelled(kind)
         self.changed = changed
         self.watch_seconds = watch_seconds
         self.resource_version: str | None = None
@@ -223,6 +237,51 @@ def jobs_watch(
     )
 
 
+def _labelled(kind: str) -> Callable[[Obj], Obj]:
+    """A queue-labelled object as kept: without managedFields, naming its kind."""
+
+    def cut(obj: Obj) -> Obj:
+        obj = without_managed_fields(obj)
+        obj.setdefault("kind", "Job" if kind == QUEUED else kind)
+        return obj
+
+    return cut
+
+
+def labelled_watches(
+    backend: KubernetesBackend,
+    namespace: str,
+    changed: threading.Event,
+    watch_seconds: float,
+    kinds: tuple[str, ...] = (QUEUED, *frameworks.KINDS),
+) -> dict[str, ResourceWatch]:
+    """The users' queue-labelled Jobs and, of `kinds`, the framework kinds the cluster serves,
+    in one team namespace: what the source sync and the framework views read on every pass,
+    which they would otherwise list there each time."""
+    watches: dict[str, ResourceWatch] = {}
+    for kind in kinds:
+        if kind == QUEUED:
+            fn: Callable[..., Any] = backend.batch.list_namespaced_job
+            args: tuple[Any, ...] = (namespace,)
+        elif backend.serves(kind):
+            group, version, plural = frameworks.API[kind]
+            fn = backend.custom.list_namespaced_custom_object
+            args = (group, version, namespace, plural)
+        else:
+            continue
+        watches[f"{kind}/{namespace}"] = ResourceWatch(
+            backend,
+            kind,
+            fn,
+            *args,
+            namespace=namespace,
+            changed=changed,
+            watch_seconds=watch_seconds,
+            label_selector=QUEUE_LABEL,
+        )
+    return watches
+
+
 def start_watches(
     backend: KubernetesBackend,
     changed: threading.Event,
@@ -243,9 +302,24 @@ def start_watches(
     }
     for namespace in namespaces:
         watches[f"jobs/{namespace}"] = jobs_watch(backend, namespace, changed, watch_seconds)
+        watches.update(labelled_watches(backend, namespace, changed, watch_seconds))
     for watch in watches.values():
         watch.start()
     return watches
+
+
+def follow(store: Store, watches: dict[str, ResourceWatch]) -> None:
+    """Tell the store's readers what they may read from the copy now (`run_watcher`, 1.)."""
+    store.live = watches["nodes"].healthy and watches["pods"].healthy
+    namespaced = [w for w in watches.values() if w.namespace is not None]
+    # A framework kind's objects are Jobs too (frameworks.job_view): unseen with them.
+    store.unseen = frozenset(
+        w.namespace or "" for w in namespaced if w.kind != QUEUED and not w.healthy
+    )
+    store.unseen_sources = frozenset(
+        w.namespace or "" for w in namespaced if w.kind != "jobs" and not w.healthy
+    )
+    store.watched = frozenset(w.kind for w in namespaced if w.kind != "jobs")
 
 
 def run_watcher(
@@ -268,10 +342,11 @@ def run_watcher(
        when every team namespace is another's, the watcher refuses to start (Claimed).
     1. Start list-then-watch threads for nodes and pods (cluster-wide) and for gpuqueue Jobs in
        each team namespace; wait until nodes and pods have listed and each Jobs watch has
-       listed or failed once, then serve reads from the copy. Before every pass the copy is
-       live only while the node and pod watches are healthy, and the namespaces whose Jobs
-       watch is not are left out of the pass (one namespace without its RoleBinding does not
-       stop the others).
+       listed or failed once, then serve reads from the copy. The users' queue-labelled
+       Jobs, PyTorchJobs and RayJobs are followed the same way in each team namespace
+       (`labelled_watches`). Before every pass the copy is live only while the node and pod
+       watches are healthy, and the namespaces whose watches are not are left out of the pass
+       (one namespace without its RoleBinding does not stop the others; `follow`).
     2. Reconcile at start: one full sync (relaunch admitted jobs without a Kubernetes Job,
        delete Jobs that belong to no live job, move every job to what the cluster says).
     3. Then sync again soon after anything changed (`debounce_seconds` after the first event,
@@ -279,7 +354,7 @@ def run_watcher(
        checkpoint deadline and the gang-ready timeout pass without any event).
     4. Every `resync_seconds`: re-list everything (against missed events) and pick up the
        namespaces of new teams (claimed first: one another install owns is left out, and
-       said).
+       said), and the framework kinds the cluster has come to serve.
     """
     changed = threading.Event()
     # 0. and 1.
@@ -293,7 +368,7 @@ def run_watcher(
     watches = start_watches(backend, changed, namespaces, watch_seconds)
     try:
         while not all(
-            w.listed.wait(0.1) or (w.kind == "jobs" and w.failing) for w in watches.values()
+            w.listed.wait(0.1) or (w.namespace is not None and w.failing) for w in watches.values()
         ):
             if should_stop():
                 return
@@ -301,10 +376,7 @@ def run_watcher(
         # 2. and 3.
         while not should_stop():
             changed.clear()
-            backend.store.live = watches["nodes"].healthy and watches["pods"].healthy
-            backend.store.unseen = frozenset(
-                w.namespace or "" for w in watches.values() if w.kind == "jobs" and not w.healthy
-            )
+            follow(backend.store, watches)
             sync()
             if heartbeat:
                 _touch(heartbeat)
@@ -328,6 +400,20 @@ def run_watcher(
                         backend, namespace, changed, watch_seconds
                     )
                     watches[f"jobs/{namespace}"].start()
+                # The framework kinds not followed yet (a CRD installed since), everywhere.
+                for namespace in namespaces:
+                    missing = tuple(
+                        kind
+                        for kind in (QUEUED, *frameworks.KINDS)
+                        if f"{kind}/{namespace}" not in watches
+                    )
+                    if missing:
+                        added = labelled_watches(
+                            backend, namespace, changed, watch_seconds, missing
+                        )
+                        watches.update(added)
+                        for watch in added.values():
+                            watch.start()
             if changed.wait(sync_seconds) and debounce_seconds > 0:
                 time.sleep(debounce_seconds)  # let the rest of a burst arrive first
     finally:

@@ -48,7 +48,7 @@ from gpuqueue.cluster.dra import DeviceFlavor, dra_use, gate_room
 from gpuqueue.cluster.gates import Release, dra_devices, is_gated, releases
 from gpuqueue.cluster.inventory import inventory, not_ready_since, with_dra
 from gpuqueue.cluster.k8s_calls import Caller, Conflict, NotFound, load_configuration
-from gpuqueue.cluster.k8s_watch import Store, run_watcher, without_managed_fields
+from gpuqueue.cluster.k8s_watch import QUEUED, Store, run_watcher, without_managed_fields
 from gpuqueue.cluster.projection import projector
 from gpuqueue.cluster.proof import MARKER, Ours, Record, marker_refusal, sort_out
 from gpuqueue.cluster.records import recorded, this_install
@@ -75,6 +75,10 @@ def _token_in(secret: Obj) -> str | None:
 
 def _uid(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _namespace(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("namespace") or "")
 
 
 def _squatted(kind: str, namespace: str, name: str) -> str:
@@ -345,12 +349,19 @@ class KubernetesBackend(ClusterBackend):
 
     def _framework_views(self) -> list[Obj]:
         """This install's admitted PyTorchJobs and RayJobs in every team namespace, as Jobs
-        (frameworks.job_view): listed on every pass (not watched), only for the kinds the
-        cluster serves. A namespace where they cannot be read is unseen (unseen_namespaces: its
-        jobs are left as they are), and said."""
+        (frameworks.job_view): the watcher's copy of a kind it follows, else listed, only for
+        the kinds the cluster serves. A namespace where they cannot be read is unseen
+        (unseen_namespaces: its jobs are left as they are), and said."""
         views: list[Obj] = []
         unseen: set[str] = set()
         for kind in frameworks.KINDS:
+            if self.store.live and kind in self.store.watched:  # followed: no LIST per pass
+                views += [
+                    frameworks.job_view(obj)
+                    for obj in self.store.items(kind)
+                    if mf.selected(obj, self.selector) and _namespace(obj) not in self.refused
+                ]
+                continue
             if not self.serves(kind):
                 continue
             for namespace in self.namespaces():
@@ -971,25 +982,37 @@ class KubernetesBackend(ClusterBackend):
             )
 
     def list_sources(self) -> list[Obj]:
-        """The Jobs labelled with a queue in every team namespace this install claimed; a
+        """The Jobs, PyTorchJobs and RayJobs labelled with a queue in every team namespace
+        this install claimed: from the watcher's copy of the kinds it follows, else listed; a
         namespace that cannot be read is left out (unseen_source_namespaces)."""
         found: list[Obj] = []
         unseen: set[str] = set()
         namespaces = [ns for ns in self.namespaces() if ns not in self.refused]
         self.claim(namespaces)
+        # The kinds the watcher follows come from its copy (and its unseen namespaces), the
+        # rest are listed in each namespace.
+        followed = self.store.watched if self.store.live else frozenset()
+        copied: dict[str, list[Obj]] = {}
+        for kind in followed:
+            for obj in self.store.items(kind):
+                copied.setdefault(_namespace(obj), []).append(obj)
+        if followed:
+            unseen |= self.store.unseen_sources
         for namespace in namespaces:
             if namespace not in self._claimed:
                 unseen.add(namespace)
                 continue
             try:
-                listed = self._list(
-                    f"list queued jobs in {namespace}",
-                    self.batch.list_namespaced_job,
-                    namespace,
-                    label_selector=sources.QUEUE_LABEL,
-                )["items"]
+                listed = list(copied.get(namespace, ()))
+                if QUEUED not in followed:
+                    listed += self._list(
+                        f"list queued jobs in {namespace}",
+                        self.batch.list_namespaced_job,
+                        namespace,
+                        label_selector=sources.QUEUE_LABEL,
+                    )["items"]
                 for kind in frameworks.KINDS:
-                    if self.serves(kind):
+                    if kind not in followed and self.serves(kind):
                         listed += self._list_framework(kind, namespace, sources.QUEUE_LABEL)
                 found += [
                     job

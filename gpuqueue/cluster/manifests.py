@@ -166,6 +166,16 @@ def selector(instance: str = "") -> str:
     return f"{SELECTOR},{LABEL_INSTANCE}={instance}" if instance else SELECTOR
 
 
+def selected(obj: Mapping[str, Any], selector: str) -> bool:
+    """Whether `obj`'s labels match `selector`, a list of `key=value` (what `selector` makes):
+    the objects a LIST with it would have answered."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(
+        labels.get(key) == value
+        for key, _, value in (term.partition("=") for term in selector.split(","))
+    )
+
+
 def attempt_selector(job_id: int, attempt: int, instance: str = "") -> str:
     return f"{selector(instance)},{LABEL_JOB_ID}={job_id},{LABEL_ATTEMPT}={attempt}"
 

@@ -159,11 +159,12 @@ def test_rbac_writes_only_what_the_backend_needs_in_team_namespaces() -> None:
         ("batch", "jobs", "patch"),
         ("batch", "jobs/status", "patch"),
         # The users' own labelled PyTorchJobs and RayJobs (gpuqueue/cluster/frameworks.py):
-        # listed, read, admitted, suspended and described by a patch, deleted once cancelled.
+        # listed and watched, read, admitted, suspended and described by a patch, deleted once
+        # cancelled.
         *(
             (group, resource, verb)
             for group, resource in (("kubeflow.org", "pytorchjobs"), ("ray.io", "rayjobs"))
-            for verb in ("get", "list", "patch", "delete")
+            for verb in ("get", "list", "watch", "patch", "delete")
         ),
         ("", "events", "create"),
         ("", "services", "create"),

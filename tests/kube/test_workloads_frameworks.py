@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import subprocess
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpuqueue.cluster.k8s_watch import QUEUED, follow, start_watches
 from gpuqueue.cluster.sources import JOB_ANNOTATION, STATUS_ANNOTATION
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
@@ -329,6 +331,62 @@ def test_a_labelled_rayjob_waits_then_runs_its_head_and_workers_as_planned(
     # Deleting the RayJob cancels its job.
     custom(kube, "alice").delete_namespaced_custom_object(*RAY[:2], "team-a", RAY[2], "sweep")
     kube.sync_until(lambda: state(job) == JobState.CANCELLED)
+
+
+def test_the_watcher_follows_labelled_objects_so_that_passes_list_none_of_them(
+    teams: Kube, submit: Any, world: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the watcher's copy live, a labelled PyTorchJob is mirrored, waits and runs as
+    planned while the passes LIST no labelled Job, PyTorchJob or RayJob: each team namespace
+    would otherwise cost three LISTs per pass for the source sync and two for the views."""
+    kube = teams
+    backend = kube.backend
+    blocker = submit(world.alice, workers=4, gpus_per_worker=8, annotations=LONG)
+    run_cycle(backend=backend)
+    kube.sync_until(lambda: state(blocker) == JobState.RUNNING)
+    namespaces = [ns for ns in backend.namespaces() if ns not in backend.refused]
+    watches = start_watches(backend, threading.Event(), namespaces, watch_seconds=30)
+    lists: Counter[str] = Counter()
+
+    def counted(name: str, fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not kwargs.get("watch"):
+                lists[name if name == "jobs" else args[3]] += 1
+            return fn(*args, **kwargs)
+
+        return call
+
+    try:
+        kube.wait(lambda: all(w.listed.is_set() for w in watches.values()))
+        kinds = {(w.kind, w.namespace) for w in watches.values()}
+        for namespace in namespaces:
+            assert {(k, namespace) for k in (QUEUED, "PyTorchJob", "RayJob")} <= kinds
+        # The watches hold the methods they list with; the passes' own calls are counted.
+        for api, method in ((backend.custom, "list_namespaced_custom_object"),):
+            monkeypatch.setattr(api, method, counted("custom", getattr(api, method)))
+        monkeypatch.setattr(
+            backend.batch,
+            "list_namespaced_job",
+            counted("jobs", backend.batch.list_namespaced_job),
+        )
+        follow(backend.store, watches)
+        assert backend.store.live and not backend.store.unseen_sources
+
+        create(kube, PYTORCH, manifest("pytorchjob.yaml"))
+        job = waits_and_says_why(kube, "pytorchjob", PYTORCH, "pretrain")
+        cancel_job(world.alice, blocker)
+        kube.sync_until(
+            lambda: not kube.pods("team-a", selector=f"gpuqueue.dev/job-id={blocker.pk}")
+        )
+        admit(kube, job)
+        pods = kube.pods("team-a", selector="training.kubeflow.org/job-name=pretrain")
+        assert Counter(p["spec"]["nodeName"] for p in pods) == Counter(job.placement)
+        assert lists == Counter(), lists  # no LIST of a labelled object in any pass
+    finally:
+        for watch in watches.values():
+            watch.stop()
+        backend.store.live = False
+        backend.store.watched = frozenset()
 
 
 def test_the_policy_refuses_unlabelled_foreign_running_gpu_frameworks(teams: Kube) -> None:
