@@ -35,7 +35,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", help="openb node list (instead of --cluster/--load)")
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument(
-        "--quotas", default="proportional", help="proportional | FILE.yaml | helios:PATH[:DAY]"
+        "--quotas",
+        default="proportional",
+        help="proportional[:GUARANTEED_FRACTION] | FILE.yaml | helios:PATH[:DAY]",
     )
     parser.add_argument("--sample", type=float, help="replay a seeded random fraction of jobs")
     parser.add_argument("--seed", type=int, default=0)

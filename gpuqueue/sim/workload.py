@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,15 +65,28 @@ def build_cluster(
 
 
 def build_teams(jobs: list[SimJob], cluster: Cluster, quotas: str) -> tuple[Team, ...]:
-    """`proportional` (default), a YAML path, or `helios:PATH[:DAY]`."""
+    """`proportional` (default: the guarantees add up to the cluster), `proportional:F` (they
+    add up to the fraction F of it, the rest shared by weight alone), a YAML path, or
+    `helios:PATH[:DAY]`."""
     if quotas == "proportional":
         return proportional_quotas(jobs, cluster)
+    if quotas.startswith("proportional:"):
+        text = quotas.removeprefix("proportional:")
+        try:
+            fraction = float(text)
+        except ValueError:
+            fraction = math.nan
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"quotas {quotas!r}: the guaranteed fraction is from 0 to 1")
+        return proportional_quotas(jobs, cluster, guarantee_fraction=fraction)
     if quotas.startswith("helios:"):
         path, _, day = quotas.removeprefix("helios:").partition(":")
         return helios_quotas(path, jobs, cluster, day or None)
     if Path(quotas).suffix in (".yaml", ".yml"):
         return quotas_from_yaml(quotas, jobs, cluster)
-    raise ValueError(f"quotas {quotas!r}: proportional, a .yaml file, or helios:PATH[:DAY]")
+    raise ValueError(
+        f"quotas {quotas!r}: proportional[:FRACTION], a .yaml file, or helios:PATH[:DAY]"
+    )
 
 
 def workload(jobs: list[SimJob], cluster: Cluster, quotas: str = "proportional") -> Workload:

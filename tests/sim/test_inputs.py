@@ -18,6 +18,7 @@ from gpuqueue.sim import (
 )
 from gpuqueue.sim.fairness import jain
 from gpuqueue.sim.traces import load_openb_nodes, load_openb_pods, load_philly
+from gpuqueue.sim.workload import build_teams
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -74,6 +75,17 @@ def test_proportional_guarantees_follow_gpu_time_and_add_up_to_the_cluster() -> 
     assert sum(q.guarantee for q in teams.values()) == 32
     assert teams["6214e9"].guarantee > teams["11cb48"].guarantee
     assert all(q.limit == 32 for q in teams.values())
+
+
+def test_proportional_with_a_fraction_leaves_the_rest_of_the_cluster_unguaranteed() -> None:
+    jobs = load_philly(FIXTURES / "philly_tiny.csv")
+    cluster = uniform_cluster(4, 8)
+    teams = {t.id: t.quotas["gpu"] for t in build_teams(jobs, cluster, "proportional:0.75")}
+    assert sum(q.guarantee for q in teams.values()) == 24
+    assert all(q.limit == 32 for q in teams.values())
+    for bad in ("proportional:1.5", "proportional:half", "proportional:-0.1"):
+        with pytest.raises(ValueError, match="from 0 to 1"):
+            build_teams(jobs, cluster, bad)
 
 
 def test_yaml_quotas_fill_teams_left_out_with_the_default() -> None:
