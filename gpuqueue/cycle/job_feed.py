@@ -35,6 +35,7 @@ from django.db import connection, transaction
 from gpuqueue.core import caches
 from gpuqueue.core.states import ACTIVE, JobState
 from gpuqueue.models import Job
+from gpuqueue.scheduler.model import ReasonCode
 
 # What the cycle last wrote on a pending job: (pending_reason, queue_position, cluster_position).
 StoredPending = tuple[Any, int | None, int | None]
@@ -88,6 +89,8 @@ AS_TEXT = {"placement", "pending_reason", "gpu_devices"}
 # What the cycle writes on pending rows and remembers itself (`remember_shown`): a write of
 # these alone does not mark a row.
 SHOWN = ("pending_reason", "queue_position", "cluster_position")
+# The reason of a job waiting on victims' GPUs (`Active.awaiting`).
+AWAITING = ReasonCode.WAITING_FOR_PREEMPTION.value
 # The columns whose change marks a row for the feed: the trigger's WHEN clause lists the
 # same (tests/cycle/test_snapshot.py compares them with the trigger as installed).
 WATCHED = tuple(c for c in _COLUMNS if c != "id" and c not in SHOWN)
@@ -112,6 +115,10 @@ class Active:
     snapshot: str
     own: int
     shown: dict[int, StoredPending] = field(default_factory=dict)  # decoded, pending rows only
+    # Those of `shown` whose reason is AWAITING (the snapshot's victims claimed by the job
+    # waiting on them, cycle/snapshot.py): kept with `shown`, so that a cycle reads a few
+    # reasons, not every pending job's.
+    awaiting: set[int] = field(default_factory=set)
     # The engine's reason each of those shows, where this process wrote it or found it equal
     # (`remember_shown`): the next cycle compares its reasons with these, not their JSON.
     # Dropped with the row's `shown` (the same freshness: a changed row, a whole read).
@@ -172,6 +179,7 @@ def read_active() -> Active:
             snapshot,
             int(own),
             dict(last.shown),
+            set(last.awaiting),
             dict(last.reasons),
             dict(last.objects),
             last.names,
@@ -180,6 +188,7 @@ def read_active() -> Active:
         )
         for row in changed:
             active.shown.pop(row.id, None)
+            active.awaiting.discard(row.id)
             active.reasons.pop(row.id, None)
             active.objects.pop(row.id, None)
             if row.state in ACTIVE:
@@ -213,6 +222,14 @@ def _decode_shown(active: Active, rows: Iterable[Row]) -> None:
         if reason not in decoded:
             decoded[reason] = json.loads(reason)
         active.shown[row.id] = (decoded[reason], row.queue_position, row.cluster_position)
+        _index(active.awaiting, row.id, decoded[reason])
+
+
+def _index(awaiting: set[int], job_id: int, reason: Any) -> None:
+    if isinstance(reason, Mapping) and reason.get("code") == AWAITING:
+        awaiting.add(job_id)
+    else:
+        awaiting.discard(job_id)
 
 
 def current_read() -> Active | None:
@@ -239,6 +256,7 @@ def remember_shown(
         for job_id, *values in written:
             if job_id in shown:
                 shown[job_id] = tuple(values)  # type: ignore[assignment]
+                _index(active.awaiting, job_id, values[0])
             kept.pop(job_id, None)
         kept.update((i, reason) for i, reason in reasons.items() if i in shown)
 

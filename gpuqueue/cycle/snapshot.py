@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -152,10 +152,11 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     objects = active.objects
     running: list[m.RunningJob] = []
     pending: list[m.PendingJob] = []
+    waiting = JobState.PENDING.value  # read once: an enum member's value is a descriptor call
     for job_id in sorted(active.rows):
         row = active.rows[job_id]
         job = objects.get(job_id)
-        if row.state == JobState.PENDING:
+        if row.state == waiting:
             if row.hold or (row.not_before is not None and row.not_before > due):
                 continue
             if job is None:
@@ -170,7 +171,7 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     if stored is not None:
         shown = active.shown
         stored.update((job.id, shown[job.id]) for job in pending)
-    nodes = claimed_by(nodes, _awaited_victims(active.shown, active.rows))
+    nodes = claimed_by(nodes, _awaited_victims(active.shown, active.awaiting, active.rows))
     return m.Snapshot(
         now=now.timestamp(),
         nodes=nodes,
@@ -183,16 +184,19 @@ def load_snapshot(now: datetime, stored: dict[int, StoredPending] | None = None)
     )
 
 
-def _awaited_victims(shown: Mapping[int, StoredPending], rows: Mapping[int, Row]) -> dict[int, int]:
-    """Jobs that pending jobs wait on (their reason as the last cycle wrote it, WAITING_FOR_
-    PREEMPTION) and that hold no GPUs any more: victim -> the waiting job (the smallest id)."""
+def _awaited_victims(
+    shown: Mapping[int, StoredPending], awaiting: Iterable[int], rows: Mapping[int, Row]
+) -> dict[int, int]:
+    """Jobs that pending jobs wait on (`awaiting`: their reason as the last cycle wrote it is
+    WAITING_FOR_PREEMPTION) and that hold no GPUs any more: victim -> the waiting job (the
+    smallest id)."""
     awaited: dict[int, int] = {}
-    for job_id, (reason, _, _) in shown.items():
-        if not reason or reason.get("code") != m.ReasonCode.WAITING_FOR_PREEMPTION.value:
-            continue
+    waiting = JobState.PENDING.value
+    for job_id in awaiting:
+        reason = shown[job_id][0]
         for victim in reason.get("job_ids") or ():
             row = rows.get(victim)
-            if row is not None and row.state != JobState.PENDING:
+            if row is not None and row.state != waiting:
                 continue  # still holds its GPUs: the engine sees it running
             if victim not in awaited or job_id < awaited[victim]:
                 awaited[victim] = job_id

@@ -412,11 +412,11 @@ def test_the_trigger_watches_the_columns_the_feed_reads(world: Any) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     steps=st.lists(
         st.tuples(
-            st.sampled_from(["submit", "priority", "cancel", "reason", "rename", "load"]),
+            st.sampled_from(["submit", "priority", "cancel", "reason", "await", "rename", "load"]),
             st.integers(0, 5),
         ),
         max_size=14,
@@ -441,6 +441,21 @@ def test_loads_through_kept_rows_equal_fresh_loads(world: Any, submit: Any, step
             with transaction.atomic():
                 update_pending_rows([(target.pk, REASON, None, n)])
                 job_feed.remember_shown([(target.pk, REASON, None, n)])
+        elif action == "await" and target:
+            # It waits on another job's GPUs, still draining on a node: they come back to it.
+            victim = pending[(n + 1) % len(pending)]
+            waiting = {"code": "waiting_for_preemption", "numbers": {}, "job_ids": [victim.pk]}
+            Node.objects.update_or_create(
+                name="h100-0",
+                defaults={
+                    "capacity": {"nvidia.com/gpu": 8},
+                    "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                    "draining": {str(victim.pk): {"nvidia.com/gpu": 1}},
+                },
+            )
+            with transaction.atomic():
+                update_pending_rows([(target.pk, waiting, None, n)])
+                job_feed.remember_shown([(target.pk, waiting, None, n)])
         elif action == "rename":
             Team.objects.filter(pk=world.team_b.pk).update(slug=f"team-b-{n}")
         _load_both(now)
