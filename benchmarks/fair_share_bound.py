@@ -2,7 +2,9 @@
 numbers; not a test.
 
     .venv/bin/python benchmarks/fair_share_bound.py [--load 0.8] [--sample 0.1]
-        [--seeds 1-8] [--quotas proportional[:F]] [--slack 1.1]
+        [--seeds 1-8] [--quotas proportional[:F]] [--slack 1.1] [KEY=VALUE …]
+
+KEY=VALUE sets a field of gpuqueue's engine Policy, as in benchmarks/policy_variants.py.
 
 For each seed, replays the same sample with `gpuqueue` and with `fairshare` (weights only, no
 guarantees: sim/policies/fairshare.py) on the same quotas, and prints per policy the
@@ -26,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from kube_scale import calibration  # noqa: E402
+from policy_variants import parse_policy  # noqa: E402
 
 from gpuqueue.sim.run import JobRun  # noqa: E402
 from gpuqueue.sim.simulator import SimConfig, simulate  # noqa: E402
@@ -61,9 +64,12 @@ def main() -> None:
     parser.add_argument("--seeds", default="1-8")
     parser.add_argument("--quotas", default="proportional")
     parser.add_argument("--slack", type=float, default=1.1)
+    parser.add_argument("changes", nargs="*", metavar="KEY=VALUE")
     args = parser.parse_args()
+    config = SimConfig(engine_policy=parse_policy(args.changes))
     print(
-        f"{args.quotas}, {args.sample:.0%} samples at {args.load:.0%} load, seeds {args.seeds};"
+        f"{args.quotas} {' '.join(args.changes)}, {args.sample:.0%} samples at"
+        f" {args.load:.0%} load, seeds {args.seeds};"
         f" sum(range(10**6)) {calibration() * 1000:.1f} ms"
     )
     totals: dict[str, list[float]] = defaultdict(list)
@@ -75,7 +81,7 @@ def main() -> None:
         guarantee = {t.id: sum(q.guarantee for q in t.quotas.values()) for t in w.teams}
         found = {}
         for policy in ("gpuqueue", "fairshare"):
-            result = simulate(w.jobs, w.cluster, w.teams, policy, SimConfig())
+            result = simulate(w.jobs, w.cluster, w.teams, policy, config)
             found[policy] = waits(result.runs)
             totals[policy].append(found[policy][0])
             totals[f"{policy} per job"].append(found[policy][1])

@@ -67,10 +67,13 @@ def starving_key(job: PendingJob) -> tuple[float, int]:
 # test_team_turn.py). Counting such a job as starving when its team's newer jobs hold its room
 # within the fair share (rather than the limit) tripled preemptions in a Philly replay: it
 # borrows, is reclaimed, and starves again (docs/benchmarks.md, "The worst waits").
-def turn_of(jobs: list[PendingJob], top: int) -> PendingJob:
+def turn_of(jobs: list[PendingJob], top: int, one_priority: bool = False) -> PendingJob:
     """The oldest job of a queue at its top priority (`_top_priority`, whose jobs some state
-    admits): the one that may have the team's turn."""
-    return min((job for job in jobs if job.priority == top), key=starving_key)
+    admits): the one that may have the team's turn. `one_priority`: every job of the queue
+    has that priority (most queues), so none is left out."""
+    if one_priority:
+        return min(jobs, key=_STARVING)
+    return min((job for job in jobs if job.priority == top), key=_STARVING)
 
 
 # Rule 2. Between teams, the team furthest below its fair share goes next (GPUs in use divided by
@@ -93,6 +96,7 @@ def job_key(job: PendingJob, user_in_use: int) -> JobKey:
     return (-job.priority, user_in_use, job.rank[1], job.id)
 
 
+_STARVING = attrgetter("submitted_at", "id")  # starving_key, read in C
 _RANK = attrgetter("rank")
 _GPUS = attrgetter("gpus")
 _SUBMITTED = attrgetter("submitted_at")
@@ -100,9 +104,16 @@ _USER = attrgetter("user")
 _PRIORITY = attrgetter("priority")
 
 
-def _top_priority(jobs: list[PendingJob], never: NeverAdmits) -> int | None:
-    """The highest priority among the jobs that some state admits (None: no job)."""
-    priorities: set[int] = set(map(_PRIORITY, jobs))
+def _top_priority(
+    jobs: list[PendingJob], never: NeverAdmits, priorities: set[int] | None = None
+) -> int | None:
+    """The highest priority among the jobs that some state admits (None: no job).
+    `priorities`: those of `jobs`, when known."""
+    if priorities is None:
+        priorities = set(map(_PRIORITY, jobs))
+    if len(priorities) == 1:
+        (priority,) = priorities
+        return priority if not all(map(never, jobs)) else None
     for priority in sorted(priorities, reverse=True):
         if any(job.priority == priority and not never(job) for job in jobs):
             return priority
@@ -124,7 +135,7 @@ class QueueJobs:
     """One queue's pending jobs (a team's, for one flavor) and what the order and the fair
     shares read of them whatever the ledger holds."""
 
-    __slots__ = ("gpus", "jobs", "oldest", "smallest")
+    __slots__ = ("_priorities", "gpus", "jobs", "oldest", "smallest")
 
     def __init__(self, jobs: list[PendingJob]) -> None:
         if not jobs:
@@ -133,6 +144,19 @@ class QueueJobs:
         self.gpus = sum(map(_GPUS, jobs))  # the queue's pending demand
         self.smallest = min(map(_GPUS, jobs))
         self.oldest = min(map(_SUBMITTED, jobs))
+        self._priorities: set[int] | None = None
+
+    def priorities(self) -> set[int]:
+        """The priorities of the queue's jobs (read when a turn is looked for)."""
+        if self._priorities is None:
+            self._priorities = set(map(_PRIORITY, self.jobs))
+        return self._priorities
+
+    def top_priority(self, never: NeverAdmits) -> int | None:
+        return _top_priority(self.jobs, never, self.priorities())
+
+    def turn(self, top: int) -> PendingJob:
+        return turn_of(self.jobs, top, len(self.priorities()) == 1)
 
     def by_user(self) -> dict[str, list[PendingJob]]:
         """user -> the user's jobs best last (rules 3, 5 and 6), users by name."""
@@ -232,9 +256,9 @@ class Order:
             if turns and due:
                 if never is None:
                     never = NeverAdmits.of(snapshot)
-                top = _top_priority(facts.jobs, never)
+                top = facts.top_priority(never)
                 if top is not None:
-                    turn = turn_of(facts.jobs, top)
+                    turn = facts.turn(top)
                     if not never(turn) and starved(turn.submitted_at + starving_after):
                         self.turns[key] = turn
             # Most queues of a busy cycle have no starving job: the team is at its fair share
@@ -248,7 +272,7 @@ class Order:
             if never is None:
                 never = NeverAdmits.of(snapshot)
             if top is None:
-                top = _top_priority(facts.jobs, never)
+                top = facts.top_priority(never)
             for job in facts.jobs:
                 at_top = job.priority == top
                 waited = at_top and starved(job.submitted_at + starving_after)
