@@ -416,7 +416,7 @@ def test_the_documented_install_works_as_written(
         )  # 201; a budget that refused it would answer 429
         # The pods themselves, not the Deployment's status: that can still count the evicted
         # pod as available for a moment after the eviction.
-        wait_until(lambda: len(serving()) == 2 and name not in serving())
+        wait_until(lambda name=name: len(serving()) == 2 and name not in serving())
     assert not serving() & set(original)  # both replaced, one at a time
 
     # helm uninstall removes every object of the release's manifest.
