@@ -406,6 +406,7 @@ def test_the_documented_install_works_as_written(
             if p.metadata.deletion_timestamp is None
             and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
         }
+
     assert len(original) == 2
     for name in original:
         wait_until(lambda: allowed("gpuqueue-web") == 1)  # the other replica is available
