@@ -67,10 +67,12 @@ def main() -> None:
     w = workload(jobs, cluster, "proportional")
     result = simulate(w.jobs, w.cluster, w.teams, "gpuqueue", SimConfig(engine_policy=policy))
     s = result.summary
-    hours = {k: float(s[k]) / 3600 for k in ("delay_mean_s", "delay_median_s", "delay_max_s")}
+    keys = ("delay_mean_s", "delay_median_s", "delay_max_s", "delay_work_weighted_mean_s")
+    hours = {k: float(s[k]) / 3600 for k in keys}
     print(
         f"{' '.join(args.changes) or 'default'}: load {args.load:.0%}, {len(jobs)} jobs, "
-        f"{cluster.capacity()} GPUs | mean {hours['delay_mean_s']:.1f} h, "
+        f"{cluster.capacity()} GPUs | work-weighted {hours['delay_work_weighted_mean_s']:.1f} h,"
+        f" mean {hours['delay_mean_s']:.1f} h, "
         f"median {hours['delay_median_s']:.1f} h, max {hours['delay_max_s']:.0f} h | "
         f"Jain {s['jain']:.3f} (teams >= 1 %: {s['jain_major_teams']:.3f}) | "
         f"guarantee violation {float(s['guarantee_violation_team_hours']):.0f} team-h | "
