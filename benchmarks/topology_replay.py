@@ -50,7 +50,17 @@ def main() -> None:
         action="store_true",
         help="experiment: a starving preferring gang reserves in one domain, patience or not",
     )
+    parser.add_argument(
+        "--hold-past-patience",
+        action="store_true",
+        help="experiment: a gang that one domain could hold holds out past its patience, "
+        "starving or not",
+    )
     args = parser.parse_args()
+    if args.hold_past_patience:
+        import topology_why
+
+        topology_why.install_hold_past_patience()
     if args.reserve_in_domain:
         import topology_why
 

@@ -125,3 +125,24 @@ def install_reserve_in_domain() -> None:
         return orig(self, job, strict)
 
     st.Reserver.reserve = reserve
+
+
+def install_hold_past_patience() -> None:
+    """An experiment, not the product's rule: past its patience a gang that one domain could
+    hold keeps holding out whether it is starving or not (starving: it reserves one domain,
+    and splits only when none can be reserved)."""
+
+    def holds_out(self, job):
+        held = self._holding_out.get(job.id)
+        if held is None:
+            fl = self.ledger.flavors.get(job.flavor)
+            held = (
+                self.policy.topology_patience_seconds > 0
+                and fl is not None
+                and self.topology.level_of(job) >= 0
+                and self.topology.largest(fl, job) >= job.workers
+            )
+            self._holding_out[job.id] = held
+        return held
+
+    eng.Cycle._holds_out = holds_out

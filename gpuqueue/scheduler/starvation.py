@@ -118,13 +118,16 @@ class Reserver:
         self._events[name] = events
         return events
 
-    def reserve(self, job: PendingJob, strict: bool | None = None) -> Reservation | None:
+    def reserve(
+        self, job: PendingJob, strict: bool | None = None, known: bool = False
+    ) -> Reservation | None:
         """1. Start from the free GPUs of nodes no other reservation holds.
         2. Add GPUs coming back from preempted jobs after the grace, then the expected ends of
            running jobs in time order, until the whole gang fits (`strict`, for a gang that
            requires its topology level or holds out for it: in one domain of it): that time is
            the expected start.
-        3. If it never fits on known ends, fall back to whole capacity with an unknown start.
+        3. If it never fits on known ends, fall back to whole capacity with an unknown start
+           (`known`: no reservation then; the caller has a better way to wait).
         4. Place the gang there and hold the free GPUs of the chosen nodes.
         """
         if len(self.reservations) >= self.policy.max_reservations:
@@ -193,7 +196,7 @@ class Reserver:
             }
             placement = self._fit(fl, job, capacity, cap, strict)
             start = math.inf
-        if placement is None:
+        if placement is None or (known and start == math.inf):
             return None
         if start == AT_ONCE:
             start = self.horizon.read()  # it could start now, whenever now is
