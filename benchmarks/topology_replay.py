@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
+
+# The checkout this script is in, not the one the virtual environment was installed from.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuqueue.scheduler.model import Policy
 from gpuqueue.sim.cluster import RACK_LABEL, Cluster
