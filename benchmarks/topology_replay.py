@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuqueue.scheduler.model import Policy
 from gpuqueue.sim.cluster import RACK_LABEL, Cluster
+from gpuqueue.sim.run import JobRun
 from gpuqueue.sim.simulator import SimConfig, simulate
 from gpuqueue.sim.workload import build_cluster, load_jobs, workload
 
@@ -61,7 +62,20 @@ def main() -> None:
         help="experiment: a gang that one domain could hold holds out past its patience, "
         "starving or not",
     )
+    parser.add_argument(
+        "--worst", type=int, default=0, help="also list the N jobs that waited longest"
+    )
+    parser.add_argument(
+        "--beyond",
+        type=float,
+        help="experiment: how long past its patience a starving gang waits for one domain "
+        "beyond when any nodes would hold it (default: its patience)",
+    )
     args = parser.parse_args()
+    if args.beyond is not None:
+        import topology_why
+
+        topology_why.install_beyond(args.beyond)
     if args.hold_past_patience:
         import topology_why
 
@@ -131,10 +145,30 @@ def main() -> None:
                     "anomalies": result.anomalies,
                     "wall_s": round(wall, 1),
                     **({"split_because": why} if args.why else {}),
+                    **({"worst": _worst(result.runs, args.worst)} if args.worst else {}),
                 }
             ),
             flush=True,
         )
+
+
+def _worst(runs: list[JobRun], n: int) -> list[dict[str, object]]:
+    """The `n` longest first waits: job, team, shape, submission and delay (hours)."""
+    waited = [
+        (r.first_start - r.job.submitted_at, r) for r in runs if r.first_start is not None
+    ]
+    waited.sort(key=lambda t: -t[0])
+    return [
+        {
+            "job": r.job.id,
+            "team": r.job.team,
+            "workers": r.job.workers,
+            "gpus_per_worker": r.job.gpus_per_worker,
+            "submitted_h": round(r.job.submitted_at / 3600, 1),
+            "delay_h": round(delay / 3600, 1),
+        }
+        for delay, r in waited[:n]
+    ]
 
 
 if __name__ == "__main__":

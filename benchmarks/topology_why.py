@@ -146,3 +146,14 @@ def install_hold_past_patience() -> None:
         return held
 
     eng.Cycle._holds_out = holds_out
+
+
+def install_beyond(seconds: float) -> None:
+    """An experiment: a starving gang past its patience waits for one domain up to `seconds`
+    (instead of its patience) beyond when any nodes would hold it."""
+    orig = st.Reserver.reserve
+
+    def reserve(self, job, strict=None, known=False, beyond=None):
+        return orig(self, job, strict, known, seconds if beyond is not None else None)
+
+    st.Reserver.reserve = reserve

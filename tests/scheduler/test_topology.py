@@ -202,6 +202,25 @@ def test_a_starving_gang_that_no_rack_reservation_can_serve_takes_two_racks() ->
     assert racks_of(admission.placement) == {"r1", "r2"}
 
 
+def test_a_starving_gang_does_not_wait_for_a_rack_much_longer_than_for_any_nodes() -> None:
+    """The first rack frees three hours from now, while two racks hold the gang now: past its
+    patience (an hour) the gang waits no more than its patience beyond when any nodes would
+    hold it, and starts on two racks."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=4 * 3600),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=5 * 3600),
+    )
+    result = plan_of(nodes, (gang(1, 3, submitted=NOW - 2 * 3600),), busy)
+    (admission,) = result.admissions
+    assert racks_of(admission.placement) == {"r1", "r2"}
+    longer = Policy(topology_patience_seconds=3 * 3600)  # and submitted 4 h ago: past it
+    result = plan_of(nodes, (gang(1, 3, submitted=NOW - 4 * 3600),), busy, longer)
+    assert result.admissions == ()
+    (reservation,) = result.reservations
+    assert racks_of(reservation.placement) == {"r1"}
+
+
 def test_a_gang_holding_out_for_a_rack_preempts_inside_one_rack() -> None:
     """As for a required rack, the victims of a gang holding out for a preferred one free one
     rack whole: the gang would not take two half-freed racks."""
