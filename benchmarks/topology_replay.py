@@ -71,7 +71,17 @@ def main() -> None:
         help="experiment: how long past its patience a starving gang waits for one domain "
         "beyond when any nodes would hold it (default: its patience)",
     )
+    parser.add_argument("--hold-for", type=float, help="experiment: hours (install_hold_for)")
+    parser.add_argument("--wait-if-waiting", type=float, help="experiment: seconds")
     args = parser.parse_args()
+    if args.wait_if_waiting is not None:
+        import topology_why
+
+        topology_why.install_wait_if_waiting(args.wait_if_waiting)
+    if args.hold_for is not None:
+        import topology_why
+
+        topology_why.install_hold_for(args.hold_for)
     if args.beyond is not None:
         import topology_why
 

@@ -157,3 +157,37 @@ def install_beyond(seconds: float) -> None:
         return orig(self, job, strict, known, seconds if beyond is not None else None)
 
     st.Reserver.reserve = reserve
+
+
+def install_hold_for(hours: float) -> None:
+    """An experiment: a starving gang past its patience waits for one domain however long
+    while it has waited less than `hours` since its submission; after that, only its patience
+    beyond when any nodes would hold it."""
+    orig = st.Reserver.reserve
+
+    def reserve(self, job, strict=None, known=False, beyond=None):
+        if beyond is not None and self.horizon._now - job.submitted_at < hours * 3600:
+            beyond = 1e18
+        return orig(self, job, strict, known, beyond)
+
+    st.Reserver.reserve = reserve
+
+
+def install_wait_if_waiting(seconds: float) -> None:
+    """An experiment: a starving gang past its patience that could start on any nodes now
+    waits for one domain up to `seconds`; one that would wait for any nodes too waits for a
+    domain however long."""
+    import math
+
+    from gpuqueue.scheduler.horizon import AT_ONCE
+
+    def soon(self, start, fl, job, cap, beyond):
+        if start == AT_ONCE:
+            return True
+        anywhere, _ = self._start(fl, job, cap, False)
+        if anywhere == AT_ONCE:
+            return self.horizon.passed(start - seconds)
+        return True
+
+    del math
+    st.Reserver._soon = soon

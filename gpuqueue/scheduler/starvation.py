@@ -215,8 +215,9 @@ class Reserver:
                     domain = member.get(node)
                     if domain is None:
                         continue
-                    counts.set(domain, node, old + gpus)
-                    holds = counts.tightest(job.workers, job.gpus) is not None
+                    counts.set(domain, node, old + gpus, ordered=False)
+                    # No domain held it before: only this one may now.
+                    holds = counts.holds(domain, job.workers, job.gpus)
                 else:
                     fit += (old + gpus) // g - old // g
                     holds = fit >= job.workers
