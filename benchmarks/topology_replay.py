@@ -164,9 +164,7 @@ def main() -> None:
 
 def _worst(runs: list[JobRun], n: int) -> list[dict[str, object]]:
     """The `n` longest first waits: job, team, shape, submission and delay (hours)."""
-    waited = [
-        (r.first_start - r.job.submitted_at, r) for r in runs if r.first_start is not None
-    ]
+    waited = [(r.first_start - r.job.submitted_at, r) for r in runs if r.first_start is not None]
     waited.sort(key=lambda t: -t[0])
     return [
         {
