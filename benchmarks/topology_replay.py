@@ -2,7 +2,8 @@
 requiring one.
 
     python benchmarks/topology_replay.py [--trace PATH] [--cluster 80x8:rack=8:block=4]
-        [--sample FRACTION] [--modes none,prefer,require]
+        [--sample FRACTION] [--modes none,prefer,require] [--patience S] [--reserve S]
+        [--why] [--worst N]
 
 Prints one JSON line per mode: the mean and maximum queueing delay (hours), the gangs of
 several workers, how many of them could fit one rack (workers x GPUs within a rack's GPUs),
@@ -52,48 +53,12 @@ def main() -> None:
         help="experiment: patience counted from the first plan with free GPUs enough",
     )
     parser.add_argument(
-        "--reserve-in-domain",
-        action="store_true",
-        help="experiment: a starving preferring gang reserves in one domain, patience or not",
-    )
-    parser.add_argument(
-        "--hold-past-patience",
-        action="store_true",
-        help="experiment: a gang that one domain could hold holds out past its patience, "
-        "starving or not",
+        "--reserve", type=float, help="Policy.topology_reserve_seconds (default: its own)"
     )
     parser.add_argument(
         "--worst", type=int, default=0, help="also list the N jobs that waited longest"
     )
-    parser.add_argument(
-        "--beyond",
-        type=float,
-        help="experiment: how long past its patience a starving gang waits for one domain "
-        "beyond when any nodes would hold it (default: its patience)",
-    )
-    parser.add_argument("--hold-for", type=float, help="experiment: hours (install_hold_for)")
-    parser.add_argument("--wait-if-waiting", type=float, help="experiment: seconds")
     args = parser.parse_args()
-    if args.wait_if_waiting is not None:
-        import topology_why
-
-        topology_why.install_wait_if_waiting(args.wait_if_waiting)
-    if args.hold_for is not None:
-        import topology_why
-
-        topology_why.install_hold_for(args.hold_for)
-    if args.beyond is not None:
-        import topology_why
-
-        topology_why.install_beyond(args.beyond)
-    if args.hold_past_patience:
-        import topology_why
-
-        topology_why.install_hold_past_patience()
-    if args.reserve_in_domain:
-        import topology_why
-
-        topology_why.install_reserve_in_domain()
     if args.patience_from_fit:
         import topology_why
 
@@ -111,10 +76,12 @@ def main() -> None:
         rack_gpus[rack_of[n.name]] += n.gpus
     smallest_rack = min(rack_gpus.values())
     base = SimConfig(record_segments=True)
+    policy = Policy()
     if args.patience is not None:
-        base = replace(
-            base, engine_policy=replace(Policy(), topology_patience_seconds=args.patience)
-        )
+        policy = replace(policy, topology_patience_seconds=args.patience)
+    if args.reserve is not None:
+        policy = replace(policy, topology_reserve_seconds=args.reserve)
+    base = replace(base, engine_policy=policy)
     for mode in args.modes.split(","):
         config = base
         cluster = w.cluster
@@ -144,6 +111,7 @@ def main() -> None:
                 {
                     "mode": mode,
                     "patience_s": config.engine_policy.topology_patience_seconds,
+                    "reserve_s": config.engine_policy.topology_reserve_seconds,
                     "cluster": args.cluster,
                     "load": round(w.offered_load, 3),
                     "delay_mean_h": round(float(summary["delay_mean_s"]) / 3600, 3),  # type: ignore[arg-type]

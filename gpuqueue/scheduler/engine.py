@@ -412,10 +412,11 @@ class Cycle:
            reserves the domain expected to free soonest, and only jobs that end before it
            backfill there; step 9 takes victims inside one domain). It takes the next level
            out, or any nodes, only when no such reservation can be made (step 10): every
-           reservation taken, no known end frees a domain, or the domain is expected to free
-           more than the patience after any nodes would. Splitting at once would break the
-           racks that the gangs after it need; waiting on any longer for a domain adds up
-           down a team's queue of gangs (the replay on racks, docs/benchmarks.md).
+           reservation taken, no known end frees a domain, or it could start now on several
+           domains and no domain is expected to hold it within
+           Policy.topology_reserve_seconds. Splitting at once breaks the racks that the
+           gangs after it need; waiting on without bound for a domain makes the longest
+           waits longer (the replay on racks, docs/benchmarks.md).
         A gang past its patience that is not starving (it borrows beyond its team's share)
         takes what fits: it holds nothing back for itself and may be reclaimed."""
         held = self._holding_out.get(job.id)
@@ -637,8 +638,8 @@ class Cycle:
             # (`_holds_out`, b): else it is decided again, as one that takes what fits.
             past = strict and not job.topology_required and self._past_patience(job)
             if past:
-                patience = self.policy.topology_patience_seconds
-                reservation = self.reserver.reserve(job, True, known=True, beyond=patience)
+                hold = self.policy.topology_reserve_seconds
+                reservation = self.reserver.reserve(job, True, known=True, beyond=hold)
             else:
                 reservation = self.reserver.reserve(job, strict)
             if reservation is None and past:

@@ -132,8 +132,8 @@ class Reserver:
            the expected start.
         3. If it never fits on known ends, fall back to whole capacity with an unknown start
            (`known`: no reservation then; the caller has a better way to wait).
-        4. `beyond` (seconds, with `strict`): no reservation either when one domain is
-           expected to hold the gang more than this long after any nodes would (`_soon`).
+        4. `beyond` (seconds, with `strict`): no reservation either when the gang could start
+           now on any nodes and one domain is expected to hold it only later than this (`_soon`).
         5. Place the gang there and hold the free GPUs of the chosen nodes.
         """
         if len(self.reservations) >= self.policy.max_reservations:
@@ -229,17 +229,17 @@ class Reserver:
     def _soon(
         self, start: float, fl: FlavorLedger, job: PendingJob, cap: Cap | None, beyond: float
     ) -> bool:
-        """Whether a gang expected to hold one domain at `start` starts at most `beyond`
-        seconds after it could start on any nodes (step 2 without the domain); compared
-        through the clock when either time is now."""
+        """Whether a gang expected to hold one domain at `start` is worth reserving it for:
+        when it could start on any nodes now (step 2 without the domain), only if the domain
+        is expected within `beyond` seconds (compared through the clock); when it could not,
+        always: it waits either way, and the choice comes again once it could (a later plan).
+        """
         if start == AT_ONCE:
             return True
         anywhere, _ = self._start(fl, job, cap, False)
-        if anywhere == math.inf:
+        if anywhere != AT_ONCE:
             return True
-        if anywhere == AT_ONCE:
-            return self.horizon.passed(start - beyond)
-        return start <= anywhere + beyond
+        return self.horizon.passed(start - beyond)
 
     def ends_before(self, job_id: int, runtime: float | None) -> bool:
         """Whether a job of this max runtime, started now, ends before the reservation of

@@ -202,23 +202,41 @@ def test_a_starving_gang_that_no_rack_reservation_can_serve_takes_two_racks() ->
     assert racks_of(admission.placement) == {"r1", "r2"}
 
 
-def test_a_starving_gang_does_not_wait_for_a_rack_much_longer_than_for_any_nodes() -> None:
-    """The first rack frees three hours from now, while two racks hold the gang now: past its
-    patience (an hour) the gang waits no more than its patience beyond when any nodes would
-    hold it, and starts on two racks."""
+def test_a_starving_gang_that_could_start_now_waits_for_a_rack_only_so_long() -> None:
+    """Two racks hold the gang now, the first rack frees in nine hours: past its patience the
+    gang waits for a rack no longer than Policy.topology_reserve_seconds (8 h), and starts
+    on two racks; with 10 h it has r1 reserved."""
     nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
     busy = (
-        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=4 * 3600),
-        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=5 * 3600),
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=10 * 3600),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=11 * 3600),
     )
-    result = plan_of(nodes, (gang(1, 3, submitted=NOW - 2 * 3600),), busy)
-    (admission,) = result.admissions
+    job = gang(1, 3, submitted=NOW - 2 * 3600)
+    (admission,) = plan_of(nodes, (job,), busy).admissions
     assert racks_of(admission.placement) == {"r1", "r2"}
-    longer = Policy(topology_patience_seconds=3 * 3600)  # and submitted 4 h ago: past it
-    result = plan_of(nodes, (gang(1, 3, submitted=NOW - 4 * 3600),), busy, longer)
+    longer = Policy(topology_reserve_seconds=10 * 3600)
+    result = plan_of(nodes, (job,), busy, longer)
     assert result.admissions == ()
     (reservation,) = result.reservations
     assert racks_of(reservation.placement) == {"r1"}
+
+
+def test_a_starving_gang_that_could_not_start_anywhere_now_keeps_its_rack_reserved() -> None:
+    """No two racks hold the gang now either (three nodes free in one hour, r1 whole in ten):
+    it waits either way, so r1 is reserved for it, more than 8 h after any nodes would hold
+    it; the bound applies once it could start on two racks (the test above)."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=11 * 3600),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=12 * 3600),
+        running(52, "b", {"r1-n2": 1}, gpus=8, preemptible=False, max_runtime=2 * 3600),
+        running(53, "b", {"r2-n2": 1}, gpus=8, preemptible=False, max_runtime=2 * 3600),
+    )
+    result = plan_of(nodes, (gang(1, 3, submitted=NOW - 2 * 3600),), busy)
+    assert result.admissions == ()
+    (reservation,) = result.reservations
+    assert racks_of(reservation.placement) == {"r1"}
+    assert reservation.expected_start == NOW + 10 * 3600
 
 
 def test_a_gang_holding_out_for_a_rack_preempts_inside_one_rack() -> None:
