@@ -24,7 +24,9 @@ def install() -> None:
             patience = self.policy.topology_patience_seconds
             since = job.submitted_at if job.requeued_at is None else job.requeued_at
             if now >= since + patience:
-                cause = "patience passed"
+                cause = "patience passed, " + (
+                    "starving" if job.id in self.starving else "not starving"
+                )
             elif self.topology.largest(fl, job) < job.workers:
                 cause = "no domain ever holds"
             else:
