@@ -19,6 +19,8 @@ def install() -> None:
 
     def in_domain(self, job, fl, extra, incoming=False):
         placement, domain = orig_in(self, job, fl, extra, incoming)
+        if placement is not None and domain and not domain.startswith(job.topology_level + "="):
+            SPLITS[job.id].append((self.horizon._now, f"next level out ({domain.split('=')[0]})"))
         if placement is not None and not domain and len(placement) > 1:
             now = self.horizon._now
             patience = self.policy.topology_patience_seconds
