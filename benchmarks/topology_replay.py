@@ -2,7 +2,8 @@
 requiring one.
 
     python benchmarks/topology_replay.py [--trace PATH] [--cluster 80x8:rack=8:block=4]
-        [--sample FRACTION] [--modes none,prefer,require]
+        [--sample FRACTION] [--modes none,prefer,require] [--patience S] [--reserve S]
+        [--why] [--worst N]
 
 Prints one JSON line per mode: the mean and maximum queueing delay (hours), the gangs of
 several workers, how many of them could fit one rack (workers x GPUs within a rack's GPUs),
@@ -16,12 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
+
+# The checkout this script is in, not the one the virtual environment was installed from.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpuqueue.scheduler.model import Policy
 from gpuqueue.sim.cluster import RACK_LABEL, Cluster
+from gpuqueue.sim.run import JobRun
 from gpuqueue.sim.simulator import SimConfig, simulate
 from gpuqueue.sim.workload import build_cluster, load_jobs, workload
 
@@ -46,15 +53,12 @@ def main() -> None:
         help="experiment: patience counted from the first plan with free GPUs enough",
     )
     parser.add_argument(
-        "--reserve-in-domain",
-        action="store_true",
-        help="experiment: a starving preferring gang reserves in one domain, patience or not",
+        "--reserve", type=float, help="Policy.topology_reserve_seconds (default: its own)"
+    )
+    parser.add_argument(
+        "--worst", type=int, default=0, help="also list the N jobs that waited longest"
     )
     args = parser.parse_args()
-    if args.reserve_in_domain:
-        import topology_why
-
-        topology_why.install_reserve_in_domain()
     if args.patience_from_fit:
         import topology_why
 
@@ -72,10 +76,12 @@ def main() -> None:
         rack_gpus[rack_of[n.name]] += n.gpus
     smallest_rack = min(rack_gpus.values())
     base = SimConfig(record_segments=True)
+    policy = Policy()
     if args.patience is not None:
-        base = replace(
-            base, engine_policy=replace(Policy(), topology_patience_seconds=args.patience)
-        )
+        policy = replace(policy, topology_patience_seconds=args.patience)
+    if args.reserve is not None:
+        policy = replace(policy, topology_reserve_seconds=args.reserve)
+    base = replace(base, engine_policy=policy)
     for mode in args.modes.split(","):
         config = base
         cluster = w.cluster
@@ -105,6 +111,7 @@ def main() -> None:
                 {
                     "mode": mode,
                     "patience_s": config.engine_policy.topology_patience_seconds,
+                    "reserve_s": config.engine_policy.topology_reserve_seconds,
                     "cluster": args.cluster,
                     "load": round(w.offered_load, 3),
                     "delay_mean_h": round(float(summary["delay_mean_s"]) / 3600, 3),  # type: ignore[arg-type]
@@ -116,10 +123,28 @@ def main() -> None:
                     "anomalies": result.anomalies,
                     "wall_s": round(wall, 1),
                     **({"split_because": why} if args.why else {}),
+                    **({"worst": _worst(result.runs, args.worst)} if args.worst else {}),
                 }
             ),
             flush=True,
         )
+
+
+def _worst(runs: list[JobRun], n: int) -> list[dict[str, object]]:
+    """The `n` longest first waits: job, team, shape, submission and delay (hours)."""
+    waited = [(r.first_start - r.job.submitted_at, r) for r in runs if r.first_start is not None]
+    waited.sort(key=lambda t: -t[0])
+    return [
+        {
+            "job": r.job.id,
+            "team": r.job.team,
+            "workers": r.job.workers,
+            "gpus_per_worker": r.job.gpus_per_worker,
+            "submitted_h": round(r.job.submitted_at / 3600, 1),
+            "delay_h": round(delay / 3600, 1),
+        }
+        for delay, r in waited[:n]
+    ]
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from gpuqueue.scheduler import starvation as st
 # job id -> list of (now, cause)
 SPLITS: dict[int, list[tuple[float, str]]] = defaultdict(list)
 _state = {"step": "5/6/8"}
+_REFUSED: dict[int, str] = {}  # job id -> why its last reservation in one domain was refused
 
 
 def install() -> None:
@@ -19,12 +20,18 @@ def install() -> None:
 
     def in_domain(self, job, fl, extra, incoming=False):
         placement, domain = orig_in(self, job, fl, extra, incoming)
+        if placement is not None and domain and not domain.startswith(job.topology_level + "="):
+            SPLITS[job.id].append((self.horizon._now, f"next level out ({domain.split('=')[0]})"))
         if placement is not None and not domain and len(placement) > 1:
             now = self.horizon._now
             patience = self.policy.topology_patience_seconds
             since = job.submitted_at if job.requeued_at is None else job.requeued_at
             if now >= since + patience:
-                cause = "patience passed"
+                cause = "patience passed, " + (
+                    f"starving, {_REFUSED.get(job.id, '?')}"
+                    if job.id in self.starving
+                    else "not starving"
+                )
             elif self.topology.largest(fl, job) < job.workers:
                 cause = "no domain ever holds"
             else:
@@ -50,7 +57,26 @@ def install() -> None:
                 SPLITS[job.id].append((self.horizon._now, "10 reserve: no domain in reservation"))
         return placement
 
+    orig_reserve = st.Reserver.reserve
+
+    def reserve(self, job, strict=None, known=False, beyond=None):
+        found = orig_reserve(self, job, strict, known, beyond)
+        if found is None and beyond is not None:
+            fl = self.ledger.flavors[job.flavor]
+            if len(self.reservations) >= self.policy.max_reservations:
+                _REFUSED[job.id] = "every reservation taken"
+            else:
+                cap = fl.caps_without_ours(job.cpu_per_worker, job.memory_per_worker)
+                start, _ = self._start(fl, job, cap, True)
+                _REFUSED[job.id] = (
+                    "no known end frees a rack"
+                    if start == float("inf")
+                    else ("rack further than the bound")
+                )
+        return found
+
     eng.Cycle._in_domain = in_domain
+    st.Reserver.reserve = reserve
     eng.Cycle._preempt = preempt
     st.Reserver._fit = fit
 
@@ -109,19 +135,3 @@ def install_patience_from_fit() -> None:
         return held
 
     eng.Cycle._holds_out = holds_out
-
-
-def install_reserve_in_domain() -> None:
-    """An experiment, not the product's rule: a starving gang that prefers a level reserves in
-    one domain of it whenever one could hold it, patience or not."""
-    orig = st.Reserver.reserve
-
-    def reserve(self, job, strict=None):
-        if not strict and job.topology_level and self.topology is not None:
-            fl = self.ledger.flavors.get(job.flavor)
-            level = self.topology.level_of(job)
-            if fl is not None and level >= 0 and self.topology.largest(fl, job) >= job.workers:
-                strict = True
-        return orig(self, job, strict)
-
-    st.Reserver.reserve = reserve

@@ -180,7 +180,7 @@ class Cycle:
         self.preemptions: list[Preemption] = []
         self.pending: list[Pending] = []
         self.searches_left = policy.max_victim_searches_per_cycle
-        # (team, flavor, gpus per worker, priority, reclaim, topology level, required) ->
+        # (team, flavor, gpus per worker, priority, reclaim, topology level, one domain only) ->
         # fewest workers a victim search failed for. Nothing frees GPUs during a cycle, so a
         # bigger gang of the same kind would fail too: it is not searched for, and spends none
         # of the search budget.
@@ -404,10 +404,21 @@ class Cycle:
         return job.kind
 
     def _holds_out(self, job: PendingJob) -> bool:
-        """A gang preferring a level, within Policy.topology_patience_seconds of its
-        submission or last requeue, that one domain of the level could hold: it waits for one,
+        """A gang preferring a level that one domain of the level could hold waits for one,
         as if it required the level (neither the time nor a domain's capacity moves within a
-        plan)."""
+        plan):
+        a. within Policy.topology_patience_seconds of its submission or last requeue;
+        b. past it, while it is starving: a domain is freed for it on purpose (step 10
+           reserves the domain expected to free soonest, and only jobs that end before it
+           backfill there; step 9 takes victims inside one domain). It takes the next level
+           out, or any nodes, only when no such reservation can be made (step 10): every
+           reservation taken, no known end frees a domain, or it could start now on several
+           domains and no domain is expected to hold it within
+           Policy.topology_reserve_seconds. Splitting at once breaks the racks that the
+           gangs after it need; waiting on without bound for a domain makes the longest
+           waits longer (the replay on racks, docs/benchmarks.md).
+        A gang past its patience that is not starving (it borrows beyond its team's share)
+        takes what fits: it holds nothing back for itself and may be reclaimed."""
         held = self._holding_out.get(job.id)
         if held is None:
             patience = self.policy.topology_patience_seconds
@@ -415,13 +426,18 @@ class Cycle:
             since = job.submitted_at if job.requeued_at is None else job.requeued_at
             held = (
                 patience > 0
-                and not self.horizon.passed(since + patience)
+                and (not self.horizon.passed(since + patience) or job.id in self.starving)
                 and fl is not None
                 and self.topology.level_of(job) >= 0
                 and self.topology.largest(fl, job) >= job.workers
             )
             self._holding_out[job.id] = held
         return held
+
+    def _past_patience(self, job: PendingJob) -> bool:
+        """Whether a gang preferring a level has waited out its patience (`_holds_out`)."""
+        since = job.submitted_at if job.requeued_at is None else job.requeued_at
+        return self.horizon.passed(since + self.policy.topology_patience_seconds)
 
     def _state(self) -> State:
         """What steps 1-11 of `_consider` read besides the job: the ledger (its stamp, which
@@ -618,7 +634,17 @@ class Cycle:
             entitled = self.searches_left < left and reclaim and self.search.within_guarantee(job)
         # 10.
         if job.id in self.starving:
-            reservation = self.reserver.reserve(job, strict)
+            # A gang past its patience holds out only for a domain it can be given
+            # (`_holds_out`, b): else it is decided again, as one that takes what fits.
+            past = strict and not job.topology_required and self._past_patience(job)
+            if past:
+                hold = self.policy.topology_reserve_seconds
+                reservation = self.reserver.reserve(job, True, known=True, beyond=hold)
+            else:
+                reservation = self.reserver.reserve(job, strict)
+            if reservation is None and past:
+                self._holding_out[job.id] = False
+                return self._decide(job)
             if reservation is not None:
                 return reasons.reserved(
                     job,
@@ -920,7 +946,7 @@ class Cycle:
             job.priority,
             reclaim,
             job.topology_level,
-            job.topology_required,
+            job.topology_required or bool(job.topology_level and self._holds_out(job)),
         )
         if self.failed_search.get(key, job.workers + 1) <= job.workers:
             return None
@@ -946,10 +972,11 @@ class Cycle:
                 )
         if (
             (victims is None or placement is None)
-            and job.topology_required
+            and (job.topology_required or (job.topology_level and self._holds_out(job)))
             and self.topology.level_of(job) >= 0
         ):
-            # A required level: victims inside one domain, so that a whole domain frees.
+            # A required level, or a preferred one held out for: victims inside one domain,
+            # so that a whole domain frees.
             ledger.rollback(mark)
             mark = ledger.checkpoint()
             victims, placement = self._victims_in_domain(job, fl, reclaim, priority, budget)

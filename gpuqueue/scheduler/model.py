@@ -286,6 +286,12 @@ class Policy:
     # otherwise restart anywhere at once), as Slurm's --switches=N@max-time, then takes the
     # next level out, or any nodes. 0: it takes what fits at once.
     topology_patience_seconds: float = 3600.0
+    # Past its patience a starving gang that one domain could hold has the domain expected to
+    # free soonest reserved for it (engine.py, `_holds_out`); when it could start now on several
+    # domains, it waits for that one only if it is expected within this long. 8 h: on the
+    # Philly replay on racks, 4 / 8 / 16 h put 88 / 92 / 98 % of gangs in one rack, with the
+    # maximum delay +3 / +3 / +21 % of the replay without levels (docs/benchmarks.md).
+    topology_reserve_seconds: float = 8 * 3600.0
     # The target workload of the fragmentation strategy (fragmentation.Workload: task shapes and
     # how often they occur, e.g. from a trace); None: the shapes of the snapshot's jobs.
     workload: Workload | None = None

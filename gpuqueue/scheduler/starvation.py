@@ -118,14 +118,23 @@ class Reserver:
         self._events[name] = events
         return events
 
-    def reserve(self, job: PendingJob, strict: bool | None = None) -> Reservation | None:
+    def reserve(
+        self,
+        job: PendingJob,
+        strict: bool | None = None,
+        known: bool = False,
+        beyond: float | None = None,
+    ) -> Reservation | None:
         """1. Start from the free GPUs of nodes no other reservation holds.
         2. Add GPUs coming back from preempted jobs after the grace, then the expected ends of
            running jobs in time order, until the whole gang fits (`strict`, for a gang that
            requires its topology level or holds out for it: in one domain of it): that time is
            the expected start.
-        3. If it never fits on known ends, fall back to whole capacity with an unknown start.
-        4. Place the gang there and hold the free GPUs of the chosen nodes.
+        3. If it never fits on known ends, fall back to whole capacity with an unknown start
+           (`known`: no reservation then; the caller has a better way to wait).
+        4. `beyond` (seconds, with `strict`): no reservation either when the gang could start
+           now on any nodes and one domain is expected to hold it only later than this (`_soon`).
+        5. Place the gang there and hold the free GPUs of the chosen nodes.
         """
         if len(self.reservations) >= self.policy.max_reservations:
             return None
@@ -135,6 +144,39 @@ class Reserver:
             return None
         if strict is None:
             strict = job.topology_required
+        # Gpuqueue's jobs on the nodes end in time, others' pods may not: a node whose room
+        # besides GPUs cannot hold the workers even then is not reserved.
+        cap = fl.caps_without_ours(job.cpu_per_worker, job.memory_per_worker)
+        start, avail = self._start(fl, job, cap, strict)
+        placement = self._fit(fl, job, avail, cap, strict)
+        if placement is None:
+            capacity = {
+                n.name: n.capacity.get(job.flavor, 0) - n.used_externally.get(job.flavor, 0)
+                for n in self._nodes
+                if n.schedulable and n.name in avail
+            }
+            placement = self._fit(fl, job, capacity, cap, strict)
+            start = math.inf
+        if placement is None or (known and start == math.inf):
+            return None
+        if beyond is not None and strict and not self._soon(start, fl, job, cap, beyond):
+            return None
+        if start == AT_ONCE:
+            start = self.horizon.read()  # it could start now, whenever now is
+        g = job.gpus_per_worker
+        for node, workers in placement:
+            ledger.hold(job.flavor, node, workers * g)
+        reservation = Reservation(job.id, placement, start)
+        self.reservations.append(reservation)
+        for node, _ in placement:
+            self.node_owner[(job.flavor, node)] = reservation
+        return reservation
+
+    def _start(
+        self, fl: FlavorLedger, job: PendingJob, cap: Cap | None, strict: bool
+    ) -> tuple[float, dict[str, int]]:
+        """Steps 1 and 2 of `reserve`: the expected start (AT_ONCE: now; math.inf: not on
+        known ends) and the GPUs available per node then."""
         g = job.gpus_per_worker
         owned = self.node_owner
         if owned:
@@ -152,9 +194,6 @@ class Reserver:
             back = self.horizon.read() + grace if grace > 0 else AT_ONCE  # a grace from now
             coming = [(back, n, gpus, -1) for n, gpus in fl.incoming.items() if n in avail]
             events = sorted(events + coming)
-        # Gpuqueue's jobs on the nodes end in time, others' pods may not: a node whose room
-        # besides GPUs cannot hold the workers even then is not reserved.
-        cap = fl.caps_without_ours(job.cpu_per_worker, job.memory_per_worker)
         # One domain: its GPUs and workers counted per domain, moved with each event.
         topology = self.topology
         domains = None
@@ -176,34 +215,31 @@ class Reserver:
                     domain = member.get(node)
                     if domain is None:
                         continue
-                    counts.set(domain, node, old + gpus)
-                    holds = counts.tightest(job.workers, job.gpus) is not None
+                    counts.set(domain, node, old + gpus, ordered=False)
+                    # No domain held it before: only this one may now.
+                    holds = counts.holds(domain, job.workers, job.gpus)
                 else:
                     fit += (old + gpus) // g - old // g
                     holds = fit >= job.workers
                 if holds:
                     start = time
                     break
-        placement = self._fit(fl, job, avail, cap, strict)
-        if placement is None:
-            capacity = {
-                n.name: n.capacity.get(job.flavor, 0) - n.used_externally.get(job.flavor, 0)
-                for n in self._nodes
-                if n.schedulable and n.name in avail
-            }
-            placement = self._fit(fl, job, capacity, cap, strict)
-            start = math.inf
-        if placement is None:
-            return None
+        return start, avail
+
+    def _soon(
+        self, start: float, fl: FlavorLedger, job: PendingJob, cap: Cap | None, beyond: float
+    ) -> bool:
+        """Whether a gang expected to hold one domain at `start` is worth reserving it for:
+        when it could start on any nodes now (step 2 without the domain), only if the domain
+        is expected within `beyond` seconds (compared through the clock); when it could not,
+        always: it waits either way, and the choice comes again once it could (a later plan).
+        """
         if start == AT_ONCE:
-            start = self.horizon.read()  # it could start now, whenever now is
-        for node, workers in placement:
-            ledger.hold(job.flavor, node, workers * g)
-        reservation = Reservation(job.id, placement, start)
-        self.reservations.append(reservation)
-        for node, _ in placement:
-            self.node_owner[(job.flavor, node)] = reservation
-        return reservation
+            return True
+        anywhere, _ = self._start(fl, job, cap, False)
+        if anywhere != AT_ONCE:
+            return True
+        return self.horizon.passed(start - beyond)
 
     def ends_before(self, job_id: int, runtime: float | None) -> bool:
         """Whether a job of this max runtime, started now, ends before the reservation of

@@ -485,8 +485,10 @@ class Counts:
         other._most = self._most
         return other
 
-    def set(self, domain: Domain, node: str, count: int) -> None:
-        """Count `node` of `domain` with `count` GPUs available (its room from `cap`)."""
+    def set(self, domain: Domain, node: str, count: int, ordered: bool = True) -> None:
+        """Count `node` of `domain` with `count` GPUs available (its room from `cap`).
+        `ordered=False` leaves `order` behind (`tightest` then wrong): for counts asked only
+        `holds` of, and dropped after."""
         count = count if count > 0 else 0
         per_node = count // self.g
         if self.cap is not None and per_node > 0:
@@ -501,12 +503,18 @@ class Counts:
             self._most = None
         if count != old_count:
             total = self.total
-            order = self.order
-            before = total[path]
-            del order[bisect_left(order, (before, path))]
-            insort(order, (before + count - old_count, path))
+            if ordered:
+                order = self.order
+                before = total[path]
+                del order[bisect_left(order, (before, path))]
+                insort(order, (before + count - old_count, path))
             for depth in range(1, len(path) + 1):
                 total[path[:depth]] += count - old_count
+
+    def holds(self, domain: Domain, workers: int, need: int) -> bool:
+        """Whether `domain` has `need` GPUs and room for `workers` (as `tightest` asks)."""
+        path = domain.path
+        return self.total[path] >= need and self.fit[path] >= workers
 
     def tightest(self, workers: int, need: int) -> Domain | None:
         """The domain with the fewest GPUs of those with `need` GPUs and room for `workers`

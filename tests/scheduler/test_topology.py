@@ -112,7 +112,8 @@ def test_a_preferred_rack_gang_takes_two_racks_only_when_no_rack_holds_it() -> N
 
 def test_a_preferred_gang_holds_out_for_one_rack_for_an_hour_then_takes_two() -> None:
     """r1 and r2 of 3 nodes, one node of each busy: a gang of 3 waits for a rack while it is
-    younger than Policy.topology_patience_seconds, then starts on two racks."""
+    younger than Policy.topology_patience_seconds, then starts on two racks (no busy job's
+    end is known: no rack can be reserved for it)."""
     nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
     busy = (
         running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False),
@@ -159,6 +160,108 @@ def test_a_starving_gang_that_holds_out_reserves_in_one_rack() -> None:
     (reservation,) = result.reservations
     assert racks_of(reservation.placement) == {"r1"}
     assert reservation.expected_start == NOW + 3600  # r1-n1's job started an hour ago
+
+
+def test_a_starving_gang_past_its_patience_reserves_a_rack_instead_of_splitting() -> None:
+    """Past its hour, a starving gang that a rack could hold does not take the four free
+    nodes of two racks: r1 is reserved for it, to start when r1-n1's job ends (in an hour),
+    and only a job that ends before then backfills there."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=2 * 3600),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=5 * 3600),
+    )
+    job = gang(1, 3, submitted=NOW - 2 * 3600)
+    short = pending(2, "b", workers=1, gpus=8, submitted=NOW - 60, max_runtime=1800)
+    long = [
+        pending(i, "b", workers=1, gpus=8, submitted=NOW - 30, max_runtime=3 * 3600)
+        for i in (3, 4, 5)
+    ]
+    result = plan_of(nodes, (job, short, *long), busy)
+    (reservation,) = result.reservations
+    assert reservation.job_id == 1 and racks_of(reservation.placement) == {"r1"}
+    assert reservation.expected_start == NOW + 3600
+    placed = {a.job_id: racks_of(a.placement) for a in result.admissions}
+    assert 1 not in placed and 2 in placed  # the short job starts, in r2 or backfilling r1
+    on_r1 = [i for i, racks in placed.items() if "r1" in racks]
+    assert set(on_r1) <= {2}  # the long jobs only take r2's two free nodes
+    assert len(placed) == 2 + len(on_r1)  # r2's two nodes filled, r1 left to job 1 but 2's
+
+
+def test_a_starving_gang_that_no_rack_reservation_can_serve_takes_two_racks() -> None:
+    """Every reservation taken (Policy.max_reservations): the gang past its hour does not
+    wait for a rack no one frees for it, it starts on two racks as before."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=2 * 3600),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=5 * 3600),
+    )
+    job = gang(1, 3, submitted=NOW - 2 * 3600)
+    result = plan_of(nodes, (job,), busy, Policy(max_reservations=0))
+    (admission,) = result.admissions
+    assert racks_of(admission.placement) == {"r1", "r2"}
+
+
+def test_a_starving_gang_that_could_start_now_waits_for_a_rack_only_so_long() -> None:
+    """Two racks hold the gang now, the first rack frees in nine hours: past its patience the
+    gang waits for a rack no longer than Policy.topology_reserve_seconds (8 h), and starts
+    on two racks; with 10 h it has r1 reserved."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=10 * 3600),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=11 * 3600),
+    )
+    job = gang(1, 3, submitted=NOW - 2 * 3600)
+    (admission,) = plan_of(nodes, (job,), busy).admissions
+    assert racks_of(admission.placement) == {"r1", "r2"}
+    longer = Policy(topology_reserve_seconds=10 * 3600)
+    result = plan_of(nodes, (job,), busy, longer)
+    assert result.admissions == ()
+    (reservation,) = result.reservations
+    assert racks_of(reservation.placement) == {"r1"}
+
+
+def test_a_starving_gang_that_could_not_start_anywhere_now_keeps_its_rack_reserved() -> None:
+    """No two racks hold the gang now either (three nodes free in one hour, r1 whole in ten):
+    it waits either way, so r1 is reserved for it, more than 8 h after any nodes would hold
+    it; the bound applies once it could start on two racks (the test above)."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=11 * 3600),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=12 * 3600),
+        running(52, "b", {"r1-n2": 1}, gpus=8, preemptible=False, max_runtime=2 * 3600),
+        running(53, "b", {"r2-n2": 1}, gpus=8, preemptible=False, max_runtime=2 * 3600),
+    )
+    result = plan_of(nodes, (gang(1, 3, submitted=NOW - 2 * 3600),), busy)
+    assert result.admissions == ()
+    (reservation,) = result.reservations
+    assert racks_of(reservation.placement) == {"r1"}
+    assert reservation.expected_start == NOW + 10 * 3600
+
+
+def test_a_gang_holding_out_for_a_rack_preempts_inside_one_rack() -> None:
+    """As for a required rack, the victims of a gang holding out for a preferred one free one
+    rack whole: the gang would not take two half-freed racks."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    borrowed = (
+        running(50, "b", {"r1-n1": 1}, gpus=8),
+        running(51, "b", {"r1-n2": 1}, gpus=8),
+        running(52, "b", {"r2-n1": 1}, gpus=8),
+        running(53, "b", {"r2-n2": 1}, gpus=8),
+    )
+    snapshot = Snapshot(
+        NOW,
+        nodes,
+        (team("a", guarantee=32), team("b", guarantee=0)),
+        borrowed,
+        (gang(1, 3, submitted=NOW - 600),),
+        topologies=LEVELS,
+    )
+    result = plan(snapshot)
+    victims = {p.job_id for p in result.preemptions}
+    assert victims in ({50, 51}, {52, 53})
+    (waiting,) = result.pending
+    assert waiting.reason.code is ReasonCode.WAITING_FOR_PREEMPTION
 
 
 def test_a_preferred_gang_that_no_block_holds_goes_anywhere() -> None:
