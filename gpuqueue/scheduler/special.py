@@ -125,6 +125,7 @@ class Special:
             models = self.models
             cpu, memory = job.cpu_per_worker, job.memory_per_worker
             frag = workload.fragmentation
+            per_gpu = workload.cpu_per_gpu
 
             def score(
                 node: str,
@@ -133,14 +134,20 @@ class Special:
                 count_after: int,
                 used_after: Mapping[int, int],
                 workers_after: int,
-            ) -> float:
+            ) -> tuple[float, float]:
                 left = room.get(node)
                 c, m = (UNLIMITED, UNLIMITED) if left is None else (left[0], left[1])
                 c -= (workers_after - 1) * cpu
                 m -= (workers_after - 1) * memory
                 model = models.get(node)
                 before = frag(count, used, c, m, model)
-                return frag(count_after, used_after, c - cpu, m - memory, model) - before
+                growth = frag(count_after, used_after, c - cpu, m - memory, model) - before
+                if left is None or left[0] >= UNLIMITED // 2:
+                    return growth, 0.0  # the node does not limit CPU
+                # How far the CPU left strays from what the free GPUs need at the workload's
+                # CPU per GPU: where it is short, those GPUs strand; where it is long, the CPU.
+                gpu_left = count_after * FULL + sum(FULL - u for u in used_after.values())
+                return growth, abs(c - cpu - gpu_left * per_gpu / FULL)
 
         shared = fl.shared or {}
         if fl.gpu_team is not None and job.gpu_milli:
