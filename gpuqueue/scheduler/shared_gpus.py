@@ -20,10 +20,10 @@ from gpuqueue.scheduler.model import Placement, PlacementStrategy
 Devices = tuple[tuple[str, int], ...]  # (node, GPU index on that node) per worker, sorted
 FULL = 1000  # thousandths of a GPU
 _NONE: Mapping[int, int] = {}  # a node no fraction uses
-# How much worse a node gets for the workload (fragmentation.py), then how far its CPU left
-# strays from what its free GPUs need, smaller is better, from (node, free whole GPUs and
-# thousandths used per opened GPU before, the same after, the job's workers on the node after).
-Score = Callable[[str, int, Mapping[int, int], int, Mapping[int, int], int], tuple[float, float]]
+# How much worse a node gets for the workload (fragmentation.py), smaller is better, from
+# (node, free whole GPUs and thousandths used per opened GPU before, the same after, the job's
+# workers on the node after).
+Score = Callable[[str, int, Mapping[int, int], int, Mapping[int, int], int], float]
 
 
 def ceil_gpus(milli: int) -> int:
@@ -60,13 +60,13 @@ def place_workers(
        used GPU with room or a fully free GPU, a whole worker `gpus_per_worker` free GPUs.
     2. Best is, with bin-pack, the partly used GPU with least room left, else the fullest
        node; with spread, the emptiest node, else the GPU with most room; with fragmentation,
-       the least growth of fragmentation (`score`), then the node whose CPU left after stays
-       closest to what its free GPUs need (on openb, where CPU runs out before GPUs, up to
-       half a point more allocated than without), then the node with most whole GPUs free
-       (up to a point more than the fullest: a fraction that changes fragmentation no more on
-       either keeps the partly used nodes' GPUs for the fractions that fit them only). Ties go
-       to the node whose model fewer pending jobs require (`scarcity`), then to the name and
-       the GPU index: the same state, the same choice.
+       the smallest `score` (the growth of fragmentation, and of nodes all but level on it,
+       the one whose CPU left stays closest to what its free GPUs need), then the node with
+       most whole GPUs free (on openb's GPU-sharing pod lists it allocates up to a point more
+       than the fullest: a fraction that changes fragmentation no more on either keeps the
+       partly used nodes' GPUs for the fractions that fit them only). Ties go to the node
+       whose model fewer pending jobs require (`scarcity`), then to the name and the GPU
+       index: the same state, the same choice.
     3. A node holds no more workers than its room besides GPUs (`cap`).
     """
     if workers <= 0:
@@ -115,8 +115,8 @@ def place_workers(
                     if score is not None:
                         after = dict(used)
                         after[index] = on_gpu + milli
-                        growth, stray = score(node, count, used, count, after, here + 1)
-                        key: tuple[float, ...] = (growth, rank, stray, -count)
+                        change = score(node, count, used, count, after, here + 1)
+                        key: tuple[float, ...] = (change, rank, -count)
                     elif spread:
                         key = (1.0, on_gpu, rank)
                     else:
@@ -128,8 +128,8 @@ def place_workers(
                     if score is not None:
                         after = dict(used)
                         after[index] = milli
-                        growth, stray = score(node, count, used, count - 1, after, here + 1)
-                        key = (growth, rank, stray, -count)
+                        change = score(node, count, used, count - 1, after, here + 1)
+                        key = (change, rank, -count)
                     elif spread:
                         key = (0.0, -count, rank)
                     else:
@@ -139,8 +139,7 @@ def place_workers(
             elif count >= gpus_per_worker:
                 if score is not None:
                     after_count = count - gpus_per_worker
-                    growth, stray = score(node, count, used, after_count, used, here + 1)
-                    key = (growth, rank, stray, -count)
+                    key = (score(node, count, used, after_count, used, here + 1), rank, -count)
                 elif spread:
                     key = (-count, rank)
                 else:

@@ -131,21 +131,15 @@ def target_workload(pods: Sequence[Pod], cpu_per_gpu: float, weights: str = "req
     return request_workload(pods, cpu_per_gpu)
 
 
-# How much a pod's CPU weighs in its shape's weight against its GPUs, in GPUs' worth.
-CPU_WEIGHT = 2.0
-
-
 def request_workload(pods: Sequence[Pod], cpu_per_gpu: float) -> Workload:
     """The target workload of the fragmentation strategy: each pod shape (CPU and GPUs, as
-    FGD's typical pods, not memory) weighed by what its pods ask of the cluster, GPUs plus
-    CPU_WEIGHT times their CPU in GPUs' worth (`cpu_per_gpu`: the cluster's CPU per GPU). The
-    fill-up arrives by request, so a shape matters as much as the requests it brings; counting
-    pods alone (FGD's weights) lets the many small pods crowd out the few large ones that an
-    empty node must be kept for (docs/benchmarks.md: 94.66 % against 95.20 % allocated at
-    100 % arrived on openb_pod_list_default). CPU counts twice because on openb it runs out
-    first (at 130 % arrived the pods ask 1.1 to 1.3 times the GPU nodes' CPU): once gave 0.1
-    to 0.3 points less on the GPU-sharing lists."""
-    return Workload((p.shape, p.gpu_milli / FULL + CPU_WEIGHT * p.cpu / cpu_per_gpu) for p in pods)
+    FGD's typical pods, not memory) weighed by what its pods ask of the cluster, GPUs plus CPU
+    in GPUs' worth (`cpu_per_gpu`: the cluster's CPU per GPU). The fill-up arrives by request,
+    so a shape matters as much as the requests it brings; counting pods alone (FGD's weights)
+    lets the many small pods crowd out the few large ones that an empty node must be kept
+    for (docs/benchmarks.md: 94.65 % against 95.14 % allocated at 100 % arrived on
+    openb_pod_list_default)."""
+    return Workload((p.shape, p.gpu_milli / FULL + p.cpu / cpu_per_gpu) for p in pods)
 
 
 def fill_up(
