@@ -27,7 +27,7 @@ from gpuqueue.scheduler.shared_gpus import FULL, Devices, most_room, place_worke
 # (`Special.place`): 100 CPUs weigh 1e-4, what stranding a thousandth costs for a shape of a
 # few pods in ten thousand, so it decides only between nodes the growth leaves level or all
 # but level. On openb_pod_list_gpushare100 it allocates 0.45 points more at 100 % arrived
-# (docs/benchmarks.md); as a strict tie-break after the growth it changed nothing.
+# (docs/benchmarks.md); a strict tie-break after the growth gained nothing there.
 STRAY = 1e-9
 
 
