@@ -39,7 +39,7 @@ class Workload:
     per state, because nodes of one kind and the same pods come back again and again.
     """
 
-    __slots__ = ("_fits", "_frag", "groups")
+    __slots__ = ("_fits", "_frag", "cpu_per_gpu", "groups")
 
     def __init__(self, shapes: Iterable[tuple[Shape, float]]) -> None:
         weights: dict[Shape, float] = {}
@@ -56,6 +56,10 @@ class Workload:
             (gpus, milli, models, sum(m for _, _, m in rows), rows)
             for (gpus, milli, models), rows in grouped.items()
         ]
+        # Millicores the GPU shapes ask per GPU, weighed as the shapes are (0: none ask GPUs).
+        gpu_mass = sum(m * (s.gpus * FULL + s.milli) for s, m in weights.items()) / FULL
+        cpu_mass = sum(m * s.cpu for s, m in weights.items() if s.gpus or s.milli)
+        self.cpu_per_gpu = cpu_mass / gpu_mass if gpu_mass else 0.0
         self._fits: dict[tuple[int, int, int], float] = {}
         self._frag: dict[tuple[int, tuple[int, ...], int, int, str | None], float] = {}
 

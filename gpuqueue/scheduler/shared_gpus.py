@@ -60,12 +60,13 @@ def place_workers(
        used GPU with room or a fully free GPU, a whole worker `gpus_per_worker` free GPUs.
     2. Best is, with bin-pack, the partly used GPU with least room left, else the fullest
        node; with spread, the emptiest node, else the GPU with most room; with fragmentation,
-       the smallest `score`, then the node with most whole GPUs free (on openb's
-       GPU-sharing pod lists it allocates up to a point more than the fullest: a fraction
-       that changes fragmentation no more on either keeps the partly used nodes' GPUs for
-       the fractions that fit them only). Ties go to the node whose model fewer
-       pending jobs require (`scarcity`), then to the name and the GPU index: the same state,
-       the same choice.
+       the smallest `score` (the growth of fragmentation, and of nodes all but level on it,
+       the one whose CPU left stays closest to what its free GPUs need), then the node with
+       most whole GPUs free (on openb's GPU-sharing pod lists it allocates up to a point more
+       than the fullest: a fraction that changes fragmentation no more on either keeps the
+       partly used nodes' GPUs for the fractions that fit them only). Ties go to the node
+       whose model fewer pending jobs require (`scarcity`), then to the name and the GPU
+       index: the same state, the same choice.
     3. A node holds no more workers than its room besides GPUs (`cap`).
     """
     if workers <= 0:

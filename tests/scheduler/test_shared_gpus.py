@@ -237,6 +237,22 @@ def test_fragmentation_keeps_room_the_workload_uses_where_bin_pack_fills_the_ful
     assert binpack.admissions[0].devices == (("n1", 0),)
 
 
+def test_fragmentation_breaks_a_tie_where_the_cpu_left_matches_what_the_free_gpus_need() -> None:
+    """Half-GPU tasks of 4 CPUs: 8 CPUs per GPU. A half on either one-GPU node leaves the same
+    free GPU, but n1 would keep 60 CPUs for it (56 that no GPU work there can use) and n2 12
+    (8 too many): the fraction goes to n2, and n1's CPU stays for the work that needs it."""
+    nodes = (
+        Node("n1", {H100: 1}, cpu=64 * CPU, memory=256 * GIB),
+        Node("n2", {H100: 1}, cpu=16 * CPU, memory=256 * GIB),
+    )
+    job = PendingJob(**{**_fields(frac(1, "a", 500)), "cpu_per_worker": 4 * CPU})
+    workload = Workload([(Shape(0, 500, 4 * CPU, 0), 1.0)])
+    result = plan(
+        snap(nodes, (job,)), Policy(placement=PlacementStrategy.FRAGMENTATION, workload=workload)
+    )
+    assert result.admissions[0].devices == (("n2", 0),)
+
+
 # --- invariants ------------------------------------------------------------------------------
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
