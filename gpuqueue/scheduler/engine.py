@@ -54,7 +54,7 @@ from gpuqueue.scheduler.preemption import (
 from gpuqueue.scheduler.reclaim_wait import ReclaimWaits
 from gpuqueue.scheduler.shared_gpus import FULL, ceil_gpus
 from gpuqueue.scheduler.special import Special
-from gpuqueue.scheduler.starvation import Reserver
+from gpuqueue.scheduler.starvation import Reserver, backfill_runtime
 from gpuqueue.scheduler.topology import Topology
 from gpuqueue.scheduler.usage import seconds_to_recover
 
@@ -324,7 +324,8 @@ class Cycle:
         4. The limit (GPUs on their way back do not count); a higher-priority job over the limit
            may still preempt its own team's lower-priority work.
         5. Free GPUs: admit (borrowed when it takes the team past its fair share).
-        6. Backfill: GPUs held by a reservation that starts after this job's max runtime ends.
+        6. Backfill: GPUs held by a reservation that starts after this job's max runtime ends
+           (without one: a margin on its predicted runtime, starvation.backfill_runtime).
         7. GPUs held by a reservation block the job when they are all that is missing.
         8. GPUs of jobs already being preempted: claim them and wait, preempting no more.
         9. Preempt: reclaim borrowed GPUs from other teams, or lower priority work of its own.
@@ -397,11 +398,19 @@ class Cycle:
 
     def _kind(self, job: PendingJob) -> Hashable:
         """What the verdict of `job` is kept by: its kind, and for a gang preferring a level
-        whether it still holds out for one domain (`_holds_out`), which its kind does not say."""
+        whether it still holds out for one domain (`_holds_out`), and for a job that may
+        backfill by its predicted runtime the held GPUs it may borrow (step 6), which its kind
+        does not say."""
+        kind: Hashable = job.kind
         if job.topology_level and not job.topology_required:
             held = self._holding_out.get(job.id)
-            return (job.kind, self._holds_out(job) if held is None else held)
-        return job.kind
+            kind = (kind, self._holds_out(job) if held is None else held)
+        predicted = job.max_runtime is None and job.expected_runtime is not None
+        if predicted and self.reserver.reservations:
+            fl = self.ledger.flavors.get(job.flavor)
+            if fl is not None and fl.held:
+                kind = (kind, tuple(self.reserver.backfill_room(job)))
+        return kind
 
     def _holds_out(self, job: PendingJob) -> bool:
         """A gang preferring a level that one domain of the level could hold waits for one,
@@ -1101,7 +1110,8 @@ class Settled:
 
     None of the rest can when no victim search is left, and in every flavor the free GPUs are
     fewer than its smallest pending gang's and no job left could backfill onto held GPUs (its
-    max runtime ends after every reservation's start: `Reserver.backfill_room`). Step 8's claims
+    max runtime, or margin on its prediction, ends after every reservation's start:
+    `Reserver.backfill_room`). Step 8's claims
     on GPUs coming back admit nothing. tests/scheduler/test_explain.py compares the plans.
     """
 
@@ -1128,7 +1138,10 @@ class Settled:
 
     def _may_backfill(self, job: PendingJob) -> bool:
         window = self._window.get(job.flavor)
-        return window is not None and job.max_runtime is not None and job.max_runtime <= window
+        if window is None:
+            return False
+        runtime = backfill_runtime(job, self._cycle.policy)
+        return runtime is not None and runtime <= window
 
     def stops(self, run: list[PendingJob]) -> bool:
         """Whether to consider no more of `run` (its next job is its last).

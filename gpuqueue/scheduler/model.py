@@ -241,6 +241,11 @@ class Policy:
     max_preemptions_per_cycle: int = 64
     max_victim_searches_per_cycle: int = 64  # victim searches (failed or not) per cycle
     max_reservations: int = 8  # starving jobs that may hold nodes at once
+    # A job that declares no max runtime backfills onto a reservation's GPUs when this many
+    # times its predicted runtime ends before the reservation's start (starvation.py,
+    # `backfill_runtime`); 0: only by a declared max runtime. Without it a reservation on a
+    # cluster whose jobs declare none (the Philly trace) idles its nodes until they drain.
+    backfill_prediction_factor: float = 2.0
     # How long a preempted job is expected to keep its GPUs (checkpoint grace); forecast only.
     preemption_grace_seconds: float = 120.0
     # Every team that asks makes progress: a team that holds no GPUs of a flavor has its

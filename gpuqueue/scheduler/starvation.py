@@ -2,9 +2,10 @@
 
 A starving job that does not fit gets the nodes where it will fit soonest, found by replaying the
 expected ends of the running jobs of its flavor. The free GPUs of those nodes are held for it;
-only backfill jobs, whose max runtime ends before the reservation is expected to start, may use
-them. Reservations are recomputed every cycle (starving jobs are considered first), so a node
-drains for the starving job instead of being refilled by the stream of small jobs.
+only backfill jobs, whose max runtime (or a margin on their predicted runtime, for a job that
+declares none) ends before the reservation is expected to start, may use them. Reservations are
+recomputed every cycle (starving jobs are considered first), so a node drains for the starving
+job instead of being refilled by the stream of small jobs.
 """
 
 from __future__ import annotations
@@ -48,6 +49,21 @@ def release_time(job: RunningJob) -> float | None:
             return None
     end = job.started_at + runtime
     return None if end == math.inf else end
+
+
+def backfill_runtime(job: PendingJob, policy: Policy) -> float | None:
+    """How long a job may hold a reservation's GPUs for, as backfill counts it: its max
+    runtime; else Policy.backfill_prediction_factor times its predicted runtime (a margin
+    for a prediction that is a median: most jobs end well inside it); else None (it may not
+    backfill). A job past its prediction only delays the reservation by what it overruns
+    (its node's release is read again every cycle), where a reserved node that nothing may
+    use idles until every job on it has ended."""
+    if job.max_runtime is not None:
+        return job.max_runtime
+    factor = policy.backfill_prediction_factor
+    if factor <= 0 or job.expected_runtime is None:
+        return None
+    return factor * job.expected_runtime
 
 
 class Reserver:
@@ -294,11 +310,14 @@ class Reserver:
         return why
 
     def backfill_room(self, job: PendingJob) -> dict[str, int]:
-        """Held GPUs `job` may borrow: only where its max runtime ends before the reservation."""
-        if job.max_runtime is None or not self.reservations:
+        """Held GPUs `job` may borrow: only where its max runtime (or its margin on its
+        predicted runtime, `backfill_runtime`) ends before the reservation."""
+        if not self.reservations:
+            return {}
+        runtime = backfill_runtime(job, self.policy)
+        if runtime is None:
             return {}
         flavor = job.flavor
-        runtime = job.max_runtime
         current = self._current(flavor)
         if self.memo:
             hit = self._rooms.get((flavor, runtime))

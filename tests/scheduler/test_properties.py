@@ -183,6 +183,8 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             preemptible=draw(st.booleans()),
             submitted_at=NOW - draw(st.sampled_from([10.0, 1000.0, 2 * HOUR])),
             max_runtime=draw(st.sampled_from([None, 300.0, 2 * HOUR])),
+            # Predicted: without a max runtime a job may backfill by it (starvation.py).
+            expected_runtime=draw(st.sampled_from([None, 300.0, 1000.0, 2 * HOUR])),
             cpu_per_worker=(request := draw(REQUESTS))[0],
             memory_per_worker=request[1],
         )

@@ -58,6 +58,35 @@ CASES = [
         numbers={3: {"expected_start": NOW + 1000}},
     ),
     Case(
+        "a job that declares no max runtime backfills when twice its predicted runtime ends "
+        "before the reservation's start",
+        **draining(pending(3, "c", gpus=4, submitted=NOW - 40, expected_runtime=400)),  # type: ignore[arg-type]
+        admitted={3},
+        placements={3: {"n1": 1}},
+    ),
+    Case(
+        "a predicted backfill job whose margin runs past the reservation's start waits",
+        **draining(pending(3, "c", gpus=4, submitted=NOW - 40, expected_runtime=600)),  # type: ignore[arg-type]
+        admitted=set(),
+        reasons={3: ReasonCode.BEHIND_RESERVATION},
+    ),
+    Case(
+        "with backfill_prediction_factor=0 only a declared max runtime backfills",
+        **draining(pending(3, "c", gpus=4, submitted=NOW - 40, expected_runtime=400)),  # type: ignore[arg-type]
+        policy=Policy(backfill_prediction_factor=0),
+        admitted=set(),
+        reasons={3: ReasonCode.BEHIND_RESERVATION},
+    ),
+    Case(
+        "a short predicted job backfills after a long one of the same kind was refused",
+        **draining(
+            pending(4, "c", gpus=2, submitted=NOW - 2000, expected_runtime=600),
+            pending(3, "c", gpus=2, submitted=NOW - 40, expected_runtime=300),
+        ),  # type: ignore[arg-type]
+        admitted={3},
+        reasons={4: ReasonCode.BEHIND_RESERVATION},
+    ),
+    Case(
         "a job younger than the starvation threshold gets no reservation",
         **draining(
             pending(2, "c", gpus=4, submitted=NOW - 50),
