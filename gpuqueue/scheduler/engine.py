@@ -1115,7 +1115,7 @@ class Settled:
     on GPUs coming back admit nothing. tests/scheduler/test_explain.py compares the plans.
     """
 
-    __slots__ = ("_backfill", "_cycle", "_key", "_smallest", "_window", "done")
+    __slots__ = ("_backfill", "_backfillers", "_cycle", "_key", "_smallest", "_window", "done")
 
     def __init__(self, cycle: Cycle) -> None:
         self._cycle = cycle
@@ -1131,17 +1131,24 @@ class Settled:
             wait = cycle.horizon.until(owner.expected_start)
             self._window[flavor] = max(wait, self._window.get(flavor, wait))
         self._backfill: dict[str, int] = {}  # a flavor with no such job is left out
+        # The jobs whose runtime fits their flavor's window (neither moves within a plan),
+        # asked for each job `stops` takes off a run.
+        self._backfillers: set[int] = set()
         if self._window:  # with no reservation, no job backfills
+            policy = cycle.policy
             for job in cycle.snapshot.pending:
-                if job.id not in cycle.starving and self._may_backfill(job):
+                window = self._window.get(job.flavor)
+                if window is None:
+                    continue
+                runtime = backfill_runtime(job, policy)
+                if runtime is None or runtime > window:
+                    continue
+                self._backfillers.add(job.id)
+                if job.id not in cycle.starving:
                     self._backfill[job.flavor] = self._backfill.get(job.flavor, 0) + 1
 
     def _may_backfill(self, job: PendingJob) -> bool:
-        window = self._window.get(job.flavor)
-        if window is None:
-            return False
-        runtime = backfill_runtime(job, self._cycle.policy)
-        return runtime is not None and runtime <= window
+        return job.id in self._backfillers
 
     def stops(self, run: list[PendingJob]) -> bool:
         """Whether to consider no more of `run` (its next job is its last).
