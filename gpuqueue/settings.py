@@ -250,6 +250,11 @@ GPUQUEUE_DEMO_JOBS_PER_MINUTE = env_float("GPUQUEUE_DEMO_JOBS_PER_MINUTE", 6.0, 
 # Scheduling policy (gpuqueue.scheduler.Policy).
 GPUQUEUE_PLACEMENT = env_choice("GPUQUEUE_PLACEMENT", "binpack", ("binpack", "spread"))
 GPUQUEUE_STARVATION_SECONDS = env_float("GPUQUEUE_STARVATION_SECONDS", 3600.0, minimum=0)
+# A job that declares no max runtime may backfill a reservation's nodes when this many times its
+# predicted runtime ends before the reservation starts; 0: only declared runtimes backfill.
+GPUQUEUE_BACKFILL_PREDICTION_FACTOR = env_float(
+    "GPUQUEUE_BACKFILL_PREDICTION_FACTOR", 2.0, minimum=0
+)
 GPUQUEUE_MIN_RUNTIME_SECONDS = env_float("GPUQUEUE_MIN_RUNTIME_SECONDS", 60.0, minimum=0)
 GPUQUEUE_PREEMPTION = env_bool("GPUQUEUE_PREEMPTION", True)
 GPUQUEUE_RECLAIM = env_bool("GPUQUEUE_RECLAIM", True)

@@ -24,6 +24,7 @@ def policy_from_settings() -> m.Policy:
     return m.Policy(
         placement=m.PlacementStrategy(settings.GPUQUEUE_PLACEMENT),
         starvation_seconds=settings.GPUQUEUE_STARVATION_SECONDS,
+        backfill_prediction_factor=settings.GPUQUEUE_BACKFILL_PREDICTION_FACTOR,
         min_runtime_seconds=settings.GPUQUEUE_MIN_RUNTIME_SECONDS,
         preemption=settings.GPUQUEUE_PREEMPTION,
         reclaim=settings.GPUQUEUE_RECLAIM,

@@ -506,6 +506,7 @@ def test_table_versions_move_with_every_change_and_only_then(world: Any) -> None
     GPUQUEUE_MIN_RUNTIME_SECONDS=30.0,
     GPUQUEUE_RECLAIM=False,
     GPUQUEUE_RECLAIM_MIN_RUNTIME_SECONDS=7200.0,
+    GPUQUEUE_BACKFILL_PREDICTION_FACTOR=0.0,
 )
 def test_the_admins_policy_settings_reach_the_engine() -> None:
     policy = policy_from_settings()
@@ -513,6 +514,7 @@ def test_the_admins_policy_settings_reach_the_engine() -> None:
     assert (policy.starvation_seconds, policy.min_runtime_seconds) == (1800.0, 30.0)
     assert policy.reclaim is False
     assert policy.reclaim_min_runtime_seconds == 7200.0
+    assert policy.backfill_prediction_factor == 0.0  # only declared runtimes backfill
 
 
 @pytest.mark.django_db
