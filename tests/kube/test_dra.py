@@ -12,6 +12,7 @@ Runs on every pinned release (make test runs it on v1.37.2 too).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -90,6 +91,10 @@ def resource_slice(node: str, devices: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _ready(node: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
 @pytest.fixture(scope="module")
 def dra_cluster(control_plane: ControlPlane) -> Iterator[client.ResourceV1Api]:
     """The DRA nodes, their slices and the driver's classes, for this module only."""
@@ -108,6 +113,12 @@ def dra_cluster(control_plane: ControlPlane) -> Iterator[client.ResourceV1Api]:
             resource_slice(node, [gpu_device(i, node) for i in range(4)])
         )
     resource.create_resource_slice(resource_slice(MIG_NODE, [mig_device(i) for i in range(7)]))
+    # kwok marks a node Ready a moment after it is made (longer on a loaded machine), and
+    # gpuqueue counts the devices of ready nodes only: the tests start once all are.
+    deadline = time.monotonic() + 60
+    while not all(_ready(core.read_node(name)) for name in DRA_NODES):
+        assert time.monotonic() < deadline, "the DRA nodes are not Ready within 60 s"
+        time.sleep(0.2)
     try:
         yield resource
     finally:
