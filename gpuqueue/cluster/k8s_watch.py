@@ -68,10 +68,11 @@ class Store:
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {kind: {} for kind in KINDS}
         self.live = False
         self.unseen: frozenset[str] = frozenset()
-        # The queue-labelled kinds followed (QUEUED, framework kinds): readers take those from
-        # the copy while it is live, and list the others; `unseen_sources` names the team
-        # namespaces where one of them is not followed now.
-        self.watched: frozenset[str] = frozenset()
+        # The queue-labelled kinds followed, by (kind, namespace) (QUEUED, framework kinds):
+        # readers take those from the copy while it is live, and list the others (a namespace
+        # that appeared since the last resync); `unseen_sources` names the team namespaces
+        # where one of them is followed but not healthy now.
+        self.watched: frozenset[tuple[str, str]] = frozenset()
         self.unseen_sources: frozenset[str] = frozenset()
 
     def replace(self, kind: str, items: list[Obj], namespace: str | None = None) -> None:
@@ -319,7 +320,7 @@ def follow(store: Store, watches: dict[str, ResourceWatch]) -> None:
     store.unseen_sources = frozenset(
         w.namespace or "" for w in namespaced if w.kind != "jobs" and not w.healthy
     )
-    store.watched = frozenset(w.kind for w in namespaced if w.kind != "jobs")
+    store.watched = frozenset((w.kind, w.namespace or "") for w in namespaced if w.kind != "jobs")
 
 
 def run_watcher(

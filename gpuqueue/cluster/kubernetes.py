@@ -354,18 +354,19 @@ class KubernetesBackend(ClusterBackend):
         (unseen_namespaces: its jobs are left as they are), and said."""
         views: list[Obj] = []
         unseen: set[str] = set()
+        watched = self.store.watched if self.store.live else frozenset()
+        namespaces = [ns for ns in self.namespaces() if ns not in self.refused]
         for kind in frameworks.KINDS:
-            if self.store.live and kind in self.store.watched:  # followed: no LIST per pass
-                views += [
-                    frameworks.job_view(obj)
-                    for obj in self.store.items(kind)
-                    if mf.selected(obj, self.selector) and _namespace(obj) not in self.refused
-                ]
+            copied: dict[str, list[Obj]] = {}
+            if any(k == kind for k, _ in watched):
+                for obj in self.store.items(kind):
+                    if mf.selected(obj, self.selector):
+                        copied.setdefault(_namespace(obj), []).append(obj)
+            elif not self.serves(kind):
                 continue
-            if not self.serves(kind):
-                continue
-            for namespace in self.namespaces():
-                if namespace in self.refused:
+            for namespace in namespaces:
+                if (kind, namespace) in watched:  # followed: no LIST per pass
+                    views += [frameworks.job_view(obj) for obj in copied.get(namespace, ())]
                     continue
                 try:
                     found = self._list_framework(kind, namespace, self.selector)
@@ -989,11 +990,11 @@ class KubernetesBackend(ClusterBackend):
         unseen: set[str] = set()
         namespaces = [ns for ns in self.namespaces() if ns not in self.refused]
         self.claim(namespaces)
-        # The kinds the watcher follows come from its copy (and its unseen namespaces), the
-        # rest are listed in each namespace.
+        # What the watcher follows in a namespace comes from its copy (and its unseen
+        # namespaces); the rest is listed there.
         followed = self.store.watched if self.store.live else frozenset()
         copied: dict[str, list[Obj]] = {}
-        for kind in followed:
+        for kind in {k for k, _ in followed}:
             for obj in self.store.items(kind):
                 copied.setdefault(_namespace(obj), []).append(obj)
         if followed:
@@ -1004,7 +1005,7 @@ class KubernetesBackend(ClusterBackend):
                 continue
             try:
                 listed = list(copied.get(namespace, ()))
-                if QUEUED not in followed:
+                if (QUEUED, namespace) not in followed:
                     listed += self._list(
                         f"list queued jobs in {namespace}",
                         self.batch.list_namespaced_job,
@@ -1012,7 +1013,7 @@ class KubernetesBackend(ClusterBackend):
                         label_selector=sources.QUEUE_LABEL,
                     )["items"]
                 for kind in frameworks.KINDS:
-                    if kind not in followed and self.serves(kind):
+                    if (kind, namespace) not in followed and self.serves(kind):
                         listed += self._list_framework(kind, namespace, sources.QUEUE_LABEL)
                 found += [
                     job

@@ -337,21 +337,22 @@ def test_the_watcher_follows_labelled_objects_so_that_passes_list_none_of_them(
     teams: Kube, submit: Any, world: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the watcher's copy live, a labelled PyTorchJob is mirrored, waits and runs as
-    planned while the passes LIST no labelled Job, PyTorchJob or RayJob: each team namespace
-    would otherwise cost three LISTs per pass for the source sync and two for the views."""
+    planned while the passes LIST no labelled Job, PyTorchJob or RayJob where they are
+    followed (each team namespace would otherwise cost three LISTs per pass for the source
+    sync and two for the views); a team namespace not followed yet (one made since the last
+    resync) is listed as before."""
     kube = teams
     backend = kube.backend
     blocker = submit(world.alice, workers=4, gpus_per_worker=8, annotations=LONG)
     run_cycle(backend=backend)
     kube.sync_until(lambda: state(blocker) == JobState.RUNNING)
-    namespaces = [ns for ns in backend.namespaces() if ns not in backend.refused]
-    watches = start_watches(backend, threading.Event(), namespaces, watch_seconds=30)
-    lists: Counter[str] = Counter()
+    watches = start_watches(backend, threading.Event(), ["team-a"], watch_seconds=30)
+    lists: Counter[tuple[str, str]] = Counter()
 
-    def counted(name: str, fn: Any) -> Any:
+    def counted(kind: str, fn: Any, at: int) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             if not kwargs.get("watch"):
-                lists[name if name == "jobs" else args[3]] += 1
+                lists[(kind if at == 0 else args[3], args[at])] += 1
             return fn(*args, **kwargs)
 
         return call
@@ -359,16 +360,14 @@ def test_the_watcher_follows_labelled_objects_so_that_passes_list_none_of_them(
     try:
         kube.wait(lambda: all(w.listed.is_set() for w in watches.values()))
         kinds = {(w.kind, w.namespace) for w in watches.values()}
-        for namespace in namespaces:
-            assert {(k, namespace) for k in (QUEUED, "PyTorchJob", "RayJob")} <= kinds
+        assert {(k, "team-a") for k in (QUEUED, "PyTorchJob", "RayJob")} <= kinds
         # The watches hold the methods they list with; the passes' own calls are counted.
-        for api, method in ((backend.custom, "list_namespaced_custom_object"),):
-            monkeypatch.setattr(api, method, counted("custom", getattr(api, method)))
+        custom_list = backend.custom.list_namespaced_custom_object
         monkeypatch.setattr(
-            backend.batch,
-            "list_namespaced_job",
-            counted("jobs", backend.batch.list_namespaced_job),
+            backend.custom, "list_namespaced_custom_object", counted("", custom_list, 2)
         )
+        job_list = backend.batch.list_namespaced_job
+        monkeypatch.setattr(backend.batch, "list_namespaced_job", counted("jobs", job_list, 0))
         follow(backend.store, watches)
         assert backend.store.live and not backend.store.unseen_sources
 
@@ -381,7 +380,10 @@ def test_the_watcher_follows_labelled_objects_so_that_passes_list_none_of_them(
         admit(kube, job)
         pods = kube.pods("team-a", selector="training.kubeflow.org/job-name=pretrain")
         assert Counter(p["spec"]["nodeName"] for p in pods) == Counter(job.placement)
-        assert lists == Counter(), lists  # no LIST of a labelled object in any pass
+        # No LIST of a labelled object where the watcher follows them; team-b, not followed,
+        # is listed at each pass: its labelled Jobs and both kinds.
+        assert {namespace for _, namespace in lists} == {"team-b"}, lists
+        assert {kind for kind, _ in lists} == {"jobs", "pytorchjobs", "rayjobs"}, lists
     finally:
         for watch in watches.values():
             watch.stop()
