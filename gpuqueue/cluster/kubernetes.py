@@ -357,16 +357,16 @@ class KubernetesBackend(ClusterBackend):
         watched = self.store.watched if self.store.live else frozenset()
         namespaces = [ns for ns in self.namespaces() if ns not in self.refused]
         for kind in frameworks.KINDS:
-            copied: dict[str, list[Obj]] = {}
-            if any(k == kind for k, _ in watched):
-                for obj in self.store.items(kind):
-                    if mf.selected(obj, self.selector):
-                        copied.setdefault(_namespace(obj), []).append(obj)
-            elif not self.serves(kind):
+            if not any(k == kind for k, _ in watched) and not self.serves(kind):
                 continue
+            copied = self._copied(watched, {kind})
             for namespace in namespaces:
                 if (kind, namespace) in watched:  # followed: no LIST per pass
-                    views += [frameworks.job_view(obj) for obj in copied.get(namespace, ())]
+                    views += [
+                        frameworks.job_view(obj)
+                        for obj in copied.get(namespace, ())
+                        if mf.selected(obj, self.selector)
+                    ]
                     continue
                 try:
                     found = self._list_framework(kind, namespace, self.selector)
@@ -379,6 +379,17 @@ class KubernetesBackend(ClusterBackend):
                 views += [frameworks.job_view(obj) for obj in found]
         self._unseen_frameworks = frozenset(unseen)
         return views
+
+    def _copied(
+        self, watched: Collection[tuple[str, str]], kinds: Collection[str]
+    ) -> dict[str, list[Obj]]:
+        """The watcher's copy of the queue-labelled `kinds` it follows, by namespace."""
+        copied: dict[str, list[Obj]] = {}
+        for kind in kinds:
+            if any(k == kind for k, _ in watched):
+                for obj in self.store.items(kind):
+                    copied.setdefault(_namespace(obj), []).append(obj)
+        return copied
 
     def _ours(self, jobs: list[Obj], pods: list[Obj]) -> Ours:
         """The Jobs and pods this install proves it made, against the database's records of
@@ -993,10 +1004,7 @@ class KubernetesBackend(ClusterBackend):
         # What the watcher follows in a namespace comes from its copy (and its unseen
         # namespaces); the rest is listed there.
         followed = self.store.watched if self.store.live else frozenset()
-        copied: dict[str, list[Obj]] = {}
-        for kind in {k for k, _ in followed}:
-            for obj in self.store.items(kind):
-                copied.setdefault(_namespace(obj), []).append(obj)
+        copied = self._copied(followed, {k for k, _ in followed})
         if followed:
             unseen |= self.store.unseen_sources
         for namespace in namespaces:

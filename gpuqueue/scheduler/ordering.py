@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from operator import attrgetter
 
 from gpuqueue.scheduler.horizon import Horizon
@@ -52,8 +52,7 @@ JobKey = tuple[int, int, float, int]
 # keeps its old submission time) would start again, as a starving job, on the GPUs it had just
 # given up, and be preempted again once its minimum runtime ended, for ever. A job that no state
 # of the cluster admits (never.py) is never starving, and blocks no other.
-def starving_key(job: PendingJob) -> tuple[float, int]:
-    return (job.submitted_at, job.id)
+starving_key: Callable[[PendingJob], tuple[float, int]] = attrgetter("submitted_at", "id")
 
 
 # Rule 1b. A team's turn: once the oldest job at its queue's top priority has waited past the
@@ -72,8 +71,8 @@ def turn_of(jobs: list[PendingJob], top: int, one_priority: bool = False) -> Pen
     admits): the one that may have the team's turn. `one_priority`: every job of the queue
     has that priority (most queues), so none is left out."""
     if one_priority:
-        return min(jobs, key=_STARVING)
-    return min((job for job in jobs if job.priority == top), key=_STARVING)
+        return min(jobs, key=starving_key)
+    return min((job for job in jobs if job.priority == top), key=starving_key)
 
 
 # Rule 2. Between teams, the team furthest below its fair share goes next (GPUs in use divided by
@@ -96,7 +95,6 @@ def job_key(job: PendingJob, user_in_use: int) -> JobKey:
     return (-job.priority, user_in_use, job.rank[1], job.id)
 
 
-_STARVING = attrgetter("submitted_at", "id")  # starving_key, read in C
 _RANK = attrgetter("rank")
 _GPUS = attrgetter("gpus")
 _SUBMITTED = attrgetter("submitted_at")

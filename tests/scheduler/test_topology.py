@@ -239,25 +239,29 @@ def test_a_starving_gang_that_could_not_start_anywhere_now_keeps_its_rack_reserv
     assert reservation.expected_start == NOW + 10 * 3600
 
 
-def test_a_gang_holding_out_for_a_rack_preempts_inside_one_rack() -> None:
-    """As for a required rack, the victims of a gang holding out for a preferred one free one
-    rack whole: the gang would not take two half-freed racks."""
-    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+def b_borrows_two_nodes_of_each_rack(job: PendingJob) -> Snapshot:
+    """Two racks of three nodes; team b (no guarantee) borrows two whole nodes in each with
+    one-node jobs 50-53; team a (guaranteed 32 GPUs) waits with `job`."""
     borrowed = (
         running(50, "b", {"r1-n1": 1}, gpus=8),
         running(51, "b", {"r1-n2": 1}, gpus=8),
         running(52, "b", {"r2-n1": 1}, gpus=8),
         running(53, "b", {"r2-n2": 1}, gpus=8),
     )
-    snapshot = Snapshot(
+    return Snapshot(
         NOW,
-        nodes,
+        cluster({"r1": ("b1", 3), "r2": ("b1", 3)}),
         (team("a", guarantee=32), team("b", guarantee=0)),
         borrowed,
-        (gang(1, 3, submitted=NOW - 600),),
+        (job,),
         topologies=LEVELS,
     )
-    result = plan(snapshot)
+
+
+def test_a_gang_holding_out_for_a_rack_preempts_inside_one_rack() -> None:
+    """As for a required rack, the victims of a gang holding out for a preferred one free one
+    rack whole: the gang would not take two half-freed racks."""
+    result = plan(b_borrows_two_nodes_of_each_rack(gang(1, 3, submitted=NOW - 600)))
     victims = {p.job_id for p in result.preemptions}
     assert victims in ({50, 51}, {52, 53})
     (waiting,) = result.pending
@@ -288,22 +292,7 @@ def test_reclaim_for_a_required_rack_frees_one_rack_whole() -> None:
     """Team b borrows one node in each of r1 and r2 with 1-node jobs, and all of r1's third
     node; team a's guarantee asks 3 nodes in one rack. The victims are all in one rack (r1,
     where taking two jobs frees the rack) rather than the cheapest anywhere."""
-    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
-    borrowed = (
-        running(50, "b", {"r1-n1": 1}, gpus=8),
-        running(51, "b", {"r1-n2": 1}, gpus=8),
-        running(52, "b", {"r2-n1": 1}, gpus=8),
-        running(53, "b", {"r2-n2": 1}, gpus=8),
-    )
-    snapshot = Snapshot(
-        NOW,
-        nodes,
-        (team("a", guarantee=32), team("b", guarantee=0)),
-        borrowed,
-        (gang(1, 3, required=True),),
-        topologies=LEVELS,
-    )
-    result = plan(snapshot)
+    result = plan(b_borrows_two_nodes_of_each_rack(gang(1, 3, required=True)))
     victims = {p.job_id for p in result.preemptions}
     assert victims in ({50, 51}, {52, 53})
     (waiting,) = result.pending
