@@ -145,11 +145,24 @@ def dra(kube: Kube, world: Any, dra_cluster: client.ResourceV1Api) -> Iterator[A
     for team in (world.team_a, world.team_b):
         Quota.objects.create(team=team, flavor=h200, guarantee=4, limit=8)
         Quota.objects.create(team=team, flavor=mig, guarantee=2, limit=7)
-    kube.sync_until(lambda: True)
+    settle_devices(kube, dra_cluster)
     world.h200, world.mig = h200, mig
     yield world
     for namespace in ("others", "team-a", "team-b"):
         dra_cluster.delete_collection_namespaced_resource_claim(namespace)
+
+
+def settle_devices(kube: Kube, resource: client.ResourceV1Api) -> None:
+    """Start from free devices: the claims of earlier tests' jobs go a moment after their pods
+    and Secrets (the garbage collector's pace, slower on a loaded machine), and one still
+    allocated would hold its devices against this test's plan."""
+    kube.wait(lambda: not resource.list_resource_claim_for_all_namespaces().items, timeout=60)
+    kube.sync_until(
+        lambda: all(
+            not n.used_externally and not n.draining
+            for n in Node.objects.filter(name__in=DRA_NODES)
+        )
+    )
 
 
 def running(*jobs: Job) -> bool:

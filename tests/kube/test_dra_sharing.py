@@ -40,6 +40,7 @@ from tests.kube.test_dra import (  # noqa: F401 -- the module's DRA cluster fixt
     others_pod_with_claim,
     pods_of,
     running,
+    settle_devices,
 )
 
 FLAVOR = "h200-shared"
@@ -62,6 +63,7 @@ def shared(
     )
     for team in (world.team_a, world.team_b):
         Quota.objects.create(team=team, flavor=flavor, guarantee=4, limit=8)
+    settle_devices(kube, dra_cluster)
     kube.sync_until(lambda: Node.objects.get(name="dra-0").capacity == {RESOURCE: 4})
     yield flavor
     for namespace in ("others", "team-a", "team-b"):
