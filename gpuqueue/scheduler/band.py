@@ -56,7 +56,7 @@ def with_runtimes(snapshot: Snapshot, predictions: Mapping[int, Prediction], q: 
     of what is left given that (`Prediction.remaining`)."""
     now = snapshot.now
     pending = tuple(
-        replace(job, expected_runtime=predictions[job.id].quantile(q))
+        replace(job, expected_runtime=predictions[job.id].quantile(q), runtime_predicted=True)
         if job.expected_runtime is None and job.id in predictions
         else job
         for job in snapshot.pending

@@ -188,6 +188,7 @@ def _requeued(job: RunningJob, original: Mapping[int, PendingJob]) -> PendingJob
         submitted_at=submitted,
         max_runtime=job.max_runtime,
         expected_runtime=job.expected_runtime,
+        runtime_predicted=known is not None and known.runtime_predicted,
     )
 
 

@@ -168,6 +168,11 @@ class PendingJob:
     expected_runtime: float | None = None
     cpu_per_worker: int = 0  # millicores each worker (pod) requests
     memory_per_worker: int = 0  # bytes each worker requests
+    # Whether expected_runtime is gpuqueue's prediction from finished jobs rather than the
+    # submitter's word: only a prediction (or an enforced max_runtime) lets a job backfill
+    # onto a reservation (starvation.backfill_runtime), as nothing holds a job to a
+    # declared expected runtime.
+    runtime_predicted: bool = False
     gpus: int = field(init=False, repr=False, compare=False)  # workers x GPUs per worker
     # What the engine's steps read of a job that is not starving, made once: a plan looks up
     # the verdict for this kind for every pending job (engine.Cycle._consider).

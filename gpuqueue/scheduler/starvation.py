@@ -57,11 +57,13 @@ def backfill_runtime(job: PendingJob, policy: Policy) -> float | None:
     for a prediction that is a median: most jobs end well inside it); else None (it may not
     backfill). A job past its prediction only delays the reservation by what it overruns
     (its node's release is read again every cycle), where a reserved node that nothing may
-    use idles until every job on it has ended."""
+    use idles until every job on it has ended. A declared expected runtime does not count:
+    nothing enforces it, and a submitter who understated it would hold a starving gang's
+    GPUs."""
     if job.max_runtime is not None:
         return job.max_runtime
     factor = policy.backfill_prediction_factor
-    if factor <= 0 or job.expected_runtime is None:
+    if factor <= 0 or job.expected_runtime is None or not job.runtime_predicted:
         return None
     return factor * job.expected_runtime
 

@@ -68,7 +68,9 @@ class ForecastSampler:
                 predictions[job_id] = prediction
         bare = replace(
             snapshot,
-            pending=tuple(replace(j, expected_runtime=None) for j in snapshot.pending),
+            pending=tuple(
+                replace(j, expected_runtime=None, runtime_predicted=False) for j in snapshot.pending
+            ),
             running=tuple(replace(j, expected_runtime=None) for j in snapshot.running),
         )
         levels = self.runtimes.history.band_levels()

@@ -185,3 +185,28 @@ def test_the_engine_reads_a_running_job_as_released_when_a_node_of_its_like_free
     expected = [j.expected_runtime for j in released]
     assert expected == [prediction.quantile(release_level(1, 8)), prediction.quantile(0.5), HOUR]
     assert expected[0] > 900.0 > prediction.quantile(0.5)
+
+
+def test_only_a_prediction_from_finished_jobs_lets_a_job_backfill_not_a_declared_runtime(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    """Backfill lends a starving gang's reserved GPUs to a job that should end before the
+    reservation starts. A declared expected runtime is not enforced: a user declaring 60 s on
+    a long job must not get them, while a job predicted from its finished peers may."""
+    from gpuqueue.cycle.snapshot import load_snapshot, policy_from_settings
+    from gpuqueue.scheduler.starvation import backfill_runtime
+    from gpuqueue.services.forecasts import runtime_history as rh
+
+    sync_cluster(backend)
+    now = timezone.now()
+    finished_like(submit, now, RUNTIMES, gpus_per_worker=8)
+    fill_the_h100s(submit, backend, now)
+    predicted = submit(gpus_per_worker=8)
+    declared = submit(gpus_per_worker=8, expected_runtime_seconds=60)
+    enforced = submit(gpus_per_worker=8, max_runtime_seconds=600)
+    jobs = {job.id: job for job in rh.with_predicted_runtimes(load_snapshot(now)).pending}
+    policy = policy_from_settings()
+    assert jobs[declared.pk].expected_runtime == 60  # still what orders it and forecasts it
+    assert backfill_runtime(jobs[declared.pk], policy) is None
+    assert backfill_runtime(jobs[predicted.pk], policy) == policy.backfill_prediction_factor * 3000
+    assert backfill_runtime(jobs[enforced.pk], policy) == 600

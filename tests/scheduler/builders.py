@@ -136,9 +136,11 @@ def pending(
     expected_runtime: float | None = None,
     cpu: int = 0,
     memory: int = 0,
+    declared: bool = False,
 ) -> PendingJob:
     """pending(1, "a", workers=4, gpus=2): a gang of 4 workers of 2 GPUs, submitted at NOW - id
-    seconds so that smaller ids are older unless told otherwise."""
+    seconds so that smaller ids are older unless told otherwise. An expected runtime is
+    gpuqueue's prediction unless `declared` (the submitter's word)."""
     return PendingJob(
         id=id,
         team=team,
@@ -151,6 +153,7 @@ def pending(
         submitted_at=NOW - 1000 + id if submitted is None else submitted,
         max_runtime=max_runtime,
         expected_runtime=expected_runtime,
+        runtime_predicted=expected_runtime is not None and not declared,
         cpu_per_worker=cpu,
         memory_per_worker=memory,
     )

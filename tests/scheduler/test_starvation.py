@@ -65,6 +65,13 @@ CASES = [
         placements={3: {"n1": 1}},
     ),
     Case(
+        "a declared expected runtime is the submitter's word, which nothing enforces: "
+        "it does not backfill",
+        **draining(pending(3, "c", gpus=4, submitted=NOW - 40, expected_runtime=60, declared=True)),  # type: ignore[arg-type]
+        admitted=set(),
+        reasons={3: ReasonCode.BEHIND_RESERVATION},
+    ),
+    Case(
         "a predicted backfill job whose margin runs past the reservation's start waits",
         **draining(pending(3, "c", gpus=4, submitted=NOW - 40, expected_runtime=600)),  # type: ignore[arg-type]
         admitted=set(),

@@ -163,7 +163,7 @@ class _PredictedPending:
 
 
 def _predicted(job: PendingJob, median: float | None) -> PendingJob:
-    return job if median is None else replace(job, expected_runtime=median)
+    return job if median is None else replace(job, expected_runtime=median, runtime_predicted=True)
 
 
 _PREDICTED_PENDING = _PredictedPending()

@@ -147,7 +147,8 @@ class GpuqueueEngine(SchedulingPolicy):
             priority=job.priority,
             preemptible=job.preemptible,
             submitted_at=now if self.requeue_at_back and run.preemptions else job.submitted_at,
-            expected_runtime=self._expected(run),
+            expected_runtime=(expected := self._expected(run)),
+            runtime_predicted=expected is not None,  # the replay's history (or its oracle)
             topology_level=self.gang_level if job.workers > 1 else "",
             topology_required=self.gang_level_required and job.workers > 1,
             requeued_at=now if run.preemptions else None,
