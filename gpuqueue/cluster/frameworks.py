@@ -14,10 +14,11 @@ job (`read_framework`):
    and holds the gang, saying why, when it has not.
 
 Admission (`admission_patch`) writes, into every pod template, gpuqueue's labels, the
-placement gate, the GPU nodes' tolerations and the pod set's own part of the plan (the
-placement annotation, read by gpuqueue.cluster.gates with the pod-set annotation), and
-unsuspends the object; its operator then makes the pods, gated. Stopping suspends it again
-(`suspend_patch`): the operator deletes its pods.
+placement gate, the GPU nodes' tolerations, the pod set's own part of the plan (the
+placement annotation, read by gpuqueue.cluster.gates with the pod-set annotation) and the
+checkpoint protocol's variables, token and annotations file, and unsuspends the object; its
+operator then makes the pods, gated. Stopping suspends it again (`suspend_patch`): the
+operator deletes its pods.
 
 For the rest of gpuqueue (proof, status, the gate) an admitted object is seen as a batch/v1
 Job (`job_view`): its metadata, `parallelism` = every pod of every pod set, its finish as the
@@ -40,10 +41,13 @@ from gpuqueue.cluster.manifests import (
     PLACEMENT_ANNOTATION,
     PLACEMENT_GATE,
     POD_SET_ANNOTATION,
+    PODINFO_DIR,
     PROOF_ANNOTATION,
     ClusterOptions,
+    checkpoint_env,
     owner_labels,
     planned_slots,
+    podinfo_volume,
     worker_tolerations,
 )
 from gpuqueue.cluster.proof import CONTROLLERS_KEY
@@ -66,6 +70,9 @@ API = {
     KIND_PYTORCH: ("kubeflow.org", "v1", "pytorchjobs"),
     KIND_RAY: ("ray.io", "v1", "rayjobs"),
 }
+# The downward-API volume gpuqueue adds to every pod template for the checkpoint request
+# (named apart from the user's volumes).
+PODINFO_VOLUME = "gpuqueue-podinfo"
 # A PyTorchJob's replica types in the order their pods take the plan's slots.
 PYTORCH_ORDER = ("Master", "Worker")
 
@@ -313,15 +320,37 @@ def split_plan(slots: Sequence[Sequence[Any]], sets: Sequence[PodSet]) -> dict[s
     return out
 
 
+def _with_checkpoint(pod: dict[str, Any], env: Mapping[str, Mapping[str, Any]]) -> None:
+    """Every main container of the pod gets the checkpoint protocol's variables (gpuqueue's
+    win over the user's of the same name, as for gpuqueue's own Jobs) and the pod's
+    annotations at PODINFO_DIR; the volume is written again at every admission."""
+    volumes = [v for v in pod.get("volumes") or [] if v.get("name") != PODINFO_VOLUME]
+    pod["volumes"] = [*volumes, podinfo_volume(PODINFO_VOLUME)]
+    for container in pod.get("containers") or []:
+        container["env"] = [
+            *[e for e in container.get("env") or [] if e.get("name") not in env],
+            *({"name": name, **value} for name, value in env.items()),
+        ]
+        mounts = [
+            m
+            for m in container.get("volumeMounts") or []
+            if m.get("name") != PODINFO_VOLUME and m.get("mountPath") != PODINFO_DIR
+        ]
+        mount = {"name": PODINFO_VOLUME, "mountPath": PODINFO_DIR, "readOnly": True}
+        container["volumeMounts"] = [*mounts, mount]
+
+
 def _patched_template(
     template: Obj,
     labels: Mapping[str, str],
     plan: list[Any],
     pod_set: str,
     tolerations_wanted: Sequence[Obj],
+    env: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """The template with gpuqueue's labels, its part of the plan, the gate and the GPU nodes'
-    tolerations added; the user's own gates, tolerations, labels and annotations stay."""
+    """The template with gpuqueue's labels, its part of the plan, the gate, the GPU nodes'
+    tolerations and the checkpoint protocol (`_with_checkpoint`) added; the user's own gates,
+    tolerations, labels and annotations stay."""
     out = copy.deepcopy(dict(template))
     meta = out.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}), **labels}
@@ -341,6 +370,7 @@ def _patched_template(
         if toleration not in tolerations:
             tolerations.append(toleration)
     pod["tolerations"] = tolerations
+    _with_checkpoint(pod, env)
     return out
 
 
@@ -348,7 +378,8 @@ def admission_patch(
     obj: Obj, spec: LaunchSpec, options: ClusterOptions, hostnames: Mapping[str, str]
 ) -> dict[str, Any]:
     """The merge patch that admits the suspended object as attempt `spec`: gpuqueue's labels
-    and proof on it, every pod template patched (`_patched_template`), and unsuspended. The
+    and proof on it, every pod template patched (`_patched_template`; the token its
+    containers read is in the attempt's Secret, made first), and unsuspended. The
     resourceVersion makes it a compare-and-swap. A RayJob's worker groups are a list, which a
     merge patch replaces whole: the list is written back with every group as it was but for
     its template."""
@@ -358,11 +389,12 @@ def admission_patch(
     labels = owner_labels(spec)
     plans = split_plan(planned_slots(spec, hostnames), sets)
     tolerations = worker_tolerations(spec, options)
+    env = checkpoint_env(spec, options)
     patched = copy.deepcopy(dict(obj.get("spec") or {}))
     for s in sets:
         where = _get({"spec": patched}, s.path[:-1])
         where["template"] = _patched_template(
-            where.get("template") or {}, labels, plans[s.name], s.name, tolerations
+            where.get("template") or {}, labels, plans[s.name], s.name, tolerations, env
         )
     body: dict[str, Any] = {}
     if kind_of(obj) == KIND_PYTORCH:

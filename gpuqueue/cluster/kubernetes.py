@@ -698,21 +698,8 @@ class KubernetesBackend(ClusterBackend):
             return self._admit_source(spec, hostnames)
         record = Record(namespace=spec.namespace, proof=spec.proof)
         options = replace(self.options, pod_group=self.serves_pod_groups())
-        # 2.
-        token = f"gqj_{spec.job_id}_{secrets.token_urlsafe(32)}"
-        name = mf.token_secret_name(*key)
-        try:
-            owner = self._create(
-                "secret",
-                self.core.create_namespaced_secret,
-                spec.namespace,
-                mf.secret_manifest(spec, token),
-            )
-        except Conflict:
-            owner = self._read("secret", self.core.read_namespaced_secret, spec.namespace, name)
-            if not proof.is_our_secret(owner, key, record):  # 4.
-                raise Squatted(_squatted("Secret", spec.namespace, name)) from None
-            token = _token_in(owner) or token
+        # 2. (and 4. for the Secret)
+        token, owner = self._token_secret(spec)
         secret_uid = _uid(owner)
         # 3.
         name = mf.workload_name(*key)
@@ -796,6 +783,27 @@ class KubernetesBackend(ClusterBackend):
                 )
             raise
         return Launched(token=token, secret_uid=secret_uid, job_uid=made.get("job", ""))
+
+    def _token_secret(self, spec: LaunchSpec, owner: Obj | None = None) -> tuple[str, Obj]:
+        """The attempt's token Secret and the token in it: a new one, or the one an earlier
+        launch of this attempt made (adopted only with the attempt's proof, else Squatted).
+        `owner`: the user's object it goes with, for an attempt that admits one."""
+        key = (spec.job_id, spec.attempt)
+        token = f"gqj_{spec.job_id}_{secrets.token_urlsafe(32)}"
+        name = mf.token_secret_name(*key)
+        try:
+            secret = self._create(
+                "secret",
+                self.core.create_namespaced_secret,
+                spec.namespace,
+                mf.secret_manifest(spec, token, owner),
+            )
+        except Conflict:
+            secret = self._read("secret", self.core.read_namespaced_secret, spec.namespace, name)
+            if not proof.is_our_secret(secret, key, Record(spec.namespace, proof=spec.proof)):
+                raise Squatted(_squatted("Secret", spec.namespace, name)) from None
+            token = _token_in(secret) or token
+        return token, secret
 
     def _admit_source(self, spec: LaunchSpec, hostnames: Mapping[str, str]) -> Launched:
         """Admit the user's suspended Job the job mirrors (gpuqueue.cluster.sources): the plan,
@@ -883,9 +891,14 @@ class KubernetesBackend(ClusterBackend):
 
     def _admit_framework(self, spec: LaunchSpec, hostnames: Mapping[str, str]) -> Launched:
         """Admit the user's suspended PyTorchJob or RayJob the job mirrors, as _admit_source
-        admits a Job: every pod template patched with the plan and the gate, and unsuspended,
-        in one compare-and-swap (gpuqueue.cluster.frameworks.admission_patch). Only the object
-        recorded when it was mirrored (its kind, name and uid) is touched."""
+        admits a Job: every pod template patched with the plan, the gate and the checkpoint
+        protocol, and unsuspended, in one compare-and-swap
+        (gpuqueue.cluster.frameworks.admission_patch). Only the object recorded when it was
+        mirrored (its kind, name and uid) is touched. The attempt's token Secret is made
+        first, owned by the object (it goes with it); its token is returned for the caller
+        to keep its hash, as for gpuqueue's own Jobs. (A CRD's pod templates may change while
+        it is suspended; a batch Job's may not gain variables or volumes, so a labelled Job
+        gets no token.)"""
         key, kind, what = (spec.job_id, spec.attempt), spec.source_kind, spec.source
         for _ in range(3):
             obj = self._read_framework(kind, spec.namespace, what)
@@ -893,7 +906,8 @@ class KubernetesBackend(ClusterBackend):
                 raise ClusterError(f"{kind} {spec.namespace}/{what} is gone", transient=True)
             if not frameworks.is_suspended(obj):
                 if mf.attempt_of(obj) == key:
-                    return Launched(token=secrets.token_urlsafe(32), job_uid=spec.source_uid)
+                    token, secret = self._token_secret(spec, obj)
+                    return Launched(token, secret_uid=_uid(secret), job_uid=spec.source_uid)
                 raise ClusterError(
                     f"{kind} {spec.namespace}/{what} still runs its previous attempt",
                     transient=True,
@@ -905,6 +919,7 @@ class KubernetesBackend(ClusterBackend):
                 raise ClusterError(
                     f"{kind} {spec.namespace}/{what} is still suspending", transient=True
                 )
+            token, secret = self._token_secret(spec, obj)
             patch = frameworks.admission_patch(obj, spec, self.options, hostnames)
             try:
                 self._patch_framework(kind, spec.namespace, what, patch)
@@ -914,13 +929,20 @@ class KubernetesBackend(ClusterBackend):
                 raise ClusterError(
                     f"{kind} {spec.namespace}/{what} is gone", transient=True
                 ) from None
-            return Launched(token=secrets.token_urlsafe(32), job_uid=spec.source_uid)
+            return Launched(token, secret_uid=_uid(secret), job_uid=spec.source_uid)
         raise ClusterError(f"{kind} {spec.namespace}/{what} keeps changing", transient=True)
 
     def _stop_framework(self, record: Record, key: Key) -> None:
         """Stop the user's PyTorchJob or RayJob as _stop_source stops a Job: suspend it (its
-        operator deletes its pods), and delete it when the job was cancelled."""
+        operator deletes its pods), and delete it when the job was cancelled. The attempt's
+        token Secret goes either way (proven gpuqueue's, by its recorded uid)."""
         kind, namespace, name = record.source_kind, record.namespace, record.source
+        secret_name = mf.token_secret_name(*key)
+        secret = self._get("secret", self.core.read_namespaced_secret, namespace, secret_name)
+        if secret is not None and proof.is_our_secret(secret, key, record):
+            self._delete(
+                "secret", self.core.delete_namespaced_secret, namespace, secret_name, _uid(secret)
+            )
         obj = self._read_framework(kind, namespace, name)
         if obj is None or _uid(obj) != record.job_uid:
             return

@@ -214,13 +214,16 @@ def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def secret_manifest(spec: LaunchSpec, token: str) -> dict[str, Any]:
+def secret_manifest(
+    spec: LaunchSpec, token: str, owner: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The per-attempt token the workload acknowledges its checkpoint with; it owns the
-    attempt's Service and Job."""
+    attempt's Service and Job. A user's own object it admits owns it (`owner`): it goes
+    with that object."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(spec, token_secret_name(spec.job_id, spec.attempt)),
+        "metadata": _metadata(spec, token_secret_name(spec.job_id, spec.attempt), owner),
         "type": "Opaque",
         "stringData": {TOKEN_KEY: token},
     }
@@ -378,14 +381,7 @@ def job_manifest(
         "containers": [_container(spec, options, name)],
         "volumes": [
             _shm_volume(spec),
-            {
-                "name": "podinfo",
-                "downwardAPI": {
-                    "items": [
-                        {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
-                    ]
-                },
-            },
+            podinfo_volume(),
             *(
                 {
                     "name": _volume_name(i),
@@ -615,6 +611,25 @@ def _env(spec: LaunchSpec, options: ClusterOptions, name: str) -> list[dict[str,
             "value": f"{name}-0.{name}.{spec.namespace}.svc" if has_service(spec) else "127.0.0.1"
         },
         "MASTER_PORT": {"value": str(options.master_port)},
+        **checkpoint_env(spec, options),
+    }
+    if options.pin_visible_devices:
+        ours.update({key: {"value": value} for key, value in PINNED_DEVICE_ENV.items()})
+    # A job written before a name was reserved may still carry it: dropped, never passed on.
+    env = [
+        {"name": str(key), "value": str(value)}
+        for key, value in sorted(spec.env.items())
+        if key not in ours and key not in RESERVED_DEVICE_ENV
+    ]
+    env += [{"name": key, **value} for key, value in ours.items()]
+    return env
+
+
+def checkpoint_env(spec: LaunchSpec, options: ClusterOptions) -> dict[str, dict[str, Any]]:
+    """What a workload needs for the checkpoint protocol (gpuqueue.client.workload): its job,
+    where gpuqueue answers, the file of its pod's annotations and the attempt's token, read
+    from the attempt's Secret."""
+    return {
         "GPUQUEUE_JOB_ID": {"value": str(spec.job_id)},
         "GPUQUEUE_URL": {"value": options.public_url.rstrip("/")},
         "GPUQUEUE_ANNOTATIONS_FILE": {"value": ANNOTATIONS_FILE},
@@ -627,16 +642,16 @@ def _env(spec: LaunchSpec, options: ClusterOptions, name: str) -> list[dict[str,
             }
         },
     }
-    if options.pin_visible_devices:
-        ours.update({key: {"value": value} for key, value in PINNED_DEVICE_ENV.items()})
-    # A job written before a name was reserved may still carry it: dropped, never passed on.
-    env = [
-        {"name": str(key), "value": str(value)}
-        for key, value in sorted(spec.env.items())
-        if key not in ours and key not in RESERVED_DEVICE_ENV
-    ]
-    env += [{"name": key, **value} for key, value in ours.items()]
-    return env
+
+
+def podinfo_volume(name: str = "podinfo") -> dict[str, Any]:
+    """The downward-API volume of the pod's annotations, where the checkpoint request shows."""
+    return {
+        "name": name,
+        "downwardAPI": {
+            "items": [{"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]
+        },
+    }
 
 
 def rfc3339(moment: datetime) -> str:

@@ -149,12 +149,54 @@ def test_admission_writes_each_pod_set_s_part_of_the_plan_and_unsuspends() -> No
     ]
     assert worker["spec"]["schedulingGates"] == [{"name": "theirs"}, {"name": mf.PLACEMENT_GATE}]
     assert master["metadata"]["labels"][mf.LABEL_ATTEMPT] == "1"
-    # The rest of the replica spec is the user's, untouched.
+    # The rest of the replica spec is the user's, untouched but for the checkpoint protocol.
     assert replicas["Worker"]["replicas"] == 3 and replicas["Worker"]["restartPolicy"] == "Never"
-    assert (
-        worker["spec"]["containers"]
-        == obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    [theirs] = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    [ours] = worker["spec"]["containers"]
+    assert {k: v for k, v in ours.items() if k not in ("env", "volumeMounts")} == {
+        k: v for k, v in theirs.items() if k not in ("env", "volumeMounts")
+    }
+
+
+def test_admission_hands_every_container_the_attempt_s_checkpoint_token_and_annotations() -> None:
+    """The workload acknowledges a checkpoint as gpuqueue's own Jobs do: the token from the
+    attempt's Secret, its job id and the file of its pod's annotations, in every container of
+    every pod set; a variable of the user's under one of those names does not win."""
+    obj = pytorchjob()
+    [container] = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    container["env"] = [
+        {"name": "LR", "value": "3e-4"},
+        {"name": "GPUQUEUE_JOB_TOKEN", "value": "forged"},
+    ]
+    patch = fw.admission_patch(obj, spec(), mf.ClusterOptions(), {"h100-0": "h0", "h100-1": "h1"})
+    for replica in ("Master", "Worker"):
+        pod = patch["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]
+        env = {e["name"]: e for e in pod["containers"][0]["env"]}
+        assert env["GPUQUEUE_JOB_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+            "name": mf.token_secret_name(7, 1),
+            "key": mf.TOKEN_KEY,
+        }
+        assert env["GPUQUEUE_JOB_ID"]["value"] == "7"
+        assert env["GPUQUEUE_ANNOTATIONS_FILE"]["value"] == mf.ANNOTATIONS_FILE
+        [volume] = [v for v in pod["volumes"] if v["name"] == fw.PODINFO_VOLUME]
+        assert volume["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"] == (
+            "metadata.annotations"
+        )
+        assert {"name": fw.PODINFO_VOLUME, "mountPath": mf.PODINFO_DIR, "readOnly": True} in pod[
+            "containers"
+        ][0]["volumeMounts"]
+    worker = patch["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    names = [e["name"] for e in worker["containers"][0]["env"]]
+    assert names.count("GPUQUEUE_JOB_TOKEN") == 1 and names[0] == "LR"
+    # Admitted again (a later attempt): written afresh, not added twice.
+    again = copy.deepcopy(obj)
+    again["spec"]["pytorchReplicaSpecs"] = patch["spec"]["pytorchReplicaSpecs"]
+    second = fw.admission_patch(
+        again, spec(), mf.ClusterOptions(), {"h100-0": "h0", "h100-1": "h1"}
     )
+    pod = second["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"]].count(fw.PODINFO_VOLUME) == 1
+    assert len(pod["containers"][0]["volumeMounts"]) == len(worker["containers"][0]["volumeMounts"])
 
 
 def test_a_rayjob_s_head_goes_to_its_first_worker_s_node() -> None:

@@ -9,6 +9,7 @@ PyTorchJob, one labelled for another team, one not created suspended, and a GPU 
 
 from __future__ import annotations
 
+import base64
 import copy
 import subprocess
 import threading
@@ -19,10 +20,12 @@ from typing import Any
 
 import pytest
 import yaml
+from django.test import Client
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpuqueue.cluster.k8s_watch import QUEUED, follow, start_watches
+from gpuqueue.cluster.manifests import PODINFO_DIR, token_secret_name
 from gpuqueue.cluster.sources import JOB_ANNOTATION, STATUS_ANNOTATION
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
@@ -194,6 +197,10 @@ def create(
     )
 
 
+def secrets(kube: Kube) -> list[Any]:
+    return list(kube.core.list_namespaced_secret("team-a").items)
+
+
 def pods_except(kube: Kube, blocker: Job) -> list[dict[str, Any]]:
     """Every pod in team-a but the blocker's."""
     return [
@@ -284,13 +291,37 @@ def test_a_labelled_pytorchjob_waits_runs_as_planned_is_preempted_resumes_and_is
     pods = kube.pods("team-a", selector="training.kubeflow.org/job-name=pretrain")
     assert len(pods) == 4 and all(p["status"]["phase"] == "Running" for p in pods)
     assert Counter(p["spec"]["nodeName"] for p in pods) == Counter(job.placement)
+    # Every pod can take part in the checkpoint protocol as gpuqueue's own workers do: the
+    # attempt's token from a Secret that goes with the PyTorchJob, and its annotations file.
+    secret_name = token_secret_name(job.pk, 1)
+    secret = kube.core.read_namespaced_secret(secret_name, "team-a")
+    [owner] = secret.metadata.owner_references
+    assert (owner.kind, owner.name) == ("PyTorchJob", "pretrain")
+    for pod in pods:
+        [container] = pod["spec"]["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["GPUQUEUE_JOB_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == secret_name
+        assert env["GPUQUEUE_JOB_ID"]["value"] == str(job.pk)
+        assert PODINFO_DIR in {m["mountPath"] for m in container["volumeMounts"]}
+    token = base64.b64decode(secret.data["token"]).decode()
 
-    # A job of a higher priority preempts it: suspended (its pods go), its job requeued.
+    # A job of a higher priority preempts it. The workload acknowledges its checkpoint with
+    # the token well inside its grace: suspended (its pods go) and requeued at once, without
+    # waiting out the grace; the attempt's Secret goes.
+    Job.objects.filter(pk=job.pk).update(checkpoint_grace_seconds=600)
     urgent = submit(world.alice, workers=1, gpus_per_worker=8, priority=10, annotations=LONG)
     run_cycle(backend=kube.backend)
     urgent.refresh_from_db()
     assert state(job) == JobState.PREEMPTING, urgent.pending_reason
+    response = Client().post(
+        f"/api/v1/jobs/{job.pk}/checkpointed/",
+        {"location": "s3://ckpt/pretrain/step-300"},
+        content_type="application/json",
+        headers={"authorization": f"Bearer {token}"},
+    )
+    assert response.status_code == 200, response.content
     kube.sync_until(lambda: state(job) == JobState.PENDING)
+    kube.wait(lambda: secret_name not in {s.metadata.name for s in secrets(kube)})
     kube.wait(lambda: read(kube, PYTORCH, "pretrain")["spec"]["runPolicy"]["suspend"] is True)
     kube.wait(lambda: not kube.pods("team-a", selector="training.kubeflow.org/job-name=pretrain"))
     # ... and resumes, as a second attempt, once the room is back.
