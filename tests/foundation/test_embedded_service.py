@@ -83,7 +83,8 @@ def test_make_run_serves_a_job_end_to_end_and_survives_a_restart(service: Servic
     }
     celery = {n for n, cmd in nice.values() if "celery" in cmd}
     granian = {n for n, cmd in nice.values() if "granian" in cmd}
-    assert celery == {own + 5} and granian == {own}, nice
+    # (19 is the lowest priority there is: a test run already that nice cannot go lower.)
+    assert celery == {min(own + 5, 19)} and granian == {own}, nice
     # Started by root, no process of the service runs as root (PostgreSQL, not a child of the
     # launcher, runs as a system user of its own).
     if os.geteuid() == 0:
