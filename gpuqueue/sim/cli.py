@@ -170,7 +170,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_fillup(args: argparse.Namespace) -> int:
-    from gpuqueue.sim.fillup import SAMPLED, fill_up, load_nodes, load_pods
+    from gpuqueue.sim.fillup import FGD_SIMULATOR, SAMPLED, fill_up, load_nodes, load_pods
 
     nodes = load_nodes(args.nodes)
     pods, sharing = load_pods(args.trace, args.fractional)
@@ -205,8 +205,9 @@ def cmd_fillup(args: argparse.Namespace) -> int:
         frag = sum(r.frag_amount[100] for r in runs) / n
         ratio = sum(r.frag_ratio[90] for r in runs) / n
         wall = sum(r.wall_seconds for r in runs)
+        weights = "pods" if strategy == FGD_SIMULATOR else args.weights  # FGD counts pods
         print(
-            f"| {strategy}, `{args.fractional}`, {args.weights} | {n} | {a100:.2f} "
+            f"| {strategy}, `{args.fractional}`, {weights} | {n} | {a100:.2f} "
             f"| {a130:.2f} | {frag:.2f} | {ratio:.1f} | {wall:.1f} |"
         )
     for name, (a100s, a130s, frags, ratios) in sorted(fgd.items()):
@@ -238,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     fill.add_argument("--trace", required=True, help="openb pod list")
     fill.add_argument("--nodes", required=True, help="openb node list")
     fill.add_argument(
-        "--policies", default="binpack,fgd", help="placement strategies: binpack, spread, fgd"
+        "--policies",
+        default="binpack,fgd",
+        help="placement strategies: binpack, spread, fgd; fgd-sim: FGD's own rule (reference)",
     )
     fill.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[42])
     fill.add_argument(

@@ -30,6 +30,8 @@ from gpuqueue.scheduler.model import (
 )
 
 FLAVOR = "gpu"
+# The reference placement: FGD's own rule as its simulator runs it (fgd_simulator.py).
+FGD_SIMULATOR = "fgd-sim"
 MIB = 1 << 20
 MODES = ("share", "skip", "round-up")
 
@@ -161,25 +163,16 @@ def fill_up(
        holds it; spread: the most).
     4. After each step: the allocation; at SAMPLED steps, the fragmentation as FGD measures it
        (`FgdMeasure`, against FGD's typical pods whatever the placement's `weights`).
+    With `fgd-sim` (FGD_SIMULATOR), FGD's own rule places every pod instead, one at a time:
+    the reference that shows this procedure gives FGD's published figures.
     """
     started = time.perf_counter()
-    rng = random.Random(seed)
-    order = list(pods)
-    rng.shuffle(order)
+    if strategy == FGD_SIMULATOR:
+        from gpuqueue.sim.fgd_simulator import fgd_simulator_fill_up
+
+        return fgd_simulator_fill_up(pods, nodes, seed, tune)
+    _, arrivals, steps = arrive(pods, nodes, seed, tune)
     capacity = sum(n.gpus for n in nodes)
-    target = tune * capacity * FULL
-    total = sum(p.gpu_milli for p in order)
-    while total < target:
-        extra = rng.choice(pods)
-        order.append(extra)
-        total += extra.gpu_milli
-    steps = round(tune * 100)
-    arrivals: list[list[tuple[int, Pod]]] = [[] for _ in range(steps + 1)]
-    arrived = 0
-    for i, pod in enumerate(order):
-        arrived += pod.gpu_milli
-        step = min(int(100 * arrived / (capacity * FULL) + 0.999999), steps)
-        arrivals[step].append((i, pod))
     workload = target_workload(pods, sum(n.cpu for n in nodes) / capacity, weights)
     policy = Policy(
         placement=PlacementStrategy(strategy),
@@ -275,7 +268,33 @@ def fill_up(
                 frag_ratio[step] = 100.0 * frag / idle if idle > 0 else 0.0
         alloc[step] = 100.0 * allocated / (capacity * FULL)
     wall = time.perf_counter() - started
-    return FillUp(strategy, seed, capacity, alloc, frag_amount, frag_ratio, len(order), wall)
+    arrived = sum(len(step) for step in arrivals)
+    return FillUp(strategy, seed, capacity, alloc, frag_amount, frag_ratio, arrived, wall)
+
+
+def arrive(
+    pods: Sequence[Pod], nodes: Sequence[OpenbNode], seed: int, tune: float
+) -> tuple[random.Random, list[list[tuple[int, Pod]]], int]:
+    """Steps 1 and 2 of `fill_up`: the seeded generator (drawn no further), the pods of each
+    step (index in arrival order, pod), the last step."""
+    rng = random.Random(seed)
+    order = list(pods)
+    rng.shuffle(order)
+    capacity = sum(n.gpus for n in nodes)
+    target = tune * capacity * FULL
+    total = sum(p.gpu_milli for p in order)
+    while total < target:
+        extra = rng.choice(pods)
+        order.append(extra)
+        total += extra.gpu_milli
+    steps = round(tune * 100)
+    arrivals: list[list[tuple[int, Pod]]] = [[] for _ in range(steps + 1)]
+    arrived = 0
+    for i, pod in enumerate(order):
+        arrived += pod.gpu_milli
+        step = min(int(100 * arrived / (capacity * FULL) + 0.999999), steps)
+        arrivals[step].append((i, pod))
+    return rng, arrivals, steps
 
 
 # FGD's typical pods (its experiments' `typicalPodsConfig`): CPU-only pods involved, the most
