@@ -20,6 +20,7 @@ chooses the nodes.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -360,26 +361,47 @@ class Topology:
                 within[victim.id] = domain
             if domain is not None:
                 inside.setdefault(domain.path, []).append((victim, kind))
-        order: list[tuple[int, Domain, list[tuple[RunningJob, str]]]] = []
+        # The domains whose GPUs, with all their candidates gone, would hold the gang's
+        # workers: in no other could any of them be enough (room besides GPUs only lowers it).
+        order: list[tuple[int, int, Domain, list[tuple[RunningJob, str]]]] = []
+        free, incoming = fl.free, fl.incoming
+        g, workers = job.gpus_per_worker, job.workers
         for domain in self.domains(fl, level):
             theirs = inside.get(domain.path)
             if not theirs:
                 continue
-            here = sum(max(fl.free.get(n, 0), 0) + fl.incoming.get(n, 0) for n in domain.nodes)
-            gain = sum(v.gpus for v, _ in theirs)
-            if here + gain >= job.gpus:
-                order.append((-(here + gain), domain, theirs))
-        order.sort(key=lambda t: (t[0], t[1].path))
-        for _, domain, theirs in order:
+            back: dict[str, int] = {}
+            gain = 0
+            for victim, _ in theirs:
+                gain += victim.gpus
+                for node, count in victim.placement:
+                    back[node] = back.get(node, 0) + count * victim.gpus_per_worker
+            here = most = 0
+            for node in domain.nodes:
+                count = free.get(node, 0)
+                count = (count if count > 0 else 0) + incoming.get(node, 0)
+                here += count
+                most += (count + back.get(node, 0)) // g
+            if here + gain >= job.gpus and most >= workers:
+                order.append((-(here + gain), here, domain, theirs))
+        order.sort(key=lambda t: (t[0], t[2].path))
+        need = job.gpus
+        for _, here, domain, theirs in order:
             mark = ledger.checkpoint()
             chosen: list[tuple[RunningJob, str]] = []
             found: Found | None = None
+            # The domain's GPUs with the chosen victims gone: placing is tried only once they
+            # are enough (fewer never hold the gang).
+            have = here
             for victim, kind in theirs:
                 if len(chosen) >= budget:
                     break
                 if not take(victim, kind):
                     continue
                 chosen.append((victim, kind))
+                have += victim.gpus
+                if have < need:
+                    continue
                 found = self._in(fl, job, domain, strategy, cap, level)
                 if found is not None and limit_ok():
                     break
@@ -388,11 +410,14 @@ class Topology:
                 ledger.rollback(mark)
                 continue
             for pair in reversed(chosen[:-1]):
+                if have - pair[0].gpus < need:
+                    continue
                 ledger.unrelease(pair[0])
                 again = self._in(fl, job, domain, strategy, cap, level)
                 if again is not None and limit_ok():
                     chosen.remove(pair)
                     found = again
+                    have -= pair[0].gpus
                 else:
                     ledger.release(pair[0])
             ledger.commit(mark)
@@ -510,6 +535,47 @@ class Counts:
                 insort(order, (before + count - old_count, path))
             for depth in range(1, len(path) + 1):
                 total[path[:depth]] += count - old_count
+
+    def until_holds(
+        self,
+        events: Sequence[tuple[float, str, int, int]],
+        avail: dict[str, int],
+        member: Mapping[str, Domain],
+        workers: int,
+        need: int,
+    ) -> float:
+        """Add each event's GPUs (time, node, GPUs, job) to `avail` in turn until one domain
+        holds the gang (no domain holds it before the first): the time of that event, or
+        math.inf. Counts only each domain's own GPUs and workers on the way (`order` and the
+        outer totals are left behind: these counts are dropped after)."""
+        g, cap = self.g, self.cap
+        by_node, fit, total = self.by_node, self.fit, self.total
+        self._most = None
+        for time, node, gpus, _ in events:
+            old = avail.get(node)
+            if old is None:
+                continue
+            count = old + gpus
+            avail[node] = count
+            domain = member.get(node)
+            if domain is None:
+                continue
+            if count < 0:
+                count = 0
+            per_node = count // g
+            if cap is not None and per_node > 0:
+                per_node = min(per_node, cap(node))
+            old_count, old_fit = by_node.get(node, (0, 0))
+            by_node[node] = (count, per_node)
+            path = domain.path
+            here = fit[path] + per_node - old_fit
+            fit[path] = here
+            gpus_here = total[path] + count - old_count
+            total[path] = gpus_here
+            # No domain held it before: only this one may now.
+            if gpus_here >= need and here >= workers:
+                return time
+        return math.inf
 
     def holds(self, domain: Domain, workers: int, need: int) -> bool:
         """Whether `domain` has `need` GPUs and room for `workers` (as `tightest` asks)."""
