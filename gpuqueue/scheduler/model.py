@@ -302,8 +302,8 @@ class Policy:
     # topology_split_cost times its runtime (its max runtime, else its predicted one): waiting
     # costs the gang the wait, splitting costs it the slowdown over its whole run, so a short
     # gang splits sooner than a long one. On the Philly replay on racks, 16 h and 1 put 97 % of
-    # gangs in one rack, with the mean delay 7 % under the replay without levels
-    # (docs/benchmarks.md).
+    # gangs in one rack, the mean delay 7 % under the replay without levels and the maximum
+    # 12.5 % over it (docs/benchmarks.md).
     topology_reserve_seconds: float = 16 * 3600.0
     # The share of its runtime a gang split across domains is taken to lose (1: it runs twice
     # as long; across spine switches NCCL runs at a fraction of one rack's speed). 0: only

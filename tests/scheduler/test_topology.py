@@ -385,7 +385,7 @@ def test_a_required_gang_never_spans_two_domains_and_the_invariants_hold(
             if key == RACK:
                 assert all(labels[n].get(RACK) for n, _ in admission.placement)
             assert admission.domain.startswith(f"{key}=")
-    # The domains' kept counts (topology.Counts) change no plan.
+    # The domains' kept counts (topology.DomainGPUs, Counts) change no plan.
     assert Cycle(snapshot, policy, memo=False).run() == result
     test_properties.test_every_plan_keeps_the_invariants.hypothesis.inner_test(  # type: ignore[attr-defined]
         snapshot, policy
