@@ -3,7 +3,7 @@ requiring one.
 
     python benchmarks/topology_replay.py [--trace PATH] [--cluster 80x8:rack=8:block=4]
         [--sample FRACTION] [--modes none,prefer,require] [--patience S] [--reserve S]
-        [--why] [--worst N]
+        [--split-cost F] [--why] [--worst N]
 
 Prints one JSON line per mode: the mean and maximum queueing delay (hours), the gangs of
 several workers, how many of them could fit one rack (workers x GPUs within a rack's GPUs),
@@ -58,6 +58,9 @@ def main() -> None:
     parser.add_argument(
         "--worst", type=int, default=0, help="also list the N jobs that waited longest"
     )
+    parser.add_argument(
+        "--split-cost", type=float, help="Policy.topology_split_cost (default: its own)"
+    )
     args = parser.parse_args()
     if args.patience_from_fit:
         import topology_why
@@ -81,6 +84,8 @@ def main() -> None:
         policy = replace(policy, topology_patience_seconds=args.patience)
     if args.reserve is not None:
         policy = replace(policy, topology_reserve_seconds=args.reserve)
+    if args.split_cost is not None:
+        policy = replace(policy, topology_split_cost=args.split_cost)
     base = replace(base, engine_policy=policy)
     for mode in args.modes.split(","):
         config = base
@@ -112,6 +117,7 @@ def main() -> None:
                     "mode": mode,
                     "patience_s": config.engine_policy.topology_patience_seconds,
                     "reserve_s": config.engine_policy.topology_reserve_seconds,
+                    "split_cost": config.engine_policy.topology_split_cost,
                     "cluster": args.cluster,
                     "load": round(w.offered_load, 3),
                     "delay_mean_h": round(float(summary["delay_mean_s"]) / 3600, 3),  # type: ignore[arg-type]

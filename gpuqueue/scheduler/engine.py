@@ -422,10 +422,11 @@ class Cycle:
            backfill there; step 9 takes victims inside one domain). It takes the next level
            out, or any nodes, only when no such reservation can be made (step 10): every
            reservation taken, no known end frees a domain, or it could start now on several
-           domains and no domain is expected to hold it within
-           Policy.topology_reserve_seconds. Splitting at once breaks the racks that the
-           gangs after it need; waiting on without bound for a domain makes the longest
-           waits longer (the replay on racks, docs/benchmarks.md).
+           domains and no domain is expected to hold it within `_split_bound` (the
+           bound, or less for a gang whose runtime is short: what the split would cost it).
+           Splitting at once breaks the racks that the gangs after it need; waiting on
+           without bound for a domain makes the longest waits longer (the replay on racks,
+           docs/benchmarks.md).
         A gang past its patience that is not starving (it borrows beyond its team's share)
         takes what fits: it holds nothing back for itself and may be reclaimed."""
         held = self._holding_out.get(job.id)
@@ -442,6 +443,19 @@ class Cycle:
             )
             self._holding_out[job.id] = held
         return held
+
+    def _split_bound(self, job: PendingJob) -> float:
+        """How long a gang past its patience that could start now across domains waits for one
+        (step 10): Policy.topology_reserve_seconds, and no longer than what the split would
+        cost it, Policy.topology_split_cost times its max runtime, else its predicted one."""
+        bound = self.policy.topology_reserve_seconds
+        cost = self.policy.topology_split_cost
+        runtime = job.max_runtime
+        if runtime is None and job.runtime_predicted:
+            runtime = job.expected_runtime
+        if cost > 0 and runtime is not None:
+            bound = min(bound, cost * runtime)
+        return bound
 
     def _past_patience(self, job: PendingJob) -> bool:
         """Whether a gang preferring a level has waited out its patience (`_holds_out`)."""
@@ -647,7 +661,7 @@ class Cycle:
             # (`_holds_out`, b): else it is decided again, as one that takes what fits.
             past = strict and not job.topology_required and self._past_patience(job)
             if past:
-                hold = self.policy.topology_reserve_seconds
+                hold = self._split_bound(job)
                 reservation = self.reserver.reserve(job, True, known=True, beyond=hold)
             else:
                 reservation = self.reserver.reserve(job, strict)

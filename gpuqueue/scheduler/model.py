@@ -298,10 +298,17 @@ class Policy:
     topology_patience_seconds: float = 3600.0
     # Past its patience a starving gang that one domain could hold has the domain expected to
     # free soonest reserved for it (engine.py, `_holds_out`); when it could start now on several
-    # domains, it waits for that one only if it is expected within this long. 8 h: on the
-    # Philly replay on racks, 4 / 8 / 16 h put 88 / 92 / 98 % of gangs in one rack, with the
-    # maximum delay +3 / +3 / +21 % of the replay without levels (docs/benchmarks.md).
-    topology_reserve_seconds: float = 8 * 3600.0
+    # domains, it waits for that one only if it is expected within this long, and within
+    # topology_split_cost times its runtime (its max runtime, else its predicted one): waiting
+    # costs the gang the wait, splitting costs it the slowdown over its whole run, so a short
+    # gang splits sooner than a long one. On the Philly replay on racks, 16 h and 1 put 97 % of
+    # gangs in one rack, the mean delay 7 % under the replay without levels and the maximum
+    # 12.5 % over it (docs/benchmarks.md).
+    topology_reserve_seconds: float = 16 * 3600.0
+    # The share of its runtime a gang split across domains is taken to lose (1: it runs twice
+    # as long; across spine switches NCCL runs at a fraction of one rack's speed). 0: only
+    # topology_reserve_seconds bounds the wait.
+    topology_split_cost: float = 1.0
     # The target workload of the fragmentation strategy (fragmentation.Workload: task shapes and
     # how often they occur, e.g. from a trace); None: the shapes of the snapshot's jobs.
     workload: Workload | None = None

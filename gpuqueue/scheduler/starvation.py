@@ -223,23 +223,16 @@ class Reserver:
         else:
             holds = fit >= job.workers
         if not holds:
+            if domains is not None:
+                return counts.until_holds(events, avail, member, job.workers, job.gpus), avail
             start = math.inf
             for time, node, gpus, _ in events:
                 old = avail.get(node)
                 if old is None:
                     continue
                 avail[node] = old + gpus
-                if domains is not None:
-                    domain = member.get(node)
-                    if domain is None:
-                        continue
-                    counts.set(domain, node, old + gpus, ordered=False)
-                    # No domain held it before: only this one may now.
-                    holds = counts.holds(domain, job.workers, job.gpus)
-                else:
-                    fit += (old + gpus) // g - old // g
-                    holds = fit >= job.workers
-                if holds:
+                fit += (old + gpus) // g - old // g
+                if fit >= job.workers:
                     start = time
                     break
         return start, avail

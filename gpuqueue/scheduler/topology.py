@@ -20,6 +20,7 @@ chooses the nodes.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -65,15 +66,17 @@ class Best:
 class Topology:
     """The domains of every flavor's levels in one plan, built when a job first asks.
 
-    Per (flavor, level, GPUs, CPU and memory per worker) it keeps each domain's available GPUs
-    and workers, tightest first, while the flavor's ledger is at the version they were counted
-    at (`FlavorLedger.version` moves with every change of it): the jobs of a cycle ask again
-    and again of the same state. `memo=False` counts afresh every time.
+    Per (flavor, level) it keeps each domain's available GPUs, tightest first, and per worker
+    shape (GPUs, CPU and memory per worker) on top of them its workers, each moved node by
+    node as the flavor's ledger tells what changed (`FlavorLedger.changed`): the jobs of a
+    cycle ask again and again of the same state, and a node's GPUs are counted once per level,
+    whatever the shapes. `memo=False` counts afresh every time.
     """
 
     __slots__ = (
         "_within",
         "_counted",
+        "_gpus",
         "_domains",
         "_index",
         "_labels",
@@ -93,6 +96,7 @@ class Topology:
         self._member: dict[tuple[str, int], dict[str, Domain]] = {}
         self._largest: dict[tuple[str, int, int], int] = {}
         self._counted: dict[tuple[str, int, int, int, int], tuple[int, Counts]] = {}
+        self._gpus: dict[tuple[str, int], tuple[int, DomainGPUs]] = {}
         # (flavor, level) -> running job id -> the domain it lies wholly inside (None: none)
         self._within: dict[tuple[str, int], dict[int, Domain | None]] = {}
         # (flavor, level) -> the level's (first) index among the flavor's: asked of every job
@@ -265,15 +269,30 @@ class Topology:
             counts = Counts(domains, g, cap)
             counts.fill(member, fl.free if avail is None else avail)
             return counts
-        key = (fl.name, lvl, g, job.cpu_per_worker, job.memory_per_worker)
-        kept = self._counted.get(key)
         if fl.changed is None:
             fl.changed = []
         changed = fl.changed
         free = fl.free
+        # The GPUs per domain, once per level whatever the shape; then the shape's workers.
+        shared = self._gpus.get((fl.name, lvl))
+        if shared is None:
+            gpus = DomainGPUs(domains)
+            gpus.fill(member, free)
+            self._gpus[(fl.name, lvl)] = (len(changed), gpus)
+        else:
+            seen, gpus = shared
+            if seen < len(changed):
+                for node in set(changed[seen:]):
+                    domain = member.get(node)
+                    if domain is not None:
+                        count = free.get(node, 0)
+                        gpus.set(domain, node, count if count > 0 else 0)
+                self._gpus[(fl.name, lvl)] = (len(changed), gpus)
+        key = (fl.name, lvl, g, job.cpu_per_worker, job.memory_per_worker)
+        kept = self._counted.get(key)
         if kept is None:
-            counts = Counts(domains, g, fl.caps(job.cpu_per_worker, job.memory_per_worker))
-            counts.fill(member, free)
+            counts = Counts(domains, g, fl.caps(job.cpu_per_worker, job.memory_per_worker), gpus)
+            counts.fill_workers(member, free)
             self._counted[key] = (len(changed), counts)
         else:
             seen, counts = kept
@@ -282,7 +301,8 @@ class Topology:
                 for node in set(changed[seen:]):
                     domain = member.get(node)
                     if domain is not None:
-                        counts.set(domain, node, free.get(node, 0))
+                        count = free.get(node, 0)
+                        counts.set_workers(domain, node, count if count > 0 else 0)
                 self._counted[key] = (len(changed), counts)
         if not extra:
             return counts
@@ -360,26 +380,47 @@ class Topology:
                 within[victim.id] = domain
             if domain is not None:
                 inside.setdefault(domain.path, []).append((victim, kind))
-        order: list[tuple[int, Domain, list[tuple[RunningJob, str]]]] = []
+        # The domains whose GPUs, with all their candidates gone, would hold the gang's
+        # workers: in no other could any of them be enough (room besides GPUs only lowers it).
+        order: list[tuple[int, int, Domain, list[tuple[RunningJob, str]]]] = []
+        free, incoming = fl.free, fl.incoming
+        g, workers = job.gpus_per_worker, job.workers
         for domain in self.domains(fl, level):
             theirs = inside.get(domain.path)
             if not theirs:
                 continue
-            here = sum(max(fl.free.get(n, 0), 0) + fl.incoming.get(n, 0) for n in domain.nodes)
-            gain = sum(v.gpus for v, _ in theirs)
-            if here + gain >= job.gpus:
-                order.append((-(here + gain), domain, theirs))
-        order.sort(key=lambda t: (t[0], t[1].path))
-        for _, domain, theirs in order:
+            back: dict[str, int] = {}
+            gain = 0
+            for victim, _ in theirs:
+                gain += victim.gpus
+                for node, count in victim.placement:
+                    back[node] = back.get(node, 0) + count * victim.gpus_per_worker
+            here = most = 0
+            for node in domain.nodes:
+                count = free.get(node, 0)
+                count = (count if count > 0 else 0) + incoming.get(node, 0)
+                here += count
+                most += (count + back.get(node, 0)) // g
+            if here + gain >= job.gpus and most >= workers:
+                order.append((-(here + gain), here, domain, theirs))
+        order.sort(key=lambda t: (t[0], t[2].path))
+        need = job.gpus
+        for _, here, domain, theirs in order:
             mark = ledger.checkpoint()
             chosen: list[tuple[RunningJob, str]] = []
             found: Found | None = None
+            # The domain's GPUs with the chosen victims gone: placing is tried only once they
+            # are enough (fewer never hold the gang).
+            have = here
             for victim, kind in theirs:
                 if len(chosen) >= budget:
                     break
                 if not take(victim, kind):
                     continue
                 chosen.append((victim, kind))
+                have += victim.gpus
+                if have < need:
+                    continue
                 found = self._in(fl, job, domain, strategy, cap, level)
                 if found is not None and limit_ok():
                     break
@@ -388,11 +429,14 @@ class Topology:
                 ledger.rollback(mark)
                 continue
             for pair in reversed(chosen[:-1]):
+                if have - pair[0].gpus < need:
+                    continue
                 ledger.unrelease(pair[0])
                 again = self._in(fl, job, domain, strategy, cap, level)
                 if again is not None and limit_ok():
                     chosen.remove(pair)
                     found = again
+                    have -= pair[0].gpus
                 else:
                     ledger.release(pair[0])
             ledger.commit(mark)
@@ -423,103 +467,206 @@ def _value(labels: Mapping[str, str], key: str, node: str) -> str:
     return value
 
 
-class Counts:
-    """GPUs and workers of one shape available per domain of a level, node by node, and GPUs
-    available per domain around them (by path prefix), for the tightest domain that holds a
-    gang: its own GPUs fewest, then its parent's, its grandparent's, then its path.
+class DomainGPUs:
+    """GPUs available per domain of a level, node by node, and per domain around them (by
+    path prefix), whatever the workers' shape: the part of `Counts` that every shape of a
+    level shares.
 
     The domains are also kept sorted by their GPUs (`order`), moved one at a time as a node
     changes: the tightest domain that holds a gang is found by bisection to the GPUs it needs,
     not by reading every domain (most racks of a busy cluster hold fewer).
     """
 
-    __slots__ = ("by_node", "by_path", "cap", "domains", "fit", "g", "order", "total", "_most")
+    __slots__ = ("by_node", "by_path", "domains", "order", "total")
 
-    def __init__(self, domains: Sequence[Domain], g: int, cap: Cap | None) -> None:
+    def __init__(self, domains: Sequence[Domain]) -> None:
         self.domains = domains
-        self.g = g
-        self.cap = cap
-        self.by_node: dict[str, tuple[int, int]] = {}  # node -> (GPUs, workers) counted
+        self.by_node: dict[str, int] = {}  # node -> GPUs counted
         self.total: dict[tuple[str, ...], int] = {}  # domain or outer path -> GPUs
-        self.fit: dict[tuple[str, ...], int] = {}  # domain path -> workers
         self.by_path = {domain.path: domain for domain in domains}
         self.order: list[tuple[int, tuple[str, ...]]] = []  # (GPUs, path) of every domain
-        self._most: int | None = None  # the most workers of one domain, while it holds
         for domain in domains:
             path = domain.path
-            self.fit[path] = 0
             for depth in range(1, len(path) + 1):
                 self.total[path[:depth]] = 0
 
     def fill(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
         """Count every node of `member` (node -> its domain) afresh, with `source`'s GPUs."""
-        g, cap = self.g, self.cap
-        by_node, fit = self.by_node, self.fit
+        by_node = self.by_node
         own: dict[tuple[str, ...], int] = {}
         for node, domain in member.items():
             count = source.get(node, 0)
             if count <= 0:
                 continue
-            per_node = count // g
-            if cap is not None and per_node > 0:
-                per_node = min(per_node, cap(node))
-            by_node[node] = (count, per_node)
+            by_node[node] = count
             path = domain.path
-            fit[path] += per_node
             own[path] = own.get(path, 0) + count
+        self.add(own)
+
+    def add(self, own: Mapping[tuple[str, ...], int]) -> None:
+        """Add GPUs per domain (counted node by node by the caller) to the totals."""
         total = self.total
         for path, count in own.items():
             for depth in range(1, len(path) + 1):
                 total[path[:depth]] += count
         self.order = sorted((total[d.path], d.path) for d in self.domains)
+
+    def copy(self) -> DomainGPUs:
+        other = DomainGPUs(())  # no domains to set up: they are these
+        other.domains, other.by_path = self.domains, self.by_path
+        other.by_node = dict(self.by_node)
+        other.total = dict(self.total)
+        other.order = list(self.order)
+        return other
+
+    def set(self, domain: Domain, node: str, count: int) -> None:
+        """Count `node` of `domain` with `count` GPUs available (`count` at least 0)."""
+        old = self.by_node.get(node, 0)
+        if count == old:
+            return
+        self.by_node[node] = count
+        path = domain.path
+        total = self.total
+        order = self.order
+        before = total[path]
+        del order[bisect_left(order, (before, path))]
+        insort(order, (before + count - old, path))
+        for depth in range(1, len(path) + 1):
+            total[path[:depth]] += count - old
+
+
+class Counts:
+    """GPUs (`DomainGPUs`, which shapes of one level may share) and workers of one shape
+    available per domain of a level, node by node, for the tightest domain that holds a gang:
+    its own GPUs fewest, then its parent's, its grandparent's, then its path."""
+
+    __slots__ = ("by_node", "cap", "fit", "g", "gpus", "_most")
+
+    def __init__(
+        self, domains: Sequence[Domain], g: int, cap: Cap | None, gpus: DomainGPUs | None = None
+    ) -> None:
+        self.gpus = DomainGPUs(domains) if gpus is None else gpus
+        self.g = g
+        self.cap = cap
+        self.by_node: dict[str, int] = {}  # node -> workers counted
+        self.fit: dict[tuple[str, ...], int] = dict.fromkeys((d.path for d in domains), 0)
+        self._most: int | None = None  # the most workers of one domain, while it holds
+
+    @property
+    def domains(self) -> Sequence[Domain]:
+        return self.gpus.domains
+
+    def fill(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
+        """Count every node of `member` (node -> its domain) afresh, with `source`'s GPUs
+        (these counts' own GPUs: one reading of each node for both)."""
+        gpus = self.gpus
+        g, cap = self.g, self.cap
+        gpus_of, by_node, fit = gpus.by_node, self.by_node, self.fit
+        own: dict[tuple[str, ...], int] = {}
+        for node, domain in member.items():
+            count = source.get(node, 0)
+            if count <= 0:
+                continue
+            gpus_of[node] = count
+            path = domain.path
+            own[path] = own.get(path, 0) + count
+            if count < g:
+                continue
+            per_node = count // g
+            if cap is not None:
+                per_node = min(per_node, cap(node))
+            by_node[node] = per_node
+            fit[path] += per_node
+        gpus.add(own)
+        self._most = None
+
+    def fill_workers(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
+        """Count the workers of every node of `member` afresh (its GPUs counted already)."""
+        g, cap = self.g, self.cap
+        by_node, fit = self.by_node, self.fit
+        for node, domain in member.items():
+            count = source.get(node, 0)
+            if count < g:
+                continue
+            per_node = count // g
+            if cap is not None:
+                per_node = min(per_node, cap(node))
+            by_node[node] = per_node
+            fit[domain.path] += per_node
         self._most = None
 
     def copy(self) -> Counts:
         """The same counts, to move apart from these (a what-if: GPUs held or incoming)."""
-        other = Counts((), self.g, self.cap)  # no domains to set up: they are these
-        other.domains, other.by_path = self.domains, self.by_path
+        other = Counts((), self.g, self.cap, self.gpus.copy())
         other.by_node = dict(self.by_node)
-        other.total = dict(self.total)
         other.fit = dict(self.fit)
-        other.order = list(self.order)
         other._most = self._most
         return other
 
-    def set(self, domain: Domain, node: str, count: int, ordered: bool = True) -> None:
-        """Count `node` of `domain` with `count` GPUs available (its room from `cap`).
-        `ordered=False` leaves `order` behind (`tightest` then wrong): for counts asked only
-        `holds` of, and dropped after."""
+    def set(self, domain: Domain, node: str, count: int) -> None:
+        """Count `node` of `domain` with `count` GPUs available (its room from `cap`)."""
         count = count if count > 0 else 0
+        self.gpus.set(domain, node, count)
+        self.set_workers(domain, node, count)
+
+    def set_workers(self, domain: Domain, node: str, count: int) -> None:
+        """Count the workers of `node` of `domain` with `count` (at least 0) GPUs available
+        (its room from `cap`); its GPUs are counted apart (`DomainGPUs.set`)."""
         per_node = count // self.g
         if self.cap is not None and per_node > 0:
             per_node = min(per_node, self.cap(node))
-        old_count, old_fit = self.by_node.get(node, (0, 0))
-        if (count, per_node) == (old_count, old_fit):
-            return
-        self.by_node[node] = (count, per_node)
-        path = domain.path
-        if per_node != old_fit:
-            self.fit[path] += per_node - old_fit
+        old = self.by_node.get(node, 0)
+        if per_node != old:
+            self.by_node[node] = per_node
+            self.fit[domain.path] += per_node - old
             self._most = None
-        if count != old_count:
-            total = self.total
-            if ordered:
-                order = self.order
-                before = total[path]
-                del order[bisect_left(order, (before, path))]
-                insort(order, (before + count - old_count, path))
-            for depth in range(1, len(path) + 1):
-                total[path[:depth]] += count - old_count
 
-    def holds(self, domain: Domain, workers: int, need: int) -> bool:
-        """Whether `domain` has `need` GPUs and room for `workers` (as `tightest` asks)."""
-        path = domain.path
-        return self.total[path] >= need and self.fit[path] >= workers
+    def until_holds(
+        self,
+        events: Sequence[tuple[float, str, int, int]],
+        avail: dict[str, int],
+        member: Mapping[str, Domain],
+        workers: int,
+        need: int,
+    ) -> float:
+        """Add each event's GPUs (time, node, GPUs, job) to `avail` in turn until one domain
+        holds the gang (no domain holds it before the first): the time of that event, or
+        math.inf. Counts only each domain's own GPUs and workers on the way (`order` and the
+        outer totals are left behind: these counts are dropped after)."""
+        g, cap = self.g, self.cap
+        by_node, fit = self.by_node, self.fit
+        gpus_of, total = self.gpus.by_node, self.gpus.total
+        self._most = None
+        for time, node, gpus, _ in events:
+            old = avail.get(node)
+            if old is None:
+                continue
+            count = old + gpus
+            avail[node] = count
+            domain = member.get(node)
+            if domain is None:
+                continue
+            if count < 0:
+                count = 0
+            per_node = count // g
+            if cap is not None and per_node > 0:
+                per_node = min(per_node, cap(node))
+            path = domain.path
+            here = fit[path] + per_node - by_node.get(node, 0)
+            by_node[node] = per_node
+            fit[path] = here
+            gpus_here = total[path] + count - gpus_of.get(node, 0)
+            gpus_of[node] = count
+            total[path] = gpus_here
+            # No domain held it before: only this one may now.
+            if gpus_here >= need and here >= workers:
+                return time
+        return math.inf
 
     def tightest(self, workers: int, need: int) -> Domain | None:
         """The domain with the fewest GPUs of those with `need` GPUs and room for `workers`
         (ties: `_outer`); None when none has."""
-        fit, order = self.fit, self.order
+        fit, order = self.fit, self.gpus.order
         fewest = -1  # the GPUs of the first domain that holds the gang, and such domains
         tied: list[tuple[str, ...]] = []
         for i in range(bisect_left(order, (need,)), len(order)):
@@ -529,13 +676,14 @@ class Counts:
             if fit[path] >= workers:
                 fewest = here
                 tied.append(path)
+        by_path = self.gpus.by_path
         if len(tied) <= 1:
-            return self.by_path[tied[0]] if tied else None
-        return self.by_path[min(tied, key=self._outer)]
+            return by_path[tied[0]] if tied else None
+        return by_path[min(tied, key=self._outer)]
 
     def _outer(self, path: tuple[str, ...]) -> tuple[object, ...]:
         """Its parent's GPUs, its grandparent's, and so on, then its path."""
-        total = self.total
+        total = self.gpus.total
         return (*(total[path[:depth]] for depth in range(len(path) - 1, 0, -1)), path)
 
     def most(self) -> int:

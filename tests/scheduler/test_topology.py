@@ -203,22 +203,42 @@ def test_a_starving_gang_that_no_rack_reservation_can_serve_takes_two_racks() ->
 
 
 def test_a_starving_gang_that_could_start_now_waits_for_a_rack_only_so_long() -> None:
-    """Two racks hold the gang now, the first rack frees in nine hours: past its patience the
-    gang waits for a rack no longer than Policy.topology_reserve_seconds (8 h), and starts
-    on two racks; with 10 h it has r1 reserved."""
+    """Two racks hold the gang now, the first rack frees in 17 hours: past its patience the
+    gang (no runtime known) waits for a rack no longer than Policy.topology_reserve_seconds
+    (16 h), and starts on two racks; with 18 h it has r1 reserved."""
     nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
     busy = (
-        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=10 * 3600),
-        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=11 * 3600),
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=18 * 3600),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=19 * 3600),
     )
     job = gang(1, 3, submitted=NOW - 2 * 3600)
     (admission,) = plan_of(nodes, (job,), busy).admissions
     assert racks_of(admission.placement) == {"r1", "r2"}
-    longer = Policy(topology_reserve_seconds=10 * 3600)
+    longer = Policy(topology_reserve_seconds=18 * 3600)
     result = plan_of(nodes, (job,), busy, longer)
     assert result.admissions == ()
     (reservation,) = result.reservations
     assert racks_of(reservation.placement) == {"r1"}
+
+
+def test_a_short_gang_waits_for_a_rack_no_longer_than_its_runtime() -> None:
+    """Two racks hold the gang now, r1 frees in three hours: a gang predicted to run two hours
+    would lose less split than waiting (Policy.topology_split_cost 1: a split costs its
+    runtime), so it starts on two racks; one predicted to run four hours has r1 reserved."""
+    nodes = cluster({"r1": ("b1", 3), "r2": ("b1", 3)})
+    busy = (
+        running(50, "b", {"r1-n1": 1}, gpus=8, preemptible=False, max_runtime=4 * 3600),
+        running(51, "b", {"r2-n1": 1}, gpus=8, preemptible=False, max_runtime=5 * 3600),
+    )
+    short = gang(1, 3, submitted=NOW - 2 * 3600, expected_runtime=2 * 3600)
+    (admission,) = plan_of(nodes, (short,), busy).admissions
+    assert racks_of(admission.placement) == {"r1", "r2"}
+    long = replace(short, expected_runtime=4 * 3600)
+    result = plan_of(nodes, (long,), busy)
+    assert result.admissions == ()
+    (reservation,) = result.reservations
+    assert racks_of(reservation.placement) == {"r1"}
+    assert reservation.expected_start == NOW + 3 * 3600
 
 
 def test_a_starving_gang_that_could_not_start_anywhere_now_keeps_its_rack_reserved() -> None:
@@ -365,7 +385,7 @@ def test_a_required_gang_never_spans_two_domains_and_the_invariants_hold(
             if key == RACK:
                 assert all(labels[n].get(RACK) for n, _ in admission.placement)
             assert admission.domain.startswith(f"{key}=")
-    # The domains' kept counts (topology.Counts) change no plan.
+    # The domains' kept counts (topology.DomainGPUs, Counts) change no plan.
     assert Cycle(snapshot, policy, memo=False).run() == result
     test_properties.test_every_plan_keeps_the_invariants.hypothesis.inner_test(  # type: ignore[attr-defined]
         snapshot, policy
