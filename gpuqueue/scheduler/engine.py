@@ -43,7 +43,7 @@ from gpuqueue.scheduler.model import (
 )
 from gpuqueue.scheduler.never import NeverAdmits
 from gpuqueue.scheduler.ordering import Order, QueueJobs
-from gpuqueue.scheduler.placement import fit_gang
+from gpuqueue.scheduler.placement import fit_gang, fit_on
 from gpuqueue.scheduler.preemption import (
     PRIORITY,
     RECLAIM,
@@ -567,9 +567,9 @@ class Cycle:
             ):
                 limit = self.quotas[(job.team, flavor)].limit
                 return reasons.held_for_older(job, turn, limit, ledger.in_use(job.team, flavor))
-        # 4b. Time-based fair share: a team that owes GPU-time borrows no more (`_in_debt`).
-        if self.balance is not None and self._in_debt(job):
-            return self._in_debt_reason(job)
+        # 4b. Time-based fair share: a team that owes GPU-time borrows only free GPUs of nodes
+        #     already in use (`_in_debt`): at step 5, or it waits.
+        in_debt = self.balance is not None and self._in_debt(job)
         workers = job.workers
         # 5. (Counting first is cheap; placement only runs when it will succeed.)
         strategy = self.policy.placement
@@ -580,6 +580,8 @@ class Cycle:
             elif self.special.places(fl):  # fragmentation, or models that pending jobs require
                 found = self.special.place(job, fl)
                 placement = None if found is None else found[0]
+            elif in_debt:
+                placement = self._on_nodes_in_use(job, fl)
             else:
                 # On a flavor with levels, in the tightest rack (topology.py, `pack`): racks
                 # already broken into fill up, and whole ones stay whole for the gangs.
@@ -589,9 +591,11 @@ class Cycle:
                     if packed is not None
                     else fit_gang(fl, workers, g, strategy, None, cpu, memory)
                 )
-            if placement is not None:
+            if placement is not None and not (in_debt and self._opens_a_node(fl, placement)):
                 self._admit(job, placement, domain=domain)
                 return None
+        if in_debt:
+            return self._in_debt_reason(job)
         if fl.held:
             # 6.
             room = self.reserver.backfill_room(job)
@@ -723,6 +727,22 @@ class Cycle:
         # A debt (minus the balance) past the threshold.
         threshold = self.policy.share_borrow_debt_seconds * max(share, job.gpus)
         return below(self.balance, key, -threshold)
+
+    def _on_nodes_in_use(self, job: PendingJob, fl: FlavorLedger) -> Placement | None:
+        """Step 5 for a team in debt (4b): the job placed on free GPUs of nodes already in use
+        only. Every empty node is left whole for the jobs that need one: a team's one-GPU jobs
+        filling the last GPUs of busy nodes cost no other team anything now, but breaking into
+        an empty node keeps an 8-GPU job or a gang waiting for nodes to drain."""
+        capacity = fl.capacity
+        in_use = {node: free for node, free in fl.free.items() if 0 < free < capacity[node]}
+        cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
+        return fit_on(in_use, job.workers, job.gpus_per_worker, self.policy.placement, cap)
+
+    @staticmethod
+    def _opens_a_node(fl: FlavorLedger, placement: Placement) -> bool:
+        """Whether `placement` takes GPUs of a node that holds none in use (4b: a team in debt
+        placed by its topology level or a special placement)."""
+        return any(fl.free[node] == fl.capacity[node] for node, _ in placement)
 
     def _in_debt_reason(self, job: PendingJob) -> Reason:
         """The numbers of `_in_debt`, and when the debt should be back under the threshold."""

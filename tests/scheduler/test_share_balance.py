@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuqueue.scheduler.model import Policy, Quota, ReasonCode, RunningJob, Team
+from gpuqueue.scheduler.model import (
+    PlacementStrategy,
+    Policy,
+    Quota,
+    ReasonCode,
+    RunningJob,
+    Team,
+)
 from gpuqueue.scheduler.usage import ShareBalance, entitled_shares, seconds_to_recover
 from tests.scheduler.builders import HOUR, NOW, Case, check, nodes, pending, running, team
 
@@ -67,6 +74,33 @@ def borrower(balance: float, held: int = 2) -> dict[str, object]:
         "pending": (pending(1, "a"), pending(2, "b", gpus=4)),
         "balance": {("a", "h100"): balance},
         "shares": {("a", "h100"): 2, ("b", "h100"): 6},
+    }
+
+
+def spread(balance: float) -> dict[str, object]:
+    """Team a (guarantee 2, weight 0: share 2) holds 2 GPUs of n1 and asks for one more, team b
+    holds 1 GPU of n1 and asks for a 2 x 8 gang beyond its share; n2 is empty, and placement
+    spreads (the emptiest node first)."""
+    return {
+        "nodes": nodes(2, h100=8),
+        "teams": (team("a", guarantee=2, weight=0.0), team("b", guarantee=6)),
+        "running": (running(10, "a", {"n1": 2}), running(11, "b", {"n1": 1})),
+        "pending": (pending(1, "a"), pending(2, "b", workers=2, gpus=8)),
+        "balance": {("a", "h100"): balance},
+        "policy": Policy(placement=PlacementStrategy.SPREAD),
+    }
+
+
+def empty_node(balance: float) -> dict[str, object]:
+    """Team a (guarantee 2, weight 0: share 2) holds 2 GPUs of n1, team b the other 6 and asks
+    for a 2 x 8 gang beyond its share; the only free GPUs are the empty n2."""
+    return {
+        "nodes": nodes(2, h100=8),
+        "teams": (team("a", guarantee=2, weight=0.0), team("b", guarantee=6)),
+        "running": (running(10, "a", {"n1": 2}), running(11, "b", {"n1": 1}, gpus=6)),
+        "pending": (pending(1, "a"), pending(2, "b", workers=2, gpus=8)),
+        "balance": {("a", "h100"): balance},
+        "shares": {("a", "h100"): 2, ("b", "h100"): 14},
     }
 
 
@@ -165,10 +199,34 @@ CASES = [
         reasons={1: ReasonCode.RESERVED},
     ),
     Case(
-        "a team in debt by a slice of its share borrows no more, even free GPUs",
+        "a team in debt by a slice of its share still borrows free GPUs of a node in use",
         **borrower(balance=-BORROW * 2 - 1),  # type: ignore[arg-type]
+        admitted={1},
+        borrowed={1: True},
+    ),
+    Case(
+        "a team in debt borrows no GPU of an empty node: a gang may need it whole",
+        **empty_node(balance=-BORROW * 2 - 1),  # type: ignore[arg-type]
         admitted=set(),
         reasons={1: ReasonCode.IN_SHARE_DEBT},
+    ),
+    Case(
+        "a team not in debt borrows the empty node",
+        **empty_node(balance=-BORROW * 2 + 1),  # type: ignore[arg-type]
+        admitted={1},
+        borrowed={1: True},
+    ),
+    Case(
+        "a team in debt borrows on the node in use even where placement spreads",
+        **spread(balance=-BORROW * 2 - 1),  # type: ignore[arg-type]
+        placements={1: {"n1": 1}},
+        borrowed={1: True},
+    ),
+    Case(
+        "a team not in debt spreads to the empty node",
+        **spread(balance=-BORROW * 2 + 1),  # type: ignore[arg-type]
+        placements={1: {"n2": 1}},
+        borrowed={1: True},
     ),
     Case(
         "a team in debt still gets GPUs within its share",
