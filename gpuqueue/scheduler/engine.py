@@ -715,7 +715,8 @@ class Cycle:
     def _in_debt(self, job: PendingJob) -> bool:
         """Whether admitting `job` would take its team past its fair share while the team
         holds Policy.share_borrow_debt_seconds x max(fair share, the job's GPUs) more than it
-        was entitled to (usage.py): borrowing then waits until the balance recovers."""
+        was entitled to (usage.py): until the balance recovers, it borrows only free GPUs of
+        nodes already in use (step 4b)."""
         assert self.balance is not None
         key = (job.team, job.flavor)
         below = self.horizon.below
@@ -741,7 +742,7 @@ class Cycle:
     @staticmethod
     def _opens_a_node(fl: FlavorLedger, placement: Placement) -> bool:
         """Whether `placement` takes GPUs of a node that holds none in use (4b: a team in debt
-        placed by its topology level or a special placement)."""
+        placed by its topology level, a special placement or a fraction of a GPU)."""
         return any(fl.free[node] == fl.capacity[node] for node, _ in placement)
 
     def _in_debt_reason(self, job: PendingJob) -> Reason:
@@ -796,12 +797,11 @@ class Cycle:
             if in_use + ask > quota.limit * FULL:
                 why = reasons.over_limit(job, _scope(job, group), quota.limit, ceil_gpus(in_use))
                 return reasons.in_thousandths(why, job, in_use, ask)
-        # 4b.
-        if self.balance is not None and self._in_debt(job):
-            return self._in_debt_reason(job)
+        # 4b. (Only on nodes in use, at step 5.)
+        in_debt = self.balance is not None and self._in_debt(job)
         # 5.
         found = self.special.place(job, fl)
-        if found is not None:
+        if found is not None and not (in_debt and self._opens_a_node(fl, found[0])):
             placement, devices = found
             share = self.fair_share.get((job.team, flavor), 0)
             borrowed = (
@@ -831,6 +831,8 @@ class Cycle:
                 )
             self.admissions.append(Admission(job.id, placement, borrowed, devices))
             return None
+        if in_debt:
+            return self._in_debt_reason(job)
         # 5b.
         waiting = self._claim_shared(job, fl, ask, groups)
         if waiting is not None:

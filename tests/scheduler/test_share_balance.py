@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuqueue.scheduler import plan
 from gpuqueue.scheduler.model import (
+    PendingJob,
     PlacementStrategy,
     Policy,
     Quota,
     ReasonCode,
     RunningJob,
+    Snapshot,
     Team,
 )
 from gpuqueue.scheduler.usage import ShareBalance, entitled_shares, seconds_to_recover
@@ -369,3 +373,30 @@ def test_a_balance_reaches_a_bound_when_crossing_says(
     else:
         meter.advance(NOW + (100 * half_life or 1000 * 86400.0), *state)
         assert (meter.snapshot().get(key, 0.0) < bound) == (start < bound)
+
+
+def test_a_team_in_debt_takes_a_fraction_of_a_gpu_on_a_node_in_use() -> None:
+    """Team a (share 0) is deep in debt and shares a GPU of n1 with a half-GPU job; team b holds a
+    GPU of n2 and waits with a gang for both nodes, beyond its share. A quarter of a GPU on n1
+    costs no one anything now: it starts, borrowed."""
+    half = RunningJob(**{**_init(running(10, "a", {"n1": 1})), "gpu_milli": 500})
+    half = replace(half, devices=(("n1", 0),))
+    quarter = PendingJob(**{**_init(pending(1, "a")), "gpu_milli": 250})
+    snapshot = Snapshot(
+        NOW,
+        nodes(2, h100=2),
+        (team("a", weight=0.0), team("b", guarantee=4)),
+        (half, running(11, "b", {"n2": 1})),
+        (quarter, pending(2, "b", workers=2, gpus=2)),
+        share_balance={("a", "h100"): -1e9},
+        shared_flavors=frozenset({"h100"}),
+    )
+    result = plan(snapshot, Policy())
+    assert [(a.job_id, a.devices, a.borrowed) for a in result.admissions] == [
+        (1, (("n1", 0),), True)
+    ]
+
+
+def _init(job: object) -> dict[str, object]:
+    fields = type(job).__dataclass_fields__  # type: ignore[attr-defined]
+    return {f: getattr(job, f) for f in fields if fields[f].init}
