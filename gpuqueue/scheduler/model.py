@@ -282,8 +282,8 @@ class Policy:
     # beyond its share only free GPUs of nodes already in use (engine.py, step 4b): every empty
     # node stays whole for the 8-GPU jobs and gangs that need one, while the team's small jobs
     # still fill GPUs that no one else can use now. Borrowing nothing at all left GPUs idle
-    # and a small team's one-GPU jobs waiting for days (docs/benchmarks.md, "Beside plain fair
-    # share"). 8 h: with 1 h, the mean delay at 120 % load rose above half of strict FIFO's.
+    # and a small team's one-GPU jobs waiting for days (docs/benchmarks.md, "What each rule
+    # costs"). 8 h: with 1 h, the mean delay at 120 % load rose above half of strict FIFO's.
     share_borrow_debt_seconds: float = 28800.0
     # How fast a balance is forgotten: the half-life its producer (ShareBalance) decays it with.
     share_half_life_seconds: float = 86400.0
