@@ -567,9 +567,10 @@ class Cycle:
             ):
                 limit = self.quotas[(job.team, flavor)].limit
                 return reasons.held_for_older(job, turn, limit, ledger.in_use(job.team, flavor))
-        # 4b. Time-based fair share: a team that owes GPU-time borrows only free GPUs of nodes
-        #     already in use (`_in_debt`): at step 5, or it waits.
+        # 4b. Time-based fair share: a team that owes GPU-time takes no free GPU of an empty node
+        #     beyond its share (`_in_debt`; step 5). Steps 6-10 are as for any job.
         in_debt = self.balance is not None and self._in_debt(job)
+        kept_empty = False  # the job fits free GPUs now, but only with an empty node's
         workers = job.workers
         # 5. (Counting first is cheap; placement only runs when it will succeed.)
         strategy = self.policy.placement
@@ -582,6 +583,7 @@ class Cycle:
                 placement = None if found is None else found[0]
             elif in_debt:
                 placement = self._on_nodes_in_use(job, fl)
+                kept_empty = placement is None
             else:
                 # On a flavor with levels, in the tightest rack (topology.py, `pack`): racks
                 # already broken into fill up, and whole ones stay whole for the gangs.
@@ -591,11 +593,11 @@ class Cycle:
                     if packed is not None
                     else fit_gang(fl, workers, g, strategy, None, cpu, memory)
                 )
-            if placement is not None and not (in_debt and self._opens_a_node(fl, placement)):
-                self._admit(job, placement, domain=domain)
-                return None
-        if in_debt:
-            return self._in_debt_reason(job)
+            if placement is not None:
+                if not (in_debt and self._opens_a_node(fl, placement)):
+                    self._admit(job, placement, domain=domain)
+                    return None
+                kept_empty = True
         if fl.held:
             # 6.
             room = self.reserver.backfill_room(job)
@@ -666,6 +668,8 @@ class Cycle:
                     team_holds_none=job.id in self.owed,
                 )
         # 11. (When reclaim can start only explains: rolled back what-ifs.)
+        if kept_empty:
+            return self._in_debt_reason(job)
         blocked = None
         if entitled and self.explain:
             budget = policy.max_preemptions_per_cycle - len(self.preemptions)
@@ -731,7 +735,8 @@ class Cycle:
 
     def _on_nodes_in_use(self, job: PendingJob, fl: FlavorLedger) -> Placement | None:
         """Step 5 for a team in debt (4b): the job placed on free GPUs of nodes already in use
-        only. Every empty node is left whole for the jobs that need one: a team's one-GPU jobs
+        only (at steps 6 and 8 it may still backfill a reservation or take GPUs coming back).
+        Every empty node is left whole for the jobs that need one: a team's one-GPU jobs
         filling the last GPUs of busy nodes cost no other team anything now, but breaking into
         an empty node keeps an 8-GPU job or a gang waiting for nodes to drain."""
         capacity = fl.capacity
