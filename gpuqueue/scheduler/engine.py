@@ -581,7 +581,7 @@ class Cycle:
             elif self.special.places(fl):  # fragmentation, or models that pending jobs require
                 found = self.special.place(job, fl)
                 placement = None if found is None else found[0]
-            elif in_debt:
+            elif in_debt and workers == 1:
                 placement = self._on_nodes_in_use(job, fl)
                 kept_empty = placement is None
             else:
@@ -734,11 +734,14 @@ class Cycle:
         return below(self.balance, key, -threshold)
 
     def _on_nodes_in_use(self, job: PendingJob, fl: FlavorLedger) -> Placement | None:
-        """Step 5 for a team in debt (4b): the job placed on free GPUs of nodes already in use
-        only (at steps 6 and 8 it may still backfill a reservation or take GPUs coming back).
-        Every empty node is left whole for the jobs that need one: a team's one-GPU jobs
-        filling the last GPUs of busy nodes cost no other team anything now, but breaking into
-        an empty node keeps an 8-GPU job or a gang waiting for nodes to drain."""
+        """Step 5 for a single worker of a team in debt (4b): the job placed on free GPUs of
+        nodes already in use only (at steps 6 and 8 it may still backfill a reservation or take
+        GPUs coming back). Every empty node is left whole for the jobs that need one: a team's
+        one-GPU jobs filling the last GPUs of busy nodes cost no other team anything now, but
+        breaking into an empty node keeps an 8-GPU job or a gang waiting for nodes to drain. A
+        gang in debt is placed as any (binpack fills the fullest nodes first) and waits when
+        that opens an empty node: spread over the last GPUs of many busy nodes, gangs in debt
+        raised guarantee violations (a full Philly replay at 80 %: 214 team-h, 170 without)."""
         capacity = fl.capacity
         in_use = {node: free for node, free in fl.free.items() if 0 < free < capacity[node]}
         cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
@@ -746,8 +749,8 @@ class Cycle:
 
     @staticmethod
     def _opens_a_node(fl: FlavorLedger, placement: Placement) -> bool:
-        """Whether `placement` takes GPUs of a node that holds none in use (4b: a team in debt
-        placed by its topology level, a special placement or a fraction of a GPU)."""
+        """Whether `placement` takes GPUs of a node that holds none in use (4b: a gang of a team
+        in debt, or one placed by its topology level, a special placement or a fraction)."""
         return any(fl.free[node] == fl.capacity[node] for node, _ in placement)
 
     def _in_debt_reason(self, job: PendingJob) -> Reason:
