@@ -568,9 +568,9 @@ class Cycle:
                 limit = self.quotas[(job.team, flavor)].limit
                 return reasons.held_for_older(job, turn, limit, ledger.in_use(job.team, flavor))
         # 4b. Time-based fair share: a team that owes GPU-time takes no free GPU of an empty node
-        #     beyond its share (`_in_debt`; step 5). Steps 6-10 are as for any job.
+        #     beyond its share (`_in_debt`): where the free GPUs hold the job only with an empty
+        #     node's, it waits (step 5); where they do not hold it at all, it goes on as any job.
         in_debt = self.balance is not None and self._in_debt(job)
-        kept_empty = False  # the job fits free GPUs now, but only with an empty node's
         workers = job.workers
         # 5. (Counting first is cheap; placement only runs when it will succeed.)
         strategy = self.policy.placement
@@ -583,7 +583,8 @@ class Cycle:
                 placement = None if found is None else found[0]
             elif in_debt and workers == 1:
                 placement = self._on_nodes_in_use(job, fl)
-                kept_empty = placement is None
+                if placement is None:
+                    return self._in_debt_reason(job)
             else:
                 # On a flavor with levels, in the tightest rack (topology.py, `pack`): racks
                 # already broken into fill up, and whole ones stay whole for the gangs.
@@ -594,10 +595,10 @@ class Cycle:
                     else fit_gang(fl, workers, g, strategy, None, cpu, memory)
                 )
             if placement is not None:
-                if not (in_debt and self._opens_a_node(fl, placement)):
-                    self._admit(job, placement, domain=domain)
-                    return None
-                kept_empty = True
+                if in_debt and self._opens_a_node(fl, placement):
+                    return self._in_debt_reason(job)
+                self._admit(job, placement, domain=domain)
+                return None
         if fl.held:
             # 6.
             room = self.reserver.backfill_room(job)
@@ -668,8 +669,6 @@ class Cycle:
                     team_holds_none=job.id in self.owed,
                 )
         # 11. (When reclaim can start only explains: rolled back what-ifs.)
-        if kept_empty:
-            return self._in_debt_reason(job)
         blocked = None
         if entitled and self.explain:
             budget = policy.max_preemptions_per_cycle - len(self.preemptions)
@@ -735,13 +734,11 @@ class Cycle:
 
     def _on_nodes_in_use(self, job: PendingJob, fl: FlavorLedger) -> Placement | None:
         """Step 5 for a single worker of a team in debt (4b): the job placed on free GPUs of
-        nodes already in use only (at steps 6 and 8 it may still backfill a reservation or take
-        GPUs coming back). Every empty node is left whole for the jobs that need one: a team's
-        one-GPU jobs filling the last GPUs of busy nodes cost no other team anything now, but
-        breaking into an empty node keeps an 8-GPU job or a gang waiting for nodes to drain. A
-        gang in debt is placed as any (binpack fills the fullest nodes first) and waits when
-        that opens an empty node: spread over the last GPUs of many busy nodes, gangs in debt
-        raised guarantee violations (a full Philly replay at 80 %: 214 team-h, 170 without)."""
+        nodes already in use only. Every empty node is left whole for the jobs that need one:
+        a team's one-GPU jobs filling the last GPUs of busy nodes cost no other team anything
+        now, but breaking into an empty node keeps an 8-GPU job or a gang waiting for nodes to
+        drain. A gang in debt is placed as any (binpack fills the fullest nodes first) and waits
+        when that opens an empty node."""
         capacity = fl.capacity
         in_use = {node: free for node, free in fl.free.items() if 0 < free < capacity[node]}
         cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
