@@ -278,8 +278,8 @@ class Policy:
     # then holds a GPU about that fraction of the time.
     time_based_share: bool = True
     share_slice_seconds: float = 3600.0
-    # And a team in debt by this many seconds of max(its fair share, the job's GPUs) borrows
-    # beyond its share only free GPUs of nodes already in use (engine.py, step 4b): every empty
+    # And a team in debt by this many seconds of max(its fair share, the job's GPUs) takes no
+    # free GPU of an empty node beyond its share (engine.py, step 4b): every empty
     # node stays whole for the 8-GPU jobs and gangs that need one, while the team's small jobs
     # still fill GPUs that no one else can use now. Borrowing nothing at all left GPUs idle
     # and a small team's one-GPU jobs waiting for days (docs/benchmarks.md, "What each rule
