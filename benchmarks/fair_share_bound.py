@@ -8,12 +8,14 @@ KEY=VALUE sets a field of gpuqueue's engine Policy, as in benchmarks/policy_vari
 
 For each seed, replays the same sample with `gpuqueue` and with `fairshare` (weights only, no
 guarantees: sim/policies/fairshare.py) on the same quotas, and prints per policy the
-work-weighted mean wait (each job by its GPU-time) and the per-job mean; then every team whose
+work-weighted mean wait (each job by its GPU-time), the per-job mean, the guarantee violations
+(team-hours) and the preemptions; then every team whose
 mean wait under gpuqueue is above `slack` times its wait under fair share (and at least an hour
 more), with its guarantee. With `proportional` the guarantees add up to the cluster, so a team
 without one (a small team: its share of the trace rounds to 0 GPUs) runs only on what the
 guaranteed teams leave idle; `proportional:F` guarantees the fraction F, and the rest is shared
-by weight.
+by weight. At the end, over all seeds, the per-job mean wait by shape (`shape`: one worker
+of 1, 2, 4 or 8 GPUs, or a gang by its GPUs) for both policies.
 """
 
 from __future__ import annotations
@@ -36,11 +38,28 @@ from gpuqueue.sim.workload import build_cluster, load_jobs, workload  # noqa: E4
 
 TRACE = ROOT.parent / "shared/traces/philly-pollux-processed/philly.csv"
 HOUR = 3600.0
+POLICIES = ("gpuqueue", "fairshare")
 
 
 def seeds(text: str) -> list[int]:
     first, _, last = text.partition("-")
     return list(range(int(first), int(last or first) + 1))
+
+
+def shape(workers: int, gpus_per_worker: int) -> str:
+    """The bucket a job's per-job mean is reported in."""
+    if workers == 1:
+        return f"1x{gpus_per_worker}"
+    gpus = workers * gpus_per_worker
+    return "gang <= 16" if gpus <= 16 else "gang <= 32" if gpus <= 32 else "gang > 32"
+
+
+def by_shape(runs: list[JobRun], into: dict[str, list[float]]) -> None:
+    """Adds each started job's wait (hours) to its shape's list."""
+    for r in runs:
+        if r.first_start is not None:
+            wait = (r.first_start - r.job.submitted_at) / HOUR
+            into[shape(r.job.workers, r.job.gpus_per_worker)].append(wait)
 
 
 def waits(runs: list[JobRun]) -> tuple[float, float, dict[str, float]]:
@@ -73,6 +92,7 @@ def main() -> None:
         f" sum(range(10**6)) {calibration() * 1000:.1f} ms"
     )
     totals: dict[str, list[float]] = defaultdict(list)
+    shapes: dict[str, dict[str, list[float]]] = {p: defaultdict(list) for p in POLICIES}
     over = 0
     for seed in seeds(args.seeds):
         jobs = load_jobs(args.trace, "philly", 8, args.sample, seed, "skip")
@@ -80,9 +100,13 @@ def main() -> None:
         w = workload(jobs, cluster, args.quotas)
         guarantee = {t.id: sum(q.guarantee for q in t.quotas.values()) for t in w.teams}
         found = {}
-        for policy in ("gpuqueue", "fairshare"):
+        for policy in POLICIES:
             result = simulate(w.jobs, w.cluster, w.teams, policy, config)
             found[policy] = waits(result.runs)
+            by_shape(result.runs, shapes[policy])
+            s = result.summary
+            totals[f"{policy} violations"].append(float(s["guarantee_violation_team_hours"]))
+            totals[f"{policy} preemptions"].append(float(s["preemptions"]))
             totals[policy].append(found[policy][0])
             totals[f"{policy} per job"].append(found[policy][1])
         ours, theirs = found["gpuqueue"][2], found["fairshare"][2]
@@ -95,7 +119,10 @@ def main() -> None:
         print(
             f"seed {seed}: work-weighted {found['gpuqueue'][0]:.1f} h (fair share"
             f" {found['fairshare'][0]:.1f} h), per job {found['gpuqueue'][1]:.1f} h"
-            f" ({found['fairshare'][1]:.1f} h); teams waiting longer: "
+            f" ({found['fairshare'][1]:.1f} h), guarantee violations"
+            f" {totals['gpuqueue violations'][-1]:.0f} team-h"
+            f" ({totals['fairshare violations'][-1]:.0f}), preemptions"
+            f" {totals['gpuqueue preemptions'][-1]:.0f}; teams waiting longer: "
             + (
                 ", ".join(
                     f"{team} {a:.1f} h vs {b:.1f} h (guarantee {guarantee[team]})"
@@ -108,8 +135,16 @@ def main() -> None:
     print(
         f"mean over seeds: work-weighted {mean['gpuqueue']:.1f} h (fair share"
         f" {mean['fairshare']:.1f} h), per job {mean['gpuqueue per job']:.1f} h"
-        f" ({mean['fairshare per job']:.1f} h); team-seeds waiting longer: {over}"
+        f" ({mean['fairshare per job']:.1f} h); team-seeds waiting longer: {over};"
+        f" guarantee violations {sum(totals['gpuqueue violations']):.0f} team-h"
+        f" ({sum(totals['fairshare violations']):.0f}) and preemptions"
+        f" {sum(totals['gpuqueue preemptions']):.0f} over all seeds"
     )
+    print("per-job mean wait by shape (jobs): gpuqueue | fair share")
+    ours, theirs = shapes["gpuqueue"], shapes["fairshare"]
+    for name in sorted(ours, key=lambda n: (n.startswith("gang"), len(n), n)):
+        a, b = ours[name], theirs[name]
+        print(f"  {name:<10} ({len(a)}): {sum(a) / len(a):.1f} h | {sum(b) / max(1, len(b)):.1f} h")
 
 
 if __name__ == "__main__":

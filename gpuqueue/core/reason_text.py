@@ -201,9 +201,10 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
         return (
             f"The team has used {_gpu_hours(n.get('debt_seconds'))} {flavor} GPU-hours more "
             f"than its fair share lately (older use counts less and less), and a team more than "
-            f"{_gpu_hours(n.get('threshold_seconds'))} GPU-hours in debt borrows no GPUs beyond "
-            f"its fair share of {n.get('fair_share')}: {n.get('in_use')} in use and this job "
-            f"asks for {n.get('requested')}. {outlook}"
+            f"{_gpu_hours(n.get('threshold_seconds'))} GPU-hours in debt borrows beyond its "
+            f"fair share of {n.get('fair_share')} only free GPUs of nodes already in use, and "
+            f"they have no room for this job: {n.get('in_use')} in use and this job asks for "
+            f"{n.get('requested')}. {outlook}"
         )
     if code in ("no_capacity", "queued_behind_team"):
         sentence = (

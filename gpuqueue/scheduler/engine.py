@@ -43,7 +43,7 @@ from gpuqueue.scheduler.model import (
 )
 from gpuqueue.scheduler.never import NeverAdmits
 from gpuqueue.scheduler.ordering import Order, QueueJobs
-from gpuqueue.scheduler.placement import fit_gang
+from gpuqueue.scheduler.placement import fit_gang, fit_on
 from gpuqueue.scheduler.preemption import (
     PRIORITY,
     RECLAIM,
@@ -581,9 +581,10 @@ class Cycle:
             ):
                 limit = self.quotas[(job.team, flavor)].limit
                 return reasons.held_for_older(job, turn, limit, ledger.in_use(job.team, flavor))
-        # 4b. Time-based fair share: a team that owes GPU-time borrows no more (`_in_debt`).
-        if self.balance is not None and self._in_debt(job):
-            return self._in_debt_reason(job)
+        # 4b. Time-based fair share: a team that owes GPU-time takes no free GPU of an empty node
+        #     beyond its share (`_in_debt`): where the free GPUs hold the job only with an empty
+        #     node's, it waits (step 5); where they do not hold it at all, it goes on as any job.
+        in_debt = self.balance is not None and self._in_debt(job)
         workers = job.workers
         # 5. (Counting first is cheap; placement only runs when it will succeed.)
         strategy = self.policy.placement
@@ -594,6 +595,10 @@ class Cycle:
             elif self.special.places(fl):  # fragmentation, or models that pending jobs require
                 found = self.special.place(job, fl)
                 placement = None if found is None else found[0]
+            elif in_debt and workers == 1:
+                placement = self._on_nodes_in_use(job, fl)
+                if placement is None:
+                    return self._in_debt_reason(job)
             else:
                 # On a flavor with levels, in the tightest rack (topology.py, `pack`): racks
                 # already broken into fill up, and whole ones stay whole for the gangs.
@@ -604,6 +609,8 @@ class Cycle:
                     else fit_gang(fl, workers, g, strategy, None, cpu, memory)
                 )
             if placement is not None:
+                if in_debt and self._opens_a_node(fl, placement):
+                    return self._in_debt_reason(job)
                 self._admit(job, placement, domain=domain)
                 return None
         if fl.held:
@@ -725,7 +732,8 @@ class Cycle:
     def _in_debt(self, job: PendingJob) -> bool:
         """Whether admitting `job` would take its team past its fair share while the team
         holds Policy.share_borrow_debt_seconds x max(fair share, the job's GPUs) more than it
-        was entitled to (usage.py): borrowing then waits until the balance recovers."""
+        was entitled to (usage.py): until the balance recovers, it borrows only free GPUs of
+        nodes already in use (step 4b)."""
         assert self.balance is not None
         key = (job.team, job.flavor)
         below = self.horizon.below
@@ -737,6 +745,24 @@ class Cycle:
         # A debt (minus the balance) past the threshold.
         threshold = self.policy.share_borrow_debt_seconds * max(share, job.gpus)
         return below(self.balance, key, -threshold)
+
+    def _on_nodes_in_use(self, job: PendingJob, fl: FlavorLedger) -> Placement | None:
+        """Step 5 for a single worker of a team in debt (4b): the job placed on free GPUs of
+        nodes already in use only. Every empty node is left whole for the jobs that need one:
+        a team's one-GPU jobs filling the last GPUs of busy nodes cost no other team anything
+        now, but breaking into an empty node keeps an 8-GPU job or a gang waiting for nodes to
+        drain. A gang in debt is placed as any (binpack fills the fullest nodes first) and waits
+        when that opens an empty node."""
+        capacity = fl.capacity
+        in_use = {node: free for node, free in fl.free.items() if 0 < free < capacity[node]}
+        cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
+        return fit_on(in_use, job.workers, job.gpus_per_worker, self.policy.placement, cap)
+
+    @staticmethod
+    def _opens_a_node(fl: FlavorLedger, placement: Placement) -> bool:
+        """Whether `placement` takes GPUs of a node that holds none in use (4b: a gang of a team
+        in debt, or one placed by its topology level, a special placement or a fraction)."""
+        return any(fl.free[node] == fl.capacity[node] for node, _ in placement)
 
     def _in_debt_reason(self, job: PendingJob) -> Reason:
         """The numbers of `_in_debt`, and when the debt should be back under the threshold."""
@@ -790,12 +816,11 @@ class Cycle:
             if in_use + ask > quota.limit * FULL:
                 why = reasons.over_limit(job, _scope(job, group), quota.limit, ceil_gpus(in_use))
                 return reasons.in_thousandths(why, job, in_use, ask)
-        # 4b.
-        if self.balance is not None and self._in_debt(job):
-            return self._in_debt_reason(job)
+        # 4b. (Only on nodes in use, at step 5.)
+        in_debt = self.balance is not None and self._in_debt(job)
         # 5.
         found = self.special.place(job, fl)
-        if found is not None:
+        if found is not None and not (in_debt and self._opens_a_node(fl, found[0])):
             placement, devices = found
             share = self.fair_share.get((job.team, flavor), 0)
             borrowed = (
@@ -825,6 +850,8 @@ class Cycle:
                 )
             self.admissions.append(Admission(job.id, placement, borrowed, devices))
             return None
+        if in_debt:
+            return self._in_debt_reason(job)
         # 5b.
         waiting = self._claim_shared(job, fl, ask, groups)
         if waiting is not None:

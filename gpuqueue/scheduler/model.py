@@ -278,11 +278,12 @@ class Policy:
     # then holds a GPU about that fraction of the time.
     time_based_share: bool = True
     share_slice_seconds: float = 3600.0
-    # And a team in debt by this many seconds of max(its fair share, the job's GPUs) borrows
-    # no more beyond its share (engine.py, step 4b): over time it gets about its share, plus
-    # this much per time constant of the balance (half-life / ln 2), instead of filling every
-    # GPU that its small jobs fit into. 8 h: with 1 h, the mean delay at 120 % load rose
-    # above half of strict FIFO's (503.5 h), with 4 h it was 478.4 h, with 8 h 470.3 h.
+    # And a team in debt by this many seconds of max(its fair share, the job's GPUs) takes no
+    # free GPU of an empty node beyond its share (engine.py, step 4b): every empty
+    # node stays whole for the 8-GPU jobs and gangs that need one, while the team's small jobs
+    # still fill GPUs that no one else can use now. Borrowing nothing at all left GPUs idle
+    # and a small team's one-GPU jobs waiting for days (docs/benchmarks.md, "What each rule
+    # costs"). 8 h: with 1 h, the mean delay at 120 % load rose above half of strict FIFO's.
     share_borrow_debt_seconds: float = 28800.0
     # How fast a balance is forgotten: the half-life its producer (ShareBalance) decays it with.
     share_half_life_seconds: float = 86400.0
@@ -346,7 +347,8 @@ class ReasonCode(str, Enum):  # noqa: UP042 -- callers compare and str() these a
     NEVER_FITS = "never_fits"  # no node of the flavor is big enough for one worker
     RESERVED = "reserved"  # starving: holds nodes that are draining for it (see Reservation)
     # Time-based fair share: the team used so much more than its fair share lately that it may
-    # not borrow beyond it (engine.py, step 4b; usage.py).
+    # borrow beyond it only on nodes already in use, and they have no room (engine.py, step 4b;
+    # usage.py).
     IN_SHARE_DEBT = "in_share_debt"
     # Within its guarantee, but the borrowed GPUs it could reclaim are held by jobs inside
     # their minimum runtime (reclaim_wait.py).

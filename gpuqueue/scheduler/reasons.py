@@ -61,9 +61,9 @@ being preempted, each small enough to leave its team that much): what stops recl
 rest (non-preemptible work, jobs that would put their team below its own guarantee).
 
 IN_SHARE_DEBT's seconds are GPU-seconds (usage.py): `debt_seconds` the team's debt now,
-`threshold_seconds` the debt above which it borrows no more, `recovers_at` when the debt is
-expected under the threshold if the team holds no more than min(in_use, fair_share) until then
-(what it holds less than its share is credited to it, as usage.py does).
+`threshold_seconds` the debt above which it borrows only on nodes in use, `recovers_at` when
+the debt is expected under the threshold if the team holds no more than min(in_use, fair_share)
+until then (what it holds less than its share is credited to it, as usage.py does).
 
 A job asking a fraction of a GPU or given GPU models (shared_gpus.py) carries, in NEVER_FITS and
 NO_CAPACITY, `gpu_milli` (thousandths of one GPU per worker; 0: whole GPUs), `gpu_models` (", ";

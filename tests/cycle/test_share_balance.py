@@ -135,7 +135,8 @@ def test_with_the_setting_off_the_cycle_keeps_no_balances(
 
 def in_debt_world(world: Any, submit: Any, backend: Any, debt_hours: float) -> tuple[Job, Any]:
     """team-a has no weight on H100 (its fair share is its guarantee, 8), holds 8 and asks
-    for 8 more: 24 GPUs are free, so it may borrow unless it is in debt. Its balance is stored
+    for 8 more: 24 GPUs are free, on empty nodes only, so it may borrow unless it is in debt (a
+    team in debt borrows only on nodes already in use). Its balance is stored
     at -debt_hours GPU-hours, as an earlier cycle left it."""
     sync_cluster(backend)
     Quota.objects.filter(team=world.team_a, flavor=world.h100).update(weight=0)
@@ -151,7 +152,7 @@ def in_debt_world(world: Any, submit: Any, backend: Any, debt_hours: float) -> t
     return job, now
 
 
-def test_a_team_in_debt_borrows_no_more_even_free_gpus(
+def test_a_team_in_debt_borrows_no_gpus_of_an_empty_node(
     world: Any, submit: Any, backend: Any
 ) -> None:
     # 100 GPU-hours of debt, over 8 h x max(fair share 8, the job's 8 GPUs) = 64 GPU-hours.

@@ -265,7 +265,7 @@ from gpuqueue.core.reason_text import describe_reason, reason_label
                     "recovers_at": 1795000000.0,
                 },
             },
-            "The team has used 100.0 h100 GPU-hours more than its fair share lately (older use counts less and less), and a team more than 64.0 GPU-hours in debt borrows no GPUs beyond its fair share of 8: 8 in use and this job asks for 8. It should be back under that by 2026-11-18 11:06 UTC if the team holds no more than 8 h100 GPUs until then.",
+            "The team has used 100.0 h100 GPU-hours more than its fair share lately (older use counts less and less), and a team more than 64.0 GPU-hours in debt borrows beyond its fair share of 8 only free GPUs of nodes already in use, and they have no room for this job: 8 in use and this job asks for 8. It should be back under that by 2026-11-18 11:06 UTC if the team holds no more than 8 h100 GPUs until then.",
         ),
         (
             {
@@ -280,7 +280,7 @@ from gpuqueue.core.reason_text import describe_reason, reason_label
                     "recovers_at": None,
                 },
             },
-            "The team has used 2.0 l4 GPU-hours more than its fair share lately (older use counts less and less), and a team more than 0.0 GPU-hours in debt borrows no GPUs beyond its fair share of 0: 0 in use and this job asks for 1. It is not expected to fall under that.",
+            "The team has used 2.0 l4 GPU-hours more than its fair share lately (older use counts less and less), and a team more than 0.0 GPU-hours in debt borrows beyond its fair share of 0 only free GPUs of nodes already in use, and they have no room for this job: 0 in use and this job asks for 1. It is not expected to fall under that.",
         ),
         (
             {

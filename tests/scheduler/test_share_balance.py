@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuqueue.scheduler.model import Policy, Quota, ReasonCode, RunningJob, Team
+from gpuqueue.scheduler import plan
+from gpuqueue.scheduler.model import (
+    PendingJob,
+    PlacementStrategy,
+    Policy,
+    Quota,
+    ReasonCode,
+    RunningJob,
+    Snapshot,
+    Team,
+)
 from gpuqueue.scheduler.usage import ShareBalance, entitled_shares, seconds_to_recover
 from tests.scheduler.builders import HOUR, NOW, Case, check, nodes, pending, running, team
 
@@ -67,6 +78,33 @@ def borrower(balance: float, held: int = 2) -> dict[str, object]:
         "pending": (pending(1, "a"), pending(2, "b", gpus=4)),
         "balance": {("a", "h100"): balance},
         "shares": {("a", "h100"): 2, ("b", "h100"): 6},
+    }
+
+
+def spread(balance: float) -> dict[str, object]:
+    """Team a (guarantee 2, weight 0: share 2) holds 2 GPUs of n1 and asks for one more, team b
+    holds 1 GPU of n1 and asks for a 2 x 8 gang beyond its share; n2 is empty, and placement
+    spreads (the emptiest node first)."""
+    return {
+        "nodes": nodes(2, h100=8),
+        "teams": (team("a", guarantee=2, weight=0.0), team("b", guarantee=6)),
+        "running": (running(10, "a", {"n1": 2}), running(11, "b", {"n1": 1})),
+        "pending": (pending(1, "a"), pending(2, "b", workers=2, gpus=8)),
+        "balance": {("a", "h100"): balance},
+        "policy": Policy(placement=PlacementStrategy.SPREAD),
+    }
+
+
+def empty_node(balance: float) -> dict[str, object]:
+    """Team a (guarantee 2, weight 0: share 2) holds 2 GPUs of n1, team b the other 6 and asks
+    for a 2 x 8 gang beyond its share; the only free GPUs are the empty n2."""
+    return {
+        "nodes": nodes(2, h100=8),
+        "teams": (team("a", guarantee=2, weight=0.0), team("b", guarantee=6)),
+        "running": (running(10, "a", {"n1": 2}), running(11, "b", {"n1": 1}, gpus=6)),
+        "pending": (pending(1, "a"), pending(2, "b", workers=2, gpus=8)),
+        "balance": {("a", "h100"): balance},
+        "shares": {("a", "h100"): 2, ("b", "h100"): 14},
     }
 
 
@@ -165,10 +203,34 @@ CASES = [
         reasons={1: ReasonCode.RESERVED},
     ),
     Case(
-        "a team in debt by a slice of its share borrows no more, even free GPUs",
+        "a team in debt by a slice of its share still borrows free GPUs of a node in use",
         **borrower(balance=-BORROW * 2 - 1),  # type: ignore[arg-type]
+        admitted={1},
+        borrowed={1: True},
+    ),
+    Case(
+        "a team in debt borrows no GPU of an empty node: a gang may need it whole",
+        **empty_node(balance=-BORROW * 2 - 1),  # type: ignore[arg-type]
         admitted=set(),
         reasons={1: ReasonCode.IN_SHARE_DEBT},
+    ),
+    Case(
+        "a team not in debt borrows the empty node",
+        **empty_node(balance=-BORROW * 2 + 1),  # type: ignore[arg-type]
+        admitted={1},
+        borrowed={1: True},
+    ),
+    Case(
+        "a team in debt borrows on the node in use even where placement spreads",
+        **spread(balance=-BORROW * 2 - 1),  # type: ignore[arg-type]
+        placements={1: {"n1": 1}},
+        borrowed={1: True},
+    ),
+    Case(
+        "a team not in debt spreads to the empty node",
+        **spread(balance=-BORROW * 2 + 1),  # type: ignore[arg-type]
+        placements={1: {"n2": 1}},
+        borrowed={1: True},
     ),
     Case(
         "a team in debt still gets GPUs within its share",
@@ -311,3 +373,30 @@ def test_a_balance_reaches_a_bound_when_crossing_says(
     else:
         meter.advance(NOW + (100 * half_life or 1000 * 86400.0), *state)
         assert (meter.snapshot().get(key, 0.0) < bound) == (start < bound)
+
+
+def test_a_team_in_debt_takes_a_fraction_of_a_gpu_on_a_node_in_use() -> None:
+    """Team a (share 0) is deep in debt and shares a GPU of n1 with a half-GPU job; team b holds a
+    GPU of n2 and waits with a gang for both nodes, beyond its share. A quarter of a GPU on n1
+    costs no one anything now: it starts, borrowed."""
+    half = RunningJob(**{**_init(running(10, "a", {"n1": 1})), "gpu_milli": 500})
+    half = replace(half, devices=(("n1", 0),))
+    quarter = PendingJob(**{**_init(pending(1, "a")), "gpu_milli": 250})
+    snapshot = Snapshot(
+        NOW,
+        nodes(2, h100=2),
+        (team("a", weight=0.0), team("b", guarantee=4)),
+        (half, running(11, "b", {"n2": 1})),
+        (quarter, pending(2, "b", workers=2, gpus=2)),
+        share_balance={("a", "h100"): -1e9},
+        shared_flavors=frozenset({"h100"}),
+    )
+    result = plan(snapshot, Policy())
+    assert [(a.job_id, a.devices, a.borrowed) for a in result.admissions] == [
+        (1, (("n1", 0),), True)
+    ]
+
+
+def _init(job: object) -> dict[str, object]:
+    fields = type(job).__dataclass_fields__  # type: ignore[attr-defined]
+    return {f: getattr(job, f) for f in fields if fields[f].init}
