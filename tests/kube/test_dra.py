@@ -153,16 +153,20 @@ def dra(kube: Kube, world: Any, dra_cluster: client.ResourceV1Api) -> Iterator[A
 
 
 def settle_devices(kube: Kube, resource: client.ResourceV1Api) -> None:
-    """Start from free devices: the claims of earlier tests' jobs go a moment after their pods
-    and Secrets (the garbage collector's pace, slower on a loaded machine), and one still
-    allocated would hold its devices against this test's plan."""
+    """Start from free devices on ready nodes: the claims of earlier tests' jobs go a moment
+    after their pods and Secrets (the garbage collector's pace, slower on a loaded machine),
+    and one still allocated would hold its devices against this test's plan; and on a loaded
+    machine kwok's heartbeats can lag until the node lifecycle controller marks a DRA node
+    not Ready for a moment (only ready nodes' devices count)."""
     kube.wait(lambda: not resource.list_resource_claim_for_all_namespaces().items, timeout=60)
-    kube.sync_until(
-        lambda: all(
-            not n.used_externally and not n.draining
-            for n in Node.objects.filter(name__in=DRA_NODES)
+
+    def settled() -> bool:
+        nodes = list(Node.objects.filter(name__in=DRA_NODES))
+        return len(nodes) == len(DRA_NODES) and all(
+            n.ready and not n.used_externally and not n.draining for n in nodes
         )
-    )
+
+    kube.sync_until(settled, timeout=60)
 
 
 def running(*jobs: Job) -> bool:
