@@ -137,8 +137,14 @@ def main() -> None:
 
 
 def _worst(runs: list[JobRun], n: int) -> list[dict[str, object]]:
-    """The `n` longest first waits: job, team, shape, submission and delay (hours)."""
-    waited = [(r.first_start - r.job.submitted_at, r) for r in runs if r.first_start is not None]
+    """The `n` longest first waits: job, team, shape, submission, delay, first start and end
+    (hours) and preemptions (a gang that starts and is reclaimed at once counts a short
+    delay: its end says when its work was done)."""
+    waited = [
+        (r.first_start - r.job.submitted_at, r.first_start, r)
+        for r in runs
+        if r.first_start is not None
+    ]
     waited.sort(key=lambda t: -t[0])
     return [
         {
@@ -148,8 +154,11 @@ def _worst(runs: list[JobRun], n: int) -> list[dict[str, object]]:
             "gpus_per_worker": r.job.gpus_per_worker,
             "submitted_h": round(r.job.submitted_at / 3600, 1),
             "delay_h": round(delay / 3600, 1),
+            "first_start_h": round(first / 3600, 1),
+            "finished_h": None if r.finished_at is None else round(r.finished_at / 3600, 1),
+            "preemptions": r.preemptions,
         }
-        for delay, r in waited[:n]
+        for delay, first, r in waited[:n]
     ]
 
 
