@@ -108,6 +108,42 @@ def empty_node(balance: float) -> dict[str, object]:
     }
 
 
+def reclaiming(balance: float) -> dict[str, object]:
+    """Team a (guarantee 2, weight 0: share 2) holds 2 GPUs of n1 and asks for one more; team b
+    (guarantee 8) holds 4 of n1 and waits with a 4-GPU job within its guarantee that the 2 free
+    GPUs of n1 do not hold; team c borrows the whole of n2 with jobs inside their minimum
+    runtime, so b waits to reclaim them."""
+    return {
+        "nodes": nodes(2, h100=8),
+        "teams": (team("a", guarantee=2, weight=0.0), team("b", guarantee=8), team("c")),
+        "running": (
+            running(10, "a", {"n1": 2}),
+            running(11, "b", {"n1": 1}, gpus=4),
+            *(running(20 + i, "c", {"n2": 1}, started=NOW - 60) for i in range(8)),
+        ),
+        "pending": (pending(1, "a"), pending(2, "b", gpus=4, submitted=NOW - 60)),
+        "balance": {("a", "h100"): balance},
+    }
+
+
+def backfill(balance: float) -> dict[str, object]:
+    """Team b (guarantee 4) holds nothing and its 8-GPU job starves: it reserves n1, where team
+    c's 4 non-preemptible GPUs end in 1,000 s; team a (no share) asks for one GPU for at most
+    500 s: a backfill onto the reserved GPUs."""
+    return {
+        "nodes": nodes(1, h100=8),
+        "teams": (team("a", weight=0.0), team("b", guarantee=4), team("c", guarantee=4)),
+        "running": (
+            running(10, "c", {"n1": 1}, gpus=4, preemptible=False, max_runtime=HOUR + 1000),
+        ),
+        "pending": (
+            pending(1, "b", gpus=8, submitted=NOW - 2 * HOUR),
+            pending(2, "a", max_runtime=500),
+        ),
+        "balance": {("a", "h100"): balance},
+    }
+
+
 def one_reservation(owed: Team, c_guarantee: int = 8) -> dict[str, object]:
     """Team b holds both nodes with non-preemptible jobs (n1 frees first); team c's gang, within
     its guarantee (or, with none, within its fair share: it then holds 2 GPUs of a third node),
@@ -231,6 +267,30 @@ CASES = [
         **spread(balance=-BORROW * 2 + 1),  # type: ignore[arg-type]
         placements={1: {"n2": 1}},
         borrowed={1: True},
+    ),
+    Case(
+        "a team in debt borrows no GPU while another team waits within its guarantee",
+        **reclaiming(balance=-BORROW * 2 - 1),  # type: ignore[arg-type]
+        admitted=set(),
+        reasons={1: ReasonCode.IN_SHARE_DEBT, 2: ReasonCode.WAITING_FOR_RECLAIM},
+        numbers={1: {"guaranteed_team": "b"}},
+    ),
+    Case(
+        "a team not in debt borrows the free GPUs the waiting team's job does not fit",
+        **reclaiming(balance=-BORROW * 2 + 1),  # type: ignore[arg-type]
+        admitted={1},
+        borrowed={1: True},
+    ),
+    Case(
+        "a team in debt does not backfill onto GPUs reserved for another team",
+        **backfill(balance=-BORROW - 1),  # type: ignore[arg-type]
+        admitted=set(),
+        reasons={1: ReasonCode.RESERVED, 2: ReasonCode.IN_SHARE_DEBT},
+    ),
+    Case(
+        "a team not in debt backfills",
+        **backfill(balance=-BORROW + 1),  # type: ignore[arg-type]
+        admitted={2},
     ),
     Case(
         "a team in debt still gets GPUs within its share",
