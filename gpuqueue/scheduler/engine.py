@@ -848,8 +848,13 @@ class Cycle:
             if in_use + ask > quota.limit * FULL:
                 why = reasons.over_limit(job, _scope(job, group), quota.limit, ceil_gpus(in_use))
                 return reasons.in_thousandths(why, job, in_use, ask)
-        # 4b. (Only on nodes in use, at step 5.)
+        # 4b. (Only on nodes in use, at step 5, and nothing while a team waits within its
+        #     guarantee.)
         in_debt = self.balance is not None and self._in_debt(job)
+        if in_debt:
+            waiting = self._guarantee_waits(job)
+            if waiting is not None:
+                return self._in_debt_reason(job, waiting)
         # 5.
         found = self.special.place(job, fl)
         if found is not None and not (in_debt and self._opens_a_node(fl, found[0])):

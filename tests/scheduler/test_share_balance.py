@@ -435,6 +435,64 @@ def test_a_balance_reaches_a_bound_when_crossing_says(
         assert (meter.snapshot().get(key, 0.0) < bound) == (start < bound)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    a_jobs=st.lists(st.integers(0, 1), max_size=6),  # a's 1-GPU jobs, on n1 or n2
+    b_guarantee=st.integers(1, 8),
+    b_held=st.integers(0, 8),
+    b_asks=st.integers(1, 8),
+    c_jobs=st.lists(st.tuples(st.integers(0, 1), st.integers(1, 4), st.booleans()), max_size=4),
+    a_asks=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+)
+def test_a_team_in_debt_borrows_nothing_while_another_waits_within_its_guarantee(
+    a_jobs: list[int],
+    b_guarantee: int,
+    b_held: int,
+    b_asks: int,
+    c_jobs: list[tuple[int, int, bool]],
+    a_asks: list[int],
+) -> None:
+    """Team a (no share) is deep in debt; team b waits with one job within its guarantee. While
+    that job is neither admitted nor has claimed GPUs being freed for it (reclaim), none of a's
+    jobs is admitted (whatever is free and wherever)."""
+    b_held = min(b_held, b_guarantee - 1)
+    b_asks = min(b_asks, b_guarantee - b_held)
+    free = {"n1": 8, "n2": 8}
+    jobs = []
+    for i, node in enumerate(a_jobs):
+        name = f"n{node + 1}"
+        if free[name]:
+            free[name] -= 1
+            jobs.append(running(100 + i, "a", {name: 1}))
+    if b_held and free["n1"] >= b_held:
+        free["n1"] -= b_held
+        jobs.append(running(200, "b", {"n1": 1}, gpus=b_held, preemptible=False))
+    for i, (node, gpus, recent) in enumerate(c_jobs):  # recent: inside its minimum runtime
+        name = f"n{node + 1}"
+        if free[name] >= gpus:
+            free[name] -= gpus
+            started = NOW - 60 if recent else NOW - HOUR
+            jobs.append(running(300 + i, "c", {name: 1}, gpus=gpus, started=started))
+    snapshot = Snapshot(
+        NOW,
+        nodes(2, h100=8),
+        (team("a", weight=0.0), team("b", guarantee=b_guarantee), team("c")),
+        tuple(jobs),
+        (
+            pending(1, "b", gpus=b_asks, submitted=NOW - 60),
+            *(pending(10 + i, "a", gpus=g, submitted=NOW - 600) for i, g in enumerate(a_asks)),
+        ),
+        share_balance={("a", "h100"): -1e9},
+    )
+    result = plan(snapshot, Policy())
+    admitted = {a.job_id for a in result.admissions}
+    claimed = any(
+        p.job_id == 1 and p.reason.code == ReasonCode.WAITING_FOR_PREEMPTION for p in result.pending
+    )
+    if 1 not in admitted and not claimed:
+        assert not admitted, result.admissions
+
+
 def test_a_team_in_debt_takes_a_fraction_of_a_gpu_on_a_node_in_use() -> None:
     """Team a (share 0) is deep in debt and shares a GPU of n1 with a half-GPU job; team b holds a
     GPU of n2 and waits with a gang for both nodes, beyond its share. A quarter of a GPU on n1
