@@ -198,12 +198,19 @@ def describe_reason(reason: dict[str, Any] | None) -> str:
             if isinstance(recovers, int | float)
             else "It is not expected to fall under that."
         )
+        guaranteed = n.get("guaranteed_team")
+        why = (
+            f"none while another team waits for GPUs within its guarantee, as team "
+            f"{guaranteed} does now"
+            if guaranteed
+            else "they have no room for this job"
+        )
         return (
             f"The team has used {_gpu_hours(n.get('debt_seconds'))} {flavor} GPU-hours more "
             f"than its fair share lately (older use counts less and less), and a team more than "
             f"{_gpu_hours(n.get('threshold_seconds'))} GPU-hours in debt borrows beyond its "
             f"fair share of {n.get('fair_share')} only free GPUs of nodes already in use, and "
-            f"they have no room for this job: {n.get('in_use')} in use and this job asks for "
+            f"{why}: {n.get('in_use')} in use and this job asks for "
             f"{n.get('requested')}. {outlook}"
         )
     if code in ("no_capacity", "queued_behind_team"):

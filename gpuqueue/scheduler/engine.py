@@ -192,6 +192,7 @@ class Cycle:
         self.owed: set[int] = set()  # of them, the first jobs of owed teams (ordering.py)
         # The verdicts of `_consider` by kind of job, with the state they were reached in.
         self._verdicts: dict[Hashable, Verdict] = {}
+        self._within_guarantee: dict[str, list[tuple[str, int, int]]] = {}
         self._holding_out: dict[int, bool] = {}  # `_holds_out` per job: asked at every step
         self._draining: dict[int, tuple[int, str | None]] | None = None  # `_draining_jobs`
         # GPUs of jobs being preempted (while they save a checkpoint) and of terminating pods
@@ -582,9 +583,14 @@ class Cycle:
                 limit = self.quotas[(job.team, flavor)].limit
                 return reasons.held_for_older(job, turn, limit, ledger.in_use(job.team, flavor))
         # 4b. Time-based fair share: a team that owes GPU-time takes no free GPU of an empty node
-        #     beyond its share (`_in_debt`): where the free GPUs hold the job only with an empty
-        #     node's, it waits (step 5); where they do not hold it at all, it goes on as any job.
+        #     beyond its share (`_in_debt`), and none at all while another team waits within its
+        #     guarantee (`_guarantee_waits`): where the free GPUs hold the job only with an
+        #     empty node's, or not at all, it waits (no backfill, no GPUs coming back).
         in_debt = self.balance is not None and self._in_debt(job)
+        if in_debt:
+            waiting = self._guarantee_waits(job)
+            if waiting is not None:
+                return self._in_debt_reason(job, waiting)
         workers = job.workers
         # 5. (Counting first is cheap; placement only runs when it will succeed.)
         strategy = self.policy.placement
@@ -613,6 +619,8 @@ class Cycle:
                     return self._in_debt_reason(job)
                 self._admit(job, placement, domain=domain)
                 return None
+        if in_debt:
+            return self._in_debt_reason(job)
         if fl.held:
             # 6.
             room = self.reserver.backfill_room(job)
@@ -746,6 +754,29 @@ class Cycle:
         threshold = self.policy.share_borrow_debt_seconds * max(share, job.gpus)
         return below(self.balance, key, -threshold)
 
+    def _guarantee_waits(self, job: PendingJob) -> str | None:
+        """Another team whose smallest pending job of the flavor would fit within its guarantee
+        (the team that waits first, or None): a team in debt borrows nothing while one does
+        (4b). Its GPUs filling busy nodes keep those nodes from draining for the guaranteed
+        team's job, which then has to reclaim them (full replay at 100 %: violations 182 ->
+        139 team-h). The pending jobs are those of the snapshot: one admitted in this cycle
+        counts in its team's GPUs in use, so the test stays exact or errs towards waiting."""
+        flavor = job.flavor
+        waits = self._within_guarantee.get(flavor)
+        if waits is None:
+            waits = []
+            for (team, of_flavor), queue in self.queues.items():
+                guarantee = self.guarantees.get((team, of_flavor), 0)
+                if of_flavor == flavor and queue.smallest <= guarantee:
+                    waits.append((team, queue.smallest, guarantee))
+            waits.sort()
+            self._within_guarantee[flavor] = waits
+        in_use = self.ledger.in_use
+        for team, smallest, guarantee in waits:
+            if team != job.team and in_use(team, flavor) + smallest <= guarantee:
+                return team
+        return None
+
     def _on_nodes_in_use(self, job: PendingJob, fl: FlavorLedger) -> Placement | None:
         """Step 5 for a single worker of a team in debt (4b): the job placed on free GPUs of
         nodes already in use only. Every empty node is left whole for the jobs that need one:
@@ -764,8 +795,9 @@ class Cycle:
         in debt, or one placed by its topology level, a special placement or a fraction)."""
         return any(fl.free[node] == fl.capacity[node] for node, _ in placement)
 
-    def _in_debt_reason(self, job: PendingJob) -> Reason:
-        """The numbers of `_in_debt`, and when the debt should be back under the threshold."""
+    def _in_debt_reason(self, job: PendingJob, guaranteed: str | None = None) -> Reason:
+        """The numbers of `_in_debt`, and when the debt should be back under the threshold
+        (`guaranteed`: the team it leaves the GPUs to, `_guarantee_waits`)."""
         assert self.balance is not None
         key = (job.team, job.flavor)
         share = self.fair_share.get(key, 0)
@@ -779,7 +811,7 @@ class Cycle:
         )
         # The debt's value, and when it recovers counted from now.
         recovers = self.horizon.read() + wait
-        return reasons.in_share_debt(job, share, in_use, debt, threshold, recovers)
+        return reasons.in_share_debt(job, share, in_use, debt, threshold, recovers, guaranteed)
 
     def _decide_shared(self, job: PendingJob) -> Reason | None:
         """Steps 1-5 and 11 of `_consider` for a job asking a fraction of a GPU or given models
@@ -816,8 +848,13 @@ class Cycle:
             if in_use + ask > quota.limit * FULL:
                 why = reasons.over_limit(job, _scope(job, group), quota.limit, ceil_gpus(in_use))
                 return reasons.in_thousandths(why, job, in_use, ask)
-        # 4b. (Only on nodes in use, at step 5.)
+        # 4b. (Only on nodes in use, at step 5, and nothing while a team waits within its
+        #     guarantee.)
         in_debt = self.balance is not None and self._in_debt(job)
+        if in_debt:
+            waiting = self._guarantee_waits(job)
+            if waiting is not None:
+                return self._in_debt_reason(job, waiting)
         # 5.
         found = self.special.place(job, fl)
         if found is not None and not (in_debt and self._opens_a_node(fl, found[0])):

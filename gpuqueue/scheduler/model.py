@@ -281,7 +281,8 @@ class Policy:
     # And a team in debt by this many seconds of max(its fair share, the job's GPUs) takes no
     # free GPU of an empty node beyond its share (engine.py, step 4b): every empty
     # node stays whole for the 8-GPU jobs and gangs that need one, while the team's small jobs
-    # still fill GPUs that no one else can use now. Borrowing nothing at all left GPUs idle
+    # still fill GPUs that no one else can use now, except while another team waits within its
+    # guarantee (then it borrows nothing). Borrowing nothing at all left GPUs idle
     # and a small team's one-GPU jobs waiting for days (docs/benchmarks.md, "What each rule
     # costs"). 8 h: with 1 h, the mean delay at 120 % load rose above half of strict FIFO's.
     share_borrow_debt_seconds: float = 28800.0
@@ -347,8 +348,8 @@ class ReasonCode(str, Enum):  # noqa: UP042 -- callers compare and str() these a
     NEVER_FITS = "never_fits"  # no node of the flavor is big enough for one worker
     RESERVED = "reserved"  # starving: holds nodes that are draining for it (see Reservation)
     # Time-based fair share: the team used so much more than its fair share lately that it may
-    # borrow beyond it only on nodes already in use, and they have no room (engine.py, step 4b;
-    # usage.py).
+    # borrow beyond it only on nodes already in use, and they have no room, or another team
+    # waits within its guarantee (engine.py, step 4b; usage.py).
     IN_SHARE_DEBT = "in_share_debt"
     # Within its guarantee, but the borrowed GPUs it could reclaim are held by jobs inside
     # their minimum runtime (reclaim_wait.py).

@@ -31,7 +31,8 @@ The web layer turns these into sentences ("waiting for 8 GPUs as 4 x 2; 3 of 4 w
 | RESERVED               | flavor, expected_start (math.inf when unknown), nodes; and          |
 |                        | team_holds_none when it starves by that exception                   |
 | IN_SHARE_DEBT          | flavor, fair_share, in_use, requested, debt_seconds, threshold_seconds, |
-|                        | recovers_at (math.inf when never)                                   |
+|                        | recovers_at (math.inf when never); guaranteed_team when another     |
+|                        | team waits within its guarantee                                     |
 | WAITING_FOR_RECLAIM    | flavor, workers, gpus_per_worker, free, borrowers (team ids, ", "), |
 |                        | borrowed, min_runtime_seconds, reclaim_at                           |
 | NO_DOMAIN              | flavor, workers, gpus_per_worker, level (its node label), domains,  |
@@ -61,7 +62,8 @@ being preempted, each small enough to leave its team that much): what stops recl
 rest (non-preemptible work, jobs that would put their team below its own guarantee).
 
 IN_SHARE_DEBT's seconds are GPU-seconds (usage.py): `debt_seconds` the team's debt now,
-`threshold_seconds` the debt above which it borrows only on nodes in use, `recovers_at` when
+`threshold_seconds` the debt above which it borrows only on nodes in use (and nothing while
+`guaranteed_team`, another team, waits for a job within its guarantee), `recovers_at` when
 the debt is expected under the threshold if the team holds no more than min(in_use, fair_share)
 until then (what it holds less than its share is credited to it, as usage.py does).
 
@@ -151,19 +153,21 @@ def in_share_debt(
     debt_seconds: float,
     threshold_seconds: float,
     recovers_at: float,
+    guaranteed: str | None = None,
 ) -> Reason:
-    return Reason(
-        ReasonCode.IN_SHARE_DEBT,
-        {
-            "flavor": job.flavor,
-            "fair_share": fair_share,
-            "in_use": in_use,
-            "requested": job.gpus,
-            "debt_seconds": round(debt_seconds),
-            "threshold_seconds": round(threshold_seconds),
-            "recovers_at": recovers_at,
-        },
-    )
+    """`guaranteed`: another team that waits within its guarantee (engine.py, 4b)."""
+    numbers: dict[str, int | float | str] = {
+        "flavor": job.flavor,
+        "fair_share": fair_share,
+        "in_use": in_use,
+        "requested": job.gpus,
+        "debt_seconds": round(debt_seconds),
+        "threshold_seconds": round(threshold_seconds),
+        "recovers_at": recovers_at,
+    }
+    if guaranteed is not None:
+        numbers["guaranteed_team"] = guaranteed
+    return Reason(ReasonCode.IN_SHARE_DEBT, numbers)
 
 
 def over_limit(job: PendingJob, scope: str, limit: int, in_use: int, newer: int = 0) -> Reason:

@@ -108,6 +108,42 @@ def empty_node(balance: float) -> dict[str, object]:
     }
 
 
+def reclaiming(balance: float) -> dict[str, object]:
+    """Team a (guarantee 2, weight 0: share 2) holds 2 GPUs of n1 and asks for one more; team b
+    (guarantee 8) holds 4 of n1 and waits with a 4-GPU job within its guarantee that the 2 free
+    GPUs of n1 do not hold; team c borrows the whole of n2 with jobs inside their minimum
+    runtime, so b waits to reclaim them."""
+    return {
+        "nodes": nodes(2, h100=8),
+        "teams": (team("a", guarantee=2, weight=0.0), team("b", guarantee=8), team("c")),
+        "running": (
+            running(10, "a", {"n1": 2}),
+            running(11, "b", {"n1": 1}, gpus=4),
+            *(running(20 + i, "c", {"n2": 1}, started=NOW - 60) for i in range(8)),
+        ),
+        "pending": (pending(1, "a"), pending(2, "b", gpus=4, submitted=NOW - 60)),
+        "balance": {("a", "h100"): balance},
+    }
+
+
+def backfill(balance: float) -> dict[str, object]:
+    """Team b (guarantee 4) holds nothing and its 8-GPU job starves: it reserves n1, where team
+    c's 4 non-preemptible GPUs end in 1,000 s; team a (no share) asks for one GPU for at most
+    500 s: a backfill onto the reserved GPUs."""
+    return {
+        "nodes": nodes(1, h100=8),
+        "teams": (team("a", weight=0.0), team("b", guarantee=4), team("c", guarantee=4)),
+        "running": (
+            running(10, "c", {"n1": 1}, gpus=4, preemptible=False, max_runtime=HOUR + 1000),
+        ),
+        "pending": (
+            pending(1, "b", gpus=8, submitted=NOW - 2 * HOUR),
+            pending(2, "a", max_runtime=500),
+        ),
+        "balance": {("a", "h100"): balance},
+    }
+
+
 def one_reservation(owed: Team, c_guarantee: int = 8) -> dict[str, object]:
     """Team b holds both nodes with non-preemptible jobs (n1 frees first); team c's gang, within
     its guarantee (or, with none, within its fair share: it then holds 2 GPUs of a third node),
@@ -231,6 +267,30 @@ CASES = [
         **spread(balance=-BORROW * 2 + 1),  # type: ignore[arg-type]
         placements={1: {"n2": 1}},
         borrowed={1: True},
+    ),
+    Case(
+        "a team in debt borrows no GPU while another team waits within its guarantee",
+        **reclaiming(balance=-BORROW * 2 - 1),  # type: ignore[arg-type]
+        admitted=set(),
+        reasons={1: ReasonCode.IN_SHARE_DEBT, 2: ReasonCode.WAITING_FOR_RECLAIM},
+        numbers={1: {"guaranteed_team": "b"}},
+    ),
+    Case(
+        "a team not in debt borrows the free GPUs the waiting team's job does not fit",
+        **reclaiming(balance=-BORROW * 2 + 1),  # type: ignore[arg-type]
+        admitted={1},
+        borrowed={1: True},
+    ),
+    Case(
+        "a team in debt does not backfill onto GPUs reserved for another team",
+        **backfill(balance=-BORROW - 1),  # type: ignore[arg-type]
+        admitted=set(),
+        reasons={1: ReasonCode.RESERVED, 2: ReasonCode.IN_SHARE_DEBT},
+    ),
+    Case(
+        "a team not in debt backfills",
+        **backfill(balance=-BORROW + 1),  # type: ignore[arg-type]
+        admitted={2},
     ),
     Case(
         "a team in debt still gets GPUs within its share",
@@ -373,6 +433,64 @@ def test_a_balance_reaches_a_bound_when_crossing_says(
     else:
         meter.advance(NOW + (100 * half_life or 1000 * 86400.0), *state)
         assert (meter.snapshot().get(key, 0.0) < bound) == (start < bound)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    a_jobs=st.lists(st.integers(0, 1), max_size=6),  # a's 1-GPU jobs, on n1 or n2
+    b_guarantee=st.integers(1, 8),
+    b_held=st.integers(0, 8),
+    b_asks=st.integers(1, 8),
+    c_jobs=st.lists(st.tuples(st.integers(0, 1), st.integers(1, 4), st.booleans()), max_size=4),
+    a_asks=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+)
+def test_a_team_in_debt_borrows_nothing_while_another_waits_within_its_guarantee(
+    a_jobs: list[int],
+    b_guarantee: int,
+    b_held: int,
+    b_asks: int,
+    c_jobs: list[tuple[int, int, bool]],
+    a_asks: list[int],
+) -> None:
+    """Team a (no share) is deep in debt; team b waits with one job within its guarantee. While
+    that job is neither admitted nor has claimed GPUs being freed for it (reclaim), none of a's
+    jobs is admitted (whatever is free and wherever)."""
+    b_held = min(b_held, b_guarantee - 1)
+    b_asks = min(b_asks, b_guarantee - b_held)
+    free = {"n1": 8, "n2": 8}
+    jobs = []
+    for i, node in enumerate(a_jobs):
+        name = f"n{node + 1}"
+        if free[name]:
+            free[name] -= 1
+            jobs.append(running(100 + i, "a", {name: 1}))
+    if b_held and free["n1"] >= b_held:
+        free["n1"] -= b_held
+        jobs.append(running(200, "b", {"n1": 1}, gpus=b_held, preemptible=False))
+    for i, (node, gpus, recent) in enumerate(c_jobs):  # recent: inside its minimum runtime
+        name = f"n{node + 1}"
+        if free[name] >= gpus:
+            free[name] -= gpus
+            started = NOW - 60 if recent else NOW - HOUR
+            jobs.append(running(300 + i, "c", {name: 1}, gpus=gpus, started=started))
+    snapshot = Snapshot(
+        NOW,
+        nodes(2, h100=8),
+        (team("a", weight=0.0), team("b", guarantee=b_guarantee), team("c")),
+        tuple(jobs),
+        (
+            pending(1, "b", gpus=b_asks, submitted=NOW - 60),
+            *(pending(10 + i, "a", gpus=g, submitted=NOW - 600) for i, g in enumerate(a_asks)),
+        ),
+        share_balance={("a", "h100"): -1e9},
+    )
+    result = plan(snapshot, Policy())
+    admitted = {a.job_id for a in result.admissions}
+    claimed = any(
+        p.job_id == 1 and p.reason.code == ReasonCode.WAITING_FOR_PREEMPTION for p in result.pending
+    )
+    if 1 not in admitted and not claimed:
+        assert not admitted, result.admissions
 
 
 def test_a_team_in_debt_takes_a_fraction_of_a_gpu_on_a_node_in_use() -> None:
