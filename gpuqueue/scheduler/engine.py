@@ -588,9 +588,9 @@ class Cycle:
         #     empty node's, or not at all, it waits (no backfill, no GPUs coming back).
         in_debt = self.balance is not None and self._in_debt(job)
         if in_debt:
-            waiting = self._guarantee_waits(job)
-            if waiting is not None:
-                return self._in_debt_reason(job, waiting)
+            guaranteed = self._guarantee_waits(job)
+            if guaranteed is not None:
+                return self._in_debt_reason(job, guaranteed)
         workers = job.workers
         # 5. (Counting first is cheap; placement only runs when it will succeed.)
         strategy = self.policy.placement
@@ -852,9 +852,9 @@ class Cycle:
         #     guarantee.)
         in_debt = self.balance is not None and self._in_debt(job)
         if in_debt:
-            waiting = self._guarantee_waits(job)
-            if waiting is not None:
-                return self._in_debt_reason(job, waiting)
+            guaranteed = self._guarantee_waits(job)
+            if guaranteed is not None:
+                return self._in_debt_reason(job, guaranteed)
         # 5.
         found = self.special.place(job, fl)
         if found is not None and not (in_debt and self._opens_a_node(fl, found[0])):
