@@ -557,28 +557,10 @@ class Counts:
         return self.gpus.domains
 
     def fill(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
-        """Count every node of `member` (node -> its domain) afresh, with `source`'s GPUs
-        (these counts' own GPUs: one reading of each node for both)."""
-        gpus = self.gpus
-        g, cap = self.g, self.cap
-        gpus_of, by_node, fit = gpus.by_node, self.by_node, self.fit
-        own: dict[tuple[str, ...], int] = {}
-        for node, domain in member.items():
-            count = source.get(node, 0)
-            if count <= 0:
-                continue
-            gpus_of[node] = count
-            path = domain.path
-            own[path] = own.get(path, 0) + count
-            if count < g:
-                continue
-            per_node = count // g
-            if cap is not None:
-                per_node = min(per_node, cap(node))
-            by_node[node] = per_node
-            fit[path] += per_node
-        gpus.add(own)
-        self._most = None
+        """Count every node of `member` (node -> its domain) afresh, with `source`'s GPUs: these
+        counts' own GPUs, then their workers."""
+        self.gpus.fill(member, source)
+        self.fill_workers(member, source)
 
     def fill_workers(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
         """Count the workers of every node of `member` afresh (its GPUs counted already)."""

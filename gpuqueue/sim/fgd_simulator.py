@@ -21,12 +21,14 @@ import time
 from collections.abc import Sequence
 
 from gpuqueue.sim.fillup import (
+    FGD_SIMULATOR,
     FULL,
     SAMPLED,
     FgdMeasure,
     FillUp,
     OpenbNode,
     Pod,
+    Readings,
     arrive,
 )
 
@@ -129,21 +131,11 @@ def fgd_simulator_fill_up(
     order = list(range(len(nodes)))
     rng.shuffle(order)
     rule = FgdSimulatorRule(nodes, FgdMeasure(pods), order)
-    capacity = sum(n.gpus for n in nodes)
+    readings = Readings(sum(n.gpus for n in nodes), steps)
     allocated = 0
-    alloc = [0.0] * (steps + 1)
-    frag_amount: dict[int, float] = {}
-    frag_ratio: dict[int, float] = {}
     for step in range(steps + 1):
         for _, pod in arrivals[step]:
             if rule.place(pod) is not None:
                 allocated += pod.gpu_milli
-        alloc[step] = 100.0 * allocated / (capacity * FULL)
-        if step in SAMPLED:
-            frag = rule.total_fragmentation()
-            idle = capacity * FULL - allocated
-            frag_amount[step] = 100.0 * frag / (capacity * FULL)
-            frag_ratio[step] = 100.0 * frag / idle if idle > 0 else 0.0
-    wall = time.perf_counter() - started
-    arrived = sum(len(step) for step in arrivals)
-    return FillUp("fgd-sim", seed, capacity, alloc, frag_amount, frag_ratio, arrived, wall)
+        readings.take(step, allocated, rule.total_fragmentation() if step in SAMPLED else None)
+    return readings.result(FGD_SIMULATOR, seed, arrivals, started)

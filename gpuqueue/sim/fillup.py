@@ -121,6 +121,42 @@ class FillUp:
 SAMPLED = (80, 90, 100)
 
 
+class Readings:
+    """What a fill-up reads after each step, whatever places the pods: the allocation, and at
+    SAMPLED steps the fragmentation as FGD measures it."""
+
+    def __init__(self, capacity: int, steps: int) -> None:
+        self.capacity = capacity
+        self.alloc = [0.0] * (steps + 1)
+        self.frag_amount: dict[int, float] = {}
+        self.frag_ratio: dict[int, float] = {}
+
+    def take(self, step: int, allocated: int, frag: float | None = None) -> None:
+        """`allocated` GPU thousandths after `step`; `frag`: the fragmentation then (SAMPLED)."""
+        whole = self.capacity * FULL
+        self.alloc[step] = 100.0 * allocated / whole
+        if frag is not None:
+            idle = whole - allocated
+            self.frag_amount[step] = 100.0 * frag / whole
+            self.frag_ratio[step] = 100.0 * frag / idle if idle > 0 else 0.0
+
+    def result(
+        self, strategy: str, seed: int, arrivals: list[list[tuple[int, Pod]]], started: float
+    ) -> FillUp:
+        arrived = sum(len(step) for step in arrivals)
+        wall = time.perf_counter() - started
+        return FillUp(
+            strategy,
+            seed,
+            self.capacity,
+            self.alloc,
+            self.frag_amount,
+            self.frag_ratio,
+            arrived,
+            wall,
+        )
+
+
 WEIGHTS = ("requests", "pods")
 
 
@@ -187,9 +223,7 @@ def fill_up(
     others: dict[str, list[int]] = {n.name: [0, 0, 0] for n in nodes}  # CPU-only pods' asks
     running: list[RunningJob] = []
     allocated = 0  # thousandths
-    alloc = [0.0] * (steps + 1)
-    frag_amount: dict[int, float] = {}
-    frag_ratio: dict[int, float] = {}
+    readings = Readings(capacity, steps)
     for step in range(steps + 1):
         gpu_pods = [(i, p) for i, p in arrivals[step] if p.gpu_milli]
         if gpu_pods:
@@ -253,6 +287,7 @@ def fill_up(
                 )
                 allocated += job.gpu_milli or job.gpus * FULL
         cpu_pods = [p for _, p in arrivals[step] if not p.gpu_milli]
+        frag = None
         if cpu_pods or step in SAMPLED:
             state = _NodeState(nodes, running, others)
             for pod in cpu_pods:
@@ -263,13 +298,8 @@ def fill_up(
                     others[node][2] += 1
             if step in SAMPLED:
                 frag = sum(state.fgd_fragmentation(name, measure) for name in by_name)
-                idle = capacity * FULL - allocated
-                frag_amount[step] = 100.0 * frag / (capacity * FULL)
-                frag_ratio[step] = 100.0 * frag / idle if idle > 0 else 0.0
-        alloc[step] = 100.0 * allocated / (capacity * FULL)
-    wall = time.perf_counter() - started
-    arrived = sum(len(step) for step in arrivals)
-    return FillUp(strategy, seed, capacity, alloc, frag_amount, frag_ratio, arrived, wall)
+        readings.take(step, allocated, frag)
+    return readings.result(strategy, seed, arrivals, started)
 
 
 def arrive(

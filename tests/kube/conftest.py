@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from django.test import Client
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -278,3 +279,17 @@ def as_gpuqueue(kube: Kube) -> client.ApiClient:
     configuration.api_key = {"authorization": f"Bearer {token}"}
     configuration.retries = 0
     return client.ApiClient(configuration)
+
+
+def acknowledge(job_id: int, token: str, location: str) -> dict[str, Any]:
+    """What a workload does once it has saved a checkpoint, with its attempt's token
+    (gpuqueue.client.workload.acknowledge, or register while it runs): gpuqueue's answer."""
+    response = Client().post(
+        f"/api/v1/jobs/{job_id}/checkpointed/",
+        {"location": location},
+        content_type="application/json",
+        headers={"authorization": f"Bearer {token}"},
+    )
+    assert response.status_code == 200, response.content
+    answer: dict[str, Any] = response.json()
+    return answer

@@ -8,7 +8,6 @@ import base64
 from typing import Any
 
 import pytest
-from django.test import Client
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -21,7 +20,7 @@ from gpuqueue.cluster.manifests import (
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, Node
-from tests.kube.conftest import Kube
+from tests.kube.conftest import Kube, acknowledge
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
 
@@ -37,15 +36,7 @@ def gang_pods(kube: Kube, job: Job) -> list[dict[str, Any]]:
 
 def save(job: Job, token: str, location: str) -> dict[str, Any]:
     """What the workload does after each save (gpuqueue.client.workload.register)."""
-    response = Client().post(
-        f"/api/v1/jobs/{job.pk}/checkpointed/",
-        {"location": location},
-        content_type="application/json",
-        headers={"authorization": f"Bearer {token}"},
-    )
-    assert response.status_code == 200, response.content
-    answer: dict[str, Any] = response.json()
-    return answer
+    return acknowledge(job.pk, token, location)
 
 
 def test_a_drained_node_under_a_gang_checkpoints_it_and_requeues_it_whole(

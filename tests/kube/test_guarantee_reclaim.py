@@ -6,14 +6,12 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from django.test import Client
-
 from gpuqueue.cluster.manifests import token_secret_name, workload_name
 from gpuqueue.core.reason_text import describe_reason
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, JobEvent
-from tests.kube.conftest import Kube
+from tests.kube.conftest import Kube, acknowledge
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
 
@@ -53,13 +51,7 @@ def test_a_1x8_job_of_a_team_under_its_guarantee_starts_by_reclaiming_a_borrower
     # The workload's part (kwok runs no containers): it saves and acknowledges.
     secret = kube.core.read_namespaced_secret(token_secret_name(victim.pk, 1), "team-b")
     token = base64.b64decode(secret.data["token"]).decode()
-    response = Client().post(
-        f"/api/v1/jobs/{victim.pk}/checkpointed/",
-        {"location": "s3://ckpt/gang/step-7"},
-        content_type="application/json",
-        headers={"authorization": f"Bearer {token}"},
-    )
-    assert response.status_code == 200, response.content
+    acknowledge(victim.pk, token, "s3://ckpt/gang/step-7")
     kube.sync_until(lambda: state(victim) == JobState.PENDING)
     name = workload_name(victim.pk, 1)
     kube.wait(lambda: not [j for j in kube.jobs("team-b") if j["metadata"]["name"] == name])

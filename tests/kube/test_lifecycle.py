@@ -19,7 +19,7 @@ from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
 from gpuqueue.services.jobs.checkpoint import job_for_token
-from tests.kube.conftest import Kube
+from tests.kube.conftest import Kube, acknowledge
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
 
@@ -99,13 +99,7 @@ def test_a_preempted_gang_is_asked_to_checkpoint_and_resumes_even_if_its_job_com
     # The workload's part (kwok runs no containers): acknowledge with the attempt's token.
     secret = kube.core.read_namespaced_secret(token_secret_name(victim.pk, 1), "team-b")
     token = base64.b64decode(secret.data["token"]).decode()
-    response = Client().post(
-        f"/api/v1/jobs/{victim.pk}/checkpointed/",
-        {"location": "s3://ckpt/victim/step-3"},
-        content_type="application/json",
-        headers={"authorization": f"Bearer {token}"},
-    )
-    assert response.status_code == 200, response.content
+    acknowledge(victim.pk, token, "s3://ckpt/victim/step-3")
     # Its Job then completes (the workload exits after saving) before gpuqueue looks again.
     name = workload_name(victim.pk, 1)
     kube.wait(

@@ -7,13 +7,11 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from django.test import Client
-
 from gpuqueue.cluster.manifests import token_secret_name
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job, JobEvent, Node
-from tests.kube.conftest import Kube
+from tests.kube.conftest import Kube, acknowledge
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
 HOLD = "gpuqueue.test/terminating"
@@ -56,13 +54,7 @@ def test_a_preemption_whose_victim_s_pods_keep_terminating_takes_exactly_one_vic
     # stays terminating.
     secret = kube.core.read_namespaced_secret(token_secret_name(victim.pk, 1), "team-b")
     token = base64.b64decode(secret.data["token"]).decode()
-    response = Client().post(
-        f"/api/v1/jobs/{victim.pk}/checkpointed/",
-        {"location": "s3://ckpt/victim/step-1"},
-        content_type="application/json",
-        headers={"authorization": f"Bearer {token}"},
-    )
-    assert response.status_code == 200, response.content
+    acknowledge(victim.pk, token, "s3://ckpt/victim/step-1")
     kube.sync_until(lambda: state(victim) == JobState.PENDING)
     kube.sync_until(
         lambda: Node.objects.get(name=node).draining == {str(victim.pk): {"nvidia.com/gpu": 8}}

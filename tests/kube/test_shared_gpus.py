@@ -9,14 +9,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from gpuqueue.cluster.manifests import token_secret_name
 from gpuqueue.core.states import JobState
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Flavor, Job, Node, Quota
 from gpuqueue.services.cluster.inventory import flavor_capacity
-from tests.kube.conftest import H100, L4, SHARED, Kube
+from tests.kube.conftest import H100, L4, SHARED, Kube, acknowledge
 
 LONG = {"gpuqueue.dev/sim-duration-seconds": "3600"}
 A100 = SHARED["nvidia.com/gpu.product"]
@@ -174,13 +173,7 @@ def test_a_quarter_gpu_within_its_guarantee_reclaims_the_borrowed_gpu_and_runs_o
         token_secret_name(borrower.pk, borrower.attempts), "team-b"
     )
     token = base64.b64decode(secret.data["token"]).decode()
-    response = Client().post(
-        f"/api/v1/jobs/{borrower.pk}/checkpointed/",
-        {"location": "s3://ckpt/notebook"},
-        content_type="application/json",
-        headers={"authorization": f"Bearer {token}"},
-    )
-    assert response.status_code == 200, response.content
+    acknowledge(borrower.pk, token, "s3://ckpt/notebook")
     kube.sync_until(lambda: Job.objects.get(pk=borrower.pk).state == JobState.PENDING)
 
     def started() -> bool:

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import yaml
-from django.test import Client
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -32,7 +31,7 @@ from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
 from gpuqueue.services.jobs.cancel import cancel_job
 from tests.kube import frameworks as ops
-from tests.kube.conftest import DEPLOY, Kube
+from tests.kube.conftest import DEPLOY, Kube, acknowledge
 from tests.kube.controlplane import ControlPlane, Unavailable, api_client_for, kubectl_binary
 from tests.kube.test_admission import (  # noqa: F401 - the fixtures, used by name
     guard,
@@ -313,13 +312,7 @@ def test_a_labelled_pytorchjob_waits_runs_as_planned_is_preempted_resumes_and_is
     run_cycle(backend=kube.backend)
     urgent.refresh_from_db()
     assert state(job) == JobState.PREEMPTING, urgent.pending_reason
-    response = Client().post(
-        f"/api/v1/jobs/{job.pk}/checkpointed/",
-        {"location": "s3://ckpt/pretrain/step-300"},
-        content_type="application/json",
-        headers={"authorization": f"Bearer {token}"},
-    )
-    assert response.status_code == 200, response.content
+    acknowledge(job.pk, token, "s3://ckpt/pretrain/step-300")
     kube.sync_until(lambda: state(job) == JobState.PENDING)
     kube.wait(lambda: secret_name not in {s.metadata.name for s in secrets(kube)})
     kube.wait(lambda: read(kube, PYTORCH, "pretrain")["spec"]["runPolicy"]["suspend"] is True)

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from gpuqueue.sim.cli import main
 from gpuqueue.sim.fgd_simulator import FgdSimulatorRule
 from gpuqueue.sim.fillup import MIB, FgdMeasure, OpenbNode, Pod, fill_up
-
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.sim.test_fillup import tiny_fillup
 
 
 def test_a_fraction_takes_the_gpu_where_fgd_fragmentation_grows_least() -> None:
@@ -62,17 +58,5 @@ def test_the_reference_fill_up_reads_arrivals_and_allocation_as_the_fill_up_does
     assert result.pods == 11
     assert result.alloc[100] == pytest.approx(100.0)
     assert result.alloc[130] == pytest.approx(100.0)
-    code = main(
-        [
-            "fillup",
-            "--trace",
-            str(FIXTURES / "openb_pods_tiny.csv"),
-            "--nodes",
-            str(FIXTURES / "openb_nodes_tiny.csv"),
-            "--policies",
-            "fgd,fgd-sim",
-        ]
-    )
-    out = capsys.readouterr().out
-    assert code == 0
+    out = tiny_fillup(capsys, "fgd,fgd-sim")
     assert "| fgd, `share`, requests | 1 |" in out and "| fgd-sim, `share`, pods | 1 |" in out

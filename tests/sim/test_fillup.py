@@ -100,9 +100,8 @@ def test_fgd_measure_counts_what_fgd_counts() -> None:
     assert FgdMeasure(pods, popularity=0.7).node([1000, 400], 8000, "T4") == pytest.approx(400)
 
 
-def test_the_fillup_command_prints_one_row_per_placement(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def tiny_fillup(capsys: pytest.CaptureFixture[str], policies: str) -> str:
+    """`gpuqueue.sim fillup` of the tiny fixtures with `policies`: what it prints."""
     code = main(
         [
             "fillup",
@@ -111,10 +110,17 @@ def test_the_fillup_command_prints_one_row_per_placement(
             "--nodes",
             str(FIXTURES / "openb_nodes_tiny.csv"),
             "--policies",
-            "binpack,fgd",
+            policies,
         ]
     )
     out = capsys.readouterr().out
     assert code == 0
+    return out
+
+
+def test_the_fillup_command_prints_one_row_per_placement(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tiny_fillup(capsys, "binpack,fgd")
     assert "4 pods kept (1 GPU-sharing pods share, 1 CPU-only)" in out
     assert "| binpack, `share`, requests | 1 |" in out and "| fgd, `share`, requests | 1 |" in out
