@@ -25,6 +25,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuqueue.scheduler.horizon import AT_ONCE
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import Node, PendingJob, Placement, PlacementStrategy, RunningJob
 from gpuqueue.scheduler.placement import Cap, fit_on
@@ -51,6 +52,17 @@ class Found:
 
     placement: Placement
     domain: str
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What `Topology.start` found of a reservation's GPUs available per node, for
+    `Topology.place_held`: their counts when one domain of the level holds the gang at once,
+    else the domain that first came to hold it (None: none ever did)."""
+
+    level: int
+    counts: Counts | None
+    domain: Domain | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,16 +210,46 @@ class Topology:
             strict = job.topology_required
         return self._place(fl, job, avail, strategy, cap, level, strict)
 
-    def counted(
-        self, fl: FlavorLedger, job: PendingJob, avail: Mapping[str, int], cap: Cap | None
-    ) -> tuple[Counts, Mapping[str, Domain]]:
-        """The GPUs and workers of `avail` per domain of the job's level, to move node by node
-        (`Counts.set`), and node -> its domain."""
+    def start(
+        self,
+        fl: FlavorLedger,
+        job: PendingJob,
+        avail: dict[str, int],
+        events: Sequence[tuple[float, str, int, int]],
+        cap: Cap | None,
+    ) -> tuple[float, Held]:
+        """When one domain of the job's level is expected to hold its gang: at once
+        (AT_ONCE), or as each event's GPUs (time, node, GPUs, job) are added to `avail` in
+        turn, the time of the first after which one does (math.inf: none does); and what
+        `place_held` then places in, without counting `avail` again."""
         level = self.level_of(job)
         counts = Counts(self.domains(fl, level), job.gpus_per_worker, cap)
         member = self._member[(fl.name, level)]
         counts.fill(member, avail)
-        return counts, member
+        if counts.tightest(job.workers, job.gpus) is not None:
+            return AT_ONCE, Held(level, counts, None)
+        time, domain = counts.until_holds(events, avail, member, job.workers, job.gpus)
+        return time, Held(level, None, domain)
+
+    def place_held(
+        self,
+        fl: FlavorLedger,
+        job: PendingJob,
+        avail: Mapping[str, int],
+        held: Held,
+        strategy: PlacementStrategy,
+        cap: Cap | None,
+    ) -> Found | None:
+        """`place_on` in one domain of the job's level, over the `avail` that `start` counted:
+        the tightest domain that holds the gang at once, else the one domain that came to."""
+        domain = held.domain
+        if held.counts is not None:
+            domain = held.counts.tightest(job.workers, job.gpus)
+        if domain is None:
+            return None
+        return self._fit_in(
+            fl, domain, {n: avail.get(n, 0) for n in domain.nodes}, job, strategy, cap, held.level
+        )
 
     def _place(
         self,
@@ -238,10 +280,26 @@ class Topology:
                 sub = {n: max(free.get(n, 0), 0) + extra.get(n, 0) for n in domain.nodes}
             else:
                 sub = {n: max(fl.free.get(n, 0), 0) for n in domain.nodes}
-            placement = fit_on(sub, workers, g, strategy, cap)
-            if placement is not None:
-                return Found(placement, f"{self.levels[fl.name][lvl]}={domain.path[-1]}")
+            found = self._fit_in(fl, domain, sub, job, strategy, cap, lvl)
+            if found is not None:
+                return found
         return None
+
+    def _fit_in(
+        self,
+        fl: FlavorLedger,
+        domain: Domain,
+        sub: Mapping[str, int],
+        job: PendingJob,
+        strategy: PlacementStrategy,
+        cap: Cap | None,
+        level: int,
+    ) -> Found | None:
+        """The gang on `domain`'s nodes, with `sub` GPUs available on each."""
+        placement = fit_on(sub, job.workers, job.gpus_per_worker, strategy, cap)
+        if placement is None:
+            return None
+        return Found(placement, f"{self.levels[fl.name][level]}={domain.path[-1]}")
 
     def _counts(
         self,
@@ -610,11 +668,12 @@ class Counts:
         member: Mapping[str, Domain],
         workers: int,
         need: int,
-    ) -> float:
+    ) -> tuple[float, Domain | None]:
         """Add each event's GPUs (time, node, GPUs, job) to `avail` in turn until one domain
-        holds the gang (no domain holds it before the first): the time of that event, or
-        math.inf. Counts only each domain's own GPUs and workers on the way (`order` and the
-        outer totals are left behind: these counts are dropped after)."""
+        holds the gang (no domain holds it before the first): the time of that event and the
+        domain, the only one that holds it then; or math.inf and None. Counts only each
+        domain's own GPUs and workers on the way (`order` and the outer totals are left
+        behind: these counts are dropped after)."""
         g, cap = self.g, self.cap
         by_node, fit = self.by_node, self.fit
         gpus_of, total = self.gpus.by_node, self.gpus.total
@@ -642,8 +701,8 @@ class Counts:
             total[path] = gpus_here
             # No domain held it before: only this one may now.
             if gpus_here >= need and here >= workers:
-                return time
-        return math.inf
+                return time, domain
+        return math.inf, None
 
     def tightest(self, workers: int, need: int) -> Domain | None:
         """The domain with the fewest GPUs of those with `need` GPUs and room for `workers`
