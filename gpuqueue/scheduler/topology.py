@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -93,6 +94,7 @@ class Topology:
         "_index",
         "_labels",
         "_largest",
+        "_sizes",
         "_member",
         "levels",
         "memo",
@@ -106,7 +108,9 @@ class Topology:
         self._labels = {n.name: n.labels for n in nodes} if levels else {}
         self._domains: dict[tuple[str, int], list[Domain]] = {}
         self._member: dict[tuple[str, int], dict[str, Domain]] = {}
-        self._largest: dict[tuple[str, int, int], int] = {}
+        self._largest: dict[tuple[str, str, int], int] = {}
+        # (flavor, level) -> per domain, (GPUs, how many of its nodes have them)
+        self._sizes: dict[tuple[str, int], list[tuple[tuple[int, int], ...]]] = {}
         self._counted: dict[tuple[str, int, int, int, int], tuple[int, Counts]] = {}
         self._gpus: dict[tuple[str, int], tuple[int, DomainGPUs]] = {}
         # (flavor, level) -> running job id -> the domain it lies wholly inside (None: none)
@@ -124,24 +128,23 @@ class Topology:
         return self._index.get((job.flavor, job.topology_level), -1)
 
     def domains(self, fl: FlavorLedger, level: int) -> list[Domain]:
-        """The domains of `level` among the flavor's schedulable nodes (those of every level
-        of the flavor made at once: one reading of each node's labels)."""
+        """The domains of `level` among the flavor's schedulable nodes, made when a job first
+        asks for them (the jobs of a flavor ask for a level or two of its several: the hosts
+        of a large flavor, among others, are never made)."""
         key = (fl.name, level)
         found = self._domains.get(key)
         if found is None:
-            keys = self.levels[fl.name]
-            members: list[dict[tuple[str, ...], list[str]]] = [{} for _ in keys]
+            keys = self.levels[fl.name][: level + 1]
+            labels_of = self._labels
+            by_path: dict[tuple[str, ...], list[str]] = {}
             for node in fl.capacity:
-                labels = self._labels.get(node, _NO_LABELS)
+                labels = labels_of.get(node, _NO_LABELS)
                 path = tuple([_value(labels, k, node) for k in keys])
-                for depth, by_path in enumerate(members):
-                    if path[depth]:
-                        by_path.setdefault(path[: depth + 1], []).append(node)
-            for depth, by_path in enumerate(members):
-                domains = [Domain(p, tuple(sorted(n))) for p, n in sorted(by_path.items())]
-                self._domains[(fl.name, depth)] = domains
-                self._member[(fl.name, depth)] = {n: d for d in domains for n in d.nodes}
-            found = self._domains[key]
+                if path[-1]:
+                    by_path.setdefault(path, []).append(node)
+            found = [Domain(p, tuple(sorted(n))) for p, n in sorted(by_path.items())]
+            self._domains[key] = found
+            self._member[key] = {n: d for d in found for n in d.nodes}
         return found
 
     def domain_of(self, fl: FlavorLedger, level: int) -> dict[str, Domain]:
@@ -375,16 +378,21 @@ class Topology:
 
     def largest(self, fl: FlavorLedger, job: PendingJob) -> int:
         """The most workers of the job's GPUs one domain of its level holds when empty."""
-        level = self.level_of(job)
         g = job.gpus_per_worker
-        key = (fl.name, level, g)
+        key = (fl.name, job.topology_level, g)
         most = self._largest.get(key)
         if most is None:
-            capacity = fl.capacity
-            most = max(
-                (sum(capacity[n] // g for n in d.nodes) for d in self.domains(fl, level)),
-                default=0,
-            )
+            level = self.level_of(job)
+            sizes = self._sizes.get((fl.name, level))
+            if sizes is None:
+                # Each domain's nodes by their GPUs, once per level whatever the shapes asked.
+                capacity = fl.capacity
+                sizes = [
+                    tuple(Counter([capacity[n] for n in d.nodes]).items())
+                    for d in self.domains(fl, level)
+                ]
+                self._sizes[(fl.name, level)] = sizes
+            most = max((sum(k * (c // g) for c, k in size) for size in sizes), default=0)
             self._largest[key] = most
         return most
 
