@@ -231,7 +231,7 @@ class Topology:
         counts.fill(member, avail)
         if counts.tightest(job.workers, job.gpus) is not None:
             return AT_ONCE, Held(level, counts, None)
-        time, domain = counts.until_holds(events, avail, member, job.workers, job.gpus)
+        time, domain = counts.until_holds(events, avail, member, job.workers)
         return time, Held(level, None, domain)
 
     def place_held(
@@ -675,16 +675,14 @@ class Counts:
         avail: dict[str, int],
         member: Mapping[str, Domain],
         workers: int,
-        need: int,
     ) -> tuple[float, Domain | None]:
         """Add each event's GPUs (time, node, GPUs, job) to `avail` in turn until one domain
-        holds the gang (no domain holds it before the first): the time of that event and the
-        domain, the only one that holds it then; or math.inf and None. Counts only each
-        domain's own GPUs and workers on the way (`order` and the outer totals are left
-        behind: these counts are dropped after)."""
+        has room for the gang's `workers` (none has before the first): the time of that event
+        and the domain, the only one with room then; or math.inf and None. Counts only each
+        domain's own workers on the way: their GPUs are within the domain's, and the counts
+        are dropped after (`order` and the GPUs are left behind)."""
         g, cap = self.g, self.cap
         by_node, fit = self.by_node, self.fit
-        gpus_of, total = self.gpus.by_node, self.gpus.total
         self._most = None
         for time, node, gpus, _ in events:
             old = avail.get(node)
@@ -695,20 +693,17 @@ class Counts:
             domain = member.get(node)
             if domain is None:
                 continue
-            if count < 0:
-                count = 0
-            per_node = count // g
+            per_node = count // g if count > 0 else 0
             if cap is not None and per_node > 0:
                 per_node = min(per_node, cap(node))
-            path = domain.path
-            here = fit[path] + per_node - by_node.get(node, 0)
+            before = by_node.get(node, 0)
+            if per_node == before:
+                continue  # (its domain has no more room than before: none)
             by_node[node] = per_node
+            path = domain.path
+            here = fit[path] + per_node - before
             fit[path] = here
-            gpus_here = total[path] + count - gpus_of.get(node, 0)
-            gpus_of[node] = count
-            total[path] = gpus_here
-            # No domain held it before: only this one may now.
-            if gpus_here >= need and here >= workers:
+            if here >= workers:
                 return time, domain
         return math.inf, None
 
