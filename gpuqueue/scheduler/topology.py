@@ -24,7 +24,7 @@ import math
 from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuqueue.scheduler.horizon import AT_ONCE
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
@@ -42,6 +42,8 @@ class Domain:
 
     path: tuple[str, ...]
     nodes: tuple[str, ...]  # sorted by name
+    # The paths of the domains around it, innermost first (its parent's, its grandparent's).
+    around: tuple[tuple[str, ...], ...] = field(default=(), compare=False, repr=False)
 
 
 _UNSEEN = Domain((), ())  # a running job not yet looked at (`victims_in_domain`)
@@ -61,7 +63,7 @@ class Held:
     `Topology.place_held`: their counts when one domain of the level holds the gang at once,
     else the domain that first came to hold it (None: none ever did)."""
 
-    level: int
+    level: Level
     counts: Counts | None
     domain: Domain | None
 
@@ -76,6 +78,28 @@ class Best:
     domains: int
 
 
+class Level:
+    """One level of a flavor in one plan: its domains (sorted by path), node -> its domain,
+    and the counts of the flavor's free GPUs on it that `Topology._counts` keeps: the GPUs
+    (`DomainGPUs`) and per worker shape (GPUs, CPU, memory) the workers (`Counts`), each with
+    how much of the flavor's `changed` it has read."""
+
+    __slots__ = ("by_path", "domains", "gpus", "member", "name", "shapes", "totals", "within")
+
+    def __init__(self, name: str, domains: list[Domain]) -> None:
+        self.name = name  # its label key
+        self.domains = domains
+        self.member = {n: d for d in domains for n in d.nodes}
+        self.by_path = {d.path: d for d in domains}
+        # Every domain's path and those around them: the GPUs' totals, each 0.
+        self.totals = dict.fromkeys([p for d in domains for p in (d.path, *d.around)], 0)
+        self.gpus: tuple[int, DomainGPUs] | None = None
+        self.shapes: dict[tuple[int, int, int], tuple[int, Counts]] = {}
+        # Running job id -> the domain it lies wholly inside (None: none), once looked at
+        # (`Topology.victims_in_domain`).
+        self.within: dict[int, Domain | None] = {}
+
+
 class Topology:
     """The domains of every flavor's levels in one plan, built when a job first asks.
 
@@ -86,19 +110,7 @@ class Topology:
     whatever the shapes. `memo=False` counts afresh every time.
     """
 
-    __slots__ = (
-        "_within",
-        "_counted",
-        "_gpus",
-        "_domains",
-        "_index",
-        "_labels",
-        "_largest",
-        "_sizes",
-        "_member",
-        "levels",
-        "memo",
-    )
+    __slots__ = ("_index", "_labels", "_largest", "_levels", "_sizes", "levels", "memo")
 
     def __init__(
         self, nodes: Sequence[Node], levels: Mapping[str, tuple[str, ...]], memo: bool = True
@@ -106,15 +118,10 @@ class Topology:
         self.levels = levels
         self.memo = memo
         self._labels = {n.name: n.labels for n in nodes} if levels else {}
-        self._domains: dict[tuple[str, int], list[Domain]] = {}
-        self._member: dict[tuple[str, int], dict[str, Domain]] = {}
+        self._levels: dict[tuple[str, int], Level] = {}
         self._largest: dict[tuple[str, str, int], int] = {}
         # (flavor, level) -> per domain, (GPUs, how many of its nodes have them)
         self._sizes: dict[tuple[str, int], list[tuple[tuple[int, int], ...]]] = {}
-        self._counted: dict[tuple[str, int, int, int, int], tuple[int, Counts]] = {}
-        self._gpus: dict[tuple[str, int], tuple[int, DomainGPUs]] = {}
-        # (flavor, level) -> running job id -> the domain it lies wholly inside (None: none)
-        self._within: dict[tuple[str, int], dict[int, Domain | None]] = {}
         # (flavor, level) -> the level's (first) index among the flavor's: asked of every job
         self._index = {
             (f, key): i for f, keys in levels.items() for i, key in reversed(list(enumerate(keys)))
@@ -127,14 +134,13 @@ class Topology:
             return -1
         return self._index.get((job.flavor, job.topology_level), -1)
 
-    def domains(self, fl: FlavorLedger, level: int) -> list[Domain]:
-        """The domains of `level` among the flavor's schedulable nodes, made when a job first
-        asks for them (the jobs of a flavor ask for a level or two of its several: the hosts
-        of a large flavor, among others, are never made)."""
-        key = (fl.name, level)
-        found = self._domains.get(key)
+    def level(self, fl: FlavorLedger, index: int) -> Level:
+        """Level `index` of the flavor, its domains among the flavor's schedulable nodes, made
+        when a job first asks for it (the jobs of a flavor ask for a level or two of its
+        several: the hosts of a large flavor, among others, are never made)."""
+        found = self._levels.get((fl.name, index))
         if found is None:
-            keys = self.levels[fl.name][: level + 1]
+            keys = self.levels[fl.name][: index + 1]
             labels_of = self._labels
             by_path: dict[tuple[str, ...], list[str]] = {}
             for node in fl.capacity:
@@ -142,15 +148,16 @@ class Topology:
                 path = tuple([_value(labels, k, node) for k in keys])
                 if path[-1]:
                     by_path.setdefault(path, []).append(node)
-            found = [Domain(p, tuple(sorted(n))) for p, n in sorted(by_path.items())]
-            self._domains[key] = found
-            self._member[key] = {n: d for d in found for n in d.nodes}
+            domains = [
+                Domain(p, tuple(sorted(n)), tuple(p[:depth] for depth in range(len(p) - 1, 0, -1)))
+                for p, n in sorted(by_path.items())
+            ]
+            found = self._levels[(fl.name, index)] = Level(keys[-1], domains)
         return found
 
-    def domain_of(self, fl: FlavorLedger, level: int) -> dict[str, Domain]:
-        """Node -> its domain of `level` (nodes in none left out)."""
-        self.domains(fl, level)
-        return self._member[(fl.name, level)]
+    def domains(self, fl: FlavorLedger, level: int) -> list[Domain]:
+        """The domains of `level` (`level`)."""
+        return self.level(fl, level).domains
 
     def place(
         self,
@@ -225,13 +232,15 @@ class Topology:
         (AT_ONCE), or as each event's GPUs (time, node, GPUs, job) are added to `avail` in
         turn, the time of the first after which one does (math.inf: none does); and what
         `place_held` then places in, without counting `avail` again."""
-        level = self.level_of(job)
-        counts = Counts(self.domains(fl, level), job.gpus_per_worker, cap)
-        member = self._member[(fl.name, level)]
-        counts.fill(member, avail)
-        if counts.tightest(job.workers, job.gpus) is not None:
+        level = self.level(fl, self.level_of(job))
+        counts = Counts(level, job.gpus_per_worker, cap)
+        counts.fill_workers(avail)
+        if counts.most() >= job.workers:
+            # One holds it at once (its workers' GPUs are within its GPUs): the GPUs too, for
+            # the tightest.
+            counts.gpus.fill(avail)
             return AT_ONCE, Held(level, counts, None)
-        time, domain = counts.until_holds(events, avail, member, job.workers)
+        time, domain = counts.until_holds(events, avail, job.workers)
         return time, Held(level, None, domain)
 
     def place_held(
@@ -250,9 +259,8 @@ class Topology:
             domain = held.counts.tightest(job.workers, job.gpus)
         if domain is None:
             return None
-        return self._fit_in(
-            fl, domain, {n: avail.get(n, 0) for n in domain.nodes}, job, strategy, cap, held.level
-        )
+        sub = {n: avail.get(n, 0) for n in domain.nodes}
+        return self._fit_in(held.level, domain, sub, job, strategy, cap)
 
     def _place(
         self,
@@ -268,12 +276,11 @@ class Topology:
     ) -> Found | None:
         """`avail`: GPUs available per node given as is; else the flavor's free GPUs, plus
         `extra` per node (held or incoming GPUs)."""
-        g = job.gpus_per_worker
         workers = job.workers
         levels = range(level, level + 1) if strict else range(level, -1, -1)
         for lvl in levels:
             counts = self._counts(fl, job, lvl, avail, cap, extra, incoming)
-            domain = counts.tightest(workers, workers * g)
+            domain = counts.tightest(workers, job.gpus)
             if domain is None:
                 continue
             if avail is not None:
@@ -283,26 +290,25 @@ class Topology:
                 sub = {n: max(free.get(n, 0), 0) + extra.get(n, 0) for n in domain.nodes}
             else:
                 sub = {n: max(fl.free.get(n, 0), 0) for n in domain.nodes}
-            found = self._fit_in(fl, domain, sub, job, strategy, cap, lvl)
+            found = self._fit_in(counts.gpus.level, domain, sub, job, strategy, cap)
             if found is not None:
                 return found
         return None
 
     def _fit_in(
         self,
-        fl: FlavorLedger,
+        level: Level,
         domain: Domain,
         sub: Mapping[str, int],
         job: PendingJob,
         strategy: PlacementStrategy,
         cap: Cap | None,
-        level: int,
     ) -> Found | None:
         """The gang on `domain`'s nodes, with `sub` GPUs available on each."""
         placement = fit_on(sub, job.workers, job.gpus_per_worker, strategy, cap)
         if placement is None:
             return None
-        return Found(placement, f"{self.levels[fl.name][level]}={domain.path[-1]}")
+        return Found(placement, f"{level.name}={domain.path[-1]}")
 
     def _counts(
         self,
@@ -319,62 +325,68 @@ class Topology:
         (flavor, level, worker shape) and moved node by node as the ledger tells what changed
         (`FlavorLedger.changed`). `extra` GPUs per node (held or incoming) move a copy of the
         kept counts on just those nodes: a few nodes, where counting afresh reads them all."""
-        domains = self.domains(fl, lvl)
-        member = self._member[(fl.name, lvl)]
-        g = job.gpus_per_worker
+        level = self.level(fl, lvl)
         if avail is None and extra is not None and (not self.memo or (incoming and fl.room)):
             # Every node's room changes with what is incoming: counted afresh.
             free = fl.free
             avail = {n: (f if f > 0 else 0) + extra.get(n, 0) for n, f in free.items()}
         if avail is not None or not self.memo:
-            counts = Counts(domains, g, cap)
-            counts.fill(member, fl.free if avail is None else avail)
+            counts = Counts(level, job.gpus_per_worker, cap)
+            counts.fill(fl.free if avail is None else avail)
             return counts
-        if fl.changed is None:
-            fl.changed = []
-        changed = fl.changed
-        free = fl.free
-        # The GPUs per domain, once per level whatever the shape; then the shape's workers.
-        shared = self._gpus.get((fl.name, lvl))
-        if shared is None:
-            gpus = DomainGPUs(domains)
-            gpus.fill(member, free)
-            self._gpus[(fl.name, lvl)] = (len(changed), gpus)
-        else:
-            seen, gpus = shared
-            if seen < len(changed):
-                for node in set(changed[seen:]):
-                    domain = member.get(node)
-                    if domain is not None:
-                        count = free.get(node, 0)
-                        gpus.set(domain, node, count if count > 0 else 0)
-                self._gpus[(fl.name, lvl)] = (len(changed), gpus)
-        key = (fl.name, lvl, g, job.cpu_per_worker, job.memory_per_worker)
-        kept = self._counted.get(key)
-        if kept is None:
-            counts = Counts(domains, g, fl.caps(job.cpu_per_worker, job.memory_per_worker), gpus)
-            counts.fill_workers(member, free)
-            self._counted[key] = (len(changed), counts)
-        else:
-            seen, counts = kept
-            if seen < len(changed):
-                counts.cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
-                for node in set(changed[seen:]):
-                    domain = member.get(node)
-                    if domain is not None:
-                        count = free.get(node, 0)
-                        counts.set_workers(domain, node, count if count > 0 else 0)
-                self._counted[key] = (len(changed), counts)
+        counts = self._kept(fl, level, job)
         if not extra:
             return counts
         moved = counts.copy()
         moved.cap = cap
+        member, free = level.member, fl.free
         for node, more in extra.items():
             domain = member.get(node)
             if domain is not None and more:
                 count = free.get(node, 0)
                 moved.set(domain, node, (count if count > 0 else 0) + more)
         return moved
+
+    def _kept(self, fl: FlavorLedger, level: Level, job: PendingJob) -> Counts:
+        """The kept counts of the flavor's free GPUs on `level` for the job's worker shape,
+        first moved on the nodes that changed since they were last asked for: the GPUs, once
+        per level whatever the shape, then the shape's workers."""
+        changed = fl.changed
+        if changed is None:
+            changed = fl.changed = []
+        free, member = fl.free, level.member
+        now = len(changed)
+        if level.gpus is None:
+            gpus = DomainGPUs(level)
+            gpus.fill(free)
+            level.gpus = (now, gpus)
+        else:
+            seen, gpus = level.gpus
+            if seen < now:
+                for node in set(changed[seen:]):
+                    domain = member.get(node)
+                    if domain is not None:
+                        count = free.get(node, 0)
+                        gpus.set(domain, node, count if count > 0 else 0)
+                level.gpus = (now, gpus)
+        cpu, memory = job.cpu_per_worker, job.memory_per_worker
+        shape = (job.gpus_per_worker, cpu, memory)
+        kept = level.shapes.get(shape)
+        if kept is None:
+            counts = Counts(level, shape[0], fl.caps(cpu, memory), gpus)
+            counts.fill_workers(free)
+            level.shapes[shape] = (now, counts)
+        else:
+            seen, counts = kept
+            if seen < now:
+                counts.cap = fl.caps(cpu, memory)
+                for node in set(changed[seen:]):
+                    domain = member.get(node)
+                    if domain is not None:
+                        count = free.get(node, 0)
+                        counts.set_workers(domain, node, count if count > 0 else 0)
+                level.shapes[shape] = (now, counts)
+        return counts
 
     def largest(self, fl: FlavorLedger, job: PendingJob) -> int:
         """The most workers of the job's GPUs one domain of its level holds when empty."""
@@ -401,7 +413,7 @@ class Topology:
         level = self.level_of(job)
         cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
         counts = self._counts(fl, job, level, None, cap)
-        name = self.levels[fl.name][level]
+        name = counts.gpus.level.name
         return Best(name, counts.most(), self.largest(fl, job), len(counts.domains))
 
     def never(self, fl: FlavorLedger, job: PendingJob) -> Best | None:
@@ -434,9 +446,9 @@ class Topology:
         Only candidates wholly inside the domain are taken: a victim that spans two racks frees
         half a rack for the job and half a rack for nobody.
         """
-        level = self.level_of(job)
-        member = self.domain_of(fl, level)
-        within = self._within.setdefault((fl.name, level), {})
+        level = self.level(fl, self.level_of(job))
+        member = level.member
+        within = level.within
         inside: dict[tuple[str, ...], list[tuple[RunningJob, str]]] = {}
         for victim, kind in candidates:
             domain = within.get(victim.id, _UNSEEN)
@@ -451,7 +463,7 @@ class Topology:
         order: list[tuple[int, int, Domain, list[tuple[RunningJob, str]]]] = []
         free, incoming = fl.free, fl.incoming
         g, workers = job.gpus_per_worker, job.workers
-        for domain in self.domains(fl, level):
+        for domain in level.domains:
             theirs = inside.get(domain.path)
             if not theirs:
                 continue
@@ -516,14 +528,12 @@ class Topology:
         domain: Domain,
         strategy: PlacementStrategy,
         cap: Cap | None,
-        level: int,
+        level: Level,
     ) -> Found | None:
+        """The gang on `domain`'s nodes, with their free and incoming GPUs."""
         incoming = fl.incoming
         sub = {n: max(fl.free.get(n, 0), 0) + incoming.get(n, 0) for n in domain.nodes}
-        placement = fit_on(sub, job.workers, job.gpus_per_worker, strategy, cap)
-        if placement is None:
-            return None
-        return Found(placement, f"{self.levels[fl.name][level]}={domain.path[-1]}")
+        return self._fit_in(level, domain, sub, job, strategy, cap)
 
 
 def _value(labels: Mapping[str, str], key: str, node: str) -> str:
@@ -535,51 +545,44 @@ def _value(labels: Mapping[str, str], key: str, node: str) -> str:
 
 class DomainGPUs:
     """GPUs available per domain of a level, node by node, and per domain around them (by
-    path prefix), whatever the workers' shape: the part of `Counts` that every shape of a
-    level shares.
+    path), whatever the workers' shape: the part of `Counts` that every shape of a level
+    shares.
 
     The domains are also kept sorted by their GPUs (`order`), moved one at a time as a node
     changes: the tightest domain that holds a gang is found by bisection to the GPUs it needs,
     not by reading every domain (most racks of a busy cluster hold fewer).
     """
 
-    __slots__ = ("by_node", "by_path", "domains", "order", "total")
+    __slots__ = ("by_node", "level", "order", "total")
 
-    def __init__(self, domains: Sequence[Domain]) -> None:
-        self.domains = domains
+    def __init__(self, level: Level) -> None:
+        self.level = level
         self.by_node: dict[str, int] = {}  # node -> GPUs counted
-        self.total: dict[tuple[str, ...], int] = {}  # domain or outer path -> GPUs
-        self.by_path = {domain.path: domain for domain in domains}
+        self.total = dict(level.totals)  # domain or outer path -> GPUs
         self.order: list[tuple[int, tuple[str, ...]]] = []  # (GPUs, path) of every domain
-        for domain in domains:
-            path = domain.path
-            for depth in range(1, len(path) + 1):
-                self.total[path[:depth]] = 0
 
-    def fill(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
-        """Count every node of `member` (node -> its domain) afresh, with `source`'s GPUs."""
+    def fill(self, source: Mapping[str, int]) -> None:
+        """Count every node of the level afresh, with `source`'s GPUs."""
         by_node = self.by_node
         own: dict[tuple[str, ...], int] = {}
-        for node, domain in member.items():
+        for node, domain in self.level.member.items():
             count = source.get(node, 0)
             if count <= 0:
                 continue
             by_node[node] = count
             path = domain.path
             own[path] = own.get(path, 0) + count
-        self.add(own)
-
-    def add(self, own: Mapping[tuple[str, ...], int]) -> None:
-        """Add GPUs per domain (counted node by node by the caller) to the totals."""
         total = self.total
+        by_path = self.level.by_path
         for path, count in own.items():
-            for depth in range(1, len(path) + 1):
-                total[path[:depth]] += count
-        self.order = sorted((total[d.path], d.path) for d in self.domains)
+            total[path] += count
+            for outer in by_path[path].around:
+                total[outer] += count
+        self.order = sorted([(total[d.path], d.path) for d in self.level.domains])
 
     def copy(self) -> DomainGPUs:
-        other = DomainGPUs(())  # no domains to set up: they are these
-        other.domains, other.by_path = self.domains, self.by_path
+        other = DomainGPUs.__new__(DomainGPUs)
+        other.level = self.level
         other.by_node = dict(self.by_node)
         other.total = dict(self.total)
         other.order = list(self.order)
@@ -597,8 +600,9 @@ class DomainGPUs:
         before = total[path]
         del order[bisect_left(order, (before, path))]
         insort(order, (before + count - old, path))
-        for depth in range(1, len(path) + 1):
-            total[path[:depth]] += count - old
+        total[path] = before + count - old
+        for outer in domain.around:
+            total[outer] += count - old
 
 
 class Counts:
@@ -609,30 +613,30 @@ class Counts:
     __slots__ = ("by_node", "cap", "fit", "g", "gpus", "_most")
 
     def __init__(
-        self, domains: Sequence[Domain], g: int, cap: Cap | None, gpus: DomainGPUs | None = None
+        self, level: Level, g: int, cap: Cap | None, gpus: DomainGPUs | None = None
     ) -> None:
-        self.gpus = DomainGPUs(domains) if gpus is None else gpus
+        self.gpus = DomainGPUs(level) if gpus is None else gpus
         self.g = g
         self.cap = cap
         self.by_node: dict[str, int] = {}  # node -> workers counted
-        self.fit: dict[tuple[str, ...], int] = dict.fromkeys((d.path for d in domains), 0)
+        self.fit: dict[tuple[str, ...], int] = dict.fromkeys(level.by_path, 0)
         self._most: int | None = None  # the most workers of one domain, while it holds
 
     @property
     def domains(self) -> Sequence[Domain]:
-        return self.gpus.domains
+        return self.gpus.level.domains
 
-    def fill(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
-        """Count every node of `member` (node -> its domain) afresh, with `source`'s GPUs: these
-        counts' own GPUs, then their workers."""
-        self.gpus.fill(member, source)
-        self.fill_workers(member, source)
+    def fill(self, source: Mapping[str, int]) -> None:
+        """Count every node of the level afresh, with `source`'s GPUs: these counts' own
+        GPUs, then their workers."""
+        self.gpus.fill(source)
+        self.fill_workers(source)
 
-    def fill_workers(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
-        """Count the workers of every node of `member` afresh (its GPUs counted already)."""
+    def fill_workers(self, source: Mapping[str, int]) -> None:
+        """Count the workers of every node of the level afresh (its GPUs counted apart)."""
         g, cap = self.g, self.cap
         by_node, fit = self.by_node, self.fit
-        for node, domain in member.items():
+        for node, domain in self.gpus.level.member.items():
             count = source.get(node, 0)
             if count < g:
                 continue
@@ -645,7 +649,9 @@ class Counts:
 
     def copy(self) -> Counts:
         """The same counts, to move apart from these (a what-if: GPUs held or incoming)."""
-        other = Counts((), self.g, self.cap, self.gpus.copy())
+        other = Counts.__new__(Counts)
+        other.gpus = self.gpus.copy()
+        other.g, other.cap = self.g, self.cap
         other.by_node = dict(self.by_node)
         other.fit = dict(self.fit)
         other._most = self._most
@@ -673,7 +679,6 @@ class Counts:
         self,
         events: Sequence[tuple[float, str, int, int]],
         avail: dict[str, int],
-        member: Mapping[str, Domain],
         workers: int,
     ) -> tuple[float, Domain | None]:
         """Add each event's GPUs (time, node, GPUs, job) to `avail` in turn until one domain
@@ -683,6 +688,7 @@ class Counts:
         are dropped after (`order` and the GPUs are left behind)."""
         g, cap = self.g, self.cap
         by_node, fit = self.by_node, self.fit
+        member = self.gpus.level.member
         self._most = None
         for time, node, gpus, _ in events:
             old = avail.get(node)
@@ -709,7 +715,7 @@ class Counts:
 
     def tightest(self, workers: int, need: int) -> Domain | None:
         """The domain with the fewest GPUs of those with `need` GPUs and room for `workers`
-        (ties: `_outer`); None when none has."""
+        (ties: the fewest around it, then the path); None when none has."""
         fit, order = self.fit, self.gpus.order
         fewest = -1  # the GPUs of the first domain that holds the gang, and such domains
         tied: list[tuple[str, ...]] = []
@@ -720,15 +726,20 @@ class Counts:
             if fit[path] >= workers:
                 fewest = here
                 tied.append(path)
-        by_path = self.gpus.by_path
+        by_path = self.gpus.level.by_path
         if len(tied) <= 1:
             return by_path[tied[0]] if tied else None
-        return by_path[min(tied, key=self._outer)]
-
-    def _outer(self, path: tuple[str, ...]) -> tuple[object, ...]:
-        """Its parent's GPUs, its grandparent's, and so on, then its path."""
+        # Of domains with as many GPUs: the fewest in its parent, its grandparent, ..., then
+        # the path (`tied` is in path order).
         total = self.gpus.total
-        return (*(total[path[:depth]] for depth in range(len(path) - 1, 0, -1)), path)
+        best: Domain | None = None
+        least: list[int] = []
+        for path in tied:
+            domain = by_path[path]
+            around = [total[outer] for outer in domain.around]
+            if best is None or around < least:
+                best, least = domain, around
+        return best
 
     def most(self) -> int:
         if self._most is None:
