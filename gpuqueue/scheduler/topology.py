@@ -44,6 +44,7 @@ class Domain:
     nodes: tuple[str, ...]  # sorted by name
     # The paths of the domains around it, innermost first (its parent's, its grandparent's).
     around: tuple[tuple[str, ...], ...] = field(default=(), compare=False, repr=False)
+    index: int = field(default=-1, compare=False, repr=False)  # among its level's, by path
 
 
 _UNSEEN = Domain((), ())  # a running job not yet looked at (`victims_in_domain`)
@@ -84,15 +85,14 @@ class Level:
     (`DomainGPUs`) and per worker shape (GPUs, CPU, memory) the workers (`Counts`), each with
     how much of the flavor's `changed` it has read."""
 
-    __slots__ = ("by_path", "domains", "gpus", "member", "name", "shapes", "totals", "within")
+    __slots__ = ("around", "domains", "gpus", "member", "name", "shapes", "within")
 
     def __init__(self, name: str, domains: list[Domain]) -> None:
         self.name = name  # its label key
         self.domains = domains
         self.member = {n: d for d in domains for n in d.nodes}
-        self.by_path = {d.path: d for d in domains}
-        # Every domain's path and those around them: the GPUs' totals, each 0.
-        self.totals = dict.fromkeys([p for d in domains for p in (d.path, *d.around)], 0)
+        # The paths of the domains around them, each with 0 GPUs (`DomainGPUs.around`).
+        self.around = dict.fromkeys([p for d in domains for p in d.around], 0)
         self.gpus: tuple[int, DomainGPUs] | None = None
         self.shapes: dict[tuple[int, int, int], tuple[int, Counts]] = {}
         # Running job id -> the domain it lies wholly inside (None: none), once looked at
@@ -149,8 +149,8 @@ class Topology:
                 if path[-1]:
                     by_path.setdefault(path, []).append(node)
             domains = [
-                Domain(p, tuple(sorted(n)), tuple(p[:depth] for depth in range(len(p) - 1, 0, -1)))
-                for p, n in sorted(by_path.items())
+                Domain(p, tuple(sorted(n)), tuple(p[:d] for d in range(len(p) - 1, 0, -1)), i)
+                for i, (p, n) in enumerate(sorted(by_path.items()))
             ]
             found = self._levels[(fl.name, index)] = Level(keys[-1], domains)
         return found
@@ -553,38 +553,38 @@ class DomainGPUs:
     not by reading every domain (most racks of a busy cluster hold fewer).
     """
 
-    __slots__ = ("by_node", "level", "order", "total")
+    __slots__ = ("around", "by_node", "level", "order", "own")
 
     def __init__(self, level: Level) -> None:
         self.level = level
         self.by_node: dict[str, int] = {}  # node -> GPUs counted
-        self.total = dict(level.totals)  # domain or outer path -> GPUs
-        self.order: list[tuple[int, tuple[str, ...]]] = []  # (GPUs, path) of every domain
+        self.own = [0] * len(level.domains)  # per domain (by index)
+        self.around = dict(level.around)  # per path of a domain around others
+        self.order: list[tuple[int, int]] = []  # (GPUs, index) of every domain
 
     def fill(self, source: Mapping[str, int]) -> None:
         """Count every node of the level afresh, with `source`'s GPUs."""
-        by_node = self.by_node
-        own: dict[tuple[str, ...], int] = {}
+        by_node, own = self.by_node, self.own
         for node, domain in self.level.member.items():
             count = source.get(node, 0)
             if count <= 0:
                 continue
             by_node[node] = count
-            path = domain.path
-            own[path] = own.get(path, 0) + count
-        total = self.total
-        by_path = self.level.by_path
-        for path, count in own.items():
-            total[path] += count
-            for outer in by_path[path].around:
-                total[outer] += count
-        self.order = sorted([(total[d.path], d.path) for d in self.level.domains])
+            own[domain.index] += count
+        around = self.around
+        for domain in self.level.domains:
+            count = own[domain.index]
+            if count:
+                for outer in domain.around:
+                    around[outer] += count
+        self.order = sorted([(count, i) for i, count in enumerate(own)])
 
     def copy(self) -> DomainGPUs:
         other = DomainGPUs.__new__(DomainGPUs)
         other.level = self.level
         other.by_node = dict(self.by_node)
-        other.total = dict(self.total)
+        other.own = list(self.own)
+        other.around = dict(self.around)
         other.order = list(self.order)
         return other
 
@@ -594,15 +594,15 @@ class DomainGPUs:
         if count == old:
             return
         self.by_node[node] = count
-        path = domain.path
-        total = self.total
+        i = domain.index
         order = self.order
-        before = total[path]
-        del order[bisect_left(order, (before, path))]
-        insort(order, (before + count - old, path))
-        total[path] = before + count - old
+        before = self.own[i]
+        del order[bisect_left(order, (before, i))]
+        insort(order, (before + count - old, i))
+        self.own[i] = before + count - old
+        around = self.around
         for outer in domain.around:
-            total[outer] += count - old
+            around[outer] += count - old
 
 
 class Counts:
@@ -619,7 +619,7 @@ class Counts:
         self.g = g
         self.cap = cap
         self.by_node: dict[str, int] = {}  # node -> workers counted
-        self.fit: dict[tuple[str, ...], int] = dict.fromkeys(level.by_path, 0)
+        self.fit = [0] * len(level.domains)  # workers per domain (by index)
         self._most: int | None = None  # the most workers of one domain, while it holds
 
     @property
@@ -644,7 +644,7 @@ class Counts:
             if cap is not None:
                 per_node = min(per_node, cap(node))
             by_node[node] = per_node
-            fit[domain.path] += per_node
+            fit[domain.index] += per_node
         self._most = None
 
     def copy(self) -> Counts:
@@ -653,7 +653,7 @@ class Counts:
         other.gpus = self.gpus.copy()
         other.g, other.cap = self.g, self.cap
         other.by_node = dict(self.by_node)
-        other.fit = dict(self.fit)
+        other.fit = list(self.fit)
         other._most = self._most
         return other
 
@@ -672,7 +672,7 @@ class Counts:
         old = self.by_node.get(node, 0)
         if per_node != old:
             self.by_node[node] = per_node
-            self.fit[domain.path] += per_node - old
+            self.fit[domain.index] += per_node - old
             self._most = None
 
     def until_holds(
@@ -706,9 +706,8 @@ class Counts:
             if per_node == before:
                 continue  # (its domain has no more room than before: none)
             by_node[node] = per_node
-            path = domain.path
-            here = fit[path] + per_node - before
-            fit[path] = here
+            here = fit[domain.index] + per_node - before
+            fit[domain.index] = here
             if here >= workers:
                 return time, domain
         return math.inf, None
@@ -718,30 +717,30 @@ class Counts:
         (ties: the fewest around it, then the path); None when none has."""
         fit, order = self.fit, self.gpus.order
         fewest = -1  # the GPUs of the first domain that holds the gang, and such domains
-        tied: list[tuple[str, ...]] = []
-        for i in range(bisect_left(order, (need,)), len(order)):
-            here, path = order[i]
+        tied: list[int] = []
+        for k in range(bisect_left(order, (need,)), len(order)):
+            here, i = order[k]
             if fewest >= 0 and here > fewest:
                 break
-            if fit[path] >= workers:
+            if fit[i] >= workers:
                 fewest = here
-                tied.append(path)
-        by_path = self.gpus.level.by_path
+                tied.append(i)
+        domains = self.gpus.level.domains
         if len(tied) <= 1:
-            return by_path[tied[0]] if tied else None
+            return domains[tied[0]] if tied else None
         # Of domains with as many GPUs: the fewest in its parent, its grandparent, ..., then
         # the path (`tied` is in path order).
-        total = self.gpus.total
+        around = self.gpus.around
         best: Domain | None = None
         least: list[int] = []
-        for path in tied:
-            domain = by_path[path]
-            around = [total[outer] for outer in domain.around]
-            if best is None or around < least:
-                best, least = domain, around
+        for i in tied:
+            domain = domains[i]
+            totals = [around[outer] for outer in domain.around]
+            if best is None or totals < least:
+                best, least = domain, totals
         return best
 
     def most(self) -> int:
         if self._most is None:
-            self._most = max(self.fit.values(), default=0)
+            self._most = max(self.fit, default=0)
         return self._most
