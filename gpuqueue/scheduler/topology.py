@@ -449,24 +449,21 @@ class Topology:
         level = self.level(fl, self.level_of(job))
         member = level.member
         within = level.within
-        inside: dict[tuple[str, ...], list[tuple[RunningJob, str]]] = {}
+        inside: dict[int, list[tuple[RunningJob, str]]] = {}  # domain's number -> candidates
         for victim, kind in candidates:
             domain = within.get(victim.id, _UNSEEN)
             if domain is _UNSEEN:
-                mine = {member.get(n) for n, _ in victim.placement}
-                domain = mine.pop() if len(mine) == 1 else None
+                domain = _one(member, victim.placement)
                 within[victim.id] = domain
             if domain is not None:
-                inside.setdefault(domain.path, []).append((victim, kind))
+                inside.setdefault(domain.index, []).append((victim, kind))
         # The domains whose GPUs, with all their candidates gone, would hold the gang's
         # workers: in no other could any of them be enough (room besides GPUs only lowers it).
-        order: list[tuple[int, int, Domain, list[tuple[RunningJob, str]]]] = []
+        order: list[tuple[int, int, int, Domain, list[tuple[RunningJob, str]]]] = []
         free, incoming = fl.free, fl.incoming
         g, workers = job.gpus_per_worker, job.workers
-        for domain in level.domains:
-            theirs = inside.get(domain.path)
-            if not theirs:
-                continue
+        for i, theirs in inside.items():
+            domain = level.domains[i]
             back: dict[str, int] = {}
             gain = 0
             for victim, _ in theirs:
@@ -480,10 +477,10 @@ class Topology:
                 here += count
                 most += (count + back.get(node, 0)) // g
             if here + gain >= job.gpus and most >= workers:
-                order.append((-(here + gain), here, domain, theirs))
-        order.sort(key=lambda t: (t[0], t[2].path))
+                order.append((-(here + gain), i, here, domain, theirs))
+        order.sort(key=lambda t: (t[0], t[1]))  # (the numbers are in path order)
         need = job.gpus
-        for _, here, domain, theirs in order:
+        for _, _, here, domain, theirs in order:
             mark = ledger.checkpoint()
             chosen: list[tuple[RunningJob, str]] = []
             found: Found | None = None
@@ -534,6 +531,17 @@ class Topology:
         incoming = fl.incoming
         sub = {n: max(fl.free.get(n, 0), 0) + incoming.get(n, 0) for n in domain.nodes}
         return self._fit_in(level, domain, sub, job, strategy, cap)
+
+
+def _one(member: Mapping[str, Domain], placement: Placement) -> Domain | None:
+    """The domain all of a placement's nodes are in (None: none, or several)."""
+    if not placement:
+        return None
+    domain = member.get(placement[0][0])
+    for node, _ in placement[1:]:
+        if member.get(node) is not domain:
+            return None
+    return domain
 
 
 def _value(labels: Mapping[str, str], key: str, node: str) -> str:
