@@ -145,7 +145,8 @@ class Topology:
             by_path: dict[tuple[str, ...], list[str]] = {}
             for node in fl.capacity:
                 labels = labels_of.get(node, _NO_LABELS)
-                path = tuple([_value(labels, k, node) for k in keys])
+                # (A node's hostname is its name when the label is missing.)
+                path = tuple([labels.get(k) or (node if k == HOSTNAME else "") for k in keys])
                 if path[-1]:
                     by_path.setdefault(path, []).append(node)
             domains = [
@@ -542,13 +543,6 @@ def _one(member: Mapping[str, Domain], placement: Placement) -> Domain | None:
         if member.get(node) is not domain:
             return None
     return domain
-
-
-def _value(labels: Mapping[str, str], key: str, node: str) -> str:
-    value = labels.get(key, "")
-    if not value and key == HOSTNAME:
-        return node
-    return value
 
 
 class DomainGPUs:
