@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuqueue.scheduler.horizon import AT_ONCE
@@ -357,14 +357,17 @@ class Topology:
             changed = fl.changed = []
         free, member = fl.free, level.member
         now = len(changed)
+        moved: set[str] | None = None  # the nodes changed since the GPUs were last moved
+        since = now
         if level.gpus is None:
             gpus = DomainGPUs(level)
             gpus.fill(free)
             level.gpus = (now, gpus)
         else:
-            seen, gpus = level.gpus
-            if seen < now:
-                for node in set(changed[seen:]):
+            since, gpus = level.gpus
+            if since < now:
+                moved = set(changed[since:])
+                for node in moved:
                     domain = member.get(node)
                     if domain is not None:
                         count = free.get(node, 0)
@@ -381,11 +384,9 @@ class Topology:
             seen, counts = kept
             if seen < now:
                 counts.cap = fl.caps(cpu, memory)
-                for node in set(changed[seen:]):
-                    domain = member.get(node)
-                    if domain is not None:
-                        count = free.get(node, 0)
-                        counts.set_workers(domain, node, count if count > 0 else 0)
+                if moved is None or seen != since:
+                    moved = set(changed[seen:])
+                counts.move_workers(moved, free)
                 level.shapes[shape] = (now, counts)
         return counts
 
@@ -664,6 +665,26 @@ class Counts:
         count = count if count > 0 else 0
         self.gpus.set(domain, node, count)
         self.set_workers(domain, node, count)
+
+    def move_workers(self, nodes: Iterable[str], source: Mapping[str, int]) -> None:
+        """Count the workers of `nodes` (those of the level) again, with `source`'s GPUs (their
+        GPUs are counted apart): `set_workers` on each."""
+        g, cap = self.g, self.cap
+        by_node, fit = self.by_node, self.fit
+        member = self.gpus.level.member
+        for node in nodes:
+            domain = member.get(node)
+            if domain is None:
+                continue
+            count = source.get(node, 0)
+            per_node = count // g if count > 0 else 0
+            if cap is not None and per_node > 0:
+                per_node = min(per_node, cap(node))
+            old = by_node.get(node, 0)
+            if per_node != old:
+                by_node[node] = per_node
+                fit[domain.index] += per_node - old
+                self._most = None
 
     def set_workers(self, domain: Domain, node: str, count: int) -> None:
         """Count the workers of `node` of `domain` with `count` (at least 0) GPUs available
