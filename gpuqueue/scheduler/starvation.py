@@ -202,7 +202,8 @@ class Reserver:
         owned = self.node_owner
         if owned:
             name = fl.name
-            avail = {n: f if f > 0 else 0 for n, f in fl.free.items() if (name, n) not in owned}
+            theirs = {n for f, n in owned if f == name}  # (a few: the reservations' nodes)
+            avail = {n: f if f > 0 else 0 for n, f in fl.free.items() if n not in theirs}
         else:
             avail = {n: f if f > 0 else 0 for n, f in fl.free.items()}
         events = self.release_events(fl)
