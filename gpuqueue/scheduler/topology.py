@@ -356,38 +356,38 @@ class Topology:
         if changed is None:
             changed = fl.changed = []
         free, member = fl.free, level.member
-        now = len(changed)
+        latest = len(changed)
         moved: set[str] | None = None  # the nodes changed since the GPUs were last moved
-        since = now
+        since = latest
         if level.gpus is None:
             gpus = DomainGPUs(level)
             gpus.fill(free)
-            level.gpus = (now, gpus)
+            level.gpus = (latest, gpus)
         else:
             since, gpus = level.gpus
-            if since < now:
+            if since < latest:
                 moved = set(changed[since:])
                 for node in moved:
                     domain = member.get(node)
                     if domain is not None:
                         count = free.get(node, 0)
                         gpus.set(domain, node, count if count > 0 else 0)
-                level.gpus = (now, gpus)
+                level.gpus = (latest, gpus)
         cpu, memory = job.cpu_per_worker, job.memory_per_worker
         shape = (job.gpus_per_worker, cpu, memory)
         kept = level.shapes.get(shape)
         if kept is None:
             counts = Counts(level, shape[0], fl.caps(cpu, memory), gpus)
             counts.fill_workers(free)
-            level.shapes[shape] = (now, counts)
+            level.shapes[shape] = (latest, counts)
         else:
             seen, counts = kept
-            if seen < now:
+            if seen < latest:
                 counts.cap = fl.caps(cpu, memory)
                 if moved is None or seen != since:
                     moved = set(changed[seen:])
                 counts.move_workers(moved, free)
-                level.shapes[shape] = (now, counts)
+                level.shapes[shape] = (latest, counts)
         return counts
 
     def largest(self, fl: FlavorLedger, job: PendingJob) -> int:
