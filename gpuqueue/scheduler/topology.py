@@ -143,10 +143,14 @@ class Topology:
             keys = self.levels[fl.name][: index + 1]
             labels_of = self._labels
             by_path: dict[tuple[str, ...], list[str]] = {}
+            blanks = ("",) * len(keys)
+            hosts = [i for i, k in enumerate(keys) if k == HOSTNAME]
             for node in fl.capacity:
                 labels = labels_of.get(node, _NO_LABELS)
-                # (A node's hostname is its name when the label is missing.)
-                path = tuple([labels.get(k) or (node if k == HOSTNAME else "") for k in keys])
+                path = tuple(map(labels.get, keys, blanks))
+                for i in hosts:
+                    if not path[i]:  # a node's hostname is its name when the label is missing
+                        path = (*path[:i], node, *path[i + 1 :])
                 if path[-1]:
                     by_path.setdefault(path, []).append(node)
             domains = [
@@ -683,8 +687,13 @@ class Counts:
             old = by_node.get(node, 0)
             if per_node != old:
                 by_node[node] = per_node
-                fit[domain.index] += per_node - old
-                self._most = None
+                i = domain.index
+                was = fit[i]
+                fit[i] = was + per_node - old
+                most = self._most
+                # The most of one domain stays known unless the domain that had it lost some.
+                if most is not None and (fit[i] > most or (was == most and fit[i] < was)):
+                    self._most = fit[i] if fit[i] > most else None
 
     def set_workers(self, domain: Domain, node: str, count: int) -> None:
         """Count the workers of `node` of `domain` with `count` (at least 0) GPUs available
