@@ -290,11 +290,12 @@ class Topology:
                 continue
             if avail is not None:
                 sub = {n: avail.get(n, 0) for n in domain.nodes}
-            elif extra:
-                free = fl.free
-                sub = {n: max(free.get(n, 0), 0) + extra.get(n, 0) for n in domain.nodes}
             else:
-                sub = {n: max(fl.free.get(n, 0), 0) for n in domain.nodes}
+                free = fl.free
+                sub = {n: f if (f := free.get(n, 0)) > 0 else 0 for n in domain.nodes}
+                if extra:
+                    for n in domain.nodes:
+                        sub[n] += extra.get(n, 0)
             found = self._fit_in(counts.gpus.level, domain, sub, job, strategy, cap)
             if found is not None:
                 return found
