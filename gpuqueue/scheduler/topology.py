@@ -103,11 +103,13 @@ class Level:
 class Topology:
     """The domains of every flavor's levels in one plan, built when a job first asks.
 
-    Per (flavor, level) it keeps each domain's available GPUs, tightest first, and per worker
-    shape (GPUs, CPU and memory per worker) on top of them its workers, each moved node by
-    node as the flavor's ledger tells what changed (`FlavorLedger.changed`): the jobs of a
-    cycle ask again and again of the same state, and a node's GPUs are counted once per level,
-    whatever the shapes. `memo=False` counts afresh every time.
+    Per (flavor, level) a `Level`, made when a job first asks for it, keeps each domain's
+    available GPUs, tightest first, and per worker shape (GPUs, CPU and memory per worker) on
+    top of them its workers, each moved node by node as the flavor's ledger tells what changed
+    (`FlavorLedger.changed`): the jobs of a cycle ask again and again of the same state, and a
+    node's GPUs are counted once per level, whatever the shapes. `memo=False` counts afresh
+    every time. A reservation's wait for one domain (`start`) counts the workers per domain
+    once and is placed in what it counted (`place_held`).
     """
 
     __slots__ = ("_index", "_labels", "_largest", "_levels", "_sizes", "levels", "memo")
