@@ -1,7 +1,9 @@
 """Benchmark: `python -m gpuqueue.scheduler.bench [--scenario large|limited|reclaim|all] [...]`.
 
 Builds seeded snapshots and prints one JSON line per scenario with the median seconds of plan()
-over several runs (snapshot building is not timed). Scenarios, named by their size:
+over several runs (snapshot building is not timed), and a digest of the plan's decisions (the
+same before and after a change that should only make it faster). Scenarios, named by their
+size:
 
 - large: 5,000 nodes x 8 GPUs in 3 flavors, 30 teams, 20,000 running and 50,000 pending jobs
   with gangs of 1-16 workers;
@@ -21,6 +23,7 @@ of the engine off (engine.Cycle), to show what they save.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import statistics
@@ -292,7 +295,23 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, object]:
         "admitted": len(result.admissions),
         "preempted": len(result.preemptions),
         "reservations": len(result.reservations),
+        "decisions": digest(result),
     }
+
+
+def digest(result: Plan) -> str:
+    """A short hash of every decision of a plan (admissions, preemptions, reasons and
+    positions, reservations, withdrawals, fair shares), to check that a faster engine decides
+    the same."""
+    decided = (
+        result.admissions,
+        result.preemptions,
+        result.pending,
+        result.reservations,
+        result.withdrawals,
+        sorted(result.fair_shares.items()),
+    )
+    return hashlib.sha256(repr(decided).encode()).hexdigest()[:16]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -56,6 +56,18 @@ def fit_on(
     if workers <= 0 or gpus_per_worker <= 0:
         return None
     g = gpus_per_worker
+    if workers == 1 and strategy is not PlacementStrategy.SPREAD:
+        # _binpack's first step for one worker, without the sort: the fullest node (fewest
+        # GPUs, then name) that holds it (its second step finds no other).
+        best: tuple[int, str] | None = None
+        for node, count in avail.items():
+            if (
+                count >= g
+                and (best is None or (count, node) < best)
+                and (cap is None or cap(node) >= 1)
+            ):
+                best = (count, node)
+        return None if best is None else ((best[1], 1),)
     if sum(v for v in avail.values() if v > 0) < workers * g:
         return None
     if strategy is PlacementStrategy.SPREAD:

@@ -25,7 +25,7 @@ from gpuqueue.scheduler.model import (
     RunningJob,
 )
 from gpuqueue.scheduler.placement import Cap, fit_on
-from gpuqueue.scheduler.topology import Topology
+from gpuqueue.scheduler.topology import Held, Topology
 
 # (expected end, node, GPUs, job id): GPUs a running job should give back on a node.
 ReleaseEvent = tuple[float, str, int, int]
@@ -165,8 +165,10 @@ class Reserver:
         # Gpuqueue's jobs on the nodes end in time, others' pods may not: a node whose room
         # besides GPUs cannot hold the workers even then is not reserved.
         cap = fl.caps_without_ours(job.cpu_per_worker, job.memory_per_worker)
-        start, avail = self._start(fl, job, cap, strict)
-        placement = self._fit(fl, job, avail, cap, strict)
+        start, avail, held = self._start(fl, job, cap, strict)
+        if known and start == math.inf:
+            return None  # step 3 would give an unknown start: nothing to place
+        placement = self._fit(fl, job, avail, cap, strict, held)
         if placement is None:
             capacity = {
                 n.name: n.capacity.get(job.flavor, 0) - n.used_externally.get(job.flavor, 0)
@@ -192,20 +194,18 @@ class Reserver:
 
     def _start(
         self, fl: FlavorLedger, job: PendingJob, cap: Cap | None, strict: bool
-    ) -> tuple[float, dict[str, int]]:
+    ) -> tuple[float, dict[str, int], Held | None]:
         """Steps 1 and 2 of `reserve`: the expected start (AT_ONCE: now; math.inf: not on
-        known ends) and the GPUs available per node then."""
+        known ends), the GPUs available per node then and, in one domain (`strict`), what
+        `Topology.start` found there for `_fit`."""
         g = job.gpus_per_worker
         owned = self.node_owner
         if owned:
             name = fl.name
-            avail = {n: f if f > 0 else 0 for n, f in fl.free.items() if (name, n) not in owned}
+            theirs = {n for f, n in owned if f == name}  # (a few: the reservations' nodes)
+            avail = {n: f if f > 0 else 0 for n, f in fl.free.items() if n not in theirs}
         else:
             avail = {n: f if f > 0 else 0 for n, f in fl.free.items()}
-        fit = 0
-        for v in avail.values():
-            fit += v // g
-        start = AT_ONCE
         events = self.release_events(fl)
         if fl.incoming:
             grace = self.policy.preemption_grace_seconds
@@ -214,28 +214,23 @@ class Reserver:
             events = sorted(events + coming)
         # One domain: its GPUs and workers counted per domain, moved with each event.
         topology = self.topology
-        domains = None
         if strict and topology is not None and topology.level_of(job) >= 0:
-            domains = topology.counted(fl, job, avail, cap)
-        if domains is not None:
-            counts, member = domains
-            holds = counts.tightest(job.workers, job.gpus) is not None
-        else:
-            holds = fit >= job.workers
-        if not holds:
-            if domains is not None:
-                return counts.until_holds(events, avail, member, job.workers, job.gpus), avail
-            start = math.inf
-            for time, node, gpus, _ in events:
-                old = avail.get(node)
-                if old is None:
-                    continue
-                avail[node] = old + gpus
-                fit += (old + gpus) // g - old // g
-                if fit >= job.workers:
-                    start = time
-                    break
-        return start, avail
+            start, held = topology.start(fl, job, avail, events, cap)
+            return start, avail, held
+        fit = 0
+        for v in avail.values():
+            fit += v // g
+        if fit >= job.workers:
+            return AT_ONCE, avail, None
+        for time, node, gpus, _ in events:
+            old = avail.get(node)
+            if old is None:
+                continue
+            avail[node] = old + gpus
+            fit += (old + gpus) // g - old // g
+            if fit >= job.workers:
+                return time, avail, None
+        return math.inf, avail, None
 
     def _soon(
         self, start: float, fl: FlavorLedger, job: PendingJob, cap: Cap | None, beyond: float
@@ -247,7 +242,7 @@ class Reserver:
         """
         if start == AT_ONCE:
             return True
-        anywhere, _ = self._start(fl, job, cap, False)
+        anywhere, _, _ = self._start(fl, job, cap, False)
         if anywhere != AT_ONCE:
             return True
         return self.horizon.passed(start - beyond)
@@ -269,13 +264,18 @@ class Reserver:
         avail: dict[str, int],
         cap: Cap | None,
         strict: bool,
+        held: Held | None = None,
     ) -> Placement | None:
         """The nodes to reserve: in one domain of the job's topology level when one holds it
-        (`strict`: only so), else as any job's."""
+        (`strict`: only so), else as any job's. `held`: what `Topology.start` found of
+        `avail` (strict)."""
         strategy = self.policy.placement
         topology = self.topology
         if topology is not None and job.topology_level and topology.level_of(job) >= 0:
-            found = topology.place_on(fl, job, avail, strategy, cap, strict=strict)
+            if held is not None:
+                found = topology.place_held(fl, job, avail, held, strategy, cap)
+            else:
+                found = topology.place_on(fl, job, avail, strategy, cap, strict=strict)
             if found is not None:
                 return found.placement
             if strict:

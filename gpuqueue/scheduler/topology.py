@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
+from gpuqueue.scheduler.horizon import AT_ONCE
 from gpuqueue.scheduler.ledger import FlavorLedger, Ledger
 from gpuqueue.scheduler.model import Node, PendingJob, Placement, PlacementStrategy, RunningJob
 from gpuqueue.scheduler.placement import Cap, fit_on
@@ -40,6 +42,9 @@ class Domain:
 
     path: tuple[str, ...]
     nodes: tuple[str, ...]  # sorted by name
+    # The paths of the domains around it, innermost first (its parent's, its grandparent's).
+    around: tuple[tuple[str, ...], ...] = field(default=(), compare=False, repr=False)
+    index: int = field(default=-1, compare=False, repr=False)  # among its level's, by path
 
 
 _UNSEEN = Domain((), ())  # a running job not yet looked at (`victims_in_domain`)
@@ -54,6 +59,17 @@ class Found:
 
 
 @dataclass(frozen=True, slots=True)
+class Held:
+    """What `Topology.start` found of a reservation's GPUs available per node, for
+    `Topology.place_held`: their counts when one domain of the level holds the gang at once,
+    else the domain that first came to hold it (None: none ever did)."""
+
+    level: Level
+    counts: Counts | None
+    domain: Domain | None
+
+
+@dataclass(frozen=True, slots=True)
 class Best:
     """For a reason: the most workers one domain of a level holds now and when empty."""
 
@@ -63,28 +79,40 @@ class Best:
     domains: int
 
 
+class Level:
+    """One level of a flavor in one plan: its domains (sorted by path), node -> its domain,
+    and the counts of the flavor's free GPUs on it that `Topology._counts` keeps: the GPUs
+    (`DomainGPUs`) and per worker shape (GPUs, CPU, memory) the workers (`Counts`), each with
+    how much of the flavor's `changed` it has read."""
+
+    __slots__ = ("around", "domains", "gpus", "member", "name", "shapes", "within")
+
+    def __init__(self, name: str, domains: list[Domain]) -> None:
+        self.name = name  # its label key
+        self.domains = domains
+        self.member = {n: d for d in domains for n in d.nodes}
+        # The paths of the domains around them, each with 0 GPUs (`DomainGPUs.around`).
+        self.around = dict.fromkeys([p for d in domains for p in d.around], 0)
+        self.gpus: tuple[int, DomainGPUs] | None = None
+        self.shapes: dict[tuple[int, int, int], tuple[int, Counts]] = {}
+        # Running job id -> the domain it lies wholly inside (None: none), once looked at
+        # (`Topology.victims_in_domain`).
+        self.within: dict[int, Domain | None] = {}
+
+
 class Topology:
     """The domains of every flavor's levels in one plan, built when a job first asks.
 
-    Per (flavor, level) it keeps each domain's available GPUs, tightest first, and per worker
-    shape (GPUs, CPU and memory per worker) on top of them its workers, each moved node by
-    node as the flavor's ledger tells what changed (`FlavorLedger.changed`): the jobs of a
-    cycle ask again and again of the same state, and a node's GPUs are counted once per level,
-    whatever the shapes. `memo=False` counts afresh every time.
+    Per (flavor, level) a `Level`, made when a job first asks for it, keeps each domain's
+    available GPUs, tightest first, and per worker shape (GPUs, CPU and memory per worker) on
+    top of them its workers, each moved node by node as the flavor's ledger tells what changed
+    (`FlavorLedger.changed`): the jobs of a cycle ask again and again of the same state, and a
+    node's GPUs are counted once per level, whatever the shapes. `memo=False` counts afresh
+    every time. A reservation's wait for one domain (`start`) counts the workers per domain
+    once and is placed in what it counted (`place_held`).
     """
 
-    __slots__ = (
-        "_within",
-        "_counted",
-        "_gpus",
-        "_domains",
-        "_index",
-        "_labels",
-        "_largest",
-        "_member",
-        "levels",
-        "memo",
-    )
+    __slots__ = ("_index", "_labels", "_largest", "_levels", "_sizes", "levels", "memo")
 
     def __init__(
         self, nodes: Sequence[Node], levels: Mapping[str, tuple[str, ...]], memo: bool = True
@@ -92,13 +120,10 @@ class Topology:
         self.levels = levels
         self.memo = memo
         self._labels = {n.name: n.labels for n in nodes} if levels else {}
-        self._domains: dict[tuple[str, int], list[Domain]] = {}
-        self._member: dict[tuple[str, int], dict[str, Domain]] = {}
-        self._largest: dict[tuple[str, int, int], int] = {}
-        self._counted: dict[tuple[str, int, int, int, int], tuple[int, Counts]] = {}
-        self._gpus: dict[tuple[str, int], tuple[int, DomainGPUs]] = {}
-        # (flavor, level) -> running job id -> the domain it lies wholly inside (None: none)
-        self._within: dict[tuple[str, int], dict[int, Domain | None]] = {}
+        self._levels: dict[tuple[str, int], Level] = {}
+        self._largest: dict[tuple[str, str, int], int] = {}
+        # (flavor, level) -> per domain, (GPUs, how many of its nodes have them)
+        self._sizes: dict[tuple[str, int], list[tuple[tuple[int, int], ...]]] = {}
         # (flavor, level) -> the level's (first) index among the flavor's: asked of every job
         self._index = {
             (f, key): i for f, keys in levels.items() for i, key in reversed(list(enumerate(keys)))
@@ -111,31 +136,35 @@ class Topology:
             return -1
         return self._index.get((job.flavor, job.topology_level), -1)
 
-    def domains(self, fl: FlavorLedger, level: int) -> list[Domain]:
-        """The domains of `level` among the flavor's schedulable nodes (those of every level
-        of the flavor made at once: one reading of each node's labels)."""
-        key = (fl.name, level)
-        found = self._domains.get(key)
+    def level(self, fl: FlavorLedger, index: int) -> Level:
+        """Level `index` of the flavor, its domains among the flavor's schedulable nodes, made
+        when a job first asks for it (the jobs of a flavor ask for a level or two of its
+        several: the hosts of a large flavor, among others, are never made)."""
+        found = self._levels.get((fl.name, index))
         if found is None:
-            keys = self.levels[fl.name]
-            members: list[dict[tuple[str, ...], list[str]]] = [{} for _ in keys]
+            keys = self.levels[fl.name][: index + 1]
+            labels_of = self._labels
+            by_path: dict[tuple[str, ...], list[str]] = {}
+            blanks = ("",) * len(keys)
+            hosts = [i for i, k in enumerate(keys) if k == HOSTNAME]
             for node in fl.capacity:
-                labels = self._labels.get(node, _NO_LABELS)
-                path = tuple([_value(labels, k, node) for k in keys])
-                for depth, by_path in enumerate(members):
-                    if path[depth]:
-                        by_path.setdefault(path[: depth + 1], []).append(node)
-            for depth, by_path in enumerate(members):
-                domains = [Domain(p, tuple(sorted(n))) for p, n in sorted(by_path.items())]
-                self._domains[(fl.name, depth)] = domains
-                self._member[(fl.name, depth)] = {n: d for d in domains for n in d.nodes}
-            found = self._domains[key]
+                labels = labels_of.get(node, _NO_LABELS)
+                path = tuple(map(labels.get, keys, blanks))
+                for i in hosts:
+                    if not path[i]:  # a node's hostname is its name when the label is missing
+                        path = (*path[:i], node, *path[i + 1 :])
+                if path[-1]:
+                    by_path.setdefault(path, []).append(node)
+            domains = [
+                Domain(p, tuple(sorted(n)), tuple(p[:d] for d in range(len(p) - 1, 0, -1)), i)
+                for i, (p, n) in enumerate(sorted(by_path.items()))
+            ]
+            found = self._levels[(fl.name, index)] = Level(keys[-1], domains)
         return found
 
-    def domain_of(self, fl: FlavorLedger, level: int) -> dict[str, Domain]:
-        """Node -> its domain of `level` (nodes in none left out)."""
-        self.domains(fl, level)
-        return self._member[(fl.name, level)]
+    def domains(self, fl: FlavorLedger, level: int) -> list[Domain]:
+        """The domains of `level` (`level`)."""
+        return self.level(fl, level).domains
 
     def place(
         self,
@@ -198,16 +227,47 @@ class Topology:
             strict = job.topology_required
         return self._place(fl, job, avail, strategy, cap, level, strict)
 
-    def counted(
-        self, fl: FlavorLedger, job: PendingJob, avail: Mapping[str, int], cap: Cap | None
-    ) -> tuple[Counts, Mapping[str, Domain]]:
-        """The GPUs and workers of `avail` per domain of the job's level, to move node by node
-        (`Counts.set`), and node -> its domain."""
-        level = self.level_of(job)
-        counts = Counts(self.domains(fl, level), job.gpus_per_worker, cap)
-        member = self._member[(fl.name, level)]
-        counts.fill(member, avail)
-        return counts, member
+    def start(
+        self,
+        fl: FlavorLedger,
+        job: PendingJob,
+        avail: dict[str, int],
+        events: Sequence[tuple[float, str, int, int]],
+        cap: Cap | None,
+    ) -> tuple[float, Held]:
+        """When one domain of the job's level is expected to hold its gang: at once
+        (AT_ONCE), or as each event's GPUs (time, node, GPUs, job) are added to `avail` in
+        turn, the time of the first after which one does (math.inf: none does); and what
+        `place_held` then places in, without counting `avail` again."""
+        level = self.level(fl, self.level_of(job))
+        counts = Counts(level, job.gpus_per_worker, cap)
+        counts.fill_workers(avail)
+        if counts.most() >= job.workers:
+            # One holds it at once (its workers' GPUs are within its GPUs): the GPUs too, for
+            # the tightest.
+            counts.gpus.fill(avail)
+            return AT_ONCE, Held(level, counts, None)
+        time, domain = counts.until_holds(events, avail, job.workers)
+        return time, Held(level, None, domain)
+
+    def place_held(
+        self,
+        fl: FlavorLedger,
+        job: PendingJob,
+        avail: Mapping[str, int],
+        held: Held,
+        strategy: PlacementStrategy,
+        cap: Cap | None,
+    ) -> Found | None:
+        """`place_on` in one domain of the job's level, over the `avail` that `start` counted:
+        the tightest domain that holds the gang at once, else the one domain that came to."""
+        domain = held.domain
+        if held.counts is not None:
+            domain = held.counts.tightest(job.workers, job.gpus)
+        if domain is None:
+            return None
+        sub = {n: avail.get(n, 0) for n in domain.nodes}
+        return self._fit_in(held.level, domain, sub, job, strategy, cap)
 
     def _place(
         self,
@@ -223,25 +283,40 @@ class Topology:
     ) -> Found | None:
         """`avail`: GPUs available per node given as is; else the flavor's free GPUs, plus
         `extra` per node (held or incoming GPUs)."""
-        g = job.gpus_per_worker
         workers = job.workers
         levels = range(level, level + 1) if strict else range(level, -1, -1)
         for lvl in levels:
             counts = self._counts(fl, job, lvl, avail, cap, extra, incoming)
-            domain = counts.tightest(workers, workers * g)
+            domain = counts.tightest(workers, job.gpus)
             if domain is None:
                 continue
             if avail is not None:
                 sub = {n: avail.get(n, 0) for n in domain.nodes}
-            elif extra:
-                free = fl.free
-                sub = {n: max(free.get(n, 0), 0) + extra.get(n, 0) for n in domain.nodes}
             else:
-                sub = {n: max(fl.free.get(n, 0), 0) for n in domain.nodes}
-            placement = fit_on(sub, workers, g, strategy, cap)
-            if placement is not None:
-                return Found(placement, f"{self.levels[fl.name][lvl]}={domain.path[-1]}")
+                free = fl.free
+                sub = {n: f if (f := free.get(n, 0)) > 0 else 0 for n in domain.nodes}
+                if extra:
+                    for n in domain.nodes:
+                        sub[n] += extra.get(n, 0)
+            found = self._fit_in(counts.gpus.level, domain, sub, job, strategy, cap)
+            if found is not None:
+                return found
         return None
+
+    def _fit_in(
+        self,
+        level: Level,
+        domain: Domain,
+        sub: Mapping[str, int],
+        job: PendingJob,
+        strategy: PlacementStrategy,
+        cap: Cap | None,
+    ) -> Found | None:
+        """The gang on `domain`'s nodes, with `sub` GPUs available on each."""
+        placement = fit_on(sub, job.workers, job.gpus_per_worker, strategy, cap)
+        if placement is None:
+            return None
+        return Found(placement, f"{level.name}={domain.path[-1]}")
 
     def _counts(
         self,
@@ -258,56 +333,21 @@ class Topology:
         (flavor, level, worker shape) and moved node by node as the ledger tells what changed
         (`FlavorLedger.changed`). `extra` GPUs per node (held or incoming) move a copy of the
         kept counts on just those nodes: a few nodes, where counting afresh reads them all."""
-        domains = self.domains(fl, lvl)
-        member = self._member[(fl.name, lvl)]
-        g = job.gpus_per_worker
+        level = self.level(fl, lvl)
         if avail is None and extra is not None and (not self.memo or (incoming and fl.room)):
             # Every node's room changes with what is incoming: counted afresh.
             free = fl.free
             avail = {n: (f if f > 0 else 0) + extra.get(n, 0) for n, f in free.items()}
         if avail is not None or not self.memo:
-            counts = Counts(domains, g, cap)
-            counts.fill(member, fl.free if avail is None else avail)
+            counts = Counts(level, job.gpus_per_worker, cap)
+            counts.fill(fl.free if avail is None else avail)
             return counts
-        if fl.changed is None:
-            fl.changed = []
-        changed = fl.changed
-        free = fl.free
-        # The GPUs per domain, once per level whatever the shape; then the shape's workers.
-        shared = self._gpus.get((fl.name, lvl))
-        if shared is None:
-            gpus = DomainGPUs(domains)
-            gpus.fill(member, free)
-            self._gpus[(fl.name, lvl)] = (len(changed), gpus)
-        else:
-            seen, gpus = shared
-            if seen < len(changed):
-                for node in set(changed[seen:]):
-                    domain = member.get(node)
-                    if domain is not None:
-                        count = free.get(node, 0)
-                        gpus.set(domain, node, count if count > 0 else 0)
-                self._gpus[(fl.name, lvl)] = (len(changed), gpus)
-        key = (fl.name, lvl, g, job.cpu_per_worker, job.memory_per_worker)
-        kept = self._counted.get(key)
-        if kept is None:
-            counts = Counts(domains, g, fl.caps(job.cpu_per_worker, job.memory_per_worker), gpus)
-            counts.fill_workers(member, free)
-            self._counted[key] = (len(changed), counts)
-        else:
-            seen, counts = kept
-            if seen < len(changed):
-                counts.cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
-                for node in set(changed[seen:]):
-                    domain = member.get(node)
-                    if domain is not None:
-                        count = free.get(node, 0)
-                        counts.set_workers(domain, node, count if count > 0 else 0)
-                self._counted[key] = (len(changed), counts)
+        counts = self._kept(fl, level, job)
         if not extra:
             return counts
         moved = counts.copy()
         moved.cap = cap
+        member, free = level.member, fl.free
         for node, more in extra.items():
             domain = member.get(node)
             if domain is not None and more:
@@ -315,18 +355,65 @@ class Topology:
                 moved.set(domain, node, (count if count > 0 else 0) + more)
         return moved
 
+    def _kept(self, fl: FlavorLedger, level: Level, job: PendingJob) -> Counts:
+        """The kept counts of the flavor's free GPUs on `level` for the job's worker shape,
+        first moved on the nodes that changed since they were last asked for: the GPUs, once
+        per level whatever the shape, then the shape's workers."""
+        changed = fl.changed
+        if changed is None:
+            changed = fl.changed = []
+        free, member = fl.free, level.member
+        latest = len(changed)
+        moved: set[str] | None = None  # the nodes changed since the GPUs were last moved
+        since = latest
+        if level.gpus is None:
+            gpus = DomainGPUs(level)
+            gpus.fill(free)
+            level.gpus = (latest, gpus)
+        else:
+            since, gpus = level.gpus
+            if since < latest:
+                moved = set(changed[since:])
+                for node in moved:
+                    domain = member.get(node)
+                    if domain is not None:
+                        count = free.get(node, 0)
+                        gpus.set(domain, node, count if count > 0 else 0)
+                level.gpus = (latest, gpus)
+        cpu, memory = job.cpu_per_worker, job.memory_per_worker
+        shape = (job.gpus_per_worker, cpu, memory)
+        kept = level.shapes.get(shape)
+        if kept is None:
+            counts = Counts(level, shape[0], fl.caps(cpu, memory), gpus)
+            counts.fill_workers(free)
+            level.shapes[shape] = (latest, counts)
+        else:
+            seen, counts = kept
+            if seen < latest:
+                counts.cap = fl.caps(cpu, memory)
+                if moved is None or seen != since:
+                    moved = set(changed[seen:])
+                counts.move_workers(moved, free)
+                level.shapes[shape] = (latest, counts)
+        return counts
+
     def largest(self, fl: FlavorLedger, job: PendingJob) -> int:
         """The most workers of the job's GPUs one domain of its level holds when empty."""
-        level = self.level_of(job)
         g = job.gpus_per_worker
-        key = (fl.name, level, g)
+        key = (fl.name, job.topology_level, g)
         most = self._largest.get(key)
         if most is None:
-            capacity = fl.capacity
-            most = max(
-                (sum(capacity[n] // g for n in d.nodes) for d in self.domains(fl, level)),
-                default=0,
-            )
+            level = self.level_of(job)
+            sizes = self._sizes.get((fl.name, level))
+            if sizes is None:
+                # Each domain's nodes by their GPUs, once per level whatever the shapes asked.
+                capacity = fl.capacity
+                sizes = [
+                    tuple(Counter([capacity[n] for n in d.nodes]).items())
+                    for d in self.domains(fl, level)
+                ]
+                self._sizes[(fl.name, level)] = sizes
+            most = max((sum(k * (c // g) for c, k in size) for size in sizes), default=0)
             self._largest[key] = most
         return most
 
@@ -335,7 +422,7 @@ class Topology:
         level = self.level_of(job)
         cap = fl.caps(job.cpu_per_worker, job.memory_per_worker)
         counts = self._counts(fl, job, level, None, cap)
-        name = self.levels[fl.name][level]
+        name = counts.gpus.level.name
         return Best(name, counts.most(), self.largest(fl, job), len(counts.domains))
 
     def never(self, fl: FlavorLedger, job: PendingJob) -> Best | None:
@@ -368,27 +455,24 @@ class Topology:
         Only candidates wholly inside the domain are taken: a victim that spans two racks frees
         half a rack for the job and half a rack for nobody.
         """
-        level = self.level_of(job)
-        member = self.domain_of(fl, level)
-        within = self._within.setdefault((fl.name, level), {})
-        inside: dict[tuple[str, ...], list[tuple[RunningJob, str]]] = {}
+        level = self.level(fl, self.level_of(job))
+        member = level.member
+        within = level.within
+        inside: dict[int, list[tuple[RunningJob, str]]] = {}  # domain's number -> candidates
         for victim, kind in candidates:
             domain = within.get(victim.id, _UNSEEN)
             if domain is _UNSEEN:
-                mine = {member.get(n) for n, _ in victim.placement}
-                domain = mine.pop() if len(mine) == 1 else None
+                domain = _one(member, victim.placement)
                 within[victim.id] = domain
             if domain is not None:
-                inside.setdefault(domain.path, []).append((victim, kind))
+                inside.setdefault(domain.index, []).append((victim, kind))
         # The domains whose GPUs, with all their candidates gone, would hold the gang's
         # workers: in no other could any of them be enough (room besides GPUs only lowers it).
-        order: list[tuple[int, int, Domain, list[tuple[RunningJob, str]]]] = []
+        order: list[tuple[int, int, int, Domain, list[tuple[RunningJob, str]]]] = []
         free, incoming = fl.free, fl.incoming
         g, workers = job.gpus_per_worker, job.workers
-        for domain in self.domains(fl, level):
-            theirs = inside.get(domain.path)
-            if not theirs:
-                continue
+        for i, theirs in inside.items():
+            domain = level.domains[i]
             back: dict[str, int] = {}
             gain = 0
             for victim, _ in theirs:
@@ -402,10 +486,10 @@ class Topology:
                 here += count
                 most += (count + back.get(node, 0)) // g
             if here + gain >= job.gpus and most >= workers:
-                order.append((-(here + gain), here, domain, theirs))
-        order.sort(key=lambda t: (t[0], t[2].path))
+                order.append((-(here + gain), i, here, domain, theirs))
+        order.sort(key=lambda t: (t[0], t[1]))  # (the numbers are in path order)
         need = job.gpus
-        for _, here, domain, theirs in order:
+        for _, _, here, domain, theirs in order:
             mark = ledger.checkpoint()
             chosen: list[tuple[RunningJob, str]] = []
             found: Found | None = None
@@ -450,72 +534,67 @@ class Topology:
         domain: Domain,
         strategy: PlacementStrategy,
         cap: Cap | None,
-        level: int,
+        level: Level,
     ) -> Found | None:
+        """The gang on `domain`'s nodes, with their free and incoming GPUs."""
         incoming = fl.incoming
         sub = {n: max(fl.free.get(n, 0), 0) + incoming.get(n, 0) for n in domain.nodes}
-        placement = fit_on(sub, job.workers, job.gpus_per_worker, strategy, cap)
-        if placement is None:
+        return self._fit_in(level, domain, sub, job, strategy, cap)
+
+
+def _one(member: Mapping[str, Domain], placement: Placement) -> Domain | None:
+    """The domain all of a placement's nodes are in (None: none, or several)."""
+    if not placement:
+        return None
+    domain = member.get(placement[0][0])
+    for node, _ in placement[1:]:
+        if member.get(node) is not domain:
             return None
-        return Found(placement, f"{self.levels[fl.name][level]}={domain.path[-1]}")
-
-
-def _value(labels: Mapping[str, str], key: str, node: str) -> str:
-    value = labels.get(key, "")
-    if not value and key == HOSTNAME:
-        return node
-    return value
+    return domain
 
 
 class DomainGPUs:
     """GPUs available per domain of a level, node by node, and per domain around them (by
-    path prefix), whatever the workers' shape: the part of `Counts` that every shape of a
-    level shares.
+    path), whatever the workers' shape: the part of `Counts` that every shape of a level
+    shares.
 
     The domains are also kept sorted by their GPUs (`order`), moved one at a time as a node
     changes: the tightest domain that holds a gang is found by bisection to the GPUs it needs,
     not by reading every domain (most racks of a busy cluster hold fewer).
     """
 
-    __slots__ = ("by_node", "by_path", "domains", "order", "total")
+    __slots__ = ("around", "by_node", "level", "order", "own")
 
-    def __init__(self, domains: Sequence[Domain]) -> None:
-        self.domains = domains
+    def __init__(self, level: Level) -> None:
+        self.level = level
         self.by_node: dict[str, int] = {}  # node -> GPUs counted
-        self.total: dict[tuple[str, ...], int] = {}  # domain or outer path -> GPUs
-        self.by_path = {domain.path: domain for domain in domains}
-        self.order: list[tuple[int, tuple[str, ...]]] = []  # (GPUs, path) of every domain
-        for domain in domains:
-            path = domain.path
-            for depth in range(1, len(path) + 1):
-                self.total[path[:depth]] = 0
+        self.own = [0] * len(level.domains)  # per domain (by index)
+        self.around = dict(level.around)  # per path of a domain around others
+        self.order: list[tuple[int, int]] = []  # (GPUs, index) of every domain
 
-    def fill(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
-        """Count every node of `member` (node -> its domain) afresh, with `source`'s GPUs."""
-        by_node = self.by_node
-        own: dict[tuple[str, ...], int] = {}
-        for node, domain in member.items():
+    def fill(self, source: Mapping[str, int]) -> None:
+        """Count every node of the level afresh, with `source`'s GPUs."""
+        by_node, own = self.by_node, self.own
+        for node, domain in self.level.member.items():
             count = source.get(node, 0)
             if count <= 0:
                 continue
             by_node[node] = count
-            path = domain.path
-            own[path] = own.get(path, 0) + count
-        self.add(own)
-
-    def add(self, own: Mapping[tuple[str, ...], int]) -> None:
-        """Add GPUs per domain (counted node by node by the caller) to the totals."""
-        total = self.total
-        for path, count in own.items():
-            for depth in range(1, len(path) + 1):
-                total[path[:depth]] += count
-        self.order = sorted((total[d.path], d.path) for d in self.domains)
+            own[domain.index] += count
+        around = self.around
+        for domain in self.level.domains:
+            count = own[domain.index]
+            if count:
+                for outer in domain.around:
+                    around[outer] += count
+        self.order = sorted([(count, i) for i, count in enumerate(own)])
 
     def copy(self) -> DomainGPUs:
-        other = DomainGPUs(())  # no domains to set up: they are these
-        other.domains, other.by_path = self.domains, self.by_path
+        other = DomainGPUs.__new__(DomainGPUs)
+        other.level = self.level
         other.by_node = dict(self.by_node)
-        other.total = dict(self.total)
+        other.own = list(self.own)
+        other.around = dict(self.around)
         other.order = list(self.order)
         return other
 
@@ -525,14 +604,15 @@ class DomainGPUs:
         if count == old:
             return
         self.by_node[node] = count
-        path = domain.path
-        total = self.total
+        i = domain.index
         order = self.order
-        before = total[path]
-        del order[bisect_left(order, (before, path))]
-        insort(order, (before + count - old, path))
-        for depth in range(1, len(path) + 1):
-            total[path[:depth]] += count - old
+        before = self.own[i]
+        del order[bisect_left(order, (before, i))]
+        insort(order, (before + count - old, i))
+        self.own[i] = before + count - old
+        around = self.around
+        for outer in domain.around:
+            around[outer] += count - old
 
 
 class Counts:
@@ -543,30 +623,30 @@ class Counts:
     __slots__ = ("by_node", "cap", "fit", "g", "gpus", "_most")
 
     def __init__(
-        self, domains: Sequence[Domain], g: int, cap: Cap | None, gpus: DomainGPUs | None = None
+        self, level: Level, g: int, cap: Cap | None, gpus: DomainGPUs | None = None
     ) -> None:
-        self.gpus = DomainGPUs(domains) if gpus is None else gpus
+        self.gpus = DomainGPUs(level) if gpus is None else gpus
         self.g = g
         self.cap = cap
         self.by_node: dict[str, int] = {}  # node -> workers counted
-        self.fit: dict[tuple[str, ...], int] = dict.fromkeys((d.path for d in domains), 0)
+        self.fit = [0] * len(level.domains)  # workers per domain (by index)
         self._most: int | None = None  # the most workers of one domain, while it holds
 
     @property
     def domains(self) -> Sequence[Domain]:
-        return self.gpus.domains
+        return self.gpus.level.domains
 
-    def fill(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
-        """Count every node of `member` (node -> its domain) afresh, with `source`'s GPUs: these
-        counts' own GPUs, then their workers."""
-        self.gpus.fill(member, source)
-        self.fill_workers(member, source)
+    def fill(self, source: Mapping[str, int]) -> None:
+        """Count every node of the level afresh, with `source`'s GPUs: these counts' own
+        GPUs, then their workers."""
+        self.gpus.fill(source)
+        self.fill_workers(source)
 
-    def fill_workers(self, member: Mapping[str, Domain], source: Mapping[str, int]) -> None:
-        """Count the workers of every node of `member` afresh (its GPUs counted already)."""
+    def fill_workers(self, source: Mapping[str, int]) -> None:
+        """Count the workers of every node of the level afresh (its GPUs counted apart)."""
         g, cap = self.g, self.cap
         by_node, fit = self.by_node, self.fit
-        for node, domain in member.items():
+        for node, domain in self.gpus.level.member.items():
             count = source.get(node, 0)
             if count < g:
                 continue
@@ -574,14 +654,16 @@ class Counts:
             if cap is not None:
                 per_node = min(per_node, cap(node))
             by_node[node] = per_node
-            fit[domain.path] += per_node
+            fit[domain.index] += per_node
         self._most = None
 
     def copy(self) -> Counts:
         """The same counts, to move apart from these (a what-if: GPUs held or incoming)."""
-        other = Counts((), self.g, self.cap, self.gpus.copy())
+        other = Counts.__new__(Counts)
+        other.gpus = self.gpus.copy()
+        other.g, other.cap = self.g, self.cap
         other.by_node = dict(self.by_node)
-        other.fit = dict(self.fit)
+        other.fit = list(self.fit)
         other._most = self._most
         return other
 
@@ -590,6 +672,31 @@ class Counts:
         count = count if count > 0 else 0
         self.gpus.set(domain, node, count)
         self.set_workers(domain, node, count)
+
+    def move_workers(self, nodes: Iterable[str], source: Mapping[str, int]) -> None:
+        """Count the workers of `nodes` (those of the level) again, with `source`'s GPUs (their
+        GPUs are counted apart): `set_workers` on each."""
+        g, cap = self.g, self.cap
+        by_node, fit = self.by_node, self.fit
+        member = self.gpus.level.member
+        for node in nodes:
+            domain = member.get(node)
+            if domain is None:
+                continue
+            count = source.get(node, 0)
+            per_node = count // g if count > 0 else 0
+            if cap is not None and per_node > 0:
+                per_node = min(per_node, cap(node))
+            old = by_node.get(node, 0)
+            if per_node != old:
+                by_node[node] = per_node
+                i = domain.index
+                was = fit[i]
+                fit[i] = was + per_node - old
+                most = self._most
+                # The most of one domain stays known unless the domain that had it lost some.
+                if most is not None and (fit[i] > most or (was == most and fit[i] < was)):
+                    self._most = fit[i] if fit[i] > most else None
 
     def set_workers(self, domain: Domain, node: str, count: int) -> None:
         """Count the workers of `node` of `domain` with `count` (at least 0) GPUs available
@@ -600,24 +707,23 @@ class Counts:
         old = self.by_node.get(node, 0)
         if per_node != old:
             self.by_node[node] = per_node
-            self.fit[domain.path] += per_node - old
+            self.fit[domain.index] += per_node - old
             self._most = None
 
     def until_holds(
         self,
         events: Sequence[tuple[float, str, int, int]],
         avail: dict[str, int],
-        member: Mapping[str, Domain],
         workers: int,
-        need: int,
-    ) -> float:
+    ) -> tuple[float, Domain | None]:
         """Add each event's GPUs (time, node, GPUs, job) to `avail` in turn until one domain
-        holds the gang (no domain holds it before the first): the time of that event, or
-        math.inf. Counts only each domain's own GPUs and workers on the way (`order` and the
-        outer totals are left behind: these counts are dropped after)."""
+        has room for the gang's `workers` (none has before the first): the time of that event
+        and the domain, the only one with room then; or math.inf and None. Counts only each
+        domain's own workers on the way: their GPUs are within the domain's, and the counts
+        are dropped after (`order` and the GPUs are left behind)."""
         g, cap = self.g, self.cap
         by_node, fit = self.by_node, self.fit
-        gpus_of, total = self.gpus.by_node, self.gpus.total
+        member = self.gpus.level.member
         self._most = None
         for time, node, gpus, _ in events:
             old = avail.get(node)
@@ -628,47 +734,48 @@ class Counts:
             domain = member.get(node)
             if domain is None:
                 continue
-            if count < 0:
-                count = 0
-            per_node = count // g
+            per_node = count // g if count > 0 else 0
             if cap is not None and per_node > 0:
                 per_node = min(per_node, cap(node))
-            path = domain.path
-            here = fit[path] + per_node - by_node.get(node, 0)
+            before = by_node.get(node, 0)
+            if per_node == before:
+                continue  # (its domain has no more room than before: none)
             by_node[node] = per_node
-            fit[path] = here
-            gpus_here = total[path] + count - gpus_of.get(node, 0)
-            gpus_of[node] = count
-            total[path] = gpus_here
-            # No domain held it before: only this one may now.
-            if gpus_here >= need and here >= workers:
-                return time
-        return math.inf
+            here = fit[domain.index] + per_node - before
+            fit[domain.index] = here
+            if here >= workers:
+                return time, domain
+        return math.inf, None
 
     def tightest(self, workers: int, need: int) -> Domain | None:
         """The domain with the fewest GPUs of those with `need` GPUs and room for `workers`
-        (ties: `_outer`); None when none has."""
+        (ties: the fewest around it, then the path); None when none has."""
         fit, order = self.fit, self.gpus.order
         fewest = -1  # the GPUs of the first domain that holds the gang, and such domains
-        tied: list[tuple[str, ...]] = []
-        for i in range(bisect_left(order, (need,)), len(order)):
-            here, path = order[i]
+        tied: list[int] = []
+        for k in range(bisect_left(order, (need,)), len(order)):
+            here, i = order[k]
             if fewest >= 0 and here > fewest:
                 break
-            if fit[path] >= workers:
+            if fit[i] >= workers:
                 fewest = here
-                tied.append(path)
-        by_path = self.gpus.by_path
+                tied.append(i)
+        domains = self.gpus.level.domains
         if len(tied) <= 1:
-            return by_path[tied[0]] if tied else None
-        return by_path[min(tied, key=self._outer)]
-
-    def _outer(self, path: tuple[str, ...]) -> tuple[object, ...]:
-        """Its parent's GPUs, its grandparent's, and so on, then its path."""
-        total = self.gpus.total
-        return (*(total[path[:depth]] for depth in range(len(path) - 1, 0, -1)), path)
+            return domains[tied[0]] if tied else None
+        # Of domains with as many GPUs: the fewest in its parent, its grandparent, ..., then
+        # the path (`tied` is in path order).
+        around = self.gpus.around
+        best: Domain | None = None
+        least: list[int] = []
+        for i in tied:
+            domain = domains[i]
+            totals = [around[outer] for outer in domain.around]
+            if best is None or totals < least:
+                best, least = domain, totals
+        return best
 
     def most(self) -> int:
         if self._most is None:
-            self._most = max(self.fit.values(), default=0)
+            self._most = max(self.fit, default=0)
         return self._most

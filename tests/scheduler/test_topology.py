@@ -6,6 +6,7 @@ GPUs labelled with both, as a fabric's block and rack labels would be.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from hypothesis import given
@@ -13,9 +14,11 @@ from hypothesis import strategies as st
 
 from gpuqueue.scheduler import plan
 from gpuqueue.scheduler.engine import Cycle
+from gpuqueue.scheduler.horizon import AT_ONCE
 from gpuqueue.scheduler.model import (
     Node,
     PendingJob,
+    PlacementStrategy,
     Plan,
     Policy,
     ReasonCode,
@@ -436,3 +439,54 @@ def test_a_preferred_gang_holding_out_is_admitted_and_reserved_in_one_domain(
             continue
         domains = {_domain(nodes[n], job.topology_level) for n, _ in placement}
         assert len(domains) == 1 and None not in domains, (job, placement)
+
+
+@st.composite
+def reservations(draw: st.DrawFn) -> tuple[Snapshot, PendingJob, dict[str, int], list]:
+    """Racks of one to three nodes in two blocks (some nodes in no rack), the GPUs available
+    on each, and GPUs coming back on them over time (a reservation's release events)."""
+    nodes = []
+    for i in range(draw(st.integers(1, 9))):
+        labels = {BLOCK: f"b{i % 2}"}
+        rack = draw(st.sampled_from(["r1", "r2", "r3", "r4", ""]))
+        if rack:
+            labels[RACK] = rack
+        nodes.append(Node(f"n{i}", {"h100": 8}, labels=labels))
+    names = [n.name for n in nodes]
+    avail = {name: draw(st.integers(0, 8)) for name in names}
+    events = sorted(
+        (draw(st.sampled_from([-math.inf, NOW, NOW + 60, NOW + 3600])), name, gpus, job)
+        for job, (name, gpus) in enumerate(
+            draw(st.lists(st.tuples(st.sampled_from(names), st.integers(1, 8)), max_size=12))
+        )
+    )
+    job = gang(1, draw(st.integers(1, 4)), required=True)
+    job = replace(job, gpus_per_worker=draw(st.sampled_from([1, 2, 4, 8])))
+    snapshot = Snapshot(NOW, tuple(nodes), (team("a"),), (), (job,), topologies=LEVELS)
+    return snapshot, job, avail, events
+
+
+@test_properties.SETTINGS
+@given(reservations(), st.sampled_from(list(PlacementStrategy)))
+def test_a_reservation_in_one_domain_is_where_placing_after_each_release_first_finds_one(
+    case: tuple[Snapshot, PendingJob, dict[str, int], list], strategy: PlacementStrategy
+) -> None:
+    """`Topology.start` walks the releases once, counting per domain, and `place_held` places
+    in what it counted: the same time and placement as placing the gang afresh (`place_on`,
+    one domain of its level) at once and after each release in turn, until it fits."""
+    snapshot, job, avail, events = case
+    cycle = Cycle(snapshot, Policy())
+    fl = cycle.ledger.flavors["h100"]
+    topology = cycle.topology
+    plain: tuple[float, object] = (math.inf, None)
+    walked = dict(avail)
+    for at, node, gpus, _ in [(AT_ONCE, "", 0, 0), *events]:
+        if node:
+            walked[node] += gpus
+        found = topology.place_on(fl, job, walked, strategy, None, strict=True)
+        if found is not None:
+            plain = (at, found)
+            break
+    counted = dict(avail)
+    start, held = topology.start(fl, job, counted, events, None)
+    assert (start, topology.place_held(fl, job, counted, held, strategy, None)) == plain
