@@ -5,7 +5,8 @@ requiring one.
         [--sample FRACTION] [--modes none,prefer,require] [--patience S] [--reserve S]
         [--split-cost F] [--why] [--worst N]
 
-Prints one JSON line per mode: the mean and maximum queueing delay (hours), the gangs of
+Prints one JSON line per mode: the mean and maximum queueing delay until the first start and
+wait over every attempt (hours), the gangs of
 several workers, how many of them could fit one rack (workers x GPUs within a rack's GPUs),
 and how many of those were placed in one rack every time they started. Mode `none` replays the
 same nodes with no levels. Targets: with every
@@ -122,6 +123,10 @@ def main() -> None:
                     "load": round(w.offered_load, 3),
                     "delay_mean_h": round(float(summary["delay_mean_s"]) / 3600, 3),  # type: ignore[arg-type]
                     "delay_max_h": round(float(summary["delay_max_s"]) / 3600, 3),  # type: ignore[arg-type]
+                    # Every wait of a job, requeues included: a gang that starts and is
+                    # reclaimed at once has a short delay but a long wait.
+                    "wait_mean_h": round(float(summary["wait_mean_s"]) / 3600, 3),  # type: ignore[arg-type]
+                    "wait_max_h": round(max(r.waited for r in result.runs) / 3600, 3),
                     "gangs": len(gangs),
                     "could_fit_one_rack": len(could),
                     "placed_in_one_rack": len(in_one),
