@@ -159,15 +159,15 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 
 @pytest.fixture(scope="module")
 def service() -> Any:
-    """`python -m gpuqueue.ops.launcher` on a fresh data folder and a free port: embedded
+    """`python -m gpuqueue.ops.launcher` on a prepared data folder and a free port: embedded
     PostgreSQL and Redis, Granian, a Celery worker and beat, the simulated cluster, the demo
     teams and users (demo traffic off, so the only jobs are the tests')."""
     from tests.foundation.test_embedded_service import Service
 
-    svc = Service()
+    svc = Service(prepared=True)
     svc.start(timeout=180)
     yield svc
-    svc.close()
+    svc.close_soon()
 
 
 @pytest.fixture(scope="module")

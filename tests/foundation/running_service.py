@@ -4,6 +4,7 @@ directly."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -21,10 +23,35 @@ import psutil
 from gpuqueue.ops.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+# Left out of a prepared copy: the runtime folder's lock, and Redis's snapshot (a copy starts
+# with an empty Redis, as a fresh service does).
+_NOT_COPIED = ("run", "redis/dump.rdb")
+_prepared: Path | None = None
+
+
+def prepared_data() -> Path:
+    """A data folder that a service has already initialised, migrated, seeded and stopped,
+    made once per test run. A copy starts in a third of a fresh start's time: no runtime
+    copy, initdb, migration or seeding (the tests of those use a fresh folder)."""
+    global _prepared
+    if _prepared is None:
+        template = Service()
+        template.start(timeout=180)
+        assert template.stop() == 0, template.read_log()
+        for name in _NOT_COPIED:
+            path = template.data_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        _prepared = template.data_dir
+        atexit.register(shutil.rmtree, template.folder, ignore_errors=True)
+    return _prepared
 
 
 class Service:
-    def __init__(self) -> None:
+    def __init__(self, prepared: bool = False) -> None:
+        """`prepared`: start from a copy of `prepared_data()` rather than an empty folder."""
         # A folder of its own that any user may traverse: started by root, the service's
         # processes run as unprivileged users (PostgreSQL's and `gpuqueue`), as in a real
         # installation, and pytest's temporary folders are private to root (and made private
@@ -51,6 +78,10 @@ class Service:
         )
         self.process: subprocess.Popen[bytes] | None = None
         self.tree: set[int] = set()
+        if prepared:
+            # cp keeps the owners (PostgreSQL's system user, the service's) that a copy by
+            # Python would lose.
+            subprocess.run(["cp", "-a", str(prepared_data()), str(self.data_dir)], check=True)
 
     def start(self, timeout: float = 120) -> None:
         self.log = open(self.data_dir.parent / "launcher.log", "ab")  # noqa: SIM115
@@ -96,6 +127,11 @@ class Service:
         if self.process is not None and self.process.poll() is None:
             self.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def close_soon(self) -> None:
+        """close() in a thread of its own, for a module's teardown: the next module starts its
+        service while this one stops (the interpreter waits for the thread before it exits)."""
+        threading.Thread(target=self.close, name=f"close {self.url}").start()
 
     def leftovers(self) -> list[str]:
         alive = []

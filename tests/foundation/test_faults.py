@@ -133,7 +133,7 @@ FAULTS: dict[str, Callable[[Service], psutil.Process | None]] = {
 
 @pytest.fixture
 def service() -> Iterator[Service]:
-    svc = Service()
+    svc = Service(prepared=True)
     svc.env.update(
         GPUQUEUE_WEB_WORKERS="2",
         GPUQUEUE_API_RATE="100000/min",

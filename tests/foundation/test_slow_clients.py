@@ -29,12 +29,12 @@ MAX_RECEIVING = 80  # bodies received at once (GPUQUEUE_WEB_MAX_RECEIVING; one w
 
 @pytest.fixture(scope="module")
 def service() -> Iterator[Service]:
-    svc = Service()
+    svc = Service(prepared=True)
     svc.env["GPUQUEUE_WEB_BODY_SECONDS"] = str(BODY_SECONDS)
     svc.env["GPUQUEUE_WEB_MAX_RECEIVING"] = str(MAX_RECEIVING)
     svc.start()
     yield svc
-    svc.close()
+    svc.close_soon()
 
 
 def stalled(

@@ -24,12 +24,12 @@ def service() -> Any:
     threshold: the cycle a production service runs every minute, driven in seconds."""
     from tests.foundation.running_service import Service
 
-    svc = Service()
+    svc = Service(prepared=True)
     svc.env["GPUQUEUE_USAGE_SECONDS"] = "1"
     svc.env["GPUQUEUE_IDLE_MINUTES"] = "0.05"
     svc.start(timeout=180)
     yield svc
-    svc.close()
+    svc.close_soon()
 
 
 def test_an_idle_job_is_flagged_and_its_gpu_hours_reported(browser: Any, service: Any) -> None:
