@@ -25,7 +25,9 @@
    (the workload may still save and exit).
 6. Explain: reasons and positions on the pending jobs, only those that changed, in a
    transaction of their own (`_explain`); a reason equal to the one the kept read says the row
-   shows is not turned into data again.
+   shows is not turned into data again. When 5 calls the backend, the explain runs beside
+   it, on a connection of its own (cycle/beside.py): after a wave, launching is mostly this
+   process's work and explaining mostly PostgreSQL's.
 Once planned, a large cycle's objects are frozen out of the garbage collector
 (cycle/collector.py).
 """
@@ -49,6 +51,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError
 from gpuqueue.core.locks import try_xact_lock
 from gpuqueue.core.reason_text import when
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.beside import beside
 from gpuqueue.cycle.collector import freeze, release_when_due
 from gpuqueue.cycle.job_feed import current_read, remember_shown
 from gpuqueue.cycle.kept_plan import keep_plan, kept_plan
@@ -148,7 +151,11 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         if balances is not None:
             store_balances(balances, now)
         lap("4_persist")
-    # 5. After commit
+    # 5. After commit. With the backend to call, the explain (6) runs beside it: launching is
+    #    mostly this process's work, the explain mostly PostgreSQL's (cycle/beside.py).
+    explained = None
+    if not kept and (admitted or preempted or withdrawn):
+        explained = beside(lambda: _explain(plan, stored, known, snapshot, policy, mark))
     if admitted:
         launch_admitted(admitted, backend)
     for job_id, attempt, deadline in preempted:
@@ -162,8 +169,10 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         except ClusterError as exc:
             log.warning("checkpoint withdrawal for job %s failed: %s", job_id, exc)
     lap("5_apply")
-    # 6. Explain
-    if not kept:
+    # 6. Explain (what is left of it to wait for, when it ran beside the launch)
+    if explained is not None:
+        explained()
+    elif not kept:
         _explain(plan, stored, known, snapshot, policy, mark)
     lap("6_explain")
     release_when_due()  # reference cycles freed while frozen, every ten minutes
