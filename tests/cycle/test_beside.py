@@ -15,9 +15,7 @@ from gpuqueue.models import Job
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_work_runs_at_the_same_time_on_a_connection_of_its_own(
-    world: Any, submit: Any
-) -> None:
+def test_the_work_runs_at_the_same_time_on_a_connection_of_its_own(world: Any, submit: Any) -> None:
     job = submit()  # committed: the other connection sees it
     started, go = threading.Event(), threading.Event()
     seen: list[Any] = []
