@@ -134,13 +134,14 @@ def workload_records(jobs: Sequence[Job | AdmittedJob]) -> dict[int, WorkloadRec
 
 
 def _insert_records(records: list[WorkloadRecord]) -> dict[tuple[int, int], int]:
-    """INSERT the records from one array per column, leaving any attempt already recorded as
-    it is; {(job id, attempt): id} of those inserted."""
+    """INSERT the records from one array per column (in binary: as text, each element is
+    escaped by a regular expression), leaving any attempt already recorded as it is; {(job id,
+    attempt): id} of those inserted."""
     table = connection.ops.quote_name(WorkloadRecord._meta.db_table)
     sql = (
         f"INSERT INTO {table} (job_id, attempt, namespace, nonce, secret_uid, job_uid, "
-        "created_at) SELECT j, a, ns, n, '', '', %s FROM unnest(%s::bigint[], %s::int[], "
-        "%s::text[], %s::text[]) AS r (j, a, ns, n) ON CONFLICT DO NOTHING "
+        "created_at) SELECT j, a, ns, n, '', '', %s FROM unnest(%b::bigint[], %b::int[], "
+        "%b::text[], %b::text[]) AS r (j, a, ns, n) ON CONFLICT DO NOTHING "
         "RETURNING job_id, attempt, id"
     )
     with connection.cursor() as cursor:
