@@ -31,7 +31,7 @@ class AdmittedJob(NamedTuple):
     """What a launch reads of an admitted job: the columns `launch_spec`, `workload_records`
     and `still_allowed` use, named as the Job's fields, and its team and flavor. A wave
     launches thousands of jobs at once, and full model instances (every column, each JSON
-    field decoded, a team and a flavor instance per job) were half of its launch."""
+    field decoded, a team and a flavor instance per job) took about half of its launch."""
 
     id: int
     state: str

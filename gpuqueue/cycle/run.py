@@ -34,6 +34,7 @@ Once planned, a large cycle's objects are frozen out of the garbage collector
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -156,18 +157,13 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
     explained = None
     if not kept and (admitted or preempted or withdrawn):
         explained = beside(lambda: _explain(plan, stored, known, snapshot, policy, mark))
-    if admitted:
-        launch_admitted(admitted, backend)
-    for job_id, attempt, deadline in preempted:
-        try:
-            backend.request_checkpoint(job_id, attempt, deadline)
-        except ClusterError as exc:
-            log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
-    for job_id, attempt in withdrawn:
-        try:
-            backend.withdraw_checkpoint(job_id, attempt)
-        except ClusterError as exc:
-            log.warning("checkpoint withdrawal for job %s failed: %s", job_id, exc)
+    try:
+        _apply(backend, admitted, preempted, withdrawn)
+    except BaseException:
+        if explained is not None:  # not left running behind the error: waited for, not raised
+            with contextlib.suppress(BaseException):
+                explained()
+        raise
     lap("5_apply")
     # 6. Explain (what is left of it to wait for, when it ran beside the launch)
     if explained is not None:
@@ -197,6 +193,27 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         pending=len(plan.pending),
         phase_seconds=timings,
     )
+
+
+def _apply(
+    backend: ClusterBackend,
+    admitted: list[int],
+    preempted: list[tuple[int, int, datetime]],
+    withdrawn: list[tuple[int, int]],
+) -> None:
+    """Phase 5: launch the admitted jobs, signal checkpoints, withdraw withdrawn ones."""
+    if admitted:
+        launch_admitted(admitted, backend)
+    for job_id, attempt, deadline in preempted:
+        try:
+            backend.request_checkpoint(job_id, attempt, deadline)
+        except ClusterError as exc:
+            log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
+    for job_id, attempt in withdrawn:
+        try:
+            backend.withdraw_checkpoint(job_id, attempt)
+        except ClusterError as exc:
+            log.warning("checkpoint withdrawal for job %s failed: %s", job_id, exc)
 
 
 def cycle_summary(admitted: int, preempted: int, withdrawn: int, pending: int) -> str:

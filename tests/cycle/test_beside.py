@@ -1,16 +1,20 @@
 """The cycle's explain runs beside its launch (cycle/beside.py): on a connection of its own,
 at the same time, and what it raises reaches the caller; inside a caller's transaction, whose
-rows another connection cannot see, it runs at once instead."""
+rows another connection cannot see, it runs at once instead. A launch that raises is not left
+with the explain still running behind it."""
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
 
+from gpuqueue.cycle import run
 from gpuqueue.cycle.beside import beside
+from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.models import Job
 
 
@@ -50,3 +54,28 @@ def test_inside_the_caller_s_transaction_the_work_runs_at_once(world: Any, submi
         job = submit()  # not committed: only this connection sees it
         beside(lambda: ran.append(Job.objects.get(pk=job.pk).name))
         assert ran == ["train"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_launch_that_raises_leaves_the_explain_done_and_raises_its_own_error(
+    world: Any, submit: Any, backend: Any, monkeypatch: Any
+) -> None:
+    sync_cluster(backend)
+    submit(workers=4, gpus_per_worker=8)  # all 32 H100s
+    waits = submit(gpus_per_worker=8)
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("backend down")
+
+    explain = run._persist_pending
+
+    def slow(*args: Any) -> None:
+        time.sleep(0.5)  # still explaining when the launch fails
+        explain(*args)
+
+    monkeypatch.setattr(run, "launch_admitted", down)
+    monkeypatch.setattr(run, "_persist_pending", slow)
+    with pytest.raises(RuntimeError, match="backend down"):
+        run.run_cycle(backend=backend)
+    waits.refresh_from_db()
+    assert waits.pending_reason is not None and waits.queue_position == 1
