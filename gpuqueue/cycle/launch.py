@@ -266,24 +266,25 @@ def still_allowed(jobs: list[AdmittedJob]) -> list[AdmittedJob]:
         cause = "no longer allowed by its team: " + " ".join(
             message for messages in refused.values() for message in messages
         )
-        with transaction.atomic():
-            transition(
-                _instance(job),
-                JobState.FAILED,
-                reason=cause,
-                actor="gpuqueue",
-                message=cause,
-                finished_at=timezone.now(),
-            )
+        instance = _still(job)
+        if instance is not None:
+            with transaction.atomic():
+                transition(
+                    instance,
+                    JobState.FAILED,
+                    reason=cause,
+                    actor="gpuqueue",
+                    message=cause,
+                    finished_at=timezone.now(),
+                )
     return kept
 
 
-def _instance(job: AdmittedJob) -> Job:
-    """The job as a model instance, in the state it was read in: for the few whose launch
-    moves them (failed, requeued), which the door (services/jobs/transitions.py) takes."""
-    instance = Job.objects.get(pk=job.id)
-    instance.state = job.state
-    return instance
+def _still(job: AdmittedJob) -> Job | None:
+    """The job as a model instance, which the door (services/jobs/transitions.py) takes, for
+    the few whose launch moves them (failed, requeued); None when another process moved it
+    since the launch read it (nothing to do, as a filtered move would find)."""
+    return Job.objects.filter(pk=job.id, state=job.state).first()
 
 
 def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -> None:
@@ -325,10 +326,12 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
             with_token.append(Job(pk=job.pk, checkpoint_token_hash=hash_secret(outcome)))
         elif isinstance(outcome, Squatted):
             log.warning("launch of job %s: %s", job.pk, outcome)
-            with transaction.atomic():
-                requeue_after_start_failure(
-                    _instance(job), str(outcome), timezone.now(), actor="cluster"
-                )
+            instance = _still(job)
+            if instance is not None:
+                with transaction.atomic():
+                    requeue_after_start_failure(
+                        instance, str(outcome), timezone.now(), actor="cluster"
+                    )
         elif isinstance(outcome, ClusterError) and outcome.transient:
             log.warning("launch of job %s deferred: %s", job.pk, outcome)
         elif isinstance(outcome, Exception):
@@ -339,14 +342,16 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
             else:
                 log.error("launch of job %s failed", job.pk, exc_info=outcome)
                 cause = f"launch failed: {type(outcome).__name__}: {outcome}"
-            with transaction.atomic():
-                transition(
-                    _instance(job),
-                    JobState.FAILED,
-                    reason=cause,
-                    actor="cluster",
-                    message=str(outcome) if isinstance(outcome, ClusterError) else cause,
-                    finished_at=timezone.now(),
-                )
+            instance = _still(job)
+            if instance is not None:
+                with transaction.atomic():
+                    transition(
+                        instance,
+                        JobState.FAILED,
+                        reason=cause,
+                        actor="cluster",
+                        message=str(outcome) if isinstance(outcome, ClusterError) else cause,
+                        finished_at=timezone.now(),
+                    )
     Job.objects.bulk_update(with_token, ["checkpoint_token_hash"], batch_size=500)
     WorkloadRecord.objects.bulk_update(made, ["secret_uid", "job_uid"], batch_size=500)
