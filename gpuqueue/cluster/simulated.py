@@ -349,8 +349,9 @@ def _insert_workloads(rows: list[Any]) -> None:
     sql = (
         f"INSERT INTO {table} (job_id, attempt, placement, created_at, ready_at, ends_at, "
         "exit_code, checkpoint_location, env) "
-        "SELECT j, a, p, c, r, e, x, '', v FROM unnest(%s::bigint[], %s::int[], "
-        f"{as_json}, %s::timestamptz[], %s::timestamptz[], %s::timestamptz[], %s::int[], "
+        # The arrays in binary (%b): as text, psycopg escapes every element by a regular expression.
+        "SELECT j, a, p, c, r, e, x, '', v FROM unnest(%b::bigint[], %b::int[], "
+        f"{as_json}, %b::timestamptz[], %b::timestamptz[], %b::timestamptz[], %b::int[], "
         f"{as_json}) AS w (j, a, p, c, r, e, x, v) ON CONFLICT DO NOTHING"
     )
     with connection.cursor() as cursor:

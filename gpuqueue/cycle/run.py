@@ -25,13 +25,16 @@
    (the workload may still save and exit).
 6. Explain: reasons and positions on the pending jobs, only those that changed, in a
    transaction of their own (`_explain`); a reason equal to the one the kept read says the row
-   shows is not turned into data again.
+   shows is not turned into data again. When 5 calls the backend, the explain runs beside
+   it, on a connection of its own (cycle/beside.py): after a wave, launching is mostly this
+   process's work and explaining mostly PostgreSQL's.
 Once planned, a large cycle's objects are frozen out of the garbage collector
 (cycle/collector.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -49,6 +52,7 @@ from gpuqueue.cluster.base import ClusterBackend, ClusterError
 from gpuqueue.core.locks import try_xact_lock
 from gpuqueue.core.reason_text import when
 from gpuqueue.core.states import JobState
+from gpuqueue.cycle.beside import beside
 from gpuqueue.cycle.collector import freeze, release_when_due
 from gpuqueue.cycle.job_feed import current_read, remember_shown
 from gpuqueue.cycle.kept_plan import keep_plan, kept_plan
@@ -148,22 +152,23 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         if balances is not None:
             store_balances(balances, now)
         lap("4_persist")
-    # 5. After commit
-    if admitted:
-        launch_admitted(admitted, backend)
-    for job_id, attempt, deadline in preempted:
-        try:
-            backend.request_checkpoint(job_id, attempt, deadline)
-        except ClusterError as exc:
-            log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
-    for job_id, attempt in withdrawn:
-        try:
-            backend.withdraw_checkpoint(job_id, attempt)
-        except ClusterError as exc:
-            log.warning("checkpoint withdrawal for job %s failed: %s", job_id, exc)
+    # 5. After commit. With the backend to call, the explain (6) runs beside it: launching is
+    #    mostly this process's work, the explain mostly PostgreSQL's (cycle/beside.py).
+    explained = None
+    if not kept and (admitted or preempted or withdrawn):
+        explained = beside(lambda: _explain(plan, stored, known, snapshot, policy, mark))
+    try:
+        _apply(backend, admitted, preempted, withdrawn)
+    except BaseException:
+        if explained is not None:  # not left running behind the error: waited for, not raised
+            with contextlib.suppress(BaseException):
+                explained()
+        raise
     lap("5_apply")
-    # 6. Explain
-    if not kept:
+    # 6. Explain (what is left of it to wait for, when it ran beside the launch)
+    if explained is not None:
+        explained()
+    elif not kept:
         _explain(plan, stored, known, snapshot, policy, mark)
     lap("6_explain")
     release_when_due()  # reference cycles freed while frozen, every ten minutes
@@ -188,6 +193,27 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         pending=len(plan.pending),
         phase_seconds=timings,
     )
+
+
+def _apply(
+    backend: ClusterBackend,
+    admitted: list[int],
+    preempted: list[tuple[int, int, datetime]],
+    withdrawn: list[tuple[int, int]],
+) -> None:
+    """Phase 5: launch the admitted jobs, signal checkpoints, withdraw withdrawn ones."""
+    if admitted:
+        launch_admitted(admitted, backend)
+    for job_id, attempt, deadline in preempted:
+        try:
+            backend.request_checkpoint(job_id, attempt, deadline)
+        except ClusterError as exc:
+            log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
+    for job_id, attempt in withdrawn:
+        try:
+            backend.withdraw_checkpoint(job_id, attempt)
+        except ClusterError as exc:
+            log.warning("checkpoint withdrawal for job %s failed: %s", job_id, exc)
 
 
 def cycle_summary(admitted: int, preempted: int, withdrawn: int, pending: int) -> str:
