@@ -152,18 +152,28 @@ def dra(kube: Kube, world: Any, dra_cluster: client.ResourceV1Api) -> Iterator[A
         dra_cluster.delete_collection_namespaced_resource_claim(namespace)
 
 
+# The node lifecycle controller's taints (node.kubernetes.io/not-ready, /unreachable, ...).
+LIFECYCLE_TAINTS = "node.kubernetes.io/"
+
+
 def settle_devices(kube: Kube, resource: client.ResourceV1Api) -> None:
     """Start from free devices on ready nodes: the claims of earlier tests' jobs go a moment
     after their pods and Secrets (the garbage collector's pace, slower on a loaded machine),
     and one still allocated would hold its devices against this test's plan; and on a loaded
     machine kwok's heartbeats can lag until the node lifecycle controller marks a DRA node
-    not Ready for a moment (only ready nodes' devices count)."""
+    not Ready for a moment (only ready nodes' devices count), and its not-ready or unreachable
+    taint stays a moment after the node is Ready again (a flavor's pods do not tolerate it, so
+    its devices do not count either)."""
     kube.wait(lambda: not resource.list_resource_claim_for_all_namespaces().items, timeout=60)
 
     def settled() -> bool:
         nodes = list(Node.objects.filter(name__in=DRA_NODES))
         return len(nodes) == len(DRA_NODES) and all(
-            n.ready and not n.used_externally and not n.draining for n in nodes
+            n.ready
+            and not n.used_externally
+            and not n.draining
+            and not any(t.get("key", "").startswith(LIFECYCLE_TAINTS) for t in n.taints or ())
+            for n in nodes
         )
 
     kube.sync_until(settled, timeout=60)
