@@ -20,7 +20,7 @@ from gpuqueue.core.states import JobState
 from gpuqueue.models import Flavor, Job, JobSource, WorkloadRecord
 from gpuqueue.services.jobs import pod_spec
 from gpuqueue.services.jobs.start_failures import requeue_after_start_failure
-from gpuqueue.services.jobs.transitions import transition
+from gpuqueue.services.jobs.transitions import Move, move_jobs
 from teams.models import Team
 from teams.services import hash_secret
 
@@ -266,25 +266,20 @@ def still_allowed(jobs: list[AdmittedJob]) -> list[AdmittedJob]:
         cause = "no longer allowed by its team: " + " ".join(
             message for messages in refused.values() for message in messages
         )
-        instance = _still(job)
-        if instance is not None:
-            with transaction.atomic():
-                transition(
-                    instance,
-                    JobState.FAILED,
-                    reason=cause,
-                    actor="gpuqueue",
-                    message=cause,
-                    finished_at=timezone.now(),
-                )
+        _fail(job, cause, "gpuqueue", cause)
     return kept
 
 
-def _still(job: AdmittedJob) -> Job | None:
-    """The job as a model instance, which the door (services/jobs/transitions.py) takes, for
-    the few whose launch moves them (failed, requeued); None when another process moved it
-    since the launch read it (nothing to do, as a filtered move would find)."""
-    return Job.objects.filter(pk=job.id, state=job.state).first()
+def _fail(job: AdmittedJob, cause: str, actor: str, message: str) -> None:
+    """FAILED through the door, from the state the launch read it in (a job another process
+    moved since is left alone)."""
+    move_jobs(
+        [Move(job.id, job.state)],
+        JobState.FAILED,
+        reason=cause,
+        actor=actor,
+        changes={"message": message, "finished_at": timezone.now()},
+    )
 
 
 def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -> None:
@@ -326,7 +321,9 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
             with_token.append(Job(pk=job.pk, checkpoint_token_hash=hash_secret(outcome)))
         elif isinstance(outcome, Squatted):
             log.warning("launch of job %s: %s", job.pk, outcome)
-            instance = _still(job)
+            # A model instance for the requeue, which reads the job's start failures; none
+            # when another process moved the job since the launch read it.
+            instance = Job.objects.filter(pk=job.id, state=job.state).first()
             if instance is not None:
                 with transaction.atomic():
                     requeue_after_start_failure(
@@ -342,16 +339,8 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
             else:
                 log.error("launch of job %s failed", job.pk, exc_info=outcome)
                 cause = f"launch failed: {type(outcome).__name__}: {outcome}"
-            instance = _still(job)
-            if instance is not None:
-                with transaction.atomic():
-                    transition(
-                        instance,
-                        JobState.FAILED,
-                        reason=cause,
-                        actor="cluster",
-                        message=str(outcome) if isinstance(outcome, ClusterError) else cause,
-                        finished_at=timezone.now(),
-                    )
+            _fail(
+                job, cause, "cluster", str(outcome) if isinstance(outcome, ClusterError) else cause
+            )
     Job.objects.bulk_update(with_token, ["checkpoint_token_hash"], batch_size=500)
     WorkloadRecord.objects.bulk_update(made, ["secret_uid", "job_uid"], batch_size=500)

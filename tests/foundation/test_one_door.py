@@ -412,6 +412,36 @@ def test_a_job_moved_through_transition_is_one_move_of_the_door(submit: Any) -> 
     }
 
 
+def test_every_move_out_of_pending_forgets_what_the_job_showed_while_it_waited(
+    submit: Any,
+) -> None:
+    """Only a PENDING job has a reason, places in line and an estimated start: the door clears
+    them whichever form moves it out (one job, a batch, a selection), and a move back into
+    PENDING keeps what the caller sets."""
+    shown = {
+        "pending_reason": {"code": "no_capacity"},
+        "queue_position": 2,
+        "cluster_position": 5,
+        "estimated_start": timezone.now() + timedelta(hours=1),
+    }
+    one, batch, selected, admitted = submit(), submit(), submit(), submit()
+    Job.objects.filter(pk__in=[one.pk, batch.pk, selected.pk, admitted.pk]).update(**shown)
+    one.refresh_from_db()
+
+    assert transition(one, JobState.CANCELLED, reason="user", actor="user:alice")
+    assert (one.pending_reason, one.queue_position, one.estimated_start) == (None, None, None)
+    move_jobs([Move(batch.pk, JobState.PENDING)], JobState.FAILED, reason="x", actor="test")
+    move_selected(Job.objects.filter(pk=selected.pk), JobState.CANCELLED, reason="x", actor="t")
+    admit_all([Admitted(admitted.pk, {"h100-0": 1}, False)], timezone.now(), "cycle")
+    for job_id in (one.pk, batch.pk, selected.pk, admitted.pk):
+        assert Job.objects.filter(pk=job_id).values(*shown).get() == dict.fromkeys(shown)
+
+    requeued = Job.objects.get(pk=admitted.pk)
+    reason = {"code": "start_backoff"}
+    assert transition(requeued, JobState.PENDING, reason="x", actor="t", pending_reason=reason)
+    assert Job.objects.get(pk=admitted.pk).pending_reason == reason
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_admission_wave_and_a_cancel_of_the_same_jobs_never_deadlock(submit: Any) -> None:
     """Every move locks its rows in id order, so two moves of overlapping jobs wait for each

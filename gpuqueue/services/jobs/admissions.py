@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 from gpuqueue.core.states import JobState
-from gpuqueue.services.jobs.pending import SHOWN_WHILE_PENDING
 from gpuqueue.services.jobs.transitions import Move, move_jobs
 
 BORROWING = "borrowing idle GPUs"
@@ -60,7 +59,7 @@ def admit_all(admissions: Sequence[Admitted], now: datetime, actor: str) -> list
         actor=actor,
         changes={
             "admitted_at": now,
-            **dict.fromkeys((*SHOWN_WHILE_PENDING, "started_at")),
+            "started_at": None,
         },
         counted=("attempts",),
     )

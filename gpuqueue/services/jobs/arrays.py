@@ -25,7 +25,6 @@ from gpuqueue.services.jobs import submission_sql as sql
 from gpuqueue.services.jobs.array_spec import ArraySpec
 from gpuqueue.services.jobs.cancel import may_cancel_owned, stop_on_cluster
 from gpuqueue.services.jobs.dependencies import Dependencies, initial_reason
-from gpuqueue.services.jobs.pending import SHOWN_WHILE_PENDING
 from gpuqueue.services.jobs.submit import (
     SubmissionRefused,
     job_columns,
@@ -341,11 +340,7 @@ def cancel_tasks(
             JobState.CANCELLED,
             reason=reason,
             actor=f"user:{user.get_username()}",
-            changes={
-                "finished_at": timezone.now(),
-                "hold": "",
-                **dict.fromkeys(SHOWN_WHILE_PENDING),
-            },
+            changes={"finished_at": timezone.now(), "hold": ""},
         )
         for task in moved:
             if task.from_state in HOLDING:

@@ -9,7 +9,6 @@ from django.utils import timezone
 
 from gpuqueue.core.states import HOLDING, InvalidTransition, JobState
 from gpuqueue.models import Job
-from gpuqueue.services.jobs.pending import SHOWN_WHILE_PENDING
 from gpuqueue.services.jobs.transitions import transition
 from teams.models import Membership, Role
 
@@ -48,7 +47,6 @@ def cancel_job(user: Any, job: Job, reason: str = "cancelled") -> Job:
             reason=reason,
             actor=f"user:{user.get_username()}",
             finished_at=timezone.now(),
-            **dict.fromkeys(SHOWN_WHILE_PENDING),  # it has left the queue: no place in it
         )
         if was_holding:
             job_id, attempt = job.pk, job.attempts

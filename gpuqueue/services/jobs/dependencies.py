@@ -26,7 +26,7 @@ from django.db import connection, transaction
 from gpuqueue.core.reason_text import DEPENDENCIES, DEPENDENCY_UNMET
 from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.models import DependencyKind, Flavor, Job, JobDependency, JobHold
-from gpuqueue.services.jobs.pending import SHOWN_WHILE_PENDING, update_pending_reasons
+from gpuqueue.services.jobs.pending import update_pending_reasons
 from gpuqueue.services.jobs.submit import Submitted, submit_job
 from gpuqueue.services.jobs.transitions import Move, move_jobs
 from gpuqueue.services.jobs.validation import FieldErrors
@@ -286,11 +286,7 @@ def resolve_once(now: datetime) -> Resolved:
         JobState.CANCELLED,
         reason="a dependency can never be met",
         actor=ACTOR,
-        changes={
-            "hold": "",
-            "finished_at": now,
-            **dict.fromkeys(SHOWN_WHILE_PENDING),
-        },
+        changes={"hold": "", "finished_at": now},
     )
     return Resolved(n_released, len(moved), update_pending_reasons(reasons))
 

@@ -14,7 +14,8 @@ from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
 from gpuqueue.services.jobs.column_arrays import array_param, array_sql
 
-# What a job shows only while it is PENDING: cleared when it is admitted.
+# What a job shows only while it is PENDING: the door (transitions.py) clears it on every move
+# out of PENDING.
 SHOWN_WHILE_PENDING = ("pending_reason", "queue_position", "cluster_position", "estimated_start")
 
 

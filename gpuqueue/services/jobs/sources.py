@@ -25,7 +25,6 @@ from gpuqueue.cluster.sources import SourceShape
 from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.models import Flavor, Job, JobSource
 from gpuqueue.services.jobs import job_spec
-from gpuqueue.services.jobs.pending import SHOWN_WHILE_PENDING
 from gpuqueue.services.jobs.submit import SubmissionRefused, check_fits, submit_job
 from gpuqueue.services.jobs.transitions import transition
 from teams.models import Membership, Role, Team
@@ -147,5 +146,4 @@ def cancel_gone(job: Job, source: JobSource) -> bool:
             reason=f"its {source.kind} {source.namespace}/{source.name} was deleted",
             actor="cluster",
             finished_at=timezone.now(),
-            **dict.fromkeys(SHOWN_WHILE_PENDING),  # it has left the queue: no place in it
         )

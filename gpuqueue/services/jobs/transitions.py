@@ -30,6 +30,7 @@ from gpuqueue.services.accounting.usage_ledger import (
     starts,
 )
 from gpuqueue.services.jobs.column_arrays import array_param, array_sql
+from gpuqueue.services.jobs.pending import SHOWN_WHILE_PENDING
 
 
 class Move(NamedTuple):
@@ -241,6 +242,11 @@ def _execute(
     if to != JobState.PREEMPTING and "preempted_for" not in (*own, *common):
         # Only a PREEMPTING row names the job it is preempted for: a move out of it forgets.
         assignments.append(f"{column['preempted_for']} = NULL")
+    if to != JobState.PENDING:
+        # Only a PENDING row shows why it waits and where it stands: a move out of it forgets.
+        assignments += [
+            f"{column[name]} = NULL" for name in SHOWN_WHILE_PENDING if name not in (*own, *common)
+        ]
 
     own_event = [n for n in ("reason", "details") if n in names]
     event_reason = "coalesce(m.reason, %s::text)" if "reason" in names else "%s::text"
@@ -381,6 +387,10 @@ def transition(
     job.state = to
     if to != JobState.PREEMPTING and "preempted_for" not in changes:
         job.preempted_for = None  # as the door wrote it (`_execute`)
+    if to != JobState.PENDING:
+        for name in SHOWN_WHILE_PENDING:
+            if name not in changes:
+                setattr(job, name, None)  # as the door wrote it
     for name, value in changes.items():
         setattr(job, name, value)
     return True
