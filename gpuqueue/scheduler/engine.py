@@ -31,6 +31,7 @@ from gpuqueue.scheduler.model import (
     PendingJob,
     Placement,
     Plan,
+    PodAsk,
     Policy,
     Preemption,
     Quota,
@@ -40,6 +41,8 @@ from gpuqueue.scheduler.model import (
     Snapshot,
     group_chains,
     group_quotas,
+    node_asks,
+    pod_nodes,
 )
 from gpuqueue.scheduler.never import NeverAdmits
 from gpuqueue.scheduler.ordering import Order, QueueJobs
@@ -180,11 +183,13 @@ class Cycle:
         self.preemptions: list[Preemption] = []
         self.pending: list[Pending] = []
         self.searches_left = policy.max_victim_searches_per_cycle
-        # (team, flavor, gpus per worker, priority, reclaim, topology level, one domain only) ->
-        # fewest workers a victim search failed for. Nothing frees GPUs during a cycle, so a
-        # bigger gang of the same kind would fail too: it is not searched for, and spends none
-        # of the search budget.
-        self.failed_search: dict[tuple[str, str, int, int, bool, str, bool], int] = {}
+        # (team, flavor, gpus per worker, priority, reclaim, topology level, one domain only,
+        # pods' asks) -> fewest workers a victim search failed for. Nothing frees GPUs during a
+        # cycle, so a bigger gang of the same kind would fail too: it is not searched for, and
+        # spends none of the search budget.
+        self.failed_search: dict[
+            tuple[str, str, int, int, bool, str, bool, tuple[PodAsk, ...]], int
+        ] = {}
         self.waiting_in_team: dict[tuple[str, str], int] = {}
         self._in_team: dict[str, int] = {}  # jobs left pending so far, per team (positions)
         self.order: Order | None = None
@@ -514,7 +519,7 @@ class Cycle:
         flavor = job.flavor
         fl = ledger.flavors.get(flavor)
         g = job.gpus_per_worker
-        gpus = job.workers * g
+        gpus = job.gpus
         cpu, memory = job.cpu_per_worker, job.memory_per_worker
         # 1. (Whole workers only count for a gang of several: one worker fits the largest. On
         #    nodes that limit CPU, memory or pods, every worker is counted against them.)
@@ -592,6 +597,17 @@ class Cycle:
         workers = job.workers
         # 5. (Counting first is cheap; placement only runs when it will succeed.)
         strategy = self.policy.placement
+        if (
+            job.pods
+            and topology is None
+            and not self.special.places(fl)
+            and fl.total_free >= gpus
+            and (found_pods := self._fit_pods(job, fl)) is not None
+        ):
+            if in_debt and self._opens_a_node(fl, found_pods[0]):
+                return self._in_debt_reason(job)
+            self._admit(job, found_pods[0], pods=found_pods[1])
+            return None
         if fl.total_free >= gpus and fl.fits(g, "", cpu, memory) >= workers:
             domain = ""
             if topology is not None:  # one domain of its level (topology.py)
@@ -643,17 +659,7 @@ class Cycle:
                 placement = fit_gang(fl, workers, g, strategy, fl.incoming, cpu, memory, True)
             if placement is not None:
                 waited = self._incoming_jobs(job.flavor, placement)
-                ledger.admit(
-                    job.team,
-                    job.user,
-                    job.flavor,
-                    g,
-                    job.preemptible,
-                    placement,
-                    True,
-                    cpu=cpu,
-                    memory=memory,
-                )
+                self._take(job, placement, use_incoming=True)
                 return self._waiting_for(job, waited)
         # 9. (The budget is checked here first: most jobs of a busy cycle get this far.)
         policy = self.policy
@@ -880,17 +886,9 @@ class Cycle:
                     job.memory_per_worker,
                 )
             else:
-                ledger.admit(
-                    job.team,
-                    job.user,
-                    flavor,
-                    job.gpus_per_worker,
-                    job.preemptible,
-                    placement,
-                    cpu=job.cpu_per_worker,
-                    memory=job.memory_per_worker,
-                )
-            self.admissions.append(Admission(job.id, placement, borrowed, devices))
+                self._take(job, placement)
+            pods = pod_nodes(placement, job.pods) if job.pods else ()
+            self.admissions.append(Admission(job.id, placement, borrowed, devices, pods=pods))
             return None
         if in_debt:
             return self._in_debt_reason(job)
@@ -961,17 +959,7 @@ class Cycle:
                 job.memory_per_worker,
             )
         else:
-            ledger.admit(
-                job.team,
-                job.user,
-                job.flavor,
-                job.gpus_per_worker,
-                job.preemptible,
-                placement,
-                True,
-                cpu=job.cpu_per_worker,
-                memory=job.memory_per_worker,
-            )
+            self._take(job, placement, use_incoming=True)
         return self._preempted_for(job, [(v, RECLAIM) for v in victims], waited)
 
     def _admit(
@@ -980,11 +968,33 @@ class Cycle:
         placement: Placement,
         use_held: dict[str, int] | None = None,
         domain: str = "",
+        pods: tuple[str, ...] = (),
     ) -> None:
         fair_share = self.fair_share.get((job.team, job.flavor), 0)
         borrowed = (
             job.preemptible and self.ledger.in_use(job.team, job.flavor) + job.gpus > fair_share
         )
+        pods = (pods or pod_nodes(placement, job.pods)) if job.pods else ()
+        self._take(job, placement, use_held=use_held, pods=pods)
+        self.admissions.append(Admission(job.id, placement, borrowed, domain=domain, pods=pods))
+
+    def _take(
+        self,
+        job: PendingJob,
+        placement: Placement,
+        use_incoming: bool = False,
+        use_held: dict[str, int] | None = None,
+        pods: tuple[str, ...] = (),
+    ) -> None:
+        """The ledger takes the job's GPUs, CPU and memory on its placement and charges its
+        team: a gang of pods of different asks takes each pod's own on its node (`pods`; by
+        default the placement's slots in order, model.pod_nodes), not its slot's."""
+        if job.pods:
+            asks = node_asks(pods or pod_nodes(placement, job.pods), job.pods)
+            self.ledger.admit_asks(
+                job.team, job.user, job.flavor, job.preemptible, asks, use_incoming, use_held
+            )
+            return
         self.ledger.admit(
             job.team,
             job.user,
@@ -992,11 +1002,52 @@ class Cycle:
             job.gpus_per_worker,
             job.preemptible,
             placement,
-            use_held=use_held,
+            use_incoming,
+            use_held,
             cpu=job.cpu_per_worker,
             memory=job.memory_per_worker,
         )
-        self.admissions.append(Admission(job.id, placement, borrowed, domain=domain))
+
+    def _fit_pods(
+        self, job: PendingJob, fl: FlavorLedger
+    ) -> tuple[Placement, tuple[str, ...]] | None:
+        """Step 5 for a gang of pods of different asks on free GPUs: the pods of each ask in
+        turn, largest first, placed as a gang of their own in what the ones before left (a
+        what-if on the ledger, rolled back), so that a 1-GPU head fills a busy node instead
+        of a slot of its workers' size. The placement and each pod's node, or None. (Other
+        steps plan every pod in a slot of the largest: `PendingJob.pods`.)"""
+        groups: dict[PodAsk, list[int]] = {}
+        for i, ask in enumerate(job.pods):
+            groups.setdefault(ask, []).append(i)
+        nodes = [""] * len(job.pods)
+        ledger = self.ledger
+        mark = ledger.checkpoint()
+        try:
+            for ask in sorted(groups, reverse=True):
+                gpus, cpu, memory = ask
+                index = groups[ask]
+                placed = fit_gang(fl, len(index), gpus, self.policy.placement, None, cpu, memory)
+                if placed is None:
+                    return None
+                slots = [node for node, n in placed for _ in range(n)]
+                for i, node in zip(index, slots, strict=True):
+                    nodes[i] = node
+                ledger.admit(
+                    job.team,
+                    job.user,
+                    job.flavor,
+                    gpus,
+                    job.preemptible,
+                    placed,
+                    cpu=cpu,
+                    memory=memory,
+                )
+        finally:
+            ledger.rollback(mark)
+        counts: dict[str, int] = {}
+        for node in nodes:
+            counts[node] = counts.get(node, 0) + 1
+        return tuple(sorted(counts.items())), tuple(nodes)
 
     def _limit_ok(self, job: PendingJob) -> Callable[[], bool]:
         """Whether the team (and department) would stay within its limit with `job` admitted,
@@ -1039,6 +1090,7 @@ class Cycle:
             reclaim,
             job.topology_level,
             job.topology_required or bool(job.topology_level and self._holds_out(job)),
+            job.pods,
         )
         if self.failed_search.get(key, job.workers + 1) <= job.workers:
             return None
@@ -1078,17 +1130,7 @@ class Cycle:
                 self.failed_search[key] = job.workers
             return None
         waited = set(self._incoming_jobs(job.flavor, placement))
-        ledger.admit(
-            job.team,
-            job.user,
-            job.flavor,
-            g,
-            job.preemptible,
-            placement,
-            True,
-            cpu=job.cpu_per_worker,
-            memory=job.memory_per_worker,
-        )
+        self._take(job, placement, use_incoming=True)
         ledger.commit(mark)
         return self._preempted_for(job, victims, waited)
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from gpuqueue.scheduler.engine import QUEUE_KEY, plan
 from gpuqueue.scheduler.fairshare import capacity_by_flavor
-from gpuqueue.scheduler.model import PendingJob, Plan, Policy, RunningJob, Snapshot
+from gpuqueue.scheduler.model import PendingJob, Plan, Policy, RunningJob, Snapshot, node_asks
 from gpuqueue.scheduler.never import never_admitted
 from gpuqueue.scheduler.starvation import expected_end
 from gpuqueue.scheduler.usage import Key, ShareBalance, held_and_asked
@@ -83,7 +83,9 @@ def forecast(
             if admission.job_id in awaited:
                 awaited.discard(admission.job_id)
                 starts[admission.job_id] = now
-            running[job.id] = _started(job, admission.placement, now, admission.devices)
+            running[job.id] = _started(
+                job, admission.placement, now, admission.devices, admission.pods
+            )
             _move(asked, held, job)
         for preemption in result.preemptions:
             victim = running[preemption.job_id]
@@ -154,13 +156,18 @@ def _started(
     placement: tuple[tuple[str, int], ...],
     now: float,
     devices: tuple[tuple[str, int], ...] = (),
+    pods: tuple[str, ...] = (),
 ) -> RunningJob:
+    g = job.gpus_per_worker
+    if job.pods:  # each pod's own GPUs, counted one by one
+        g = 1
+        placement = tuple(sorted((node, gpus) for node, gpus, _ in node_asks(pods, job.pods)))
     return RunningJob(
         id=job.id,
         team=job.team,
         user=job.user,
         flavor=job.flavor,
-        gpus_per_worker=job.gpus_per_worker,
+        gpus_per_worker=g,
         placement=placement,
         priority=job.priority,
         preemptible=job.preemptible,
@@ -175,6 +182,8 @@ def _started(
 def _requeued(job: RunningJob, original: Mapping[int, PendingJob]) -> PendingJob:
     """A preempted job queues again; it keeps its submission time when the snapshot knows it."""
     known = original.get(job.id)
+    if known is not None and known.pods:
+        return known  # its pods' asks, which the running job's count of GPUs does not keep
     submitted = known.submitted_at if known is not None else job.started_at
     return PendingJob(
         id=job.id,

@@ -33,7 +33,14 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from operator import attrgetter
 from typing import NamedTuple
 
-from gpuqueue.scheduler.model import Node, PendingJob, Placement, RunningJob, whole_workers
+from gpuqueue.scheduler.model import (
+    Node,
+    NodeAsk,
+    PendingJob,
+    Placement,
+    RunningJob,
+    whole_workers,
+)
 
 Undo = Callable[[], None]
 _NAME = attrgetter("name")
@@ -739,7 +746,7 @@ class Ledger:
     def _hold_room(self, job: RunningJob, node: str, workers: int, leaving: bool) -> None:
         """A running job's workers on a limited node (setup): their room is taken, and comes
         back (incoming) when the job is being preempted."""
-        ask = (workers * job.cpu_per_worker, workers * job.memory_per_worker, workers)
+        ask = job.room_on(node, workers)
         self._move_room(self.room, node, ask, -1)
         if leaving:
             self._move_room(self.room_incoming, node, ask, 1)
@@ -762,13 +769,37 @@ class Ledger:
 
         A job that takes incoming GPUs is promised them: it waits for the preemptions to finish.
         """
+        self.admit_asks(
+            team,
+            user,
+            flavor,
+            preemptible,
+            [
+                (node, workers * gpus_per_worker, (workers * cpu, workers * memory, workers))
+                for node, workers in placement
+            ],
+            use_incoming,
+            use_held,
+        )
+
+    def admit_asks(
+        self,
+        team: str,
+        user: str,
+        flavor: str,
+        preemptible: bool,
+        asks: Iterable[NodeAsk],
+        use_incoming: bool = False,
+        use_held: Mapping[str, int] | None = None,
+    ) -> None:
+        """`admit` with what the gang takes given node by node (a gang of pods of different
+        asks, model.node_asks)."""
         fl = self.flavors[flavor]
         total = 0
         room = fl.room
-        for node, workers in placement:
+        for node, need, ask in asks:
             if room is not None and node in room:
-                self._take_room(node, (workers * cpu, workers * memory, workers), use_incoming)
-            need = workers * gpus_per_worker
+                self._take_room(node, ask, use_incoming)
             total += need
             if use_incoming:
                 take = min(need, fl.incoming.get(node, 0))
@@ -935,8 +966,7 @@ class Ledger:
         room = self.room
         for node, workers in job.placement:
             if node in room:
-                ask = (workers * job.cpu_per_worker, workers * job.memory_per_worker, workers)
-                self._move_room(self.room_incoming, node, ask, sign)
+                self._move_room(self.room_incoming, node, job.room_on(node, workers), sign)
 
     def release(self, job: RunningJob) -> None:
         """Mark a running job as a victim: its GPUs become incoming, its team's share leaves."""

@@ -18,6 +18,10 @@ from gpuqueue.scheduler.fragmentation import Workload
 
 # A placement: (node name, workers on that node), sorted by node name.
 Placement = tuple[tuple[str, int], ...]
+# What one pod of a gang asks: (GPUs, CPU millicores, memory bytes).
+PodAsk = tuple[int, int, int]
+# What a job's workers on one node take there: (node, GPUs, (CPU millicores, memory bytes, pods)).
+NodeAsk = tuple[str, int, tuple[int, int, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +133,23 @@ class RunningJob:
     # named in `devices` as (node, GPU index on that node), sorted; gpus_per_worker is 1.
     gpu_milli: int = 0
     devices: tuple[tuple[str, int], ...] = ()
+    # A gang of pods of different asks (`PendingJob.pods`): what its pods take on each node,
+    # (node, CPU millicores, memory bytes, pods), sorted; empty: workers x the per-worker asks.
+    # Its placement then counts workers of gpus_per_worker GPUs that add up to each node's.
+    rooms: tuple[tuple[str, int, int, int], ...] = ()
+    _rooms: dict[str, tuple[int, int, int]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         workers = sum(n for _, n in self.placement)
         object.__setattr__(self, "workers", workers)
         object.__setattr__(self, "gpus", workers * self.gpus_per_worker)
+        object.__setattr__(self, "_rooms", {node: (c, m, p) for node, c, m, p in self.rooms})
+
+    def room_on(self, node: str, workers: int) -> tuple[int, int, int]:
+        """CPU millicores, memory bytes and pods its `workers` on `node` take there."""
+        if self.rooms:
+            return self._rooms.get(node, (0, 0, 0))
+        return (workers * self.cpu_per_worker, workers * self.memory_per_worker, workers)
 
 
 # Shortest predicted first inside a team, with aging (ordering.py, rule 5): a job expected to run
@@ -148,9 +164,24 @@ UNKNOWN_RUNTIME = 3600.0
 
 # What the engine's steps read of a job that is not starving: team, flavor, workers, GPUs per
 # worker, priority, preemptible, max runtime, CPU and memory per worker, thousandths of a GPU
-# per worker, the GPU models it accepts and its topology level and whether it requires it
-# (`PendingJob.kind`).
-Kind = tuple[str, str, int, int, int, bool, float | None, int, int, int, tuple[str, ...], str, bool]
+# per worker, the GPU models it accepts, its topology level and whether it requires it, and its
+# pods' asks when they differ (`PendingJob.kind`).
+Kind = tuple[
+    str,
+    str,
+    int,
+    int,
+    int,
+    bool,
+    float | None,
+    int,
+    int,
+    int,
+    tuple[str, ...],
+    str,
+    bool,
+    tuple[tuple[int, int, int], ...],
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,9 +228,16 @@ class PendingJob:
     # When it last came back to the queue after holding GPUs (a preemption, a lost node); None:
     # pending since its submission. A gang's patience for one domain counts from here.
     requeued_at: float | None = None
+    # A gang whose pods ask different GPUs (a PyTorchJob's 1-GPU master beside 8-GPU workers,
+    # a Ray head with a GPU): each pod's ask, in the job's pod order; empty: all alike.
+    # `workers` is then its pods, gpus_per_worker and the per-worker CPU and memory its
+    # largest asks. Every step plans each pod in a slot of those (a plan whose slots fit fits
+    # the pods), and the gang holds, and its team is charged, each pod's own (`node_asks`).
+    pods: tuple[PodAsk, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gpus", self.workers * self.gpus_per_worker)
+        gpus = sum(p[0] for p in self.pods) if self.pods else self.workers * self.gpus_per_worker
+        object.__setattr__(self, "gpus", gpus)
         object.__setattr__(self, "shared", bool(self.gpu_milli or self.gpu_models))
         runtime = self.expected_runtime if self.expected_runtime is not None else self.max_runtime
         if runtime is None:
@@ -223,8 +261,27 @@ class PendingJob:
                 self.gpu_models,
                 self.topology_level,
                 self.topology_required,
+                self.pods,
             ),
         )
+
+
+def pod_nodes(placement: Placement, pods: Sequence[PodAsk]) -> tuple[str, ...]:
+    """Each pod's node, in pod order: the placement's slots (each holds the largest pod), node
+    by node, one pod each."""
+    return tuple(node for node, n in placement for _ in range(n))[: len(pods)]
+
+
+def node_asks(nodes: Sequence[str], pods: Sequence[PodAsk]) -> list[NodeAsk]:
+    """What a gang of pods of different asks takes on each node, given each pod's node."""
+    by_node: dict[str, list[int]] = {}
+    for node, (gpus, cpu, memory) in zip(nodes, pods, strict=True):
+        total = by_node.setdefault(node, [0, 0, 0, 0])
+        total[0] += gpus
+        total[1] += cpu
+        total[2] += memory
+        total[3] += 1
+    return [(node, t[0], (t[1], t[2], t[3])) for node, t in by_node.items()]
 
 
 class PlacementStrategy(str, Enum):  # noqa: UP042 -- callers compare and str() these as is
@@ -380,6 +437,8 @@ class Admission:
     # A job with a topology level: the domain its gang went to, as "label=value" of the
     # innermost level that holds all of it ("" when it spans every level, or has none).
     domain: str = ""
+    # A gang of pods of different asks (`PendingJob.pods`): each pod's node, in pod order.
+    pods: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -237,11 +237,8 @@ class VictimSearch:
             base = _available(fl, node)
             after = base + sign * workers * victim.gpus_per_worker
             if limited and node in fl.allocatable:
-                ask = (
-                    sign * workers * victim.cpu_per_worker,
-                    sign * workers * victim.memory_per_worker,
-                    sign * workers,
-                )
+                cpu, memory, pods = victim.room_on(node, workers)
+                ask = (sign * cpu, sign * memory, sign * pods)
                 delta += fl.workers_with(node, after, ask, job) - fl.workers_with(
                     node, base, (0, 0, 0), job
                 )

@@ -24,7 +24,9 @@ from gpuqueue.scheduler import forecast, plan
 from gpuqueue.scheduler.engine import Cycle
 from gpuqueue.scheduler.model import (
     Node,
+    NodeAsk,
     PendingJob,
+    Placement,
     PlacementStrategy,
     Plan,
     Policy,
@@ -33,6 +35,7 @@ from gpuqueue.scheduler.model import (
     RunningJob,
     Snapshot,
     Team,
+    node_asks,
 )
 from gpuqueue.scheduler.never import never_admitted
 from tests.scheduler.builders import CPU, GIB, HOUR, NOW
@@ -136,6 +139,11 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             cpu, memory = draw(REQUESTS)
             need = gpus * workers
             ask = (cpu * workers, memory * workers, workers)
+            # Or a gang of pods of different asks: its GPUs counted one by one, its room given.
+            pods = draw(st.sampled_from([(), (), (), ((2, cpu, memory), (1, 0, 0))]))
+            if pods:
+                gpus, workers, need = 1, 3, 3
+                ask = (cpu, memory, 2)
             if need > free or any(used[g] + need > quotas[g].limit for g in chain(team)):
                 continue
             if any(a > room for a, room in zip(ask, left, strict=True)):
@@ -169,27 +177,10 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                     else draw(st.sampled_from([None, 1, 5, 99])),
                     cpu_per_worker=cpu,
                     memory_per_worker=memory,
+                    rooms=((n.name, *ask),) if pods else (),
                 )
             )
-    pending = [
-        PendingJob(
-            id=i,
-            team=draw(st.sampled_from(team_ids)),
-            user=draw(st.sampled_from(["u1", "u2"])),
-            flavor=FLAVOR,
-            workers=draw(st.integers(1, 3)),
-            gpus_per_worker=draw(st.sampled_from([1, 2, 4, 8])),
-            priority=draw(st.integers(0, 2)),
-            preemptible=draw(st.booleans()),
-            submitted_at=NOW - draw(st.sampled_from([10.0, 1000.0, 2 * HOUR])),
-            max_runtime=draw(st.sampled_from([None, 300.0, 2 * HOUR])),
-            # Predicted: without a max runtime a job may backfill by it (starvation.py).
-            expected_runtime=draw(st.sampled_from([None, 300.0, 1000.0, 2 * HOUR])),
-            cpu_per_worker=(request := draw(REQUESTS))[0],
-            memory_per_worker=request[1],
-        )
-        for i in range(1, draw(st.integers(0, 7)) + 1)
-    ]
+    pending = [_pending(draw, i, team_ids) for i in range(1, draw(st.integers(0, 7)) + 1)]
     # Time-based fair share (usage.py): no history, or a balance per team from deep in debt to
     # owed, so that every invariant is also checked with the rules that read it.
     balance = draw(
@@ -206,6 +197,53 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
     return Snapshot(
         NOW, tuple(nodes), tuple(teams), tuple(running), tuple(pending), share_balance=balance
     )
+
+
+def _pending(draw: st.DrawFn, i: int, team_ids: list[str]) -> PendingJob:
+    """A gang of 1-3 workers alike, or (one in four) of 2-3 pods of different asks."""
+    workers = draw(st.integers(1, 3))
+    gpus = draw(st.sampled_from([1, 2, 4, 8]))
+    cpu, memory = draw(REQUESTS)
+    pods: tuple[tuple[int, int, int], ...] = ()
+    if draw(st.integers(0, 3)) == 0:
+        pods = tuple(
+            (draw(st.sampled_from([1, 2, 4, 8])), *draw(REQUESTS))
+            for _ in range(draw(st.integers(2, 3)))
+        )
+        workers = len(pods)
+        gpus, cpu, memory = (max(p[k] for p in pods) for k in range(3))
+    return PendingJob(
+        id=i,
+        team=draw(st.sampled_from(team_ids)),
+        user=draw(st.sampled_from(["u1", "u2"])),
+        flavor=FLAVOR,
+        workers=workers,
+        gpus_per_worker=gpus,
+        priority=draw(st.integers(0, 2)),
+        preemptible=draw(st.booleans()),
+        submitted_at=NOW - draw(st.sampled_from([10.0, 1000.0, 2 * HOUR])),
+        max_runtime=draw(st.sampled_from([None, 300.0, 2 * HOUR])),
+        # Predicted: without a max runtime a job may backfill by it (starvation.py).
+        expected_runtime=draw(st.sampled_from([None, 300.0, 1000.0, 2 * HOUR])),
+        cpu_per_worker=cpu,
+        memory_per_worker=memory,
+        pods=pods,
+    )
+
+
+def _takes(
+    job: PendingJob | RunningJob, placement: Placement, pods: tuple[str, ...] = ()
+) -> list[NodeAsk]:
+    """What a job takes on each node of its placement: a gang of pods of different asks each
+    pod's own on its node (`pods`), any other its workers'."""
+    if isinstance(job, PendingJob) and job.pods:
+        return node_asks(pods, job.pods)
+    if isinstance(job, RunningJob):
+        return [(n, w * job.gpus_per_worker, job.room_on(n, w)) for n, w in placement]
+    return [
+        (n, w * job.gpus_per_worker, (w * job.cpu_per_worker, w * job.memory_per_worker, w))
+        for n, w in placement
+    ]
 
 
 def _held_after(snapshot: Snapshot, result: Plan) -> tuple[dict[str, int], dict[str, int]]:
@@ -248,31 +286,33 @@ def test_every_plan_keeps_the_invariants(snapshot: Snapshot, policy: Policy) -> 
     assert sorted(admitted + waiting) == sorted(jobs)
     # Every gang is placed whole, on schedulable nodes of its flavor.
     for a in result.admissions:
-        assert sum(w for _, w in a.placement) == jobs[a.job_id].workers
+        job = jobs[a.job_id]
+        assert sum(w for _, w in a.placement) == job.workers
         assert list(a.placement) == sorted(a.placement)
         assert all(nodes[n].schedulable and w > 0 for n, w in a.placement)
-    # No node over-allocated: running (leaving included) plus admitted fit the capacity.
+        # Each pod of a gang of different asks on a node of the placement, all of them.
+        assert len(a.pods) == len(job.pods)
+        if job.pods:
+            assert sorted(a.pods) == [n for n, w in a.placement for _ in range(w)]
+    # No node over-allocated: running (leaving included) plus admitted fit the capacity; a
+    # gang of pods of different asks holds each pod's own GPUs.
+    takes = [_takes(r, r.placement) for r in snapshot.running]
+    takes += [_takes(jobs[a.job_id], a.placement, a.pods) for a in result.admissions]
     load: dict[str, int] = {}
-    for r in snapshot.running:
-        for n, w in r.placement:
-            load[n] = load.get(n, 0) + w * r.gpus_per_worker
-    for a in result.admissions:
-        for n, w in a.placement:
-            load[n] = load.get(n, 0) + w * jobs[a.job_id].gpus_per_worker
+    for per_node in takes:
+        for n, gpus, _ in per_node:
+            load[n] = load.get(n, 0) + gpus
     for n, gpus in load.items():
         node = nodes[n]
         assert gpus <= node.capacity[FLAVOR] - node.used_externally[FLAVOR]
     # Nor in CPU, memory or pods where a node limits them: where a plan puts a worker, every
     # worker there fits what others leave.
     asked: dict[str, list[int]] = {}
-    workers_of = [(r, r.placement) for r in snapshot.running]
-    workers_of += [(jobs[a.job_id], a.placement) for a in result.admissions]
-    for job, placement in workers_of:
-        for n, w in placement:
+    for per_node in takes:
+        for n, _, room in per_node:
             total = asked.setdefault(n, [0, 0, 0])
-            total[0] += w * job.cpu_per_worker
-            total[1] += w * job.memory_per_worker
-            total[2] += w
+            for k in range(3):
+                total[k] += room[k]
     for a in result.admissions:
         for n, _ in a.placement:
             assert all(x <= room for x, room in zip(asked[n], _room(nodes[n]), strict=True)), n
