@@ -14,6 +14,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Cast
 
+from gpuqueue.core import pod_sets
 from gpuqueue.core.device_selector import selector_errors
 from gpuqueue.core.fabric import fabric_errors
 from gpuqueue.core.gpu_resources import dra_resource_name, is_dra_resource, is_gpu_resource
@@ -479,6 +480,15 @@ class Job(models.Model):
     # that failed); null: pending since its submission. A gang's patience for one domain of its
     # preferred level counts from here (Policy.topology_patience_seconds).
     requeued_at = models.DateTimeField(null=True, blank=True)
+    # A user's PyTorchJob or RayJob whose pod sets ask different GPUs per pod (a 1-GPU head
+    # beside 8-GPU workers): its GPU pod sets in pod order, [{"name", "pods", "gpus",
+    # "cpu_millicores", "memory_mib"}] per pod (sets' values, pods a count). `workers` and
+    # `gpus_per_worker` then count its GPUs in units of their greatest common divisor, so that
+    # every sum of workers x GPUs stays its GPUs (quotas, usage, the ledger), and `placement`
+    # is units per node. Null: every pod alike (gpuqueue/services/jobs/pod_sets.py).
+    pod_sets = models.JSONField(null=True, blank=True)
+    # With pod_sets: each pod's node in pod order, set at admission with the placement.
+    pod_nodes = models.JSONField(null=True, blank=True)
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="jobs")
     priority = models.IntegerField(default=0)
     preemptible = models.BooleanField(default=True)
@@ -620,6 +630,20 @@ class Job(models.Model):
     @property
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def pod_sets_text(self) -> str:
+        """ "head 1 × 1 GPU, worker 2 × 8 GPUs" for a job of pod sets of different asks."""
+        return pod_sets.describe(self.pod_sets or [])
+
+    def placement_rows(self) -> list[tuple[str, int, int]]:
+        """(node, workers or pods, GPUs) per node of its placement, by node name."""
+        if self.pod_sets and self.pod_nodes:
+            return pod_sets.pods_per_node(self.pod_nodes, self.pod_sets)
+        return [
+            (str(n), int(w), int(w) * self.gpus_per_worker)
+            for n, w in sorted(self.placement.items())
+        ]
 
     @property
     def gpu_share(self) -> float:

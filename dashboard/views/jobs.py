@@ -80,7 +80,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "events": list(job.events.order_by("at", "id")),
         # The logs panel's first render (not for the status block's polls).
         **({} if getattr(request, "htmx", False) else log_context(job, 0)),
-        "placement": sorted(job.placement.items()) if job.placement else [],
+        "placement": job.placement_rows() if job.placement else [],
         "may_cancel": not job.is_final and may_cancel(request.user, job),
         "live": not job.is_final,
         **dependencies_context(request.user, job),

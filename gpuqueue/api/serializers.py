@@ -385,6 +385,8 @@ class JobSerializer(FieldsBoundOnce, serializers.ModelSerializer):
             "finished_at",
             "placement",
             "placement_domain",
+            "pod_sets",
+            "pod_nodes",
             "gpu_devices",
             "pending_reason",
             "pending_reason_text",

@@ -124,6 +124,9 @@ class LaunchSpec:
     source: str = ""
     source_uid: str = ""
     source_kind: str = ""  # "Job", "PyTorchJob" or "RayJob" ("": a Job)
+    # A user's object whose pod sets ask different GPUs per pod (core/pod_sets.py): each GPU
+    # pod's node, in pod order (`placement` then counts units); empty: pods take its slots.
+    pod_nodes: Sequence[str] = ()
 
 
 class Phase(enum.StrEnum):

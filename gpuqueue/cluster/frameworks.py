@@ -4,10 +4,11 @@ Such an object is one gang of several pod sets (a PyTorchJob's Master and Worker
 RayJob's head and worker groups), each from its own pod template. gpuqueue reads them as one
 job (`read_framework`):
 
-1. The pod sets that ask for GPUs must all ask the same count of one GPU resource per pod: they
-   are the job's workers (`workers` pods of `gpus_per_worker` GPUs), the engine's one gang
-   shape. A mix of different GPU counts per pod (a 1-GPU head with 8-GPU workers) is refused
-   with a sentence saying so: the engine places one shape per gang.
+1. The pod sets that ask for GPUs must ask one GPU resource. When each of their pods asks the
+   same count, they are the job's workers (`workers` pods of `gpus_per_worker` GPUs). When the
+   counts differ (a 1-GPU head beside 8-GPU workers), the job keeps its GPU pod sets
+   (gpuqueue/core/pod_sets.py): the engine plans each pod with its own ask, and each pod
+   set is released to its own pods' planned nodes (`pod_plans`).
 2. The pod sets without GPUs (a Ray head, most often) ride along: each of their pods is pinned
    to the node of the gang's first GPU worker. The engine does not count their CPU and memory
    in its plan; the placement gate checks that the node has room for them (as for every pod)
@@ -59,6 +60,7 @@ from gpuqueue.cluster.sources import (
     labelled_options,
 )
 from gpuqueue.core.gpu_resources import is_gpu_resource
+from gpuqueue.core.pod_sets import units as pod_set_units
 
 Obj = Mapping[str, Any]
 
@@ -265,12 +267,20 @@ def read_framework(obj: Obj) -> SourceShape | str:
     if len(resources) > 1:
         return f"its pod sets ask GPUs of several resources ({', '.join(sorted(resources))}): one"
     shapes = {s.gpus for s in with_gpus}
+    sets: tuple[dict[str, Any], ...] = ()
+    workers, gpus_per_worker = sum(s.count for s in with_gpus), next(iter(shapes))
     if len(shapes) > 1:
-        each = ", ".join(f"{s.name} {s.gpus}" for s in with_gpus)
-        return (
-            f"its pod sets ask different GPUs per pod ({each}): gpuqueue places one shape of GPU"
-            " pod per gang; give every pod that asks GPUs the same count (or none)"
+        sets = tuple(
+            {
+                "name": s.name,
+                "pods": s.count,
+                "gpus": s.gpus,
+                "cpu_millicores": s.cpu,
+                "memory_mib": -(-s.memory // 2**20),
+            }
+            for s in with_gpus
         )
+        workers, gpus_per_worker = pod_set_units(sets)
     try:
         priority, runtime = labelled_options(annotations)
     except ValueError as exc:
@@ -284,8 +294,8 @@ def read_framework(obj: Obj) -> SourceShape | str:
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
         team=str(labels.get(QUEUE_LABEL) or ""),
-        workers=sum(s.count for s in with_gpus),
-        gpus_per_worker=next(iter(shapes)),
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
         resource_name=next(iter(resources)),
         image=str((containers[0] if containers else {}).get("image") or ""),
         flavor=str(labels.get(FLAVOR_LABEL) or ""),
@@ -295,13 +305,20 @@ def read_framework(obj: Obj) -> SourceShape | str:
         cpu_millicores=cpu or None,
         memory_mib=-(-memory // 2**20) if memory else None,
         kind=kind_of(obj),
+        pod_sets=sets,
     )
 
 
 def split_plan(slots: Sequence[Sequence[Any]], sets: Sequence[PodSet]) -> dict[str, list[Any]]:
     """Each pod set's part of the plan: the GPU pod sets take the slots in order, one per pod;
     a pod set without GPUs goes, every pod of it, to the first slot's node."""
-    flat = [str(host) for host, n in slots for _ in range(int(n))]
+    return pod_plans([str(host) for host, n in slots for _ in range(int(n))], sets)
+
+
+def pod_plans(flat: Sequence[str], sets: Sequence[PodSet]) -> dict[str, list[Any]]:
+    """Each pod set's part of the plan, given each GPU pod's host in pod order: the GPU pod
+    sets' pods take them in order; a pod set without GPUs goes, every pod of it, to the first
+    GPU pod's host. As runs of [host, pods]."""
     first = flat[0] if flat else ""
     out: dict[str, list[Any]] = {}
     at = 0
@@ -387,7 +404,10 @@ def admission_patch(
     if isinstance(sets, str):
         raise ValueError(sets)
     labels = owner_labels(spec)
-    plans = split_plan(planned_slots(spec, hostnames), sets)
+    if spec.pod_nodes:  # pod sets of different asks: each pod to its own node
+        plans = pod_plans([hostnames.get(node, node) for node in spec.pod_nodes], sets)
+    else:
+        plans = split_plan(planned_slots(spec, hostnames), sets)
     tolerations = worker_tolerations(spec, options)
     env = checkpoint_env(spec, options)
     patched = copy.deepcopy(dict(obj.get("spec") or {}))

@@ -73,6 +73,10 @@ class SourceShape:
     cpu_millicores: int | None = None
     memory_mib: int | None = None
     kind: str = KIND_JOB
+    # Pod sets that ask different GPUs per pod (gpuqueue/core/pod_sets.py): each GPU pod set's
+    # {"name", "pods", "gpus", "cpu_millicores", "memory_mib"}; `workers` and
+    # `gpus_per_worker` then count its GPUs in units. Empty: every GPU pod alike.
+    pod_sets: tuple[dict[str, Any], ...] = ()
 
 
 def _meta(obj: Obj) -> Mapping[str, Any]:

@@ -81,11 +81,13 @@ class Row(NamedTuple):
     topology_level: str  # "": none
     topology_required: bool
     requeued_at: float | None
+    pod_sets: str | None  # JSON text (core/pod_sets.py); None: every pod alike
+    pod_nodes: str | None  # JSON text: each pod's node, with pod_sets once admitted
 
 
 _COLUMNS = Row._fields[Row._fields.index("id") :]  # the job's, selected in this order
 TIMES = {"submitted_at", "admitted_at", "checkpoint_requested_at", "not_before", "requeued_at"}
-AS_TEXT = {"placement", "pending_reason", "gpu_devices"}
+AS_TEXT = {"placement", "pending_reason", "gpu_devices", "pod_sets", "pod_nodes"}
 # What the cycle writes on pending rows and remembers itself (`remember_shown`): a write of
 # these alone does not mark a row.
 SHOWN = ("pending_reason", "queue_position", "cluster_position")

@@ -50,6 +50,7 @@ class AdmittedJob(NamedTuple):
     gpu_models: list[str]
     gpu_devices: list[Any]
     placement: dict[str, Any]
+    pod_nodes: list[str] | None
     checkpoint_grace_seconds: int
     max_runtime_seconds: int | None
     checkpoint_location: str
@@ -195,6 +196,7 @@ def launch_spec(
         gpus_per_worker=job.gpus_per_worker,
         resource_name=job.flavor.resource_name,
         placement={str(k): int(v) for k, v in job.placement.items()},
+        pod_nodes=tuple(str(node) for node in job.pod_nodes or ()),
         checkpoint_grace_seconds=job.checkpoint_grace_seconds,
         max_runtime_seconds=job.max_runtime_seconds,
         checkpoint_location=job.checkpoint_location,

@@ -49,6 +49,7 @@ from django.utils import timezone
 from gpuqueue import scheduler
 from gpuqueue.cluster import get_backend
 from gpuqueue.cluster.base import ClusterBackend, ClusterError
+from gpuqueue.core import pod_sets
 from gpuqueue.core.locks import try_xact_lock
 from gpuqueue.core.reason_text import when
 from gpuqueue.core.states import JobState
@@ -144,7 +145,7 @@ def run_cycle(now: datetime | None = None, backend: ClusterBackend | None = None
         preempted: list[tuple[int, int, datetime]] = []
         withdrawn: list[tuple[int, int]] = []
         if not kept:
-            admitted = _persist_admissions(plan, now)
+            admitted = _persist_admissions(plan, now, snapshot)
             preempted = _persist_preemptions(plan, now)
             if backend.withdraws_checkpoints:
                 withdrawn = _persist_withdrawals(plan, now)
@@ -224,17 +225,26 @@ def cycle_summary(admitted: int, preempted: int, withdrawn: int, pending: int) -
     return f"cycle: {', '.join(parts)}; {pending} pending"
 
 
-def _persist_admissions(plan: m.Plan, now: datetime) -> list[int]:
+def _persist_admissions(plan: m.Plan, now: datetime, snapshot: m.Snapshot) -> list[int]:
     """In bulk (gpuqueue.services.jobs.admissions); a job moved since the snapshot (cancelled) is
-    skipped."""
+    skipped. A gang of pods of different asks is stored in units, with each pod's node
+    (core/pod_sets.py)."""
+    asks = {}
+    if any(a.pods for a in plan.admissions):
+        asks = {job.id: job.pods for job in snapshot.pending if job.pods}
     return admit_all(
         [
             Admitted(
                 a.job_id,
-                {node: workers for node, workers in a.placement},
+                (
+                    pod_sets.unit_placement(a.pods, asks[a.job_id])
+                    if a.pods
+                    else {node: workers for node, workers in a.placement}
+                ),
                 a.borrowed,
                 [[node, index] for node, index in a.devices],
                 a.domain,
+                list(a.pods) if a.pods else None,
             )
             for a in plan.admissions
         ],

@@ -10,6 +10,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db import connection
 
+from gpuqueue.core import pod_sets
 from gpuqueue.core.states import HOLDING, JobState
 from gpuqueue.cycle.job_feed import Row, StoredPending, read_active
 from gpuqueue.cycle.table_versions import kept_while_tables_unchanged
@@ -245,6 +246,9 @@ def _running(row: Row, names: Names, min_runtime: float) -> m.RunningJob:
     placement = json.loads(row.placement) if row.placement else {}
     started = row.admitted_at if row.admitted_at is not None else row.submitted_at
     cpu, memory = _requests(row, names)
+    rooms: tuple[tuple[str, int, int, int], ...] = ()
+    if row.pod_sets and row.pod_nodes:  # its units, and what its pods take on each node
+        rooms = pod_sets.rooms(json.loads(row.pod_nodes), json.loads(row.pod_sets))
     return m.RunningJob(
         id=row.id,
         team=names.teams[row.team_id],
@@ -268,6 +272,7 @@ def _running(row: Row, names: Names, min_runtime: float) -> m.RunningJob:
         memory_per_worker=memory,
         gpu_milli=row.gpu_milli,
         devices=_devices(row.gpu_devices),
+        rooms=rooms,
     )
 
 
@@ -286,13 +291,19 @@ def _requests(row: Row, names: Names) -> tuple[int, int]:
 
 def _pending(row: Row, names: Names) -> m.PendingJob:
     cpu, memory = _requests(row, names)
+    workers, gpus_per_worker = row.workers, row.gpus_per_worker
+    pods: tuple[m.PodAsk, ...] = ()
+    if row.pod_sets:  # its pods, each planned with its own ask (PendingJob.pods)
+        pods = pod_sets.asks(json.loads(row.pod_sets))
+        workers = len(pods)
+        gpus_per_worker, cpu, memory = (max(ask[k] for ask in pods) for k in range(3))
     return m.PendingJob(
         id=row.id,
         team=names.teams[row.team_id],
         user=str(row.user_id),
         flavor=names.flavors[row.flavor_id][0],
-        workers=row.workers,
-        gpus_per_worker=row.gpus_per_worker,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
         priority=row.priority,
         preemptible=row.preemptible,
         submitted_at=row.submitted_at,
@@ -305,4 +316,5 @@ def _pending(row: Row, names: Names) -> m.PendingJob:
         topology_level=row.topology_level,
         topology_required=row.topology_required,
         requeued_at=row.requeued_at,
+        pods=pods,
     )

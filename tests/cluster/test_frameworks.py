@@ -85,15 +85,47 @@ def test_a_rayjob_s_gpu_workers_are_the_gang_and_its_head_rides_along() -> None:
     assert [(s.name, s.count, s.gpus) for s in sets] == [("head", 1, 0), ("gpu", 2, 8)]
 
 
+def master_with(gpus: int) -> dict[str, Any]:
+    """The example PyTorchJob (a Master and 3 Workers of 8 GPUs) with its Master's GPUs."""
+    obj = pytorchjob()
+    [master] = obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
+    master["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
+    return obj
+
+
+def test_pod_sets_of_different_gpus_per_pod_are_one_gang_counted_in_units() -> None:
+    shape = fw.read_framework(master_with(2))
+    assert not isinstance(shape, str), shape
+    # 2 + 3 x 8 = 26 GPUs, in units of 2 (their common divisor): every product is its GPUs.
+    assert (shape.workers, shape.gpus_per_worker) == (13, 2)
+    assert [(s["name"], s["pods"], s["gpus"]) for s in shape.pod_sets] == [
+        ("Master", 1, 2),
+        ("Worker", 3, 8),
+    ]
+    # Pods all alike keep no pod sets.
+    assert fw.read_framework(pytorchjob()).pod_sets == ()  # type: ignore[union-attr]
+
+
+def test_admission_sends_each_pod_of_pod_sets_to_its_own_planned_node() -> None:
+    """The plan names each pod's node (LaunchSpec.pod_nodes): the Master's 1-GPU pod on a
+    busy node, the Workers on theirs; the placement counts units, which say nothing of pods."""
+    nodes = ("h100-2", "h100-0", "h100-0", "h100-1")
+    admitted = replace(spec(), placement={"h100-0": 16, "h100-1": 8, "h100-2": 1}, pod_nodes=nodes)
+    hosts = {"h100-0": "h0", "h100-1": "h1", "h100-2": "h2"}
+    patch = fw.admission_patch(master_with(1), admitted, mf.ClusterOptions(), hosts)
+    replicas = patch["spec"]["pytorchReplicaSpecs"]
+    plan = {
+        name: json.loads(
+            replicas[name]["template"]["metadata"]["annotations"][mf.PLACEMENT_ANNOTATION]
+        )
+        for name in ("Master", "Worker")
+    }
+    assert plan == {"Master": [["h2", 1]], "Worker": [["h0", 2], ["h1", 1]]}
+
+
 @pytest.mark.parametrize(
     ("change", "why"),
     [
-        (
-            lambda o: o["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][
-                0
-            ]["resources"]["limits"].update({"nvidia.com/gpu": "1"}),
-            "its pod sets ask different GPUs per pod (Master 1, Worker 8)",
-        ),
         (
             lambda o: [
                 r["template"]["spec"]["containers"][0]["resources"]["limits"].pop("nvidia.com/gpu")

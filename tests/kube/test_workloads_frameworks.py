@@ -459,3 +459,56 @@ def test_the_policy_refuses_unlabelled_foreign_running_gpu_frameworks(teams: Kub
         ),
         "only gpuqueue changes its spec",
     )
+
+
+def test_a_pytorchjob_whose_master_asks_one_gpu_waits_whole_then_runs_each_pod_where_planned(
+    teams: Kube, submit: Any, world: Any
+) -> None:
+    """Pod sets of different GPUs per pod are one gang: a 1-GPU Master beside 3 Workers of 8
+    (25 GPUs) waits while 17 are free, creating no pod, then runs with each pod on its own
+    planned node: the Master on the one GPU a busy node has left, the Workers on empty nodes."""
+    kube = teams
+    busy = submit(world.alice, workers=1, gpus_per_worker=7, annotations=LONG)
+    full = submit(world.alice, workers=1, gpus_per_worker=8, annotations=LONG)
+    run_cycle(backend=kube.backend)
+    kube.sync_until(lambda: state(busy) == JobState.RUNNING and state(full) == JobState.RUNNING)
+    body = manifest("pytorchjob.yaml")
+    body["metadata"]["name"] = "mixed"
+    [master] = body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
+    master["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    create(kube, PYTORCH, body)
+    job = waits_and_says_why(kube, "pytorchjob", PYTORCH, "mixed")
+    # Its GPUs counted in units of their common divisor; its pod sets kept, each pod's ask.
+    assert (job.workers, job.gpus_per_worker, job.gpus) == (25, 1, 25)
+    assert [(s["name"], s["pods"], s["gpus"]) for s in job.pod_sets] == [
+        ("Master", 1, 1),
+        ("Worker", 3, 8),
+    ]
+    job.refresh_from_db()
+    assert job.pending_reason["code"] == "no_capacity"
+    assert read(kube, PYTORCH, "mixed")["spec"]["runPolicy"]["suspend"] is True
+    assert kube.pods("team-a", selector="training.kubeflow.org/job-name=mixed") == []
+
+    cancel_job(world.alice, full)
+    kube.sync_until(lambda: not kube.pods("team-a", selector=f"gpuqueue.dev/job-id={full.pk}"))
+    admit(kube, job)
+    job.refresh_from_db()
+    pods = kube.pods("team-a", selector="training.kubeflow.org/job-name=mixed")
+    assert len(pods) == 4 and all(p["status"]["phase"] == "Running" for p in pods)
+    by_type = {
+        p["metadata"]["labels"]["training.kubeflow.org/replica-type"]: p["spec"]["nodeName"]
+        for p in pods
+        if p["metadata"]["labels"]["training.kubeflow.org/replica-type"] == "master"
+    }
+    busy.refresh_from_db()
+    [busy_node] = busy.placement
+    assert by_type == {"master": busy_node}
+    workers = [
+        p["spec"]["nodeName"]
+        for p in pods
+        if p["metadata"]["labels"]["training.kubeflow.org/replica-type"] == "worker"
+    ]
+    assert len(set(workers)) == 3 and busy_node not in workers
+    # As planned, pod by pod; the placement counts its GPUs per node.
+    assert Counter(p["spec"]["nodeName"] for p in pods) == Counter(job.pod_nodes)
+    assert job.placement == {busy_node: 1, **{node: 8 for node in workers}}

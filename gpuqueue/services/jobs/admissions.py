@@ -29,6 +29,8 @@ class Admitted:
     devices: list[list[Any]] = field(default_factory=list)
     # The topology domain its gang went to, "label=value" (scheduler/topology.py); "": none.
     domain: str = ""
+    # A gang of pods of different asks: each pod's node (core/pod_sets.py); else None.
+    pod_nodes: list[str] | None = None
 
 
 def admit_all(admissions: Sequence[Admitted], now: datetime, actor: str) -> list[int]:
@@ -44,6 +46,7 @@ def admit_all(admissions: Sequence[Admitted], now: datetime, actor: str) -> list
                     "placement": a.placement,
                     "gpu_devices": a.devices,
                     "placement_domain": a.domain,
+                    "pod_nodes": a.pod_nodes,
                 },
                 reason=BORROWING if a.borrowed else WITHIN_SHARE,
                 details={

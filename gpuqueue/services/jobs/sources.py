@@ -116,12 +116,17 @@ def mirror(shape: SourceShape) -> Mirrored:
         if field in fields and (errors := job_spec.field_errors(field, fields[field])):
             return Mirrored(None, f"{field}: {' '.join(errors)}")
     try:
+        for s in shape.pod_sets:  # each pod on one node, the largest too
+            check_fits(flavor, s["pods"], s["gpus"])
         check_fits(flavor, shape.workers, shape.gpus_per_worker)
     except SubmissionRefused as exc:
         return Mirrored(None, str(exc))
     user = owner_of(shape, team)
     with transaction.atomic():
         job = submit_job(user, team, flavor, {k: v for k, v in fields.items() if v is not None}).job
+        if shape.pod_sets:  # not a submission's field: only a user's object has them
+            job.pod_sets = [dict(s) for s in shape.pod_sets]
+            Job.objects.filter(pk=job.pk).update(pod_sets=job.pod_sets)
         JobSource.objects.create(
             job_id=job.pk,
             kind=shape.kind,
