@@ -469,7 +469,9 @@ def test_a_pytorchjob_whose_master_asks_one_gpu_waits_whole_then_runs_each_pod_w
     planned node: the Master on the one GPU a busy node has left, the Workers on empty nodes."""
     kube = teams
     busy = submit(world.alice, workers=1, gpus_per_worker=7, annotations=LONG)
-    full = submit(world.alice, workers=1, gpus_per_worker=8, annotations=LONG)
+    # Another team's job within its guarantee: not reclaimable, and not under team-a's limit
+    # (team-a's 7 + 25 is its limit of 32).
+    full = submit(world.carol, team=world.team_b, workers=1, gpus_per_worker=8, annotations=LONG)
     run_cycle(backend=kube.backend)
     kube.sync_until(lambda: state(busy) == JobState.RUNNING and state(full) == JobState.RUNNING)
     body = manifest("pytorchjob.yaml")
@@ -489,7 +491,7 @@ def test_a_pytorchjob_whose_master_asks_one_gpu_waits_whole_then_runs_each_pod_w
     assert read(kube, PYTORCH, "mixed")["spec"]["runPolicy"]["suspend"] is True
     assert kube.pods("team-a", selector="training.kubeflow.org/job-name=mixed") == []
 
-    cancel_job(world.alice, full)
+    cancel_job(world.carol, full)
     kube.sync_until(lambda: not kube.pods("team-a", selector=f"gpuqueue.dev/job-id={full.pk}"))
     admit(kube, job)
     job.refresh_from_db()
