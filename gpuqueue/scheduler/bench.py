@@ -304,7 +304,12 @@ def digest(result: Plan) -> str:
     positions, reservations, withdrawals, fair shares), to check that a faster engine decides
     the same."""
     decided = (
-        result.admissions,
+        # Each admission as its fields were before pods of different asks (`Admission.pods`,
+        # given only for them), so that the digest of the same decisions stays the same.
+        tuple(
+            (a.job_id, a.placement, a.borrowed, a.devices, a.domain, *((a.pods,) if a.pods else ()))
+            for a in result.admissions
+        ),
         result.preemptions,
         result.pending,
         result.reservations,

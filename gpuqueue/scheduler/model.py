@@ -137,18 +137,19 @@ class RunningJob:
     # (node, CPU millicores, memory bytes, pods), sorted; empty: workers x the per-worker asks.
     # Its placement then counts workers of gpus_per_worker GPUs that add up to each node's.
     rooms: tuple[tuple[str, int, int, int], ...] = ()
-    _rooms: dict[str, tuple[int, int, int]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         workers = sum(n for _, n in self.placement)
         object.__setattr__(self, "workers", workers)
         object.__setattr__(self, "gpus", workers * self.gpus_per_worker)
-        object.__setattr__(self, "_rooms", {node: (c, m, p) for node, c, m, p in self.rooms})
 
     def room_on(self, node: str, workers: int) -> tuple[int, int, int]:
         """CPU millicores, memory bytes and pods its `workers` on `node` take there."""
+        for name, cpu, memory, pods in self.rooms:  # a gang's few nodes
+            if name == node:
+                return (cpu, memory, pods)
         if self.rooms:
-            return self._rooms.get(node, (0, 0, 0))
+            return (0, 0, 0)
         return (workers * self.cpu_per_worker, workers * self.memory_per_worker, workers)
 
 
