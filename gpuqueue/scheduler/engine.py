@@ -30,6 +30,7 @@ from gpuqueue.scheduler.model import (
     Pending,
     PendingJob,
     Placement,
+    PlacementStrategy,
     Plan,
     PodAsk,
     Policy,
@@ -46,7 +47,7 @@ from gpuqueue.scheduler.model import (
 )
 from gpuqueue.scheduler.never import NeverAdmits
 from gpuqueue.scheduler.ordering import Order, QueueJobs
-from gpuqueue.scheduler.placement import fit_gang, fit_on
+from gpuqueue.scheduler.placement import fit_gang, fit_on, pods_fit
 from gpuqueue.scheduler.preemption import (
     PRIORITY,
     RECLAIM,
@@ -61,6 +62,7 @@ from gpuqueue.scheduler.starvation import Reserver, backfill_runtime
 from gpuqueue.scheduler.topology import Topology
 from gpuqueue.scheduler.usage import seconds_to_recover
 
+BINPACK = PlacementStrategy.BINPACK
 # A pending job's queue (team, flavor): a plan groups the snapshot's jobs by runs of one queue.
 QUEUE_KEY = attrgetter("team", "flavor")
 
@@ -529,7 +531,9 @@ class Cycle:
             or fl.max_node < g
             or fl.total_capacity < gpus
             or (
-                (job.workers > 1 or fl.room is not None)
+                not pods_fit(fl, job.pods)
+                if job.pods  # each pod of its own size
+                else (job.workers > 1 or fl.room is not None)
                 and fl.most_workers(g, cpu, memory) < job.workers
             )
         ):
@@ -600,7 +604,6 @@ class Cycle:
         if (
             job.pods
             and topology is None
-            and not self.special.places(fl)
             and fl.total_free >= gpus
             and (found_pods := self._fit_pods(job, fl)) is not None
         ):
@@ -1014,8 +1017,9 @@ class Cycle:
         """Step 5 for a gang of pods of different asks on free GPUs: the pods of each ask in
         turn, largest first, placed as a gang of their own in what the ones before left (a
         what-if on the ledger, rolled back), so that a 1-GPU head fills a busy node instead
-        of a slot of its workers' size. The placement and each pod's node, or None. (Other
-        steps plan every pod in a slot of the largest: `PendingJob.pods`.)"""
+        of a slot of its workers' size. Bin-packed whatever the policy, as step 1 judges it
+        (`FlavorLedger.pods_fit`). The placement and each pod's node, or None. (Other steps
+        plan every pod in a slot of the largest: `PendingJob.pods`.)"""
         groups: dict[PodAsk, list[int]] = {}
         for i, ask in enumerate(job.pods):
             groups.setdefault(ask, []).append(i)
@@ -1026,7 +1030,7 @@ class Cycle:
             for ask in sorted(groups, reverse=True):
                 gpus, cpu, memory = ask
                 index = groups[ask]
-                placed = fit_gang(fl, len(index), gpus, self.policy.placement, None, cpu, memory)
+                placed = fit_gang(fl, len(index), gpus, BINPACK, None, cpu, memory)
                 if placed is None:
                     return None
                 slots = [node for node, n in placed for _ in range(n)]

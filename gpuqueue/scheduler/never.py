@@ -29,6 +29,7 @@ from gpuqueue.scheduler.model import (
     group_chains,
     group_quotas,
 )
+from gpuqueue.scheduler.placement import pods_fit
 
 
 class NeverAdmits:
@@ -66,6 +67,9 @@ class NeverAdmits:
             gpus = -(-job.workers * job.gpu_milli // 1000)
         elif job.gpu_models:
             pass  # its nodes are some of the flavor's: the engine's step 1 judges them
+        elif job.pods:
+            if not pods_fit(fl, job.pods):
+                return True
         elif fl.most_workers(job.gpus_per_worker, job.cpu_per_worker, job.memory_per_worker) < (
             job.workers
         ):

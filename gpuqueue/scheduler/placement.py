@@ -9,11 +9,11 @@ On nodes that limit more than GPUs, a worker also needs its CPU, memory and a po
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import itemgetter
 
-from gpuqueue.scheduler.ledger import FlavorLedger
-from gpuqueue.scheduler.model import Placement, PlacementStrategy
+from gpuqueue.scheduler.ledger import UNLIMITED, FlavorLedger, workers_in
+from gpuqueue.scheduler.model import Placement, PlacementStrategy, PodAsk
 
 
 def fit_gang(
@@ -227,3 +227,33 @@ def _deal(room: list[tuple[str, int]], workers: int) -> Placement:
                 if left == 0:
                     break
     return tuple(sorted(chosen.items()))
+
+
+def pods_fit(fl: FlavorLedger, pods: Sequence[PodAsk]) -> bool:
+    """Whether a gang of pods of different asks fits the flavor's empty nodes as the engine
+    places it on free GPUs (engine.Cycle._fit_pods): the pods of each ask in turn, largest
+    first, bin-packed into what the ones before left, in GPUs and, where a node limits them,
+    its allocatable CPU, memory and pods (step 1: never fits)."""
+    free = dict(fl.capacity)
+    unlimited = [UNLIMITED, UNLIMITED, UNLIMITED]
+    room = {node: list(fl.allocatable.get(node, unlimited)) for node in free}
+    asks: dict[PodAsk, int] = {}
+    for ask in pods:
+        asks[ask] = asks.get(ask, 0) + 1
+    for ask in sorted(asks, reverse=True):
+        gpus, cpu, memory = ask
+
+        def cap(node: str, cpu: int = cpu, memory: int = memory) -> int:
+            left = room[node]
+            return workers_in((left[0], left[1], left[2]), cpu, memory)
+
+        placed = fit_on(free, asks[ask], gpus, PlacementStrategy.BINPACK, cap)
+        if placed is None:
+            return False
+        for node, n in placed:
+            free[node] -= n * gpus
+            left = room[node]
+            left[0] -= n * cpu
+            left[1] -= n * memory
+            left[2] -= n
+    return True

@@ -97,3 +97,17 @@ def test_a_later_plan_sees_each_pod_holding_only_its_own_gpus() -> None:
     )
     (admission,) = result.admissions
     assert admission.placement == (("n3", 1),)
+
+
+def test_a_gang_that_fits_only_with_its_small_pod_on_a_small_node_is_not_refused() -> None:
+    # Nodes of 8, 8, 8 and 4 GPUs: three 8-GPU workers and a 1-GPU head fit (the head on the
+    # 4-GPU node), though four slots of 8 do not. It is admitted, not called never-fitting.
+    cluster = (*nodes(3, h100=8), one_node("small", h100=4))
+    job = gang(1, "a", WORKER, WORKER, WORKER, HEAD)
+    result = plan(Snapshot(NOW, cluster, (team("a"),), (), (job,)))
+    (admission,) = result.admissions
+    assert admission.pods[3] == "small"
+    # One more worker than three nodes of 8 hold: never, and said so.
+    too_big = gang(2, "a", WORKER, WORKER, WORKER, WORKER, HEAD)
+    (waiting,) = plan(Snapshot(NOW, cluster, (team("a"),), (), (too_big,))).pending
+    assert waiting.reason.code.value == "never_fits"
