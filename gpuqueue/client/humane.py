@@ -46,7 +46,11 @@ def when(value: str | None, now: datetime) -> str:
 
 def shape(job: dict[str, Any]) -> str:
     """'2×8 h100': workers × GPUs per worker, and the flavor; '2×0.25 h100-shared' for a
-    fraction of one GPU per worker."""
+    fraction of one GPU per worker; '1×1+3×8 h100' for pod sets of different GPUs per pod (a
+    user's PyTorchJob or RayJob)."""
+    if job.get("pod_sets"):
+        sets = "+".join(f"{s['pods']}×{s['gpus']}" for s in job["pod_sets"])
+        return f"{sets} {job['flavor']}"
     return f"{job['workers']}×{per_worker(job)} {job['flavor']}"
 
 

@@ -77,6 +77,15 @@ def test_when_is_local_and_relative() -> None:
     assert humane.when(None, now) == ""
 
 
+def test_a_job_of_pod_sets_shows_each_pod_set_s_pods_and_gpus() -> None:
+    """A PyTorchJob with a 1-GPU Master beside 3 Workers of 8 reads as its pod sets, not as
+    the 25 one-GPU units its GPUs are counted in."""
+    job = {"workers": 25, "gpus_per_worker": 1, "flavor": "h100", "gpu_milli": 0}
+    assert humane.shape(job) == "25×1 h100"
+    sets = [{"name": "Master", "pods": 1, "gpus": 1}, {"name": "Worker", "pods": 3, "gpus": 8}]
+    assert humane.shape({**job, "pod_sets": sets}) == "1×1+3×8 h100"
+
+
 def test_a_pending_job_not_yet_placed_in_line_comes_after_those_that_are(
     cli: Any, submit: Any, capsys: Any
 ) -> None:
