@@ -482,10 +482,10 @@ class Job(models.Model):
     requeued_at = models.DateTimeField(null=True, blank=True)
     # A user's PyTorchJob or RayJob whose pod sets ask different GPUs per pod (a 1-GPU head
     # beside 8-GPU workers): its GPU pod sets in pod order, [{"name", "pods", "gpus",
-    # "cpu_millicores", "memory_mib"}] per pod (sets' values, pods a count). `workers` and
+    # "cpu_millicores", "memory_mib"}] (pods a count, the rest per pod). `workers` and
     # `gpus_per_worker` then count its GPUs in units of their greatest common divisor, so that
     # every sum of workers x GPUs stays its GPUs (quotas, usage, the ledger), and `placement`
-    # is units per node. Null: every pod alike (gpuqueue/services/jobs/pod_sets.py).
+    # is units per node. Null: every pod alike (gpuqueue/core/pod_sets.py).
     pod_sets = models.JSONField(null=True, blank=True)
     # With pod_sets: each pod's node in pod order, set at admission with the placement.
     pod_nodes = models.JSONField(null=True, blank=True)
@@ -633,7 +633,7 @@ class Job(models.Model):
 
     @property
     def pod_sets_text(self) -> str:
-        """ "head 1 × 1 GPU, worker 2 × 8 GPUs" for a job of pod sets of different asks."""
+        """What each pod set of a job of pod sets of different asks asks, for people."""
         return pod_sets.describe(self.pod_sets or [])
 
     def placement_rows(self) -> list[tuple[str, int, int]]:

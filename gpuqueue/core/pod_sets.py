@@ -56,11 +56,11 @@ def rooms(
         room[0] += cpu
         room[1] += memory
         room[2] += 1
-    return tuple((node, *room) for node, room in sorted(out.items()))  # type: ignore[misc]
+    return tuple((node, room[0], room[1], room[2]) for node, room in sorted(out.items()))
 
 
 def describe(sets: Sequence[PodSetRow]) -> str:
-    """ "head 1 × 1 GPU, worker 2 × 8 GPUs": what each pod set asks, for people."""
+    """What each pod set asks, for people: head 1 × 1 GPU, worker 2 × 8 GPUs."""
     return ", ".join(
         f"{s['name']} {s['pods']} × {s['gpus']} GPU{'' if int(s['gpus']) == 1 else 's'}"
         for s in sets

@@ -232,8 +232,9 @@ class PendingJob:
     # A gang whose pods ask different GPUs (a PyTorchJob's 1-GPU master beside 8-GPU workers,
     # a Ray head with a GPU): each pod's ask, in the job's pod order; empty: all alike.
     # `workers` is then its pods, gpus_per_worker and the per-worker CPU and memory its
-    # largest asks. Every step plans each pod in a slot of those (a plan whose slots fit fits
-    # the pods), and the gang holds, and its team is charged, each pod's own (`node_asks`).
+    # largest asks. On free GPUs each ask's pods are placed in turn (engine.Cycle._fit_pods);
+    # the other steps plan each pod in a slot of those largest asks (a plan whose slots fit
+    # fits the pods). The gang holds, and its team is charged, each pod's own (`node_asks`).
     pods: tuple[PodAsk, ...] = ()
 
     def __post_init__(self) -> None:
