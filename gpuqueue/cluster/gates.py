@@ -18,6 +18,7 @@ with a sentence saying why, for the sync to requeue it. Input is the API's JSON;
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -120,18 +121,24 @@ _SUFFIXES = {
 
 def quantity(value: Any, resource: str) -> int:
     """A Kubernetes quantity as an integer: millicores for CPU, bytes for memory, a plain
-    count otherwise; 0 for what cannot be read."""
+    count otherwise; 0 for what cannot be read, and for a negative or endless amount (a pod
+    would be refused it; a custom resource's template, which the API server does not check,
+    must not give GPUs back or stop a pass)."""
     text = str(value).strip()
     scale = 1000 if resource == CPU else 1
-    try:
-        if text.endswith("m"):
-            return int(float(text[:-1]) * scale / 1000)
-        for suffix, factor in _SUFFIXES.items():
+    number, factor, divisor = text, 1, 1
+    if text.endswith("m"):
+        number, divisor = text[:-1], 1000
+    else:
+        for suffix, size in _SUFFIXES.items():
             if text.endswith(suffix):
-                return int(float(text[: -len(suffix)]) * factor * scale)
-        return int(float(text) * scale)
+                number, factor = text[: -len(suffix)], size
+                break
+    try:
+        amount = float(number) * factor * scale / divisor
     except ValueError:
         return 0
+    return int(amount) if math.isfinite(amount) and amount > 0 else 0
 
 
 def pod_needs(pod: Obj) -> dict[str, int]:

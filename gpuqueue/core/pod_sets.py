@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuqueue.scheduler.model import PodAsk
+from gpuqueue.scheduler.model import PodAsk, node_asks
 
 PodSetRow = Mapping[str, Any]
 MIB = 1 << 20
@@ -40,23 +40,14 @@ def asks(sets: Sequence[PodSetRow]) -> tuple[PodAsk, ...]:
 def unit_placement(pod_nodes: Sequence[str], pods: Sequence[PodAsk]) -> dict[str, int]:
     """Units per node (`units`), given each pod's node and ask in pod order."""
     unit = math.gcd(*(gpus for gpus, _, _ in pods))
-    out: dict[str, int] = {}
-    for node, (gpus, _, _) in zip(pod_nodes, pods, strict=True):
-        out[node] = out.get(node, 0) + gpus // unit
-    return dict(sorted(out.items()))
+    return {node: gpus // unit for node, gpus, _ in sorted(node_asks(pod_nodes, pods))}
 
 
 def rooms(
     pod_nodes: Sequence[str], sets: Sequence[PodSetRow]
 ) -> tuple[tuple[str, int, int, int], ...]:
     """(node, CPU millicores, memory bytes, pods) its pods take on each node."""
-    out: dict[str, list[int]] = {}
-    for node, (_, cpu, memory) in zip(pod_nodes, asks(sets), strict=True):
-        room = out.setdefault(node, [0, 0, 0])
-        room[0] += cpu
-        room[1] += memory
-        room[2] += 1
-    return tuple((node, room[0], room[1], room[2]) for node, room in sorted(out.items()))
+    return tuple((node, *room) for node, _, room in sorted(node_asks(pod_nodes, asks(sets))))
 
 
 def describe(sets: Sequence[PodSetRow]) -> str:
@@ -71,9 +62,4 @@ def pods_per_node(
     pod_nodes: Sequence[str], sets: Sequence[PodSetRow]
 ) -> list[tuple[str, int, int]]:
     """(node, pods, GPUs) on each node, by node name: what a placement table shows."""
-    out: dict[str, list[int]] = {}
-    for node, (gpus, _, _) in zip(pod_nodes, asks(sets), strict=True):
-        row = out.setdefault(node, [0, 0])
-        row[0] += 1
-        row[1] += gpus
-    return [(node, pods, gpus) for node, (pods, gpus) in sorted(out.items())]
+    return [(node, room[2], gpus) for node, gpus, room in sorted(node_asks(pod_nodes, asks(sets)))]

@@ -304,8 +304,8 @@ def digest(result: Plan) -> str:
     positions, reservations, withdrawals, fair shares), to check that a faster engine decides
     the same."""
     decided = (
-        # Each admission as its fields were before pods of different asks (`Admission.pods`,
-        # given only for them), so that the digest of the same decisions stays the same.
+        # Each admission's fields, `pods` only where given: a field that a plan's jobs do not
+        # use leaves the digest of the same decisions alone.
         tuple(
             (a.job_id, a.placement, a.borrowed, a.devices, a.domain, *((a.pods,) if a.pods else ()))
             for a in result.admissions

@@ -16,6 +16,7 @@ Phases (each a method below):
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Hashable
 from itertools import groupby
 from operator import attrgetter
@@ -40,6 +41,7 @@ from gpuqueue.scheduler.model import (
     ReasonCode,
     RunningJob,
     Snapshot,
+    by_ask,
     group_chains,
     group_quotas,
     node_asks,
@@ -890,7 +892,7 @@ class Cycle:
                 )
             else:
                 self._take(job, placement)
-            pods = pod_nodes(placement, job.pods) if job.pods else ()
+            pods = pod_nodes(placement) if job.pods else ()
             self.admissions.append(Admission(job.id, placement, borrowed, devices, pods=pods))
             return None
         if in_debt:
@@ -977,7 +979,7 @@ class Cycle:
         borrowed = (
             job.preemptible and self.ledger.in_use(job.team, job.flavor) + job.gpus > fair_share
         )
-        pods = (pods or pod_nodes(placement, job.pods)) if job.pods else ()
+        pods = (pods or pod_nodes(placement)) if job.pods else ()
         self._take(job, placement, use_held=use_held, pods=pods)
         self.admissions.append(Admission(job.id, placement, borrowed, domain=domain, pods=pods))
 
@@ -993,7 +995,7 @@ class Cycle:
         team: a gang of pods of different asks takes each pod's own on its node (`pods`; by
         default the placement's slots in order, model.pod_nodes), not its slot's."""
         if job.pods:
-            asks = node_asks(pods or pod_nodes(placement, job.pods), job.pods)
+            asks = node_asks(pods or pod_nodes(placement), job.pods)
             self.ledger.admit_asks(
                 job.team, job.user, job.flavor, job.preemptible, asks, use_incoming, use_held
             )
@@ -1018,23 +1020,17 @@ class Cycle:
         turn, largest first, placed as a gang of their own in what the ones before left (a
         what-if on the ledger, rolled back), so that a 1-GPU head fills a busy node instead
         of a slot of its workers' size. Bin-packed whatever the policy, as step 1 judges it
-        (`FlavorLedger.pods_fit`). The placement and each pod's node, or None. (Other steps
-        plan every pod in a slot of the largest: `PendingJob.pods`.)"""
-        groups: dict[PodAsk, list[int]] = {}
-        for i, ask in enumerate(job.pods):
-            groups.setdefault(ask, []).append(i)
+        (`placement.pods_fit`). The placement and each pod's node, or None. (Other steps plan
+        every pod in a slot of the largest: `PendingJob.pods`.)"""
         nodes = [""] * len(job.pods)
         ledger = self.ledger
         mark = ledger.checkpoint()
         try:
-            for ask in sorted(groups, reverse=True):
-                gpus, cpu, memory = ask
-                index = groups[ask]
+            for (gpus, cpu, memory), index in by_ask(job.pods):
                 placed = fit_gang(fl, len(index), gpus, BINPACK, None, cpu, memory)
                 if placed is None:
                     return None
-                slots = [node for node, n in placed for _ in range(n)]
-                for i, node in zip(index, slots, strict=True):
+                for i, node in zip(index, pod_nodes(placed), strict=True):
                     nodes[i] = node
                 ledger.admit(
                     job.team,
@@ -1048,9 +1044,7 @@ class Cycle:
                 )
         finally:
             ledger.rollback(mark)
-        counts: dict[str, int] = {}
-        for node in nodes:
-            counts[node] = counts.get(node, 0) + 1
+        counts = Counter(nodes)
         return tuple(sorted(counts.items())), tuple(nodes)
 
     def _limit_ok(self, job: PendingJob) -> Callable[[], bool]:

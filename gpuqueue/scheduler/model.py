@@ -268,10 +268,18 @@ class PendingJob:
         )
 
 
-def pod_nodes(placement: Placement, pods: Sequence[PodAsk]) -> tuple[str, ...]:
+def pod_nodes(placement: Placement) -> tuple[str, ...]:
     """Each pod's node, in pod order: the placement's slots (each holds the largest pod), node
     by node, one pod each."""
-    return tuple(node for node, n in placement for _ in range(n))[: len(pods)]
+    return tuple(node for node, n in placement for _ in range(n))
+
+
+def by_ask(pods: Sequence[PodAsk]) -> list[tuple[PodAsk, list[int]]]:
+    """A gang's pods grouped by ask, largest first: (ask, the indexes of its pods)."""
+    groups: dict[PodAsk, list[int]] = {}
+    for i, ask in enumerate(pods):
+        groups.setdefault(ask, []).append(i)
+    return sorted(groups.items(), reverse=True)
 
 
 def node_asks(nodes: Sequence[str], pods: Sequence[PodAsk]) -> list[NodeAsk]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import itemgetter
 
 from gpuqueue.scheduler.ledger import UNLIMITED, FlavorLedger, workers_in
-from gpuqueue.scheduler.model import Placement, PlacementStrategy, PodAsk
+from gpuqueue.scheduler.model import Placement, PlacementStrategy, PodAsk, by_ask
 
 
 def fit_gang(
@@ -237,17 +237,13 @@ def pods_fit(fl: FlavorLedger, pods: Sequence[PodAsk]) -> bool:
     free = dict(fl.capacity)
     unlimited = [UNLIMITED, UNLIMITED, UNLIMITED]
     room = {node: list(fl.allocatable.get(node, unlimited)) for node in free}
-    asks: dict[PodAsk, int] = {}
-    for ask in pods:
-        asks[ask] = asks.get(ask, 0) + 1
-    for ask in sorted(asks, reverse=True):
-        gpus, cpu, memory = ask
+    for (gpus, cpu, memory), index in by_ask(pods):
 
         def cap(node: str, cpu: int = cpu, memory: int = memory) -> int:
             left = room[node]
             return workers_in((left[0], left[1], left[2]), cpu, memory)
 
-        placed = fit_on(free, asks[ask], gpus, PlacementStrategy.BINPACK, cap)
+        placed = fit_on(free, len(index), gpus, PlacementStrategy.BINPACK, cap)
         if placed is None:
             return False
         for node, n in placed:

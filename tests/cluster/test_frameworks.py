@@ -85,7 +85,7 @@ def test_a_rayjob_s_gpu_workers_are_the_gang_and_its_head_rides_along() -> None:
     assert [(s.name, s.count, s.gpus) for s in sets] == [("head", 1, 0), ("gpu", 2, 8)]
 
 
-def master_with(gpus: int) -> dict[str, Any]:
+def master_with(gpus: int | str) -> dict[str, Any]:
     """The example PyTorchJob (a Master and 3 Workers of 8 GPUs) with its Master's GPUs."""
     obj = pytorchjob()
     [master] = obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
@@ -104,6 +104,24 @@ def test_pod_sets_of_different_gpus_per_pod_are_one_gang_counted_in_units() -> N
     ]
     # Pods all alike keep no pod sets.
     assert fw.read_framework(pytorchjob()).pod_sets == ()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("hostile", ["-1", "1e400", "-8", "nan"])
+def test_a_negative_or_endless_gpu_count_gives_nothing_back_and_stops_no_pass(hostile: str) -> None:
+    """A PyTorchJob's template is not checked by the API server as a pod is: a Master asking
+    -1 GPUs must not make the gang 23 GPUs of 24 (a pod giving one back), nor 1e400 raise in
+    the watcher's pass. Such an amount reads as none: the Master rides along, as a CPU-only
+    pod set does, and the operator's pod is refused by the API server."""
+    shape = fw.read_framework(master_with(hostile))
+    assert not isinstance(shape, str), shape
+    assert (shape.workers, shape.gpus_per_worker, shape.pod_sets) == (3, 8, ())
+    obj = pytorchjob()
+    for replica in obj["spec"]["pytorchReplicaSpecs"].values():
+        [container] = replica["template"]["spec"]["containers"]
+        container["resources"]["requests"] = {"cpu": hostile, "memory": f"{hostile}Gi"}
+    shape = fw.read_framework(obj)
+    assert not isinstance(shape, str), shape
+    assert (shape.cpu_millicores, shape.memory_mib) == (None, None)
 
 
 def test_admission_sends_each_pod_of_pod_sets_to_its_own_planned_node() -> None:
