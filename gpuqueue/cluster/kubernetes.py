@@ -583,6 +583,9 @@ class KubernetesBackend(ClusterBackend):
         each pod to its planned node (gpuqueue.cluster.gates); remember the gangs held back
         for the next observe(). Returns how many pods were released."""
         if self.store.live:
+            if not any(map(is_gated, self.store.items("pods"))):
+                self._held = {}  # nothing waits behind the gate: nothing to read or prove
+                return 0
             nodes, pods, jobs = self._current()
             ours = self._ours(jobs, pods)
         elif self._observed is not None:

@@ -156,6 +156,10 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
                 continue
             if status is not None and _started(job, status, draining):
                 starts.append(Move(job.pk, job.state, {"started_at": status.since or now}))
+            elif _unlaunched(job, status, draining):
+                # `_follow` has nothing to do for it: decided from the brief row, without a
+                # savepoint and a read of its own (a wave's launch leaves hundreds per pass).
+                to_launch.append(job.pk)
             else:
                 moving.append(job.pk)
         # The gangs that started since the last pass (a wave's thousands) in one move.
@@ -251,6 +255,16 @@ def _settled(
 # A start (which sets start_failures to 0: a start that ran ends the run of failed starts, and
 # the cap counts consecutive ones, so a long job requeued now and then never nears it).
 STARTED = "every worker is running"
+
+
+def _unlaunched(job: Job, status: WorkloadStatus | None, draining: set[str]) -> bool:
+    """An admitted job with no workload yet (its launch in flight, or cut short) on no node
+    being drained: the pass only relaunches it, after commit."""
+    return (
+        status is None
+        and job.state == JobState.ADMITTED
+        and _drained_node(job, status, draining) is None
+    )
 
 
 def _started(job: Job, status: WorkloadStatus, draining: set[str] = frozenset()) -> bool:

@@ -133,3 +133,56 @@ def test_the_gangs_that_started_since_the_last_pass_start_in_one_move(
         assert job.started_at == statuses[job.pk].since
         events = JobEvent.objects.filter(job=job, to_state=JobState.RUNNING)
         assert [e.reason for e in events] == [cluster_sync.STARTED]
+
+
+def test_an_unlaunched_job_is_one_follow_leaves_for_the_relaunch(job: Job) -> None:
+    """`_unlaunched` (decided from the brief row) holds only where `_follow` makes no step and
+    the plain path would relaunch: an admitted job without a workload, on no drained node."""
+    now = timezone.now()
+    for state in HOLDING:
+        for drained in (False, True):
+            Job.objects.filter(pk=job.pk).update(state=state, placement={"node-a": 1})
+            row = Job.objects.select_related("team").get(pk=job.pk)
+            draining = {"node-a"} if drained else set()
+            unlaunched = cluster_sync._unlaunched(row, None, draining)
+            assert unlaunched == (state == JobState.ADMITTED and not drained)
+            if unlaunched:
+                assert cluster_sync._drained_node(row, None, draining) is None
+                assert cluster_sync._follow(row, None, now) == (0, False)
+
+
+def test_admitted_jobs_whose_launch_is_in_flight_cost_the_pass_no_read_each(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    """A wave's launch takes a while: every pass meanwhile finds hundreds of admitted jobs
+    without a workload. It leaves them to the launch (which holds the "launching" lock) with
+    the same statements for six as for two."""
+    from django.db import connections
+
+    from gpuqueue.core.locks import LOCK_KEYS
+    from gpuqueue.cycle.run import run_cycle
+
+    class Launching(type(backend)):  # type: ignore[misc]
+        def launch_all(self, specs: Any) -> list[None]:
+            return [None for _ in specs]  # still in flight: no workload yet
+
+    launching = Launching(backend.cluster_file, startup_seconds=0, checkpoint_seconds=0)
+    cluster_sync.sync_cluster(launching)
+    other = connections.create_connection("default")
+    with other.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock_shared(%s)", [LOCK_KEYS["launching"]])
+    try:
+
+        def pass_over(n: int) -> tuple[list[Job], int]:
+            jobs = [submit(workers=1, gpus_per_worker=1) for _ in range(n)]
+            run_cycle(backend=launching)
+            with CaptureQueriesContext(connection) as queries:
+                cluster_sync.sync_cluster(launching)
+            return [Job.objects.get(pk=j.pk) for j in jobs], len(queries)
+
+        two, statements_for_two = pass_over(2)
+        six, statements_for_six = pass_over(6)
+    finally:
+        other.close()
+    assert statements_for_six == statements_for_two
+    assert {j.state for j in two + six} == {JobState.ADMITTED}
