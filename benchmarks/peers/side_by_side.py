@@ -38,6 +38,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import threading
@@ -421,6 +422,7 @@ class Service:
         # CPU of the sync's and the cycle's own threads (not their pools' requests): where
         # gpuqueue's own CPU goes, by part.
         self.sync_cpu = self.cycle_cpu = 0.0
+        self.pass_cpu: list[float] = []  # each pass's
         self.acker: threading.Thread | None = None
         self.last_cycle = 0.0
         self.thread = threading.Thread(target=self._watch, daemon=True)
@@ -437,6 +439,7 @@ class Service:
                 sync_cluster(self.watching)
                 self.syncs += 1
                 self.sync_cpu += time.thread_time() - began
+                self.pass_cpu.append(time.thread_time() - began)
             except Exception as exc:  # noqa: BLE001 - the watcher goes on, as the service's
                 print(f"sync failed: {exc!r}", flush=True)
 
@@ -551,6 +554,7 @@ def run_gpuqueue(
             }
             watcher = Watcher(plane.kubeconfig, phase.label, args.timeout, workloads=False)
             admitted: list[tuple[float, int]] = []
+            steady: dict[str, float] | None = None
             try:
                 started = time.perf_counter()
                 submit_all(world, phase.label, phase.jobs, extra)
@@ -572,6 +576,7 @@ def run_gpuqueue(
                     )
                 else:
                     wait_bound("gpuqueue", watcher, phase, started, step, args.timeout)
+                    steady = steady_passes(service, step, args.steady)
             finally:
                 watcher.close()
                 service.stop()
@@ -615,10 +620,32 @@ def run_gpuqueue(
                 )
             )
             results[-1]["cpu_s"]["submission"] = round(submit_cpu, 1)
+            if steady is not None:
+                results[-1]["steady_pass"] = steady
             print_summary(results[-1])
     finally:
         plane.stop()
     return results
+
+
+def steady_passes(service: Service, step: Any, seconds: float) -> dict[str, float] | None:
+    """The watcher's passes over `seconds` once every pod is bound and nothing changes (the
+    cluster at rest, every job running): how many, and the CPU of each."""
+    if seconds <= 0:
+        return None
+    first = len(service.pass_cpu)
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        step()
+    each = [cpu * 1000 for cpu in service.pass_cpu[first:]]
+    if not each:
+        return None
+    median, least = statistics.median(each), min(each)
+    print(
+        f"[gpuqueue] at rest: {len(each)} passes in {seconds:.0f} s, CPU each: median"
+        f" {median:.1f} ms, least {least:.1f} ms"
+    )
+    return {"passes": len(each), "cpu_ms_median": round(median, 1), "cpu_ms_least": round(least, 1)}
 
 
 def wait_bound(
@@ -1025,6 +1052,9 @@ def main() -> int:
     parser.add_argument("--systems", default="gpuqueue,kueue", help="run in this order")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument(
+        "--steady", type=float, default=0, help="gpuqueue: seconds of passes at rest, measured"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop what was started
     systems = [s for s in args.systems.split(",") if s]

@@ -42,13 +42,13 @@ def recorded(job_ids: Collection[int], instance: str) -> dict[Key, Record]:
     # name and uid recorded when it was mirrored.
     sources = {
         job_id: (name, uid, state == JobState.CANCELLED, kind)
-        for job_id, name, uid, state, kind in JobSource.objects.filter(job_id__in=ids).values_list(
-            "job_id", "name", "uid", "job__state", "kind"
-        )
+        for job_id, name, uid, state, kind in JobSource.objects.filter(
+            job__pk__any=ids
+        ).values_list("job_id", "name", "uid", "job__state", "kind")
     }
     key = install_key(settings.SECRET_KEY, instance)
     out = {}
-    rows = WorkloadRecord.objects.filter(job_id__in=ids).values_list(
+    rows = WorkloadRecord.objects.filter(job_id__any=ids).values_list(
         "job_id", "attempt", "namespace", "nonce", "secret_uid", "job_uid"
     )
     for job_id, attempt, namespace, nonce, secret_uid, job_uid in rows:

@@ -168,7 +168,7 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
         )
         result.transitions += len(started)
         for job in (
-            Job.objects.holding().select_related("team").filter(pk__in=moving).order_by("id")
+            Job.objects.holding().select_related("team").filter(pk__any=moving).order_by("id")
         ):
             key = (job.pk, job.attempts)
             status = statuses.get(key)

@@ -94,7 +94,9 @@ def sync_sources(backend: ClusterBackend) -> list[Describe]:
         uid = str((obj.get("metadata") or {}).get("uid") or "")
         if uid:
             by_uid[uid] = obj
-    known = {s.uid: s for s in JobSource.objects.filter(uid__in=list(by_uid)).select_related("job")}
+    known = {
+        s.uid: s for s in JobSource.objects.filter(uid__any=list(by_uid)).select_related("job")
+    }
     out: list[Describe] = []
     for uid, obj in by_uid.items():
         meta = obj.get("metadata") or {}
