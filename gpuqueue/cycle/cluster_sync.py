@@ -119,7 +119,8 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
        that never started there is requeued at once.
     4. After commit: stop what must stop, relaunch admitted jobs that have no workload (a
        crash between admission and launch, or a launch cut short before its Job; none while
-       another process is launching: it holds the shared "launching" lock), stop
+       another process launches, or did while the pass read the cluster: it holds the shared
+       "launching" lock), stop
        workloads that belong to no live job (a finished one once it has been kept
        GPUQUEUE_K8S_KEEP_FINISHED_SECONDS, for its logs). The backend reports only workloads
        it proves this database launched (gpuqueue.cluster.proof), so an orphan is always one
@@ -141,6 +142,9 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
         # row; those a step may move are read whole below.
         holding = list(Job.objects.holding().select_related("team").only(*BRIEF).order_by("id"))
         live = {(job.pk, job.attempts) for job in holding}
+        # A launch under way while the pass reads the cluster may be missing from the read,
+        # even when it has ended by the relaunch below.
+        launching = held_by_others("launching")
         nodes = backend.list_nodes(live)
         sync_nodes(nodes)
         draining = {info.name for info in nodes if info.cordoned}
@@ -208,8 +212,8 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
             backend.request_checkpoint(job_id, attempt, deadline)
         except ClusterError as exc:
             log.warning("checkpoint signal for job %s deferred: %s", job_id, exc)
-    if to_launch and held_by_others("launching"):
-        # A launch is under way (a cycle's, just committed): these are most likely its own
+    if to_launch and (launching or held_by_others("launching")):
+        # A launch was under way (a cycle's, just committed): these are most likely its own
         # jobs; launching them here too would only meet its objects. Left to the next pass.
         to_launch = []
     if to_launch:

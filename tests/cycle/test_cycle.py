@@ -393,3 +393,51 @@ def test_the_inventory_sync_writes_only_what_changed(
     os.utime(cluster_file, (3, 3))
     sync_cluster(backend)
     assert list(Node.objects.filter(ready=False).values_list("name", flat=True)) == ["l4-1"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_launch_that_ends_while_the_sync_reads_the_cluster_is_not_launched_again(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    """The watcher's pass reads the cluster while the worker's launch is still under way and
+    decides after it ended: what the launch made is missing from the read, but is no job to
+    launch a second time (a wave's last jobs were launched twice, meeting their own objects)."""
+    sync_cluster(backend)
+    job = submit()
+    entered, go_on = threading.Event(), threading.Event()
+    launches: list[list[int]] = []
+
+    class LaunchingBackend(type(backend)):  # type: ignore[misc]
+        def launch_all(self, specs: Any) -> Any:
+            launches.append([spec.job_id for spec in specs])
+            entered.set()
+            go_on.wait(10)
+            return super().launch_all(specs)
+
+    launching = LaunchingBackend(backend.cluster_file, startup_seconds=0, checkpoint_seconds=0)
+
+    def cycle() -> None:
+        try:
+            run_cycle(backend=launching)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=cycle)
+
+    class ReadingBackend(type(backend)):  # type: ignore[misc]
+        def observe(self) -> Any:
+            seen = super().observe()  # the job's workload is not there yet
+            go_on.set()
+            thread.join(10)  # the launch ends meanwhile
+            return seen
+
+    reading = ReadingBackend(backend.cluster_file, startup_seconds=0, checkpoint_seconds=0)
+    thread.start()
+    assert entered.wait(10)
+    assert sync_cluster(reading).relaunched == []
+    assert not thread.is_alive()
+    assert launches == [[job.pk]]
+    sync_cluster(backend)
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.attempts == 1
+    assert SimulatedWorkload.objects.filter(job_id=job.pk).count() == 1
