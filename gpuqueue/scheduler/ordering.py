@@ -95,6 +95,19 @@ def job_key(job: PendingJob, user_in_use: int) -> JobKey:
     return (-job.priority, user_in_use, job.rank[1], job.id)
 
 
+def _first_before(jobs: list[PendingJob], user_used: int, bound: JobKey) -> int:
+    """The index in one user's jobs (best last) from which on each job's key is below `bound`
+    (another user's head), the last job always: a bisection, the keys being in order."""
+    lo, hi = 0, len(jobs) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if job_key(jobs[mid], user_used) < bound:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 _RANK = attrgetter("rank")
 _GPUS = attrgetter("gpus")
 _SUBMITTED = attrgetter("submitted_at")
@@ -355,11 +368,13 @@ class Order:
             yield run.pop()
 
     def runs(self) -> Iterator[list[PendingJob]]:
-        """The jobs after the starving ones, as runs: lists of the jobs that come next, best
-        last. The caller takes at least one job from the end of a run (`pop`), and asks for
-        the next run once the ledger changed (its stamp moved) or the run is empty: until then
-        nothing re-keys a team, so the same queue stays first. Jobs left in a run stay in the
-        order. (A run, not a job at a time: most jobs of a busy cycle change nothing.)"""
+        """The jobs after the starving ones, as runs: lists of one user's jobs that come next,
+        best last. The caller takes at least one job from the end of a run (`pop`), and asks
+        for the next run once the ledger changed (its stamp moved) or the run is empty: until
+        then nothing re-keys a team or a user, so the same queue stays first and, of several
+        users, the same one until its next job's key passes the next user's head. Jobs left in
+        a run stay in the order. (A run, not a job at a time: most jobs of a busy cycle change
+        nothing.)"""
         heap = self._heap
         queues = self._queues
         ledger = self._ledger
@@ -373,32 +388,39 @@ class Order:
             if version != queue.version or not heads:
                 heapq.heappop(heap)  # a stale entry: the queue was re-keyed or emptied since
                 continue
+            # `Ledger.in_use`, read straight from its tables (qkey is (team, flavor)): whether
+            # the team's usage is still what it was keyed with. If not (a starving job of the
+            # team was admitted first): one job, then the team is re-keyed below.
+            held = used.get(qkey, 0) - leaving.get(qkey, 0)
+            if milli:
+                held += -(-milli.get(qkey, 0) // 1000)
+            keyed = held == key[2]
             if len(heads) == 1:
                 # One user with jobs left: its list is already in order and no key between
                 # users needs computing (the entry is replaced before it is compared again).
-                user = heads[0][1]
-                jobs = queue.jobs[user]
-                held = used.get(qkey, 0) - leaving.get(qkey, 0)
-                if milli:
-                    held += -(-milli.get(qkey, 0) // 1000)
-                if held == key[2]:
-                    yield jobs
-                else:
-                    # The team's usage moved since it was keyed (a starving job of the team
-                    # was admitted first): one job, then the team is re-keyed below.
-                    yield [jobs.pop()]
+                jobs = queue.jobs[heads[0][1]]
+                yield jobs if keyed else [jobs.pop()]
                 if not jobs:
                     heads.pop()
             else:
                 _, user = heapq.heappop(heads)
                 jobs = queue.jobs[user]
-                yield [jobs.pop()]
-                # The caller has now admitted the job or not; re-key its user.
+                if keyed:
+                    # Its first job, and those after it whose keys still come before the next
+                    # user's head (as keyed), taken off its list once the caller is done.
+                    user_used = ledger.user_used.get((queue.team, user, queue.flavor), 0)
+                    first = _first_before(jobs, user_used, heads[0][0])
+                    run = jobs[first:]
+                    yield run
+                    del jobs[first + len(run) :]
+                else:
+                    yield [jobs.pop()]
+                # The caller has now admitted the jobs or not; re-key the user.
                 if jobs:
                     user_used = ledger.user_used.get((queue.team, user, queue.flavor), 0)
                     heapq.heappush(heads, (job_key(jobs[-1], user_used), user))
             # Re-key the team only if its usage moved (most jobs of a busy cycle change
-            # nothing): `Ledger.in_use`, read straight from its tables (qkey is (team, flavor)).
+            # nothing).
             if heads:
                 held = used.get(qkey, 0) - leaving.get(qkey, 0)
                 if milli:
