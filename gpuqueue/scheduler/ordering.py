@@ -96,12 +96,28 @@ def job_key(job: PendingJob, user_in_use: int) -> JobKey:
 
 
 def _first_before(jobs: list[PendingJob], user_used: int, bound: JobKey) -> int:
-    """The index in one user's jobs (best last) from which on each job's key is below `bound`
-    (another user's head), the last job always: a bisection, the keys being in order."""
-    lo, hi = 0, len(jobs) - 1
+    """The index in one user's jobs (best last) from which on each job's key (`job_key` with
+    `user_used`) is below `bound`, another user's head; the last job always. Its keys are in
+    the order of the jobs' ranks, so the test reads the rank against a bound of the same shape,
+    galloping back from the end (most runs are a job or two) then bisecting."""
+    priority = bound[0]
+    if user_used < bound[1]:
+        below: tuple[float, ...] = (priority + 1,)  # every job of its priority or higher
+    elif user_used > bound[1]:
+        below = (priority,)  # those of a higher priority only
+    else:
+        below = (priority, bound[2], bound[3])
+    hi = len(jobs) - 1  # from here on below the bound
+    step = 1
+    lo = hi - step
+    while lo >= 0 and jobs[lo].rank < below:
+        hi = lo
+        step *= 2
+        lo = hi - step
+    lo = lo + 1 if lo >= 0 else 0  # jobs[lo - 1], when there is one, is not below
     while lo < hi:
         mid = (lo + hi) // 2
-        if job_key(jobs[mid], user_used) < bound:
+        if jobs[mid].rank < below:
             hi = mid
         else:
             lo = mid + 1
