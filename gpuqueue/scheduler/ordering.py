@@ -9,7 +9,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterator, Mapping
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, eq
 
 from gpuqueue.scheduler.horizon import Horizon
 from gpuqueue.scheduler.ledger import Ledger
@@ -72,7 +73,8 @@ def turn_of(jobs: list[PendingJob], top: int, one_priority: bool = False) -> Pen
     has that priority (most queues), so none is left out."""
     if one_priority:
         return min(jobs, key=starving_key)
-    return min((job for job in jobs if job.priority == top), key=starving_key)
+    # (C-level: the jobs whose priority equals top, read once.)
+    return min(compress(jobs, map(eq, map(_PRIORITY, jobs), repeat(top))), key=starving_key)
 
 
 # Rule 2. Between teams, the team furthest below its fair share goes next (GPUs in use divided by
