@@ -9,7 +9,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterator, Mapping
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, eq
 
 from gpuqueue.scheduler.horizon import Horizon
 from gpuqueue.scheduler.ledger import Ledger
@@ -72,7 +73,8 @@ def turn_of(jobs: list[PendingJob], top: int, one_priority: bool = False) -> Pen
     has that priority (most queues), so none is left out."""
     if one_priority:
         return min(jobs, key=starving_key)
-    return min((job for job in jobs if job.priority == top), key=starving_key)
+    # (C-level: the jobs whose priority equals top, read once.)
+    return min(compress(jobs, map(eq, map(_PRIORITY, jobs), repeat(top))), key=starving_key)
 
 
 # Rule 2. Between teams, the team furthest below its fair share goes next (GPUs in use divided by
@@ -93,6 +95,35 @@ def team_key(in_use: int, fair_share: int, weight: float, team: str, flavor: str
 # Rule 6. Then the smaller job id, so that the order is total.
 def job_key(job: PendingJob, user_in_use: int) -> JobKey:
     return (-job.priority, user_in_use, job.rank[1], job.id)
+
+
+def _first_before(jobs: list[PendingJob], user_used: int, bound: JobKey) -> int:
+    """The index in one user's jobs (best last) from which on each job's key (`job_key` with
+    `user_used`) is below `bound`, another user's head; the last job always. Its keys are in
+    the order of the jobs' ranks, so the test reads the rank against a bound of the same shape,
+    galloping back from the end (most runs are a job or two) then bisecting."""
+    priority = bound[0]
+    if user_used < bound[1]:
+        below: tuple[float, ...] = (priority + 1,)  # every job of its priority or higher
+    elif user_used > bound[1]:
+        below = (priority,)  # those of a higher priority only
+    else:
+        below = (priority, bound[2], bound[3])
+    hi = len(jobs) - 1  # from here on below the bound
+    step = 1
+    lo = hi - step
+    while lo >= 0 and jobs[lo].rank < below:
+        hi = lo
+        step *= 2
+        lo = hi - step
+    lo = lo + 1 if lo >= 0 else 0  # jobs[lo - 1], when there is one, is not below
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if jobs[mid].rank < below:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 _RANK = attrgetter("rank")
@@ -355,11 +386,13 @@ class Order:
             yield run.pop()
 
     def runs(self) -> Iterator[list[PendingJob]]:
-        """The jobs after the starving ones, as runs: lists of the jobs that come next, best
-        last. The caller takes at least one job from the end of a run (`pop`), and asks for
-        the next run once the ledger changed (its stamp moved) or the run is empty: until then
-        nothing re-keys a team, so the same queue stays first. Jobs left in a run stay in the
-        order. (A run, not a job at a time: most jobs of a busy cycle change nothing.)"""
+        """The jobs after the starving ones, as runs: lists of one user's jobs that come next,
+        best last. The caller takes at least one job from the end of a run (`pop`), and asks
+        for the next run once the ledger changed (its stamp moved) or the run is empty: until
+        then nothing re-keys a team or a user, so the same queue stays first and, of several
+        users, the same one until its next job's key passes the next user's head. Jobs left in
+        a run stay in the order. (A run, not a job at a time: most jobs of a busy cycle change
+        nothing.)"""
         heap = self._heap
         queues = self._queues
         ledger = self._ledger
@@ -373,32 +406,39 @@ class Order:
             if version != queue.version or not heads:
                 heapq.heappop(heap)  # a stale entry: the queue was re-keyed or emptied since
                 continue
+            # `Ledger.in_use`, read straight from its tables (qkey is (team, flavor)): whether
+            # the team's usage is still what it was keyed with. If not (a starving job of the
+            # team was admitted first): one job, then the team is re-keyed below.
+            held = used.get(qkey, 0) - leaving.get(qkey, 0)
+            if milli:
+                held += -(-milli.get(qkey, 0) // 1000)
+            keyed = held == key[2]
             if len(heads) == 1:
                 # One user with jobs left: its list is already in order and no key between
                 # users needs computing (the entry is replaced before it is compared again).
-                user = heads[0][1]
-                jobs = queue.jobs[user]
-                held = used.get(qkey, 0) - leaving.get(qkey, 0)
-                if milli:
-                    held += -(-milli.get(qkey, 0) // 1000)
-                if held == key[2]:
-                    yield jobs
-                else:
-                    # The team's usage moved since it was keyed (a starving job of the team
-                    # was admitted first): one job, then the team is re-keyed below.
-                    yield [jobs.pop()]
+                jobs = queue.jobs[heads[0][1]]
+                yield jobs if keyed else [jobs.pop()]
                 if not jobs:
                     heads.pop()
             else:
                 _, user = heapq.heappop(heads)
                 jobs = queue.jobs[user]
-                yield [jobs.pop()]
-                # The caller has now admitted the job or not; re-key its user.
+                if keyed:
+                    # Its first job, and those after it whose keys still come before the next
+                    # user's head (as keyed), taken off its list once the caller is done.
+                    user_used = ledger.user_used.get((queue.team, user, queue.flavor), 0)
+                    first = _first_before(jobs, user_used, heads[0][0])
+                    run = jobs[first:]
+                    yield run
+                    del jobs[first + len(run) :]
+                else:
+                    yield [jobs.pop()]
+                # The caller has now admitted the jobs or not; re-key the user.
                 if jobs:
                     user_used = ledger.user_used.get((queue.team, user, queue.flavor), 0)
                     heapq.heappush(heads, (job_key(jobs[-1], user_used), user))
             # Re-key the team only if its usage moved (most jobs of a busy cycle change
-            # nothing): `Ledger.in_use`, read straight from its tables (qkey is (team, flavor)).
+            # nothing).
             if heads:
                 held = used.get(qkey, 0) - leaving.get(qkey, 0)
                 if milli:

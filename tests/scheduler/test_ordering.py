@@ -4,6 +4,9 @@ kind of job that waits is given to that kind only."""
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gpuqueue.scheduler import plan
 from gpuqueue.scheduler.engine import Cycle
 from gpuqueue.scheduler.ledger import Ledger
@@ -56,6 +59,49 @@ def test_runs_taken_whole_while_nothing_changes_give_the_same_order() -> None:
         while run:
             taken.append(run.pop().id)  # nothing is admitted: the ledger's stamp stays
     assert taken == [2, 4, 5, 3]
+
+
+# (user, priority, minutes since submission) of each pending job, and GPUs per user running.
+_JOBS = st.lists(
+    st.tuples(st.sampled_from("uvw"), st.integers(0, 2), st.integers(0, 180)), max_size=25
+)
+_HELD = st.fixed_dictionaries({u: st.integers(0, 3) for u in "uvw"})
+
+
+@given(_JOBS, _HELD)
+def test_runs_of_several_users_taken_whole_give_the_order_of_one_job_at_a_time(
+    jobs: list[tuple[str, int, int]], held: dict[str, int]
+) -> None:
+    """A run is one user's jobs until the next user's head comes first (`Order.runs`): taken
+    whole, they come in the order that re-keying the user after each job gives."""
+    job_id = iter(range(100, 1000))
+    snapshot = Snapshot(
+        now=NOW,
+        nodes=nodes(2, h100=8),
+        teams=(team("a", guarantee=8), team("b", guarantee=8)),
+        running=tuple(
+            running(next(job_id), "a", {"n1": 1}, gpus=gpus, user=user)
+            for user, gpus in held.items()
+            if gpus
+        ),
+        pending=tuple(
+            pending(i, "a", user=user, priority=priority, submitted=NOW - 60 * minutes)
+            for i, (user, priority, minutes) in enumerate(jobs, start=1)
+        ),
+    )
+
+    def order() -> Order:
+        ledger = Ledger(snapshot.nodes, {"a": ("a",), "b": ("b",)})
+        for job in snapshot.running:
+            ledger.admit(job.team, job.user, job.flavor, job.gpus_per_worker, True, job.placement)
+        return Order(snapshot, ledger, {("a", "h100"): 8}, {}, 100 * HOUR)
+
+    taken = []
+    for run in order().runs():
+        while run:
+            taken.append(run.pop().id)
+    assert taken == [job.id for job in order().queued()]
+    assert sorted(taken) == list(range(1, len(jobs) + 1))
 
 
 def test_a_kind_that_waits_gives_its_verdict_to_that_kind_only() -> None:
