@@ -9,6 +9,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
@@ -140,7 +141,7 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
         described = sync_sources(backend)
         # Every job that holds GPUs, in brief: most of them run on and need no more of their
         # row; those a step may move are read whole below.
-        holding = list(Job.objects.holding().select_related("team").only(*BRIEF).order_by("id"))
+        holding = [Brief(*row) for row in Job.objects.holding().order_by("id").values_list(*BRIEF)]
         live = {(job.pk, job.attempts) for job in holding}
         # A launch under way while the pass reads the cluster may be missing from the read,
         # even when it has ended by the relaunch below.
@@ -153,7 +154,7 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
         moving: list[int] = []
         starts: list[Move] = []
         for job in holding:
-            if job.team.namespace in unseen:
+            if job.namespace in unseen:
                 continue  # its workload cannot be seen now: not gone, left as it is
             status = statuses.get((job.pk, job.attempts))
             if _settled(job, status, now, draining):
@@ -232,12 +233,27 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
     return result
 
 
-# What `_settled` and `_drained_node` read of a job, and the sync pass of every job.
+class Brief(NamedTuple):
+    """What the pass reads of every job that holds GPUs, and all that `_settled`,
+    `_started`, `_unlaunched` and `_drained_node` read of one (a Job row has the same names):
+    tuples, not model instances, as most of them run on and need no more."""
+
+    pk: int
+    attempts: int
+    state: str
+    admitted_at: datetime | None
+    placement: dict[str, int]
+    namespace: str
+
+
 BRIEF = ("id", "attempts", "state", "admitted_at", "placement", "team__namespace")
 
 
 def _settled(
-    job: Job, status: WorkloadStatus | None, now: datetime, draining: set[str] = frozenset()
+    job: Job | Brief,
+    status: WorkloadStatus | None,
+    now: datetime,
+    draining: set[str] = frozenset(),
 ) -> bool:
     """Whether the pass would leave the job as it is and its workload running (`_follow`
     and the drain make no step): a job that runs on, or one admitted and starting within its
@@ -261,7 +277,7 @@ def _settled(
 STARTED = "every worker is running"
 
 
-def _unlaunched(job: Job, status: WorkloadStatus | None, draining: set[str]) -> bool:
+def _unlaunched(job: Job | Brief, status: WorkloadStatus | None, draining: set[str]) -> bool:
     """An admitted job with no workload yet (its launch in flight, or cut short) on no node
     being drained: the pass only relaunches it, after commit."""
     return (
@@ -271,7 +287,7 @@ def _unlaunched(job: Job, status: WorkloadStatus | None, draining: set[str]) -> 
     )
 
 
-def _started(job: Job, status: WorkloadStatus, draining: set[str] = frozenset()) -> bool:
+def _started(job: Job | Brief, status: WorkloadStatus, draining: set[str] = frozenset()) -> bool:
     """Whether an admitted job's whole gang now runs, on no node being drained: it starts."""
     return (
         job.state == JobState.ADMITTED
@@ -302,7 +318,9 @@ def _follow_isolated(job: Job, status: WorkloadStatus | None, now: datetime) -> 
         return int(failed), True
 
 
-def _drained_node(job: Job, status: WorkloadStatus | None, draining: set[str]) -> str | None:
+def _drained_node(
+    job: Job | Brief, status: WorkloadStatus | None, draining: set[str]
+) -> str | None:
     """The first node of the job's placement that is being drained, while the job runs or
     starts there and has not finished; None otherwise."""
     if not draining or job.state not in (JobState.ADMITTED, JobState.RUNNING):

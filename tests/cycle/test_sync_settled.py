@@ -83,6 +83,13 @@ def test_a_settled_job_is_one_follow_leaves_as_it_is(
             row = Job.objects.select_related("team").get(pk=job.pk)
             draining = {"node-a"} if drained else set()
             settled = cluster_sync._settled(row, status, now, draining)
+            # The pass decides on the brief tuple it reads: the same as on the row.
+            (values,) = Job.objects.filter(pk=job.pk).values_list(*cluster_sync.BRIEF)
+            brief = cluster_sync.Brief(*values)
+            assert cluster_sync._settled(brief, status, now, draining) == settled
+            assert cluster_sync._unlaunched(brief, status, draining) == cluster_sync._unlaunched(
+                row, status, draining
+            )
             if settled:
                 assert cluster_sync._drained_node(row, status, draining) is None
             with CaptureQueriesContext(connection) as queries:
