@@ -21,7 +21,7 @@ from gpuqueue.core.states import FINAL, JobState
 from gpuqueue.cycle.launch import launch_admitted
 from gpuqueue.cycle.source_sync import sync_sources
 from gpuqueue.log_config import SUMMARY_LOGGER
-from gpuqueue.models import Job, Node
+from gpuqueue.models import Job, Node, WorkloadRecord
 from gpuqueue.services.jobs.checkpoint import acknowledge_checkpoint, requeue
 from gpuqueue.services.jobs.start_failures import requeue_after_start_failure
 from gpuqueue.services.jobs.transitions import Move, move_jobs, transition
@@ -121,7 +121,8 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
     4. After commit: stop what must stop, relaunch admitted jobs that have no workload (a
        crash between admission and launch, or a launch cut short before its Job; none while
        another process launches, or did while the pass read the cluster: it holds the shared
-       "launching" lock), stop
+       "launching" lock; nor, until RELAUNCH_AFTER from admission, one whose launch recorded
+       its Job: the copy is late), stop
        workloads that belong to no live job (a finished one once it has been kept
        GPUQUEUE_K8S_KEEP_FINISHED_SECONDS, for its logs). The backend reports only workloads
        it proves this database launched (gpuqueue.cluster.proof), so an orphan is always one
@@ -133,7 +134,7 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
     now = now or timezone.now()
     result = SyncResult()
     to_stop: list[tuple[int, int]] = []
-    to_launch: list[int] = []
+    to_launch: list[tuple[int, int, datetime | None]] = []  # (job, attempt, admitted at)
     to_checkpoint: list[tuple[int, int, datetime]] = []
     with transaction.atomic():
         if not try_xact_lock("cluster_sync"):
@@ -164,7 +165,7 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
             elif _unlaunched(job, status, draining):
                 # `_follow` has nothing to do for it: decided from the brief row, without a
                 # savepoint and a read of its own (a wave's launch leaves hundreds per pass).
-                to_launch.append(job.pk)
+                to_launch.append((job.pk, job.attempts, job.admitted_at))
             else:
                 moving.append(job.pk)
         # The gangs that started since the last pass (a wave's thousands) in one move.
@@ -194,7 +195,7 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
             if stop:
                 to_stop.append(key)
             elif status is None and job.state == JobState.ADMITTED:
-                to_launch.append(job.pk)
+                to_launch.append((job.pk, job.attempts, job.admitted_at))
         keep = timedelta(seconds=settings.GPUQUEUE_K8S_KEEP_FINISHED_SECONDS)
         orphans = [
             key
@@ -217,11 +218,12 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
         # A launch was under way (a cycle's, just committed): these are most likely its own
         # jobs; launching them here too would only meet its objects. Left to the next pass.
         to_launch = []
-    if to_launch:
-        launch_admitted(to_launch, backend)
+    relaunch = _not_made(to_launch, now) if to_launch else []
+    if relaunch:
+        launch_admitted(relaunch, backend)
     for describe in described:
         describe.apply(backend)
-    result.relaunched = to_launch
+    result.relaunched = relaunch
     result.orphans_stopped = len(orphans)
     try:  # 5.
         result.released = backend.release_gangs()
@@ -275,6 +277,31 @@ def _settled(
 # A start (which sets start_failures to 0: a start that ran ends the run of failed starts, and
 # the cap counts consecutive ones, so a long job requeued now and then never nears it).
 STARTED = "every worker is running"
+
+
+# How long an admitted job whose launch recorded its Job may go without the watcher's copy
+# showing it before it is launched again (the Job deleted by someone): the copy follows a
+# wave's thousands of creates seconds behind.
+RELAUNCH_AFTER = timedelta(minutes=2)
+
+
+def _not_made(unlaunched: list[tuple[int, int, datetime | None]], now: datetime) -> list[int]:
+    """Of the admitted jobs the pass found without a workload, the ones to launch again:
+    those whose attempt's launch never recorded a Job (a crash, a launch cut short), and those
+    whose recorded Job has been missing since their admission RELAUNCH_AFTER ago. A Job
+    recorded as made that the copy does not show yet is only late: launching it again would
+    meet its own objects."""
+    made = set(
+        WorkloadRecord.objects.filter(job_id__any=[job for job, _, _ in unlaunched])
+        .exclude(job_uid="")
+        .values_list("job_id", "attempt")
+    )
+    return [
+        job
+        for job, attempt, admitted_at in unlaunched
+        if (job, attempt) not in made
+        or (admitted_at is not None and now - admitted_at >= RELAUNCH_AFTER)
+    ]
 
 
 def _unlaunched(job: Job | Brief, status: WorkloadStatus | None, draining: set[str]) -> bool:

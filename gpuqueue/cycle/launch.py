@@ -292,12 +292,13 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
        proof covers) and build their launch specs (this thread: the database).
     2. Call the backend (`ClusterBackend.launch_all`: in bulk where it can, else up to its
        `launch_concurrency` at once), holding the shared "launching" lock.
-    3. Keep the hash of each token the workloads were given, and the uids of what each launch
-       made in its record (what the sync believes afterwards), in bulk updates. A launch that
-       found another's object under its attempt's name (Squatted) is a failed start: requeued
-       with backoff, to a new attempt and new names. Fail each job whose manifest the cluster
-       refused, or whose launch raised anything else, with the error. A transient failure
-       leaves the job ADMITTED for the next sync to retry.
+    3. Keep the uids of what each launch made in its record (what the sync believes
+       afterwards; still under the lock), then the hash of each token the workloads were
+       given, in bulk updates. A launch that found another's object under its attempt's name
+       (Squatted) is a failed start: requeued with backoff, to a new attempt and new names.
+       Fail each job whose manifest the cluster refused, or whose launch raised anything
+       else, with the error. A transient failure leaves the job ADMITTED for the next sync to
+       retry.
     """
     backend = backend or get_backend()
     # 1.
@@ -311,13 +312,20 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
     # workload to a launch in progress instead of launching them a second time.
     with shared_session_lock("launching"):
         outcomes = backend.launch_all(specs)
+        # The uids of what each launch made, recorded before the lock goes: a sync that finds
+        # the lock free takes a recorded Job for made, even before its copy of the cluster
+        # shows it (cluster_sync._not_made).
+        made = []
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            if isinstance(outcome, Launched):
+                record = records[job.pk]
+                record.secret_uid, record.job_uid = outcome.secret_uid, outcome.job_uid
+                made.append(record)
+        WorkloadRecord.objects.bulk_update(made, ["secret_uid", "job_uid"], batch_size=500)
     # 3.
-    with_token, made = [], []
+    with_token = []
     for job, outcome in zip(jobs, outcomes, strict=True):
         if isinstance(outcome, Launched):
-            record = records[job.pk]
-            record.secret_uid, record.job_uid = outcome.secret_uid, outcome.job_uid
-            made.append(record)
             outcome = outcome.token
         if isinstance(outcome, str):
             with_token.append(Job(pk=job.pk, checkpoint_token_hash=hash_secret(outcome)))
@@ -345,4 +353,3 @@ def launch_admitted(job_ids: list[int], backend: ClusterBackend | None = None) -
                 job, cause, "cluster", str(outcome) if isinstance(outcome, ClusterError) else cause
             )
     Job.objects.bulk_update(with_token, ["checkpoint_token_hash"], batch_size=500)
-    WorkloadRecord.objects.bulk_update(made, ["secret_uid", "job_uid"], batch_size=500)

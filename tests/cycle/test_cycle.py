@@ -441,3 +441,31 @@ def test_a_launch_that_ends_while_the_sync_reads_the_cluster_is_not_launched_aga
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.attempts == 1
     assert SimulatedWorkload.objects.filter(job_id=job.pk).count() == 1
+
+
+def test_a_job_whose_launch_recorded_its_workload_is_awaited_not_launched_again(
+    world: Any, submit: Any, backend: Any
+) -> None:
+    """The watcher's copy follows a wave's creates seconds behind: an admitted job that it does
+    not show yet, but whose launch recorded the Job it made, is late, not lost. It is launched
+    again only once it has been missing RELAUNCH_AFTER since its admission (deleted by
+    someone); a job whose launch recorded nothing is launched again at once."""
+    from gpuqueue.cycle import cluster_sync
+    from gpuqueue.models import WorkloadRecord
+
+    class Late(type(backend)):  # type: ignore[misc]
+        def launch_all(self, specs: Any) -> Any:
+            return [None for _ in specs]  # made, but not in the copy yet
+
+    late = Late(backend.cluster_file, startup_seconds=0, checkpoint_seconds=0)
+    sync_cluster(backend)
+    recorded, unrecorded = submit(), submit()
+    run_cycle(backend=late)
+    WorkloadRecord.objects.filter(job_id=recorded.pk, attempt=1).update(job_uid="uid-of-its-job")
+
+    assert sync_cluster(late).relaunched == [unrecorded.pk]
+    admitted = Job.objects.get(pk=recorded.pk).admitted_at
+    assert admitted is not None
+    later = admitted + cluster_sync.RELAUNCH_AFTER
+    # (the unrecorded one is still without a workload: launched again as each pass finds it)
+    assert sync_cluster(late, now=later).relaunched == [recorded.pk, unrecorded.pk]
