@@ -28,8 +28,8 @@ from gpuqueue.scheduler.shared_gpus import FULL, Devices, most_room, place_worke
 # GPUs need costs a tenth of a GPU. Fragmentation growth reads CPU only once a shape no longer
 # fits; the mismatch sees it coming. On openb's pod lists the CPU-light fractions (810
 # thousandths on 3 CPUs) otherwise fill the CPU-rich two-GPU nodes, whose CPU then idles, while
-# CPU-heavy work strands the GPUs of the CPU-poor nodes that were left for last: 0.2-0.7 points
-# more allocated at 100 % arrived on each list (docs/benchmarks.md); 1e-3 gained a third of
+# CPU-heavy work strands the GPUs of the CPU-poor nodes that were left for last: 0.04-0.7 points
+# more allocated at 100 % arrived on each list, seed 42 (docs/benchmarks.md); 1e-3 gained a third of
 # that on gpushare60, 1e-1 lost it on gpushare80.
 STRAY = 1e-2
 
