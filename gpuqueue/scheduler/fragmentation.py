@@ -56,9 +56,11 @@ class Workload:
             (gpus, milli, models, sum(m for _, _, m in rows), rows)
             for (gpus, milli, models), rows in grouped.items()
         ]
-        # Millicores the GPU shapes ask per GPU, weighed as the shapes are (0: none ask GPUs).
+        # Millicores the shapes ask per GPU they ask, weighed as the shapes are (0: none ask
+        # GPUs). CPU-only tasks count: they take their CPU on the GPU nodes too, so a node
+        # whose CPU merely matches its GPU work's leaves them none.
         gpu_mass = sum(m * (s.gpus * FULL + s.milli) for s, m in weights.items()) / FULL
-        cpu_mass = sum(m * s.cpu for s, m in weights.items() if s.gpus or s.milli)
+        cpu_mass = sum(m * s.cpu for s, m in weights.items())
         self.cpu_per_gpu = cpu_mass / gpu_mass if gpu_mass else 0.0
         self._fits: dict[tuple[int, int, int], float] = {}
         self._frag: dict[tuple[int, tuple[int, ...], int, int, str | None], float] = {}

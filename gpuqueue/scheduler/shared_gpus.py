@@ -60,8 +60,8 @@ def place_workers(
        used GPU with room or a fully free GPU, a whole worker `gpus_per_worker` free GPUs.
     2. Best is, with bin-pack, the partly used GPU with least room left, else the fullest
        node; with spread, the emptiest node, else the GPU with most room; with fragmentation,
-       the smallest `score` (the growth of fragmentation, and of nodes all but level on it,
-       the one whose CPU left stays closest to what its free GPUs need), then the node with
+       the smallest `score` (the growth of fragmentation, plus how much further the worker
+       moves the node's CPU left from what its free GPUs need), then the node with
        most whole GPUs free (on openb's GPU-sharing pod lists it allocates up to a point more
        than the fullest: a fraction that changes fragmentation no more on either keeps the
        partly used nodes' GPUs for the fractions that fit them only). Ties go to the node

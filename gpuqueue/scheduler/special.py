@@ -24,11 +24,14 @@ from gpuqueue.scheduler.model import (
 from gpuqueue.scheduler.shared_gpus import FULL, Devices, most_room, place_workers
 
 # Thousandths of a GPU of fragmentation growth that a millicore of CPU mismatch weighs as
-# (`Special.place`): 100 CPUs weigh 1e-4, what stranding a thousandth costs for a shape of a
-# few pods in ten thousand, so it decides only between nodes the growth leaves level or all
-# but level. On openb_pod_list_gpushare100 it allocates 0.45 points more at 100 % arrived
-# (docs/benchmarks.md); a strict tie-break after the growth gained nothing there.
-STRAY = 1e-9
+# (`Special.place`): a worker that moves a node's CPU left 10 CPUs further from what its free
+# GPUs need costs a tenth of a GPU. Fragmentation growth reads CPU only once a shape no longer
+# fits; the mismatch sees it coming. On openb's pod lists the CPU-light fractions (810
+# thousandths on 3 CPUs) otherwise fill the CPU-rich two-GPU nodes, whose CPU then idles, while
+# CPU-heavy work strands the GPUs of the CPU-poor nodes that were left for last: 0.04-0.7 points
+# more allocated at 100 % arrived on each list, seed 42 (docs/benchmarks.md); 1e-3 gained a third of
+# that on gpushare60, 1e-1 lost it on gpushare80.
+STRAY = 1e-2
 
 
 class Special:
@@ -133,6 +136,7 @@ class Special:
             cpu, memory = job.cpu_per_worker, job.memory_per_worker
             frag = workload.fragmentation
             per_gpu = workload.cpu_per_gpu
+            taken = job.gpu_milli or job.gpus_per_worker * FULL  # thousandths per worker
 
             def score(
                 node: str,
@@ -151,11 +155,13 @@ class Special:
                 growth = frag(count_after, used_after, c - cpu, m - memory, model) - before
                 if left is None or left[0] >= UNLIMITED // 2:
                     return growth  # the node does not limit CPU
-                # How far the CPU left strays from what the free GPUs need at the workload's
-                # CPU per GPU (where it is short, those GPUs strand; where it is long, the CPU),
-                # weighed so little that it only parts nodes whose growth is (all but) equal.
+                # How much further the CPU left strays from what the free GPUs need at the
+                # workload's CPU per GPU (where it is short, those GPUs strand; where it is
+                # long, the CPU): a worker asking less CPU per GPU than that goes where CPU is
+                # short, one asking more where it is long.
                 gpu_left = count_after * FULL + sum(FULL - u for u in used_after.values())
-                return growth + STRAY * abs(c - cpu - gpu_left * per_gpu / FULL)
+                stray = c - cpu - gpu_left * per_gpu / FULL
+                return growth + STRAY * (abs(stray) - abs(stray + cpu - taken * per_gpu / FULL))
 
         shared = fl.shared or {}
         if fl.gpu_team is not None and job.gpu_milli:

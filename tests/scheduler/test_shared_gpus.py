@@ -237,20 +237,44 @@ def test_fragmentation_keeps_room_the_workload_uses_where_bin_pack_fills_the_ful
     assert binpack.admissions[0].devices == (("n1", 0),)
 
 
-def test_fragmentation_breaks_a_tie_where_the_cpu_left_matches_what_the_free_gpus_need() -> None:
-    """Half-GPU tasks of 4 CPUs: 8 CPUs per GPU. A half on either one-GPU node leaves the same
-    free GPU, but n1 would keep 60 CPUs for it (56 that no GPU work there can use) and n2 12
-    (8 too many): the fraction goes to n2, and n1's CPU stays for the work that needs it."""
+def test_the_cpu_a_workload_asks_per_gpu_counts_its_cpu_only_tasks() -> None:
+    """Half-GPU tasks of 4 CPUs and as many CPU-only tasks of 8 CPUs share the nodes' CPU:
+    24 CPUs per GPU asked, not the 8 the GPU tasks ask alone."""
+    workload = Workload([(Shape(0, 500, 4 * CPU, 0), 1.0), (Shape(0, 0, 8 * CPU, 0), 1.0)])
+    assert workload.cpu_per_gpu == 24 * CPU
+
+
+def test_fragmentation_sends_a_cpu_heavy_fraction_where_cpu_is_long() -> None:
+    """Half-GPU tasks of 4 CPUs: 8 CPUs per GPU. A half asking 6 CPUs grows fragmentation on
+    neither two-GPU node, but on n1, whose 16 CPUs just match its GPUs, it would leave 10 CPUs
+    for 1.5 GPUs, and the last half GPU there strands for want of CPU; on n2, whose 40 CPUs
+    are 24 more than its GPUs need, every GPU still finds CPU. (Judged by how far the CPU
+    left strays after, n1 would look better: 2 CPUs short against 22 long.)"""
     nodes = (
-        Node("n1", {H100: 1}, cpu=64 * CPU, memory=256 * GIB),
-        Node("n2", {H100: 1}, cpu=16 * CPU, memory=256 * GIB),
+        Node("n1", {H100: 2}, cpu=16 * CPU, memory=256 * GIB),
+        Node("n2", {H100: 2}, cpu=40 * CPU, memory=256 * GIB),
     )
-    job = PendingJob(**{**_fields(frac(1, "a", 500)), "cpu_per_worker": 4 * CPU})
+    job = PendingJob(**{**_fields(frac(1, "a", 500)), "cpu_per_worker": 6 * CPU})
     workload = Workload([(Shape(0, 500, 4 * CPU, 0), 1.0)])
     result = plan(
         snap(nodes, (job,)), Policy(placement=PlacementStrategy.FRAGMENTATION, workload=workload)
     )
     assert result.admissions[0].devices == (("n2", 0),)
+
+
+def test_fragmentation_sends_a_cpu_light_fraction_where_cpu_is_short() -> None:
+    """The same workload; a half asking 2 CPUs goes to n1, 4 CPUs short of its GPUs' 16, and
+    leaves n2's 40 CPUs to work that asks more."""
+    nodes = (
+        Node("n1", {H100: 2}, cpu=12 * CPU, memory=256 * GIB),
+        Node("n2", {H100: 2}, cpu=40 * CPU, memory=256 * GIB),
+    )
+    job = PendingJob(**{**_fields(frac(1, "a", 500)), "cpu_per_worker": 2 * CPU})
+    workload = Workload([(Shape(0, 500, 4 * CPU, 0), 1.0)])
+    result = plan(
+        snap(nodes, (job,)), Policy(placement=PlacementStrategy.FRAGMENTATION, workload=workload)
+    )
+    assert result.admissions[0].devices == (("n1", 0),)
 
 
 # --- invariants ------------------------------------------------------------------------------
