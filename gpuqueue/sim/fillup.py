@@ -173,10 +173,9 @@ def request_workload(pods: Sequence[Pod], cpu_per_gpu: float) -> Workload:
     """The target workload of the fragmentation strategy: each pod shape (CPU and GPUs, as
     FGD's typical pods, not memory) weighed by what its pods ask of the cluster, GPUs plus CPU
     in GPUs' worth (`cpu_per_gpu`: the cluster's CPU per GPU). The fill-up arrives by request,
-    so a shape matters as much as the requests it brings; counting pods alone (FGD's weights)
-    lets the many small pods crowd out the few large ones that an empty node must be kept
-    for (docs/benchmarks.md: 94.65 % against 95.14 % allocated at 100 % arrived on
-    openb_pod_list_default)."""
+    so a shape matters as much as the requests it brings; counting pods (FGD's weights, `pods`)
+    lets the many small pods outweigh the few large ones. docs/benchmarks.md compares the two
+    on every openb list."""
     return Workload((p.shape, p.gpu_milli / FULL + p.cpu / cpu_per_gpu) for p in pods)
 
 
