@@ -85,3 +85,24 @@ def test_a_pod_set_larger_than_any_node_is_refused_with_a_sentence(
     assert mirrored.job is None
     assert "largest node" in mirrored.text
     assert not Job.objects.exists()
+
+
+def test_an_amount_past_a_column_s_range_is_refused_with_a_sentence_and_stops_no_pass(
+    world: Any, backend: Any
+) -> None:
+    """A PyTorchJob's or RayJob's template is not checked by the API server as a pod is: a
+    worker asking "1e300" CPUs or memory (or a pod set's head doing so) must be refused with a
+    sentence, not raise out of the watcher's pass for every team."""
+    sync_cluster(backend)
+    huge = 10**302
+    shapes = (
+        replace(_shape(), pod_sets=(), workers=2, gpus_per_worker=8, cpu_millicores=huge),
+        replace(_shape(), pod_sets=(), workers=2, gpus_per_worker=8, memory_mib=huge),
+        replace(_shape(), pod_sets=({**SETS[0], "cpu_millicores": huge}, SETS[1])),
+        replace(_shape(), pod_sets=(SETS[0], {**SETS[1], "memory_mib": huge})),
+    )
+    for shape, field in zip(shapes, ("cpu_millicores", "memory_mib") * 2, strict=True):
+        mirrored = mirror(shape)
+        assert mirrored.job is None
+        assert mirrored.text.startswith(f"{field}: Ensure this value is less than")
+    assert not Job.objects.exists()

@@ -112,8 +112,14 @@ def mirror(shape: SourceShape) -> Mirrored:
         fields["priority"] = shape.priority
     if shape.max_runtime_seconds is not None:
         fields["max_runtime_seconds"] = shape.max_runtime_seconds
-    for field in ("workers", "gpus_per_worker", "priority", "max_runtime_seconds"):
-        if field in fields and (errors := job_spec.field_errors(field, fields[field])):
+    # Every number read off the user's object, each pod set's too, against the submission's
+    # bounds: a custom resource's template is not checked by the API server as a pod is, and
+    # an amount past a column's range must be a sentence, not an error that stops the pass.
+    named = [(f, v) for f, v in fields.items() if f not in ("name", "image")]
+    for s in shape.pod_sets:
+        named += [(f, s[f]) for f in ("cpu_millicores", "memory_mib") if f in s]
+    for field, value in named:
+        if errors := job_spec.field_errors(field, value):
             return Mirrored(None, f"{field}: {' '.join(errors)}")
     try:
         for s in shape.pod_sets:  # each pod on one node, the largest too
@@ -122,20 +128,31 @@ def mirror(shape: SourceShape) -> Mirrored:
     except SubmissionRefused as exc:
         return Mirrored(None, str(exc))
     user = owner_of(shape, team)
-    with transaction.atomic():
-        job = submit_job(user, team, flavor, {k: v for k, v in fields.items() if v is not None}).job
-        if shape.pod_sets:  # not a submission's field: only a user's object has them
-            job.pod_sets = [dict(s) for s in shape.pod_sets]
-            Job.objects.filter(pk=job.pk).update(pod_sets=job.pod_sets)
-        JobSource.objects.create(
-            job_id=job.pk,
-            kind=shape.kind,
-            namespace=shape.namespace,
-            name=shape.name,
-            uid=shape.uid,
-            creator=shape.user,
-        )
+    try:
+        with transaction.atomic():
+            job = _queue(shape, user, team, flavor, fields)
+    except SubmissionRefused as exc:  # the user's object, refused: said, the pass goes on
+        return Mirrored(None, str(exc))
     return Mirrored(job, f"queued as gpuqueue job {job.pk} of team {team.slug}")
+
+
+def _queue(
+    shape: SourceShape, user: Any, team: Team, flavor: Flavor, fields: dict[str, Any]
+) -> Job:
+    """The job of a user's object, with its pod sets and its source recorded."""
+    job = submit_job(user, team, flavor, {k: v for k, v in fields.items() if v is not None}).job
+    if shape.pod_sets:  # not a submission's field: only a user's object has them
+        job.pod_sets = [dict(s) for s in shape.pod_sets]
+        Job.objects.filter(pk=job.pk).update(pod_sets=job.pod_sets)
+    JobSource.objects.create(
+        job_id=job.pk,
+        kind=shape.kind,
+        namespace=shape.namespace,
+        name=shape.name,
+        uid=shape.uid,
+        creator=shape.user,
+    )
+    return job
 
 
 def cancel_gone(job: Job, source: JobSource) -> bool:
