@@ -418,11 +418,10 @@ class Service:
             backend.api_client.user_agent = GPUQUEUE_AGENT
         kube_scale.take_inventory(self.launching, nodes)
         self.stopping = False
-        self.syncs = 0
         # CPU of the sync's and the cycle's own threads (not their pools' requests): where
         # gpuqueue's own CPU goes, by part.
-        self.sync_cpu = self.cycle_cpu = 0.0
-        self.pass_cpu: list[float] = []  # each pass's
+        self.cycle_cpu = 0.0
+        self.pass_cpu: list[float] = []  # each sync pass's
         self.acker: threading.Thread | None = None
         self.last_cycle = 0.0
         self.thread = threading.Thread(target=self._watch, daemon=True)
@@ -437,8 +436,6 @@ class Service:
             began = time.thread_time()
             try:
                 sync_cluster(self.watching)
-                self.syncs += 1
-                self.sync_cpu += time.thread_time() - began
                 self.pass_cpu.append(time.thread_time() - began)
             except Exception as exc:  # noqa: BLE001 - the watcher goes on, as the service's
                 print(f"sync failed: {exc!r}", flush=True)
@@ -581,8 +578,8 @@ def run_gpuqueue(
                 watcher.close()
                 service.stop()
                 print(
-                    f"[gpuqueue {phase.label}] {service.syncs} syncs, their thread's CPU"
-                    f" {service.sync_cpu:.1f} s; the cycles' thread's CPU"
+                    f"[gpuqueue {phase.label}] {len(service.pass_cpu)} syncs, their thread's CPU"
+                    f" {sum(service.pass_cpu):.1f} s; the cycles' thread's CPU"
                     f" {service.cycle_cpu:.1f} s",
                     flush=True,
                 )

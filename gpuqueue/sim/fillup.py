@@ -174,8 +174,8 @@ def request_workload(pods: Sequence[Pod], cpu_per_gpu: float) -> Workload:
     FGD's typical pods, not memory) weighed by what its pods ask of the cluster, GPUs plus CPU
     in GPUs' worth (`cpu_per_gpu`: the cluster's CPU per GPU). The fill-up arrives by request,
     so a shape matters as much as the requests it brings; counting pods (FGD's weights, `pods`)
-    lets the many small pods outweigh the few large ones. docs/benchmarks.md compares the two
-    on every openb list."""
+    lets the many small pods outweigh the few large ones. docs/benchmarks.md compares the
+    two."""
     return Workload((p.shape, p.gpu_milli / FULL + p.cpu / cpu_per_gpu) for p in pods)
 
 

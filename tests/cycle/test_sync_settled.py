@@ -115,23 +115,26 @@ def test_a_running_job_whose_gang_runs_is_settled_and_a_finished_one_is_not(job:
     assert not cluster_sync._settled(row, None, now)
 
 
+def pass_after_a_cycle(submit: Any, backend: Any, n: int) -> tuple[list[Job], int]:
+    """`n` one-GPU jobs submitted and admitted by a cycle, then one sync pass: the jobs as it
+    left them, and the statements it made."""
+    from gpuqueue.cycle.run import run_cycle
+
+    jobs = [submit(workers=1, gpus_per_worker=1) for _ in range(n)]
+    run_cycle(backend=backend)
+    with CaptureQueriesContext(connection) as queries:
+        cluster_sync.sync_cluster(backend)
+    return [Job.objects.get(pk=j.pk) for j in jobs], len(queries)
+
+
 def test_the_gangs_that_started_since_the_last_pass_start_in_one_move(
     world: Any, submit: Any, backend: Any
 ) -> None:
-    from gpuqueue.cycle.run import run_cycle
     from gpuqueue.models import JobEvent
 
     cluster_sync.sync_cluster(backend)
-
-    def pass_starting(n: int) -> tuple[list[Job], int]:
-        jobs = [submit(workers=1, gpus_per_worker=1) for _ in range(n)]
-        run_cycle(backend=backend)
-        with CaptureQueriesContext(connection) as queries:
-            cluster_sync.sync_cluster(backend)
-        return [Job.objects.get(pk=j.pk) for j in jobs], len(queries)
-
-    two, statements_for_two = pass_starting(2)
-    six, statements_for_six = pass_starting(6)
+    two, statements_for_two = pass_after_a_cycle(submit, backend, 2)
+    six, statements_for_six = pass_after_a_cycle(submit, backend, 6)
     assert statements_for_six == statements_for_two  # one move, however many started
     statuses = {s.job_id: s for s in backend.observe()}
     for job in two + six:
@@ -167,7 +170,6 @@ def test_admitted_jobs_whose_launch_is_in_flight_cost_the_pass_no_read_each(
     from django.db import connections
 
     from gpuqueue.core.locks import LOCK_KEYS
-    from gpuqueue.cycle.run import run_cycle
 
     class Launching(type(backend)):  # type: ignore[misc]
         def launch_all(self, specs: Any) -> list[None]:
@@ -179,16 +181,8 @@ def test_admitted_jobs_whose_launch_is_in_flight_cost_the_pass_no_read_each(
     with other.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock_shared(%s)", [LOCK_KEYS["launching"]])
     try:
-
-        def pass_over(n: int) -> tuple[list[Job], int]:
-            jobs = [submit(workers=1, gpus_per_worker=1) for _ in range(n)]
-            run_cycle(backend=launching)
-            with CaptureQueriesContext(connection) as queries:
-                cluster_sync.sync_cluster(launching)
-            return [Job.objects.get(pk=j.pk) for j in jobs], len(queries)
-
-        two, statements_for_two = pass_over(2)
-        six, statements_for_six = pass_over(6)
+        two, statements_for_two = pass_after_a_cycle(submit, launching, 2)
+        six, statements_for_six = pass_after_a_cycle(submit, launching, 6)
     finally:
         other.close()
     assert statements_for_six == statements_for_two

@@ -244,37 +244,34 @@ def test_the_cpu_a_workload_asks_per_gpu_counts_its_cpu_only_tasks() -> None:
     assert workload.cpu_per_gpu == 24 * CPU
 
 
+def half_gpu_on_two_nodes(n1_cpus: int, cpus: int) -> tuple[tuple[str, int], ...]:
+    """The devices the fragmentation strategy gives a half GPU asking `cpus` CPUs, on two
+    two-GPU nodes of `n1_cpus` and 40 CPUs, against a workload of half-GPU tasks of 4 CPUs."""
+    nodes = (
+        Node("n1", {H100: 2}, cpu=n1_cpus * CPU, memory=256 * GIB),
+        Node("n2", {H100: 2}, cpu=40 * CPU, memory=256 * GIB),
+    )
+    job = PendingJob(**{**_fields(frac(1, "a", 500)), "cpu_per_worker": cpus * CPU})
+    workload = Workload([(Shape(0, 500, 4 * CPU, 0), 1.0)])
+    result = plan(
+        snap(nodes, (job,)), Policy(placement=PlacementStrategy.FRAGMENTATION, workload=workload)
+    )
+    return result.admissions[0].devices
+
+
 def test_fragmentation_sends_a_cpu_heavy_fraction_where_cpu_is_long() -> None:
     """Half-GPU tasks of 4 CPUs: 8 CPUs per GPU. A half asking 6 CPUs grows fragmentation on
     neither two-GPU node, but on n1, whose 16 CPUs just match its GPUs, it would leave 10 CPUs
     for 1.5 GPUs, and the last half GPU there strands for want of CPU; on n2, whose 40 CPUs
     are 24 more than its GPUs need, every GPU still finds CPU. (Judged by how far the CPU
     left strays after, n1 would look better: 2 CPUs short against 22 long.)"""
-    nodes = (
-        Node("n1", {H100: 2}, cpu=16 * CPU, memory=256 * GIB),
-        Node("n2", {H100: 2}, cpu=40 * CPU, memory=256 * GIB),
-    )
-    job = PendingJob(**{**_fields(frac(1, "a", 500)), "cpu_per_worker": 6 * CPU})
-    workload = Workload([(Shape(0, 500, 4 * CPU, 0), 1.0)])
-    result = plan(
-        snap(nodes, (job,)), Policy(placement=PlacementStrategy.FRAGMENTATION, workload=workload)
-    )
-    assert result.admissions[0].devices == (("n2", 0),)
+    assert half_gpu_on_two_nodes(n1_cpus=16, cpus=6) == (("n2", 0),)
 
 
 def test_fragmentation_sends_a_cpu_light_fraction_where_cpu_is_short() -> None:
     """The same workload; a half asking 2 CPUs goes to n1, 4 CPUs short of its GPUs' 16, and
     leaves n2's 40 CPUs to work that asks more."""
-    nodes = (
-        Node("n1", {H100: 2}, cpu=12 * CPU, memory=256 * GIB),
-        Node("n2", {H100: 2}, cpu=40 * CPU, memory=256 * GIB),
-    )
-    job = PendingJob(**{**_fields(frac(1, "a", 500)), "cpu_per_worker": 2 * CPU})
-    workload = Workload([(Shape(0, 500, 4 * CPU, 0), 1.0)])
-    result = plan(
-        snap(nodes, (job,)), Policy(placement=PlacementStrategy.FRAGMENTATION, workload=workload)
-    )
-    assert result.admissions[0].devices == (("n1", 0),)
+    assert half_gpu_on_two_nodes(n1_cpus=12, cpus=2) == (("n1", 0),)
 
 
 # --- invariants ------------------------------------------------------------------------------
