@@ -145,8 +145,9 @@ def sync_cluster(backend: ClusterBackend, now: datetime | None = None) -> SyncRe
         holding = [Brief(*row) for row in Job.objects.holding().order_by("id").values_list(*BRIEF)]
         live = {(job.pk, job.attempts) for job in holding}
         # A launch under way while the pass reads the cluster may be missing from the read,
-        # even when it has ended by the relaunch below.
-        launching = held_by_others("launching")
+        # even when it has ended by the relaunch below. (No admitted job: nothing to relaunch.)
+        admitted = any(job.state == JobState.ADMITTED for job in holding)
+        launching = admitted and held_by_others("launching")
         nodes = backend.list_nodes(live)
         sync_nodes(nodes)
         draining = {info.name for info in nodes if info.cordoned}
