@@ -62,6 +62,12 @@ def main() -> None:
     parser.add_argument(
         "--split-cost", type=float, help="Policy.topology_split_cost (default: its own)"
     )
+    parser.add_argument(
+        "--cycle-interval",
+        type=float,
+        default=SimConfig().cycle_interval,
+        help="SimConfig.cycle_interval: other values replay the same rules on another beat",
+    )
     args = parser.parse_args()
     if args.patience_from_fit:
         import topology_why
@@ -79,7 +85,7 @@ def main() -> None:
     for n in cluster.nodes:
         rack_gpus[rack_of[n.name]] += n.gpus
     smallest_rack = min(rack_gpus.values())
-    base = SimConfig(record_segments=True)
+    base = SimConfig(record_segments=True, cycle_interval=args.cycle_interval)
     policy = Policy()
     if args.patience is not None:
         policy = replace(policy, topology_patience_seconds=args.patience)
@@ -120,6 +126,7 @@ def main() -> None:
                     "reserve_s": config.engine_policy.topology_reserve_seconds,
                     "split_cost": config.engine_policy.topology_split_cost,
                     "cluster": args.cluster,
+                    "cycle_interval_s": config.cycle_interval,
                     "load": round(w.offered_load, 3),
                     "delay_mean_h": round(float(summary["delay_mean_s"]) / 3600, 3),  # type: ignore[arg-type]
                     "delay_max_h": round(float(summary["delay_max_s"]) / 3600, 3),  # type: ignore[arg-type]

@@ -252,9 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     fill.add_argument(
         "--weights",
-        choices=("requests", "pods"),
-        default="requests",
-        help="the fragmentation workload's shapes weighed by their requests or by pod count",
+        choices=("root", "requests", "pods"),  # fillup.WEIGHTS
+        default="root",
+        help="the fragmentation workload's pods weighed by the square root of their requests, "
+        "by their requests or each as one",
     )
     fill.add_argument("--fgd-summary", help="fgd-simulator-expected-results/summary_derived.csv")
     fill.set_defaults(run=cmd_fillup)

@@ -157,26 +157,21 @@ class Readings:
         )
 
 
-WEIGHTS = ("requests", "pods")
+# --weights: the power of a pod's requests that weighs its shape (target_workload).
+WEIGHTS = {"root": 0.5, "requests": 1.0, "pods": 0.0}
 
 
-def target_workload(pods: Sequence[Pod], cpu_per_gpu: float, weights: str = "requests") -> Workload:
-    """`requests` (request_workload) or `pods`: each shape weighed by its pods, as FGD does."""
-    if weights == "pods":
-        return Workload((p.shape, 1.0) for p in pods)
-    if weights != "requests":
+def target_workload(pods: Sequence[Pod], cpu_per_gpu: float, weights: str = "root") -> Workload:
+    """The target workload of the fragmentation strategy: each pod's shape (CPU and GPUs, as
+    FGD's typical pods, not memory) weighed by what it asks of the cluster, GPUs plus CPU in
+    GPUs' worth (`cpu_per_gpu`: the cluster's CPU per GPU), to the power ½ (`root`), 1
+    (`requests`) or 0 (`pods`, FGD's weights). Counting requests lets a few large pods outweigh
+    the many small ones, counting pods the many small the few large; docs/benchmarks.md
+    compares the three on FGD's pod lists."""
+    if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, not {weights!r}")
-    return request_workload(pods, cpu_per_gpu)
-
-
-def request_workload(pods: Sequence[Pod], cpu_per_gpu: float) -> Workload:
-    """The target workload of the fragmentation strategy: each pod shape (CPU and GPUs, as
-    FGD's typical pods, not memory) weighed by what its pods ask of the cluster, GPUs plus CPU
-    in GPUs' worth (`cpu_per_gpu`: the cluster's CPU per GPU). The fill-up arrives by request,
-    so a shape matters as much as the requests it brings; counting pods (FGD's weights, `pods`)
-    lets the many small pods outweigh the few large ones. docs/benchmarks.md compares the
-    two."""
-    return Workload((p.shape, p.gpu_milli / FULL + p.cpu / cpu_per_gpu) for p in pods)
+    power = WEIGHTS[weights]
+    return Workload((p.shape, (p.gpu_milli / FULL + p.cpu / cpu_per_gpu) ** power) for p in pods)
 
 
 def fill_up(
@@ -185,7 +180,7 @@ def fill_up(
     strategy: str,
     seed: int,
     tune: float = 1.3,
-    weights: str = "requests",
+    weights: str = "root",
 ) -> FillUp:
     """1. Shuffle the pods (seeded), then sample more with replacement until the GPU requests
        reach `tune` × capacity in thousandths (FGD's `-tune 1.3`).

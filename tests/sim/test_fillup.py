@@ -16,6 +16,7 @@ from gpuqueue.sim.fillup import (
     fill_up,
     load_nodes,
     load_pods,
+    target_workload,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -87,6 +88,21 @@ def test_fragmentation_is_the_free_gpu_the_workload_cannot_use() -> None:
     assert bound.fragmentation(2, {}, 1000, 1000, "T4") == 2000
 
 
+@pytest.mark.parametrize(
+    ("weights", "large", "small"),
+    [("root", 2 / 3, 1 / 3), ("requests", 4 / 5, 1 / 5), ("pods", 1 / 2, 1 / 2)],
+)
+def test_the_target_workload_weighs_each_pod_by_a_power_of_its_requests(
+    weights: str, large: float, small: float
+) -> None:
+    """A 4-GPU pod and a 1-GPU pod (no CPU): each weighs its requests to the power ½, 1 or 0."""
+    workload = target_workload([Pod(0, MIB, 4, 0), Pod(0, MIB, 1, 0)], 8000, weights)
+    mass = {gpus: total for gpus, _, _, total, _ in workload.groups}
+    assert mass == {4: pytest.approx(large), 1: pytest.approx(small)}
+    with pytest.raises(ValueError, match="weights must be one of root, requests, pods"):
+        target_workload([Pod(0, MIB, 1, 0)], 8000, "gpus")
+
+
 def test_fgd_measure_counts_what_fgd_counts() -> None:
     """Typical pods: a whole GPU (3 of 4 pods) and a CPU-only pod; a node with one free GPU
     and one 600 used: the 400 free are lost to whole-GPU pods, and everything free counts for
@@ -123,4 +139,4 @@ def test_the_fillup_command_prints_one_row_per_placement(
 ) -> None:
     out = tiny_fillup(capsys, "binpack,fgd")
     assert "4 pods kept (1 GPU-sharing pods share, 1 CPU-only)" in out
-    assert "| binpack, `share`, requests | 1 |" in out and "| fgd, `share`, requests | 1 |" in out
+    assert "| binpack, `share`, root | 1 |" in out and "| fgd, `share`, root | 1 |" in out
