@@ -3,7 +3,7 @@ requiring one.
 
     python benchmarks/topology_replay.py [--trace PATH] [--cluster 80x8:rack=8:block=4]
         [--sample FRACTION] [--modes none,prefer,require] [--patience S] [--reserve S]
-        [--split-cost F] [--why] [--worst N]
+        [--split-cost F] [--cycle-interval S] [--why] [--worst N]
 
 Prints one JSON line per mode: the mean and maximum queueing delay until the first start and
 wait over every attempt (hours), the gangs of
@@ -11,7 +11,8 @@ several workers, how many of them could fit one rack (workers x GPUs within a ra
 and how many of those were placed in one rack every time they started. Mode `none` replays the
 same nodes with no levels. Targets: with every
 gang preferring a rack, at least 95 % of those that could fit one placed in one, and the mean
-and maximum delay within 5 % of the replay without levels.
+and maximum delay within 5 % of the replay without levels. `--cycle-interval` replays the same
+rules on another beat of the admission loop: a figure that moves with it is chance.
 """
 
 from __future__ import annotations
