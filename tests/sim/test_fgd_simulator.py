@@ -59,4 +59,4 @@ def test_the_reference_fill_up_reads_arrivals_and_allocation_as_the_fill_up_does
     assert result.alloc[100] == pytest.approx(100.0)
     assert result.alloc[130] == pytest.approx(100.0)
     out = tiny_fillup(capsys, "fgd,fgd-sim")
-    assert "| fgd, `share`, requests | 1 |" in out and "| fgd-sim, `share`, pods | 1 |" in out
+    assert "| fgd, `share`, root | 1 |" in out and "| fgd-sim, `share`, pods | 1 |" in out
