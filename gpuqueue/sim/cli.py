@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gpuqueue.sim.fillup import WEIGHTS
 from gpuqueue.sim.policies import POLICIES
 from gpuqueue.sim.report import PLOTS_MISSING, can_plot, markdown_table, plot_runs
 from gpuqueue.sim.simulator import Progress, Result, SimConfig, simulate
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     fill.add_argument(
         "--weights",
-        choices=("root", "requests", "pods"),  # fillup.WEIGHTS
+        choices=tuple(WEIGHTS),
         default="root",
         help="the fragmentation workload's pods weighed by the square root of their requests, "
         "by their requests or each as one",
