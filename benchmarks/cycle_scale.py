@@ -225,7 +225,7 @@ def run(
     from collections import Counter
 
     reasons = Counter(
-        (j.pending_reason or {}).get("code") for j in Job.objects.filter(state=JobState.PENDING)
+        Job.objects.filter(state=JobState.PENDING).values_list("standing__reason__code", flat=True)
     )
     print("pending reasons:", dict(reasons.most_common(5)))
     print(json.dumps({"scene": args.scene, "cycles": results}))

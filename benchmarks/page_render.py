@@ -58,6 +58,7 @@ def build_world(job_count: int) -> dict[str, int]:
 
     from gpuqueue.core.states import JobState
     from gpuqueue.models import Flavor, Job, JobEvent, Node, Quota, UtilizationSample
+    from gpuqueue.services.jobs.pending import update_pending_rows
     from teams.models import Membership, Role, Team
 
     rng = random.Random(6)
@@ -134,18 +135,6 @@ def build_world(job_count: int) -> dict[str, int]:
                 flavor=flavors["h100"],
                 workers=rng.choice([1, 1, 1, 2, 4]),
                 gpus_per_worker=rng.choice([1, 2, 8]),
-                pending_reason={
-                    "code": "no_capacity",
-                    "numbers": {
-                        "flavor": "h100",
-                        "workers": 4,
-                        "gpus_per_worker": 8,
-                        "workers_fit": 1,
-                        "free": 12,
-                    },
-                },
-                queue_position=i // 3 + 1,
-                cluster_position=i + 1,
                 estimated_start=timezone.now() + timedelta(minutes=i),
             )
         )
@@ -168,6 +157,18 @@ def build_world(job_count: int) -> dict[str, int]:
         job.image = "ghcr.io/acme/train:1.0"
         job.command = ["python", "train.py"]
     Job.objects.bulk_create(rows, batch_size=1000)  # one statement holds at most 65,535 parameters
+    reason = {
+        "code": "no_capacity",
+        "numbers": {
+            "flavor": "h100",
+            "workers": 4,
+            "gpus_per_worker": 8,
+            "workers_fit": 1,
+            "free": 12,
+        },
+    }
+    waiting = Job.objects.filter(state=JobState.PENDING).order_by("id").values_list("id", flat=True)
+    update_pending_rows([(job_id, reason, i // 3 + 1, i + 1) for i, job_id in enumerate(waiting)])
     with connection.cursor() as cursor:
         # Submissions spread over 30 days in id order, as a real queue fills.
         cursor.execute(

@@ -162,7 +162,7 @@ def job_page(user: Any, job_filter: JobFilter) -> JobPage:
     offset = (job_filter.page - 1) * PAGE_SIZE
     jobs = (
         one_row_per_array(visible)
-        .select_related("team", "flavor", "user", "source")
+        .select_related("team", "flavor", "user", "source", "standing")
         .defer(*DEFERRED)
     )
     stop = offset + PAGE_SIZE + 1
@@ -175,7 +175,7 @@ def job_page(user: Any, job_filter: JobFilter) -> JobPage:
     for array_id in job_filter.expand & arrays.keys():
         tasks[array_id] = list(
             Job.objects.filter(array_id=array_id)
-            .select_related("team", "flavor", "user")
+            .select_related("team", "flavor", "user", "standing")
             .defer(*DEFERRED)
             .order_by("array_index")[:TASKS_SHOWN]
         )

@@ -545,10 +545,7 @@ class Job(models.Model):
     # A fractional job's [node, GPU index] per worker, set at admission: gpuqueue's model of
     # the node (the device plugin picks the physical GPU).
     gpu_devices = models.JSONField(default=list, blank=True)
-    # The engine's reason as data: {"code": "no_capacity", "numbers": {...}, "job_ids": [...]}.
-    pending_reason = models.JSONField(null=True, blank=True)
-    queue_position = models.PositiveIntegerField(null=True, blank=True)
-    cluster_position = models.PositiveIntegerField(null=True, blank=True)
+    # Why it waits and its places in line live in `Standing` (the properties below).
     estimated_start = models.DateTimeField(null=True, blank=True)
     # The last forecast (services/forecasts/runtime_history.py): {"early", "late": the estimated
     # start's band, ISO times or null; "why_none": why there is no estimate, or null; "runtime": the
@@ -655,6 +652,54 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL
+
+    # What its `Standing` row says (None without one); lists read it with
+    # select_related("standing").
+    @property
+    def pending_reason(self) -> Any:
+        standing = self._standing()
+        return standing.reason if standing is not None else None
+
+    @property
+    def queue_position(self) -> int | None:
+        standing = self._standing()
+        return standing.queue_position if standing is not None else None
+
+    @property
+    def cluster_position(self) -> int | None:
+        standing = self._standing()
+        return standing.cluster_position if standing is not None else None
+
+    def _standing(self) -> Standing | None:
+        try:
+            return self.standing  # type: ignore[no-any-return]
+        except Standing.DoesNotExist:
+            return None
+
+
+class Standing(models.Model):
+    """Why a pending job waits and where it stands in line, as the admission cycle last
+    explained it: a row of its own because the cycle rewrites tens of thousands of these after
+    a wave, and rewriting the wide job rows (and their indexes) cost three times as much
+    (docs/benchmarks.md). Only a PENDING job has one: the door (services/jobs/transitions.py)
+    deletes it as the job moves on. No foreign key in the database: its check per row would
+    cost the writes what the narrow row saves; every write joins the PENDING job it is for,
+    and Django deletes a job's standing with the job."""
+
+    job = models.OneToOneField(
+        Job,
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="standing",
+        db_constraint=False,
+    )
+    # The engine's reason as data: {"code": "no_capacity", "numbers": {...}, "job_ids": [...]}.
+    reason = models.JSONField(null=True, blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    cluster_position = models.PositiveIntegerField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"standing of job {self.job_id}"
 
 
 class JobArrayQuerySet(models.QuerySet["JobArray"]):

@@ -64,7 +64,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
 def _visible_job(request: HttpRequest, job_id: int) -> Job:
     # Another team's job is 404, never 403: its existence is not the viewer's business.
     return get_object_or_404(
-        Job.objects.visible_to(request.user).select_related("team", "flavor", "user", "source"),
+        Job.objects.visible_to(request.user).select_related(
+            "team", "flavor", "user", "source", "standing"
+        ),
         pk=job_id,
     )
 

@@ -119,7 +119,7 @@ class JobViewSet(
 
     def get_queryset(self) -> QuerySet[Job]:
         return Job.objects.visible_to(self.request.user).select_related(
-            "team", "flavor", "user", "source"
+            "team", "flavor", "user", "source", "standing"
         )
 
     def filter_queryset(self, queryset: QuerySet[Job]) -> QuerySet[Job]:

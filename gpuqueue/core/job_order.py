@@ -84,7 +84,9 @@ SORT_KEYS: dict[str, SortKey] = {
     "state": SortKey(lambda now: F("state"), str, "state"),
     "priority": SortKey(lambda now: F("priority"), int, "priority"),
     "position": SortKey(
-        lambda now: Coalesce("cluster_position", Value(UNRANKED), output_field=IntegerField()),
+        lambda now: Coalesce(
+            "standing__cluster_position", Value(UNRANKED), output_field=IntegerField()
+        ),
         int,
         "place in the cluster's queue",
     ),

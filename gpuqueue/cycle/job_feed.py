@@ -5,12 +5,13 @@ With 43,000 jobs waiting and nothing changed, reading every row (even only every
 would be most of a steady cycle. Each job row carries `changed_xact`, the 64-bit id of the
 transaction that last changed a column the feed reads, set by a trigger (migrations 0021, 0023,
 0024 and 0025) that watches `WATCHED`: writes of what only people read (forecasts, estimated
-starts) and of what the cycle keeps itself (`SHOWN`: reasons and positions) leave it alone, whoever
-makes them. A read records its statement's snapshot (`pg_current_snapshot()`) and its own
-transaction's id; the next read asks only for rows whose `changed_xact` that snapshot did not
+starts) leave it alone, whoever makes them. What the cycle keeps itself (`SHOWN`: reasons and
+positions) lives in the jobs' `Standing` rows, which the read joins and no trigger watches.
+A read records its statement's snapshot (`pg_current_snapshot()`) and its own transaction's
+id; the next read asks only for rows whose `changed_xact` that snapshot did not
 see as committed, or that its own transaction wrote (after the read, too: the admissions). A
 deleted row leaves no trace, so each read also counts the active jobs in the same statement: a
-count that differs from what is kept means a full read. A write of `SHOWN` columns alone by
+count that differs from what is kept means a full read. A write of a `Standing` alone by
 anyone but the cycle (the hold phase's reason on a job it holds back, which the cycle does not
 plan; an edit by hand) reaches the kept read at the next whole read.
 
@@ -34,7 +35,7 @@ from django.db import connection, transaction
 
 from gpuqueue.core import caches
 from gpuqueue.core.states import ACTIVE, JobState
-from gpuqueue.models import Job
+from gpuqueue.models import Job, Standing
 from gpuqueue.scheduler.model import ReasonCode
 
 # What the cycle last wrote on a pending job: (pending_reason, queue_position, cluster_position).
@@ -88,9 +89,10 @@ class Row(NamedTuple):
 _COLUMNS = Row._fields[Row._fields.index("id") :]  # the job's, selected in this order
 TIMES = {"submitted_at", "admitted_at", "checkpoint_requested_at", "not_before", "requeued_at"}
 AS_TEXT = {"placement", "pending_reason", "gpu_devices", "pod_sets", "pod_nodes"}
-# What the cycle writes on pending rows and remembers itself (`remember_shown`): a write of
-# these alone does not mark a row.
+# What the cycle writes on pending jobs' `Standing` rows and remembers itself
+# (`remember_shown`): a write of these does not mark the job's row.
 SHOWN = ("pending_reason", "queue_position", "cluster_position")
+STANDING = dict(zip(SHOWN, ("reason", "queue_position", "cluster_position"), strict=True))
 # The reason of a job waiting on victims' GPUs (`Active.awaiting`).
 AWAITING = ReasonCode.WAITING_FOR_PREEMPTION.value
 # The columns whose change marks a row for the feed: the trigger's WHEN clause lists the
@@ -243,8 +245,8 @@ def remember_shown(
     written: list[tuple[int, Any, int | None, int | None]],
     reasons: Mapping[int, Any] | None = None,
 ) -> None:
-    """The cycle wrote these (id, reason, team position, cluster position) on pending rows,
-    which the trigger leaves unmarked (`SHOWN`): once that commits, the kept read shows them
+    """The cycle wrote these (id, reason, team position, cluster position) on pending jobs'
+    `Standing` rows, which mark nothing: once that commits, the kept read shows them
     (the next cycle compares its plan with them without reading the rows). `reasons`: the
     engine's reason each row now shows, for rows written or found to show it already; a row
     written without one has none kept."""
@@ -279,7 +281,10 @@ def _read_sql(changes: bool) -> str:
     state = quote("state")
 
     def column(name: str) -> str:
-        sql = f"j.{quote(Job._meta.get_field(name).column)}"
+        if name in SHOWN:  # the job's `Standing`, null without one
+            sql = f"s.{quote(Standing._meta.get_field(STANDING[name]).column)}"
+        else:
+            sql = f"j.{quote(Job._meta.get_field(name).column)}"
         if name in TIMES:
             sql = f"EXTRACT(EPOCH FROM {sql})::float8"
         elif name in AS_TEXT:
@@ -298,5 +303,6 @@ def _read_sql(changes: bool) -> str:
         "SELECT s.snapshot, s.own, s.active, c.* FROM (SELECT pg_current_snapshot()::text "
         "AS snapshot, pg_current_xact_id()::text::bigint AS own, "
         f"(SELECT count(*) FROM {table} WHERE {state} = ANY(%s)) AS active) s "
-        f"LEFT JOIN (SELECT {columns} FROM {table} j WHERE {where}) c ON true"
+        f"LEFT JOIN (SELECT {columns} FROM {table} j LEFT JOIN "
+        f"{quote(Standing._meta.db_table)} s ON s.job_id = j.id WHERE {where}) c ON true"
     )

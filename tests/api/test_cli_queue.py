@@ -12,6 +12,7 @@ from django.utils import timezone
 from gpuqueue.client import humane
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
+from tests.standings import show
 
 
 def test_queue_shows_active_jobs_running_first_then_by_position(
@@ -27,11 +28,12 @@ def test_queue_shows_active_jobs_running_first_then_by_position(
         admitted_at=now - timedelta(minutes=30),
         started_at=now - timedelta(minutes=25),
     )
-    Job.objects.filter(pk=first.pk).update(
+    Job.objects.filter(pk=first.pk).update(estimated_start=now + timedelta(minutes=40))
+    show(
+        first.pk,
         queue_position=1,
         cluster_position=1,
-        estimated_start=now + timedelta(minutes=40),
-        pending_reason={
+        reason={
             "code": "no_capacity",
             "numbers": {
                 "flavor": "h100",
@@ -42,7 +44,7 @@ def test_queue_shows_active_jobs_running_first_then_by_position(
             },
         },
     )
-    Job.objects.filter(pk=later.pk).update(queue_position=2, cluster_position=2)
+    show(later.pk, queue_position=2, cluster_position=2)
     Job.objects.filter(pk=done.pk).update(state=JobState.SUCCEEDED, finished_at=now)
     assert cli("queue") == 0
     lines = capsys.readouterr().out.splitlines()
@@ -91,7 +93,7 @@ def test_a_pending_job_not_yet_placed_in_line_comes_after_those_that_are(
 ) -> None:
     submit(name="just-submitted")
     placed = submit(name="placed-first")
-    Job.objects.filter(pk=placed.pk).update(queue_position=1, cluster_position=1)
+    show(placed.pk, queue_position=1, cluster_position=1)
     assert cli("queue") == 0
     lines = capsys.readouterr().out.splitlines()
     at = lines[0].index("NAME")

@@ -18,6 +18,7 @@ from gpuqueue.api.job_ordering import Cursor
 from gpuqueue.core.job_order import SORT_KEYS, UNRANKED, Ordering
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
+from tests.standings import show
 
 
 def expected_key(key: str, job: Job, now: datetime) -> Any:
@@ -114,9 +115,7 @@ def make_jobs(world: Any, rows: list[dict[str, Any]], base: datetime) -> None:
             priority=row["priority"],
             state=row["state"],
         )
-        if row["state"] == JobState.PENDING:
-            job.cluster_position = row["position"]
-        else:
+        if row["state"] != JobState.PENDING:
             job.admitted_at = submitted + timedelta(minutes=row["waited"])
             job.started_at = job.admitted_at
         if row["state"] == JobState.SUCCEEDED:
@@ -127,6 +126,8 @@ def make_jobs(world: Any, rows: list[dict[str, Any]], base: datetime) -> None:
     for job, row in zip(made, rows, strict=True):
         submitted = base - timedelta(minutes=10 + row["submitted"])
         Job.objects.filter(pk=job.pk).update(submitted_at=submitted)
+        if row["state"] == JobState.PENDING and row["position"] is not None:
+            show(job.pk, cluster_position=row["position"])
 
 
 @settings(
@@ -252,7 +253,7 @@ def test_the_queue_cut_by_limit_keeps_the_running_jobs_and_the_head_of_the_line(
     # Newest submitted, worst placed: the newest-first list would show these first.
     for position, name in [(1, "head"), (2, "second"), (3, "third")][::-1]:
         job = submit(name=name)
-        Job.objects.filter(pk=job.pk).update(cluster_position=position)
+        show(job.pk, cluster_position=position)
     assert cli("--json", "queue", "--limit", "3") == 0
     out = capsys.readouterr().out
     assert [j["name"] for j in json.loads(out[out.index("[") :])] == [

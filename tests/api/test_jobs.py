@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job, JobEvent
+from tests.standings import show
 
 
 def test_a_retry_with_the_same_key_returns_the_first_job_with_200(api: Any, job_body: Any) -> None:
@@ -53,9 +54,8 @@ def test_a_pending_job_reads_its_reason_as_a_sentence_and_as_data(api: Any, subm
         },
     }
     start = timezone.now() + timedelta(minutes=20)
-    Job.objects.filter(pk=job.pk).update(
-        pending_reason=reason, queue_position=2, cluster_position=5, estimated_start=start
-    )
+    Job.objects.filter(pk=job.pk).update(estimated_start=start)
+    show(job.pk, reason=reason, queue_position=2, cluster_position=5)
     body = api("alice").get(f"/api/v1/jobs/{job.pk}/").json()
     assert body["pending_reason"] == reason
     assert "8 h100 GPUs" in body["pending_reason_text"] and "6" in body["pending_reason_text"]

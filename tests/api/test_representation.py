@@ -15,7 +15,7 @@ from rest_framework import serializers
 from gpuqueue.api.cached_fields import Representation
 from gpuqueue.api.serializers import JobEventSerializer, JobSerializer
 from gpuqueue.core.states import JobState
-from gpuqueue.models import Flavor, Job, JobEvent
+from gpuqueue.models import Flavor, Job, JobEvent, Standing
 from teams.models import Team
 
 
@@ -82,8 +82,6 @@ def jobs(draw: Any) -> Job:
         "checkpoint_grace_seconds",
         "max_runtime_seconds",
         "expected_runtime_seconds",
-        "queue_position",
-        "cluster_position",
         "attempts",
         "exit_code",
     ):
@@ -92,12 +90,19 @@ def jobs(draw: Any) -> Job:
     job.state = draw(STATES)
     for name in ("submitted_at", "admitted_at", "started_at", "finished_at", "estimated_start"):
         setattr(job, name, draw(WHEN))
-    job.pending_reason = draw(
-        JSON
-        | st.fixed_dictionaries(
-            {"code": st.sampled_from(["no_fit", "quota", "x"]), "numbers": st.just({})}
-        )
+    # What it shows while pending, or no `Standing` at all (told to the ORM, as the source).
+    standing = Standing(
+        job=job,
+        reason=draw(
+            JSON
+            | st.fixed_dictionaries(
+                {"code": st.sampled_from(["no_fit", "quota", "x"]), "numbers": st.just({})}
+            )
+        ),
+        queue_position=draw(INTS),
+        cluster_position=draw(INTS),
     )
+    Job.standing.related.set_cached_value(job, draw(st.sampled_from([standing, None])))
     return job
 
 
@@ -138,6 +143,7 @@ def test_plain_values_are_taken_as_they_are() -> None:
         state=JobState.PENDING,
     )
     Job.source.related.set_cached_value(job, None)  # mirrors no Kubernetes object
+    Job.standing.related.set_cached_value(job, None)  # not yet explained
     steps = {step[0]: step for step in Representation(JobSerializer().fields).steps}
     assert steps["name"][4] is str and steps["workers"][4] is int
     assert steps["preemptible"][4] is bool and steps["pending_reason"][4] is object
@@ -152,6 +158,7 @@ def test_plain_values_are_taken_as_they_are() -> None:
 def test_a_callable_attribute_is_called_as_drf_calls_it() -> None:
     job = Job(id=1, team=None, user=get_user_model()(id=3, username="alice"), name="x")
     Job.source.related.set_cached_value(job, None)  # mirrors no Kubernetes object
+    Job.standing.related.set_cached_value(job, None)  # not yet explained
     job.flavor = Flavor(id=4, name="h100")
     job.message = lambda: "called"  # type: ignore[assignment]
     job.image = get_user_model().get_username  # type: ignore[assignment] - needs an argument

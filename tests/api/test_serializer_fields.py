@@ -7,6 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from gpuqueue.api.serializers import JobEventSerializer, JobSerializer
+from tests.standings import show
 
 
 def drf_built(serializer: serializers.Serializer) -> serializers.Serializer:
@@ -25,7 +26,7 @@ def test_a_job_and_its_events_read_the_same_as_with_drfs_own_fields(
         expected_runtime_seconds=60,
         key="k",
     )
-    job.pending_reason = {"code": "no_fit", "numbers": {"needed": 8, "free": 6}, "job_ids": []}
+    show(job.pk, reason={"code": "no_fit", "numbers": {"needed": 8, "free": 6}, "job_ids": []})
     job.placement = {"n1": 2}
     assert JobSerializer(job).data == drf_built(JobSerializer(job)).data
     assert JobSerializer(job).data["pending_reason_text"]

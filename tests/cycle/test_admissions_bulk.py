@@ -7,7 +7,7 @@ from typing import Any
 from django.utils import timezone
 
 from gpuqueue.core.states import JobState
-from gpuqueue.models import Job, JobEvent, UsageOutcome, UsageRecord
+from gpuqueue.models import Job, JobEvent, Standing, UsageOutcome, UsageRecord
 from gpuqueue.services.accounting import usage_ledger
 from gpuqueue.services.jobs.admissions import Admitted, admit_all
 from gpuqueue.services.jobs.transitions import transition
@@ -15,11 +15,9 @@ from gpuqueue.services.jobs.transitions import transition
 
 def test_admitted_in_bulk_as_one_by_one_would_be(world: Any, submit: Any) -> None:
     jobs = [submit() for _ in range(5)]
-    Job.objects.filter(pk=jobs[0].pk).update(
-        pending_reason={"code": "no_capacity"},
-        queue_position=3,
-        cluster_position=9,
-        estimated_start=timezone.now(),
+    Job.objects.filter(pk=jobs[0].pk).update(estimated_start=timezone.now())
+    Standing.objects.create(
+        job=jobs[0], reason={"code": "no_capacity"}, queue_position=3, cluster_position=9
     )
     transition(jobs[2], JobState.CANCELLED, reason="by hand", actor="user:alice")
     now = timezone.now()
@@ -32,6 +30,7 @@ def test_admitted_in_bulk_as_one_by_one_would_be(world: Any, submit: Any) -> Non
         assert job.state == JobState.ADMITTED and job.admitted_at == now
         assert job.placement == {"h100-0": 1} and job.attempts == 1
         assert (job.pending_reason, job.queue_position, job.cluster_position) == (None, None, None)
+        assert not Standing.objects.filter(job=job).exists()  # deleted, not left behind
         assert job.estimated_start is None and job.started_at is None
     assert Job.objects.get(pk=jobs[2].pk).state == JobState.CANCELLED
     events = JobEvent.objects.filter(to_state=JobState.ADMITTED).order_by("job_id")

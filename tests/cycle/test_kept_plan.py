@@ -14,13 +14,12 @@ from gpuqueue.core.states import JobState
 from gpuqueue.cycle import job_feed
 from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import refresh_forecasts, run_cycle
-from gpuqueue.models import Job
-
-SHOWN = ("id", "state", "pending_reason", "queue_position", "cluster_position")
+from gpuqueue.models import Job, Standing
+from tests.standings import ROW, put_back, show
 
 
 def _rows() -> list[tuple[Any, ...]]:
-    return list(Job.objects.order_by("id").values_list(*SHOWN))
+    return list(Job.objects.order_by("id").values_list(*ROW))
 
 
 def _plain_cycle(now: Any, backend: Any) -> list[tuple[Any, ...]]:
@@ -29,10 +28,7 @@ def _plain_cycle(now: Any, backend: Any) -> list[tuple[Any, ...]]:
     with override_settings(GPUQUEUE_CACHES=False):
         assert not run_cycle(now, backend).kept_plan
     after = _rows()
-    for job_id, state, reason, team, cluster in before:
-        Job.objects.filter(pk=job_id).update(
-            state=state, pending_reason=reason, queue_position=team, cluster_position=cluster
-        )
+    put_back(before)
     return after
 
 
@@ -81,15 +77,15 @@ def test_any_change_to_a_job_plans_again(
     assert not run_cycle(now, backend).kept_plan
     assert run_cycle(now, backend).kept_plan
     # A reason written behind the cycle's back (by hand), read first by a forecast: reasons
-    # are the cycle's to write and none of what the change feed watches (job_feed.SHOWN), so
+    # are the cycle's to write and on no row the change feed watches (a `Standing`), so
     # the plan is kept; the feed's next whole read finds it, and the cycle writes its own back.
-    shown = Job.objects.values_list("pending_reason", flat=True).get(pk=waiting.pk)
-    Job.objects.filter(pk=waiting.pk).update(pending_reason={"code": "by_hand"})
+    shown = Standing.objects.values_list("reason", flat=True).get(job_id=waiting.pk)
+    show(waiting.pk, reason={"code": "by_hand"})
     refresh_forecasts(now)
     assert run_cycle(now, backend).kept_plan
     monkeypatch.setattr(job_feed, "FULL_READ_SECONDS", 0.0)  # the whole read is due
     assert not run_cycle(now, backend).kept_plan
-    assert Job.objects.values_list("pending_reason", flat=True).get(pk=waiting.pk) == shown
+    assert Standing.objects.values_list("reason", flat=True).get(job_id=waiting.pk) == shown
     monkeypatch.undo()
     submit(gpus_per_worker=8)  # a new job
     assert not run_cycle(now, backend).kept_plan

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuqueue.core.states import JobState
-from gpuqueue.models import Job
+from gpuqueue.models import Job, Standing
 from gpuqueue.services.jobs.pending import update_pending_rows
 
 REASON = {"code": "no_fit", "numbers": {"needed": 8, "free": 6, "eta": None}, "job_ids": [7]}
@@ -49,13 +49,13 @@ def test_written_as_the_orm_writes_them(world: Any, submit: Any) -> None:
     plain = [submit() for _ in values]
     update_pending_rows([(job.pk, *row) for job, row in zip(bulk, values, strict=True)])
     for job, (reason, team, cluster) in zip(plain, values, strict=True):
-        Job.objects.filter(pk=job.pk).update(
-            pending_reason=reason, queue_position=team, cluster_position=cluster
+        Standing.objects.create(
+            job=job, reason=reason, queue_position=team, cluster_position=cluster
         )
-    shown = ("pending_reason", "queue_position", "cluster_position")
+    shown = ("standing__reason", "standing__queue_position", "standing__cluster_position")
     for a, b in zip(bulk, plain, strict=True):
         assert Job.objects.values_list(*shown).get(pk=a.pk) == values[bulk.index(a)]
         assert Job.objects.values_list(*shown).get(pk=a.pk) == (
             Job.objects.values_list(*shown).get(pk=b.pk)
         )
-    assert Job.objects.filter(pk=bulk[1].pk, pending_reason__isnull=True).exists()  # SQL NULL
+    assert Standing.objects.filter(job=bulk[1], reason__isnull=True).exists()  # SQL NULL

@@ -265,7 +265,12 @@ def test_the_kept_snapshot_equals_a_fresh_load_after_any_sequence_of_changes(
                 job_id: (reason, team, cluster)
                 for job_id, reason, team, cluster in Job.objects.filter(
                     state=JobState.PENDING
-                ).values_list("id", "pending_reason", "queue_position", "cluster_position")
+                ).values_list(
+                    "id",
+                    "standing__reason",
+                    "standing__queue_position",
+                    "standing__cluster_position",
+                )
             }
             for plan in plans:
                 for d in plan.pending:

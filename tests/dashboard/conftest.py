@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from tests.standings import show
+
 PERSONAS = ("alice", "bob", "carol", "root", "anonymous")
 
 
@@ -89,8 +91,9 @@ def jobs(world: Any, nodes: Any, submit: Any) -> Any:
         started_at=now,
     )
     j.a_pending = submit(world.alice, name="a-pending", workers=4, gpus_per_worker=8)
-    Job.objects.filter(pk=j.a_pending.pk).update(
-        pending_reason={
+    show(
+        j.a_pending.pk,
+        reason={
             "code": "no_capacity",
             "numbers": {
                 "flavor": "h100",
@@ -102,8 +105,8 @@ def jobs(world: Any, nodes: Any, submit: Any) -> Any:
         },
         queue_position=1,
         cluster_position=2,
-        estimated_start=now + timedelta(minutes=12),
     )
+    Job.objects.filter(pk=j.a_pending.pk).update(estimated_start=now + timedelta(minutes=12))
     j.b_running = submit(
         world.carol, team=world.team_b, name="b-running", workers=1, gpus_per_worker=2
     )

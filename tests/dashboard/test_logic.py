@@ -101,10 +101,11 @@ def test_idle_iron_is_the_smaller_of_free_and_waiting_per_minute() -> None:
 def test_sampling_writes_cluster_and_team_rows_once_a_minute(jobs: Any, world: Any) -> None:
     from gpuqueue.models import Job, UtilizationSample
     from gpuqueue.services.accounting.utilization import sample_utilization
+    from tests.standings import show
 
     # A pending 1 × 2 job of team-b held by its limit while h100-1 has 6 GPUs free.
     Job.objects.filter(pk=jobs.b_running.pk).update(state="RUNNING")
-    Job.objects.create(
+    held = Job.objects.create(
         team=world.team_b,
         user=world.carol,
         flavor=world.h100,
@@ -112,8 +113,8 @@ def test_sampling_writes_cluster_and_team_rows_once_a_minute(jobs: Any, world: A
         image="x",
         workers=1,
         gpus_per_worker=2,
-        pending_reason={"code": "over_limit", "numbers": {}},
     )
+    show(held.pk, reason={"code": "over_limit", "numbers": {}})
     at = datetime(2026, 1, 5, 12, 0, 30, tzinfo=UTC)
     assert sample_utilization(at) > 0
     assert sample_utilization(at + timedelta(seconds=20)) == 0  # same minute: nothing more

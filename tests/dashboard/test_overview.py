@@ -16,6 +16,7 @@ from gpuqueue.services.accounting.idle_causes import idle_split
 from gpuqueue.services.jobs.array_spec import parse
 from gpuqueue.services.jobs.arrays import hold_over_limit, submit_array
 from gpuqueue.services.jobs.dependencies import Dependencies
+from tests.standings import show
 
 pytestmark = pytest.mark.django_db
 
@@ -58,9 +59,9 @@ def test_free_gpus_are_split_by_cause(clients: Any, world: Any, nodes: Any, subm
     submit_array(world.alice, world.team_a, world.h100, fields, parse("0-3%1"), Dependencies())
     hold_over_limit()
     blocked = submit(world.alice, name="after", workers=1, gpus_per_worker=2)
-    Job.objects.filter(pk=blocked.pk).update(pending_reason={"code": "dependencies", "numbers": {}})
+    show(blocked.pk, reason={"code": "dependencies", "numbers": {}})
     limited = submit(world.carol, team=world.team_b, name="big", workers=1, gpus_per_worker=4)
-    Job.objects.filter(pk=limited.pk).update(pending_reason={"code": "over_limit", "numbers": {}})
+    show(limited.pk, reason={"code": "over_limit", "numbers": {}})
     split = {s.flavor: s for s in idle_split()}["h100"]
     assert split.free == 16
     assert split.by_cause == {"throttle": 3, "dependencies": 2, "limits": 4, "scheduler": 0}
@@ -74,7 +75,7 @@ def test_free_gpus_are_split_by_cause(clients: Any, world: Any, nodes: Any, subm
 
 def test_capacity_reasons_keep_nothing_idle(world: Any, nodes: Any, submit: Any) -> None:
     job = submit(world.alice, name="huge", workers=1, gpus_per_worker=8)
-    Job.objects.filter(pk=job.pk).update(pending_reason={"code": "no_capacity", "numbers": {}})
+    show(job.pk, reason={"code": "no_capacity", "numbers": {}})
     split = {s.flavor: s for s in idle_split()}["h100"]
     assert sum(split.by_cause.values()) == 0 and split.truly_idle == split.free
 

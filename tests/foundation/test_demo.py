@@ -49,7 +49,7 @@ def test_demo_traffic_submits_jobs_the_default_cluster_runs(
     states = set(Job.objects.values_list("state", flat=True))
     assert JobState.ADMITTED in states
     # No demo job is refused as unschedulable: every shape fits some node of its flavor.
-    assert not Job.objects.filter(pending_reason__code="never_fits").exists()
+    assert not Job.objects.filter(standing__reason__code="never_fits").exists()
 
 
 def test_the_default_clusters_nodes_reach_the_database_with_cpu_memory_and_pods(

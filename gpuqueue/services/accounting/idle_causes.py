@@ -84,7 +84,7 @@ def idle_split() -> list[IdleSplit]:
     wanted: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     rows = (
         Job.objects.filter(state=JobState.PENDING, gpu_milli=0)
-        .values_list("flavor__name", "workers", "gpus_per_worker", "pending_reason__code")
+        .values_list("flavor__name", "workers", "gpus_per_worker", "standing__reason__code")
         .annotate(n=Count("id"))
         .order_by()
     )

@@ -174,7 +174,7 @@ def sample_utilization(now: datetime | None = None) -> int:
     free = free_by_flavor_and_node(Node.objects.all(), flavors, holding)
     pending: dict[str, list[PendingShape]] = defaultdict(list)
     for flavor, workers, gpw, reason in Job.objects.filter(state=JobState.PENDING).values_list(
-        "flavor__name", "workers", "gpus_per_worker", "pending_reason"
+        "flavor__name", "workers", "gpus_per_worker", "standing__reason"
     ):
         code = reason.get("code") if isinstance(reason, dict) else None
         pending[flavor].append(PendingShape(workers, gpw, code))

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from gpuqueue.core.reason_text import ARRAY_LIMIT
 from gpuqueue.core.states import FINAL, HOLDING, JobState
-from gpuqueue.models import Flavor, Job, JobArray, JobDependency, JobEvent, JobHold
+from gpuqueue.models import Flavor, Job, JobArray, JobDependency, JobEvent, JobHold, Standing
 from gpuqueue.services.jobs import submission_sql as sql
 from gpuqueue.services.jobs.array_spec import ArraySpec
 from gpuqueue.services.jobs.cancel import may_cancel_owned, stop_on_cluster
@@ -198,17 +198,12 @@ def _insert_statement(
                 f"CASE WHEN {held_for_deps} THEN '{JobHold.DEPENDENCIES.value}' "
                 f"WHEN {capped()} THEN '{JobHold.ARRAY_LIMIT.value}' ELSE '' END"
             )
-        elif f.name == "pending_reason":
-            expressions.append(
-                f"CASE WHEN {held_for_deps} THEN {param(reason, 'jsonb')} "
-                f"WHEN {capped()} THEN {array_limit_reason()} END"
-            )
         else:
             expressions.append(param(template_values[f.name], cast_of(f)))
     new_jobs = (
         f"INSERT INTO {q(Job._meta.db_table)} {sql.column_list(Job)} "
         f"SELECT {', '.join(expressions)} FROM {q('new_array')} {q('a')} "
-        f"CROSS JOIN {q('tasks')} {q('t')} RETURNING {q('id')}"
+        f"CROSS JOIN {q('tasks')} {q('t')} RETURNING {q('id')}, {q('hold')}"
     )
     event_fields = [f.name for f in sql.inserted_fields(JobEvent) if f.name != "job"]
     event_values = dict(zip(event_fields, sql.stored_values(event, skip="job"), strict=True))
@@ -228,10 +223,21 @@ def _insert_statement(
         f"{param([p[0] for p in pairs], 'bigint[]')}, {param([p[1] for p in pairs], 'text[]')}) "
         f"AS {q('d')}({q('up')}, {q('kind')})"
     )
+    # A held task shows why: its dependencies, or the array's limit (made after the
+    # statements before it: the parameters go in the order of the text).
+    new_standings = (
+        f"INSERT INTO {q(Standing._meta.db_table)} (job_id, reason) "
+        f"SELECT {q('nj')}.{q('id')}, CASE WHEN {q('nj')}.{q('hold')} = "
+        f"'{JobHold.DEPENDENCIES.value}' THEN {param(reason, 'jsonb')} "
+        f"ELSE {array_limit_reason()} END "
+        f"FROM {q('new_jobs')} {q('nj')} CROSS JOIN {q('new_array')} {q('a')} "
+        f"WHERE {q('nj')}.{q('hold')} <> ''"
+    )
     statement = (
         f"WITH {q('new_array')} AS ({new_array}), {q('tasks')} AS ({tasks}), "
         f"{q('new_jobs')} AS ({new_jobs}), {q('new_events')} AS ({new_events}), "
-        f"{q('new_deps')} AS ({new_deps}) SELECT {q('id')} FROM {q('new_array')}"
+        f"{q('new_deps')} AS ({new_deps}), {q('new_standings')} AS ({new_standings}) "
+        f"SELECT {q('id')} FROM {q('new_array')}"
     )
     return statement, params
 
@@ -242,6 +248,7 @@ def _insert_statement(
 def _hold_sql() -> str:
     q = connection.ops.quote_name
     job, arrays = q(Job._meta.db_table), q(JobArray._meta.db_table)
+    standing = q(Standing._meta.db_table)
     holding = ", ".join(f"'{s}'" for s in sorted(HOLDING))
     return f"""
     WITH ranked AS MATERIALIZED (
@@ -262,14 +269,23 @@ def _hold_sql() -> str:
         SELECT r.id, r.array_id, r.lim,
                CASE WHEN r.rank > r.lim - coalesce(b.n, 0) THEN %(held)s::text ELSE '' END AS hold
         FROM ranked r LEFT JOIN busy b ON b.array_id = r.array_id
-    )
-    UPDATE {job} j SET hold = w.hold,
-        pending_reason = CASE WHEN w.hold = '' THEN NULL ELSE jsonb_build_object(
+    ),
+    changed AS (
+        UPDATE {job} j SET hold = w.hold, estimated_start = NULL
+        FROM wanted w WHERE j.id = w.id AND j.hold <> w.hold
+        RETURNING j.id, w.hold, w.array_id, w.lim
+    ),
+    shown AS (
+        INSERT INTO {standing} (job_id, reason, queue_position, cluster_position)
+        SELECT c.id, CASE WHEN c.hold = '' THEN NULL ELSE jsonb_build_object(
             'code', %(code)s::text,
-            'numbers', jsonb_build_object('array', w.array_id, 'limit', w.lim),
-            'job_ids', '[]'::jsonb) END,
-        queue_position = NULL, cluster_position = NULL, estimated_start = NULL
-    FROM wanted w WHERE j.id = w.id AND j.hold <> w.hold
+            'numbers', jsonb_build_object('array', c.array_id, 'limit', c.lim),
+            'job_ids', '[]'::jsonb) END, NULL, NULL
+        FROM changed c
+        ON CONFLICT (job_id) DO UPDATE SET reason = excluded.reason,
+            queue_position = NULL, cluster_position = NULL
+    )
+    SELECT count(*) FROM changed
     """
 
 
@@ -279,7 +295,7 @@ def hold_over_limit() -> int:
     the tasks whose hold changes. Returns how many it wrote."""
     with connection.cursor() as cursor:
         cursor.execute(_hold_sql(), {"held": JobHold.ARRAY_LIMIT.value, "code": ARRAY_LIMIT})
-        return int(cursor.rowcount)
+        return int(cursor.fetchone()[0])
 
 
 # --- Reading and cancelling ----------------------------------------------------------------------

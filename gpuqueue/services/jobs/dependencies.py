@@ -177,15 +177,13 @@ def submit_job_after(
         if result.created:
             reason = initial_reason(deps)
             Job.objects.filter(pk=result.job.pk).update(
-                hold=JobHold.DEPENDENCIES, keep_if_unmet=deps.keep_if_unmet, pending_reason=reason
+                hold=JobHold.DEPENDENCIES, keep_if_unmet=deps.keep_if_unmet
             )
+            update_pending_reasons([(result.job.pk, reason)])
             write_dependencies([result.job.pk], deps)
             job = result.job
-            job.hold, job.keep_if_unmet, job.pending_reason = (
-                JobHold.DEPENDENCIES,
-                deps.keep_if_unmet,
-                reason,
-            )
+            job.hold, job.keep_if_unmet = JobHold.DEPENDENCIES, deps.keep_if_unmet
+            job._state.fields_cache.pop("standing", None)  # read again when asked for
     return result
 
 
@@ -228,7 +226,7 @@ def held_jobs() -> list[Held]:
     jobs = list(
         Job.objects.filter(hold=JobHold.DEPENDENCIES, state=JobState.PENDING)
         .order_by("id")
-        .values_list("id", "keep_if_unmet", "pending_reason")
+        .values_list("id", "keep_if_unmet", "standing__reason")
     )
     if not jobs:
         return []
@@ -274,13 +272,12 @@ def resolve_once(now: datetime) -> Resolved:
         reason = waiting_reason(held.waits, unmet=bool(dead))
         if reason != held.reason:
             reasons.append((held.job_id, reason))
-    n_released = (
-        Job.objects.filter(
+    n_released = 0
+    if released:
+        n_released = Job.objects.filter(
             pk__any=released, state=JobState.PENDING, hold=JobHold.DEPENDENCIES
-        ).update(hold="", pending_reason=None)
-        if released
-        else 0
-    )
+        ).update(hold="")
+        update_pending_reasons([(job_id, None) for job_id in released])  # PENDING ones only
     moved = move_jobs(
         cancelled,
         JobState.CANCELLED,

@@ -1,6 +1,6 @@
-"""The cycle's writes on pending jobs: why each waits, where it stands in line, when it should
-start. Each is one UPDATE over a list of rows, guarded by the job's state (which they never
-change: that is services/jobs/transitions.py's)."""
+"""The cycle's writes on pending jobs: why each waits, where it stands in line (`Standing`
+rows), when it should start (the job row). Each is one statement over a list of rows, guarded
+by the job's state (which they never change: that is services/jobs/transitions.py's)."""
 
 from __future__ import annotations
 
@@ -11,23 +11,51 @@ from typing import Any
 from django.db import connection
 
 from gpuqueue.core.states import JobState
-from gpuqueue.models import Job
+from gpuqueue.models import Job, Standing
 from gpuqueue.services.jobs.column_arrays import array_param, array_sql
 
-# What a job shows only while it is PENDING: the door (transitions.py) clears it on every move
-# out of PENDING.
-SHOWN_WHILE_PENDING = ("pending_reason", "queue_position", "cluster_position", "estimated_start")
+# What a job row shows only while it is PENDING: the door (transitions.py) clears it on every
+# move out of PENDING, and deletes the job's `Standing`.
+SHOWN_WHILE_PENDING = ("estimated_start",)
 
 
 def update_pending_rows(rows: list[tuple[int, Any, int | None, int | None]]) -> int:
     """Set (reason, team position, cluster position) on each job id that is still PENDING; a
     job that moved on since the cycle's snapshot is left alone. Returns the rows written."""
-    return len(update_still_pending(("pending_reason", "queue_position", "cluster_position"), rows))
+    return write_standings(("reason", "queue_position", "cluster_position"), rows)
 
 
 def update_pending_reasons(rows: list[tuple[int, Any]]) -> int:
     """Set the pending reason on each job id that is still PENDING."""
-    return len(update_still_pending(("pending_reason",), rows))
+    return write_standings(("reason",), rows)
+
+
+def write_standings(columns: tuple[str, ...], rows: Sequence[tuple[Any, ...]]) -> int:
+    """Set `columns` of the `Standing` of each job id (id, *values) that is still PENDING, made
+    if it has none (the columns not named then empty): one INSERT … ON CONFLICT from one array
+    per column, as `update_still_pending` binds them. Returns the rows written."""
+    if not rows:
+        return 0
+    quote = connection.ops.quote_name
+    fields = [Standing._meta.get_field(name) for name in columns]
+    # The job's id bound as the job's own key is (an integer array, not a value per row).
+    params = [array_param(Job._meta.pk, [row[0] for row in rows])]  # type: ignore[arg-type]
+    params += [array_param(f, [row[i] for row in rows]) for i, f in enumerate(fields, 1)]
+    job_id = quote("job_id")
+    names = [job_id, *(quote(f.column) for f in fields)]
+    arrays = ", ".join([array_sql(Job._meta.pk), *(array_sql(f) for f in fields)])  # type: ignore[arg-type]
+    listed = ", ".join(names)
+    updates = ", ".join(f"{name} = excluded.{name}" for name in names[1:])
+    table, job = quote(Standing._meta.db_table), quote(Job._meta.db_table)
+    sql = (
+        f"INSERT INTO {table} ({listed}) SELECT {', '.join('v.' + n for n in names)} "
+        f"FROM unnest({arrays}) AS v ({listed}) "
+        f"JOIN {job} j ON j.id = v.{job_id} AND j.state = %s "
+        f"ON CONFLICT ({job_id}) DO UPDATE SET {updates}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, JobState.PENDING.value])
+        return int(cursor.rowcount)
 
 
 def update_estimated_starts(rows: list[tuple[int, datetime | None]]) -> int:

@@ -21,6 +21,7 @@ from gpuqueue.core.reason_text import BACKING_OFF
 from gpuqueue.core.states import JobState
 from gpuqueue.models import Job
 from gpuqueue.services.jobs.checkpoint import requeue
+from gpuqueue.services.jobs.pending import update_pending_rows
 from gpuqueue.services.jobs.transitions import transition
 
 MAX_BACKOFF_SECONDS = 3600.0
@@ -67,13 +68,16 @@ def requeue_after_start_failure(
             )
         wait = start_backoff_seconds(failures)
         not_before = now + timedelta(seconds=wait)
-        return requeue(
+        moved = requeue(
             job,
             f"{cause}; retrying in {wait:g} s (start attempt {failures} of {cap})",
             actor,
             start_failures=failures,
             not_before=not_before,
-            pending_reason={
+            estimated_start=None,
+        )
+        if moved:
+            reason = {
                 "code": BACKING_OFF,
                 "numbers": {
                     "until": not_before.timestamp(),
@@ -83,8 +87,7 @@ def requeue_after_start_failure(
                     "cause": cause,
                 },
                 "job_ids": [],
-            },
-            queue_position=None,
-            cluster_position=None,
-            estimated_start=None,
-        )
+            }
+            update_pending_rows([(job.pk, reason, None, None)])
+            job._state.fields_cache.pop("standing", None)  # read again when asked for
+        return moved

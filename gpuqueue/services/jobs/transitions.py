@@ -20,7 +20,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from gpuqueue.core.states import TRANSITIONS, JobState, check_transition
-from gpuqueue.models import Job, JobEvent, gpu_share
+from gpuqueue.models import Job, JobEvent, Standing, gpu_share
 from gpuqueue.services.accounting.usage_ledger import (
     ATTEMPT_COLUMNS,
     gpu_share_sql,
@@ -242,11 +242,17 @@ def _execute(
     if to != JobState.PREEMPTING and "preempted_for" not in (*own, *common):
         # Only a PREEMPTING row names the job it is preempted for: a move out of it forgets.
         assignments.append(f"{column['preempted_for']} = NULL")
+    forget = ""
     if to != JobState.PENDING:
-        # Only a PENDING row shows why it waits and where it stands: a move out of it forgets.
+        # Only a PENDING job shows why it waits, where it stands and when it should start: a
+        # move out of it forgets.
         assignments += [
             f"{column[name]} = NULL" for name in SHOWN_WHILE_PENDING if name not in (*own, *common)
         ]
+        forget = (
+            f"forgotten AS (DELETE FROM {quote(Standing._meta.db_table)} s USING moved m "
+            "WHERE s.job_id = m.id),"
+        )
 
     own_event = [n for n in ("reason", "details") if n in names]
     event_reason = "coalesce(m.reason, %s::text)" if "reason" in names else "%s::text"
@@ -295,6 +301,7 @@ def _execute(
                m.gpu_share, m.from_state, NULL::timestamptz
         FROM moved m WHERE m.from_state = ANY(%s::text[])
     ),
+    {forget}
     opening AS ({opened_rows_sql("opened")})
     SELECT m.id, m.from_state, m.old_attempt, false FROM moved m
     {"UNION ALL SELECT f.id, f.seen, 0, true FROM forbidden f" if checked else ""}
@@ -391,6 +398,7 @@ def transition(
         for name in SHOWN_WHILE_PENDING:
             if name not in changes:
                 setattr(job, name, None)  # as the door wrote it
+        job._state.fields_cache.pop("standing", None)  # deleted by the door
     for name, value in changes.items():
         setattr(job, name, value)
     return True
