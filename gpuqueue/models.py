@@ -674,6 +674,7 @@ class Job(models.Model):
         try:
             return self.standing  # type: ignore[no-any-return]
         except Standing.DoesNotExist:
+            Job.standing.related.set_cached_value(self, None)  # asked once, not per property
             return None
 
 

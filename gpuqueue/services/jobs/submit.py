@@ -203,9 +203,10 @@ def submit_job(
     job.pk, taken = inserted
     if taken is not None:
         job.team = taken
-    # A job just submitted mirrors no Kubernetes object (JobSource): told to the ORM, so that
-    # the answer that reads it back costs no query for it.
+    # A job just submitted mirrors no Kubernetes object (JobSource) and has not been explained
+    # (Standing): told to the ORM, so that the answer that reads it back costs no query for it.
     Job.source.related.set_cached_value(job, None)
+    Job.standing.related.set_cached_value(job, None)
     event.job_id = job.pk
     return Submitted(job, created=True)
 
