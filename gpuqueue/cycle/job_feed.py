@@ -304,5 +304,9 @@ def _read_sql(changes: bool) -> str:
         "AS snapshot, pg_current_xact_id()::text::bigint AS own, "
         f"(SELECT count(*) FROM {table} WHERE {state} = ANY(%s)) AS active) s "
         f"LEFT JOIN (SELECT {columns} FROM {table} j LEFT JOIN "
-        f"{quote(Standing._meta.db_table)} s ON s.job_id = j.id WHERE {where}) c ON true"
+        f"{quote(Standing._meta.db_table)} s ON s.job_id = j.id WHERE {where} "
+        # In id order, as the rows are made and then walked (cycle/snapshot.py): a hash join
+        # returns them scattered, and the kept rows, made in that order, cost every later
+        # cycle's walk over them twice the time in memory reads.
+        "ORDER BY j.id) c ON true"
     )
