@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -164,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes:
         flavors[0] = (flavors[0][0], args.nodes, flavors[0][2])
     pending = args.pending or scene["pending"]
+    # Pods run at once: the sync after the wave sees every launched gang running, whatever the
+    # wave took (with a startup, a quicker wave would leave that to a later cycle).
+    os.environ["GPUQUEUE_SIM_STARTUP_SECONDS"] = "0"
     with simulated_services("gq-cycle-", flavors):
         return run(args, flavors, scene["teams"], pending)
 
