@@ -653,7 +653,8 @@ class Job(models.Model):
     def is_final(self) -> bool:
         return self.state in FINAL
 
-    # What its `Standing` row says (None without one); lists read it with
+    # What its `Standing` row says: None without one, or once it is not PENDING (an explain
+    # that raced a cancel may leave one behind the door's delete). Lists read it with
     # select_related("standing").
     @property
     def pending_reason(self) -> Any:
@@ -671,6 +672,8 @@ class Job(models.Model):
         return standing.cluster_position if standing is not None else None
 
     def _standing(self) -> Standing | None:
+        if self.state != JobState.PENDING:
+            return None
         try:
             return self.standing  # type: ignore[no-any-return]
         except Standing.DoesNotExist:

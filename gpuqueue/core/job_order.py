@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import (
+    Case,
     DateTimeField,
     F,
     FloatField,
@@ -23,9 +24,12 @@ from django.db.models import (
     Q,
     QuerySet,
     Value,
+    When,
 )
 from django.db.models.expressions import BaseExpression
 from django.db.models.functions import Cast, Coalesce
+
+from gpuqueue.core.states import JobState
 
 # The annotation a sorted queryset carries: its key for each row (the cursor's position).
 SORT_KEY = "sort_key"
@@ -85,7 +89,9 @@ SORT_KEYS: dict[str, SortKey] = {
     "priority": SortKey(lambda now: F("priority"), int, "priority"),
     "position": SortKey(
         lambda now: Coalesce(
-            "standing__cluster_position", Value(UNRANKED), output_field=IntegerField()
+            Case(When(state=JobState.PENDING, then="standing__cluster_position")),
+            Value(UNRANKED),
+            output_field=IntegerField(),
         ),
         int,
         "place in the cluster's queue",

@@ -59,3 +59,14 @@ def test_written_as_the_orm_writes_them(world: Any, submit: Any) -> None:
             Job.objects.values_list(*shown).get(pk=b.pk)
         )
     assert Standing.objects.filter(job=bulk[1], reason__isnull=True).exists()  # SQL NULL
+
+
+def test_a_standing_left_behind_a_job_that_moved_on_shows_nothing(world: Any, submit: Any) -> None:
+    """An explain that raced a cancel may write a standing after the door deleted it: what a
+    job shows is read only while it is PENDING."""
+    job = submit()
+    update_pending_rows([(job.pk, REASON, 2, 5)])
+    Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)  # behind the door's back
+    job = Job.objects.select_related("standing").get(pk=job.pk)
+    assert Standing.objects.filter(job=job).exists()
+    assert (job.pending_reason, job.queue_position, job.cluster_position) == (None, None, None)
