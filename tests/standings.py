@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuqueue.models import Standing
+from gpuqueue.models import Job, Standing
 
 
 def show(job_id: int, **values: Any) -> None:
@@ -18,8 +18,6 @@ ROW = ("id", "state", "standing__reason", "standing__queue_position", "standing_
 
 def put_back(rows: list[tuple[Any, ...]]) -> None:
     """Each job (a `ROW`) back in its state, showing what it showed."""
-    from gpuqueue.models import Job
-
     for job_id, state, reason, team, cluster in rows:
         Job.objects.filter(pk=job_id).update(state=state)
         if (reason, team, cluster) == (None, None, None):
