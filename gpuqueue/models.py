@@ -686,9 +686,9 @@ class Standing(models.Model):
     explained it: a row of its own because the cycle rewrites tens of thousands of these after
     a wave, and rewriting the wide job rows (and their indexes) cost three times as much
     (docs/benchmarks.md). Only a PENDING job has one: the door (services/jobs/transitions.py)
-    deletes it as the job moves on. No foreign key in the database: its check per row would
-    cost the writes what the narrow row saves; every write joins the PENDING job it is for,
-    and Django deletes a job's standing with the job."""
+    deletes it as the job moves on. No foreign key in the database, whose check would add a
+    lookup per written row that the writes do not need: every write joins the PENDING job it
+    is for, and Django deletes a job's standing with the job."""
 
     job = models.OneToOneField(
         Job,
