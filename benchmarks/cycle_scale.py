@@ -165,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes:
         flavors[0] = (flavors[0][0], args.nodes, flavors[0][2])
     pending = args.pending or scene["pending"]
-    # Pods run at once: the sync after the wave sees every launched gang running, whatever the
-    # wave took (with a startup, a quicker wave would leave that to a later cycle).
-    os.environ["GPUQUEUE_SIM_STARTUP_SECONDS"] = "0"
+    # Pods run at once (unless set otherwise): the sync after the wave sees every launched gang
+    # running, whatever the wave took (with a startup, a quicker wave would leave that to a
+    # later cycle).
+    os.environ.setdefault("GPUQUEUE_SIM_STARTUP_SECONDS", "0")
     with simulated_services("gq-cycle-", flavors):
         return run(args, flavors, scene["teams"], pending)
 

@@ -658,18 +658,19 @@ class Job(models.Model):
     # select_related("standing").
     @property
     def pending_reason(self) -> Any:
-        standing = self._standing()
-        return standing.reason if standing is not None else None
+        return getattr(self._standing(), "reason", None)
 
     @property
     def queue_position(self) -> int | None:
-        standing = self._standing()
-        return standing.queue_position if standing is not None else None
+        return getattr(self._standing(), "queue_position", None)
 
     @property
     def cluster_position(self) -> int | None:
-        standing = self._standing()
-        return standing.cluster_position if standing is not None else None
+        return getattr(self._standing(), "cluster_position", None)
+
+    def standing_written(self) -> None:
+        """Its standing was written or deleted in the database: read again when asked for."""
+        self._state.fields_cache.pop("standing", None)
 
     def _standing(self) -> Standing | None:
         if self.state != JobState.PENDING:

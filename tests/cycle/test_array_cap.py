@@ -12,8 +12,9 @@ from gpuqueue.cycle.cluster_sync import sync_cluster
 from gpuqueue.cycle.run import run_cycle
 from gpuqueue.models import Job
 from gpuqueue.services.jobs.array_spec import parse
-from gpuqueue.services.jobs.arrays import submit_array
+from gpuqueue.services.jobs.arrays import hold_over_limit, submit_array
 from gpuqueue.services.jobs.dependencies import Dependencies
+from gpuqueue.services.jobs.transitions import transition
 
 
 def _one_gpu_sweep(world: Any, spec: str) -> Any:
@@ -85,3 +86,20 @@ def test_each_task_gets_its_index_count_and_value_on_both_backends(
     container = manifest["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert {key: env[key] for key in want} == want
+
+
+def test_the_hold_phase_counts_the_tasks_it_moves_and_says_why_each_held_one_waits(
+    world: Any,
+) -> None:
+    array = _one_gpu_sweep(world, "0-4%2")
+
+    def reason(index: int) -> Any:
+        return Job.objects.get(array=array, array_index=index).pending_reason
+
+    # Submitted with the first two offered, the rest held: nothing for the hold phase to move.
+    assert hold_over_limit() == 0
+    assert reason(0) is None and [reason(i)["code"] for i in (2, 3, 4)] == ["array_limit"] * 3
+    first = Job.objects.get(array=array, array_index=0)
+    assert transition(first, JobState.CANCELLED, reason="by hand", actor="user:alice")
+    assert hold_over_limit() == 1  # task 2 takes the freed slot
+    assert reason(2) is None and reason(3)["code"] == "array_limit"

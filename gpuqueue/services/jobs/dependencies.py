@@ -183,7 +183,7 @@ def submit_job_after(
             write_dependencies([result.job.pk], deps)
             job = result.job
             job.hold, job.keep_if_unmet = JobHold.DEPENDENCIES, deps.keep_if_unmet
-            job._state.fields_cache.pop("standing", None)  # read again when asked for
+            job.standing_written()
     return result
 
 

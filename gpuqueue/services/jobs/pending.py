@@ -39,11 +39,9 @@ def write_standings(columns: tuple[str, ...], rows: Sequence[tuple[Any, ...]]) -
     quote = connection.ops.quote_name
     fields = [Standing._meta.get_field(name) for name in columns]
     # The job's id bound as the job's own key is (an integer array, not a value per row).
-    params = [array_param(Job._meta.pk, [row[0] for row in rows])]  # type: ignore[arg-type]
-    params += [array_param(f, [row[i] for row in rows]) for i, f in enumerate(fields, 1)]
+    arrays, params = _unnested([Job._meta.pk, *fields], rows)
     job_id = quote("job_id")
     names = [job_id, *(quote(f.column) for f in fields)]
-    arrays = ", ".join([array_sql(Job._meta.pk), *(array_sql(f) for f in fields)])  # type: ignore[arg-type]
     listed = ", ".join(names)
     updates = ", ".join(f"{name} = excluded.{name}" for name in names[1:])
     table, job = quote(Standing._meta.db_table), quote(Job._meta.db_table)
@@ -76,13 +74,10 @@ def update_still_pending(
         return []
     quote = connection.ops.quote_name
     fields = [Job._meta.get_field(name) for name in ("id", *columns)]
-    arrays = ", ".join(array_sql(f) for f in fields)
+    arrays, params = _unnested(fields, rows)
     assignments = ", ".join(
         f"{quote(f.column)} = {quote('v')}.{quote(f.column)}" for f in fields[1:]
     )
-    params = [
-        array_param(f, values) for f, values in zip(fields, zip(*rows, strict=True), strict=True)
-    ]
     sql = (
         f"UPDATE {quote(Job._meta.db_table)} {quote('j')} SET {assignments} "
         f"FROM unnest({arrays}) AS {quote('v')} ({', '.join(quote(f.column) for f in fields)}) "
@@ -92,3 +87,11 @@ def update_still_pending(
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, JobState.PENDING.value])
         return [job_id for (job_id,) in cursor.fetchall()]
+
+
+def _unnested(fields: Sequence[Any], rows: Sequence[tuple[Any, ...]]) -> tuple[str, list[Any]]:
+    """Each column of `rows` as one parameter of its field's type (column_arrays.py): the SQL
+    list that `unnest(…)` reads, and the parameters in its order."""
+    columns = zip(*rows, strict=True)
+    params = [array_param(f, values) for f, values in zip(fields, columns, strict=True)]
+    return ", ".join(array_sql(f) for f in fields), params

@@ -89,5 +89,5 @@ def requeue_after_start_failure(
                 "job_ids": [],
             }
             update_pending_rows([(job.pk, reason, None, None)])
-            job._state.fields_cache.pop("standing", None)  # read again when asked for
+            job.standing_written()
         return moved

@@ -398,7 +398,7 @@ def transition(
         for name in SHOWN_WHILE_PENDING:
             if name not in changes:
                 setattr(job, name, None)  # as the door wrote it
-        job._state.fields_cache.pop("standing", None)  # deleted by the door
+        job.standing_written()  # deleted by the door
     for name, value in changes.items():
         setattr(job, name, value)
     return True
